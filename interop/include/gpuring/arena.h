@@ -1,0 +1,272 @@
+/* gpuring/arena.h: host-memory arenas, the shared-memory objects that hold
+ * frame bodies and host column buffers.
+ *
+ * A producer owns its arenas and allocates from them with a process-local
+ * first-fit allocator (free ranges kept sorted and coalesced). Consumers open
+ * an arena by the name a buffer descriptor carries, after checking that the
+ * name belongs to this segment and the file is an arena of the stated size.
+ * Included by gpuring.h; not a standalone header. */
+
+#define GPR_ARENA_ALIGN 64u
+#define GPR_ARENA_DEFAULT_SIZE (64ull << 20)
+
+typedef struct gpr_range {
+  uint64_t offset;
+  uint64_t length;
+} gpr_range;
+
+typedef struct gpr_arena {
+  int fd;
+  uint8_t *base;
+  uint64_t size;
+  uint32_t number;
+  gpr_range *free_ranges;
+  uint32_t free_count;
+  uint32_t free_capacity;
+} gpr_arena;
+
+typedef struct gpr_arena_pool {
+  gpr_segment *seg;
+  uint32_t index;                 /* owner participant */
+  uint32_t gen;
+  uint32_t mode;                  /* file mode of new arenas */
+  uint64_t default_size;
+  gpr_arena *arenas;
+  uint32_t count;
+  uint32_t capacity;
+} gpr_arena_pool;
+
+typedef struct gpr_allocation {
+  uint32_t arena;
+  uint64_t offset;
+  uint64_t length;
+  uint8_t *ptr;
+} gpr_allocation;
+
+GPR_INLINE uint64_t gpr_align_up(uint64_t v, uint64_t a) { return (v + a - 1u) & ~(a - 1u); }
+
+GPR_INLINE void gpr_arena_pool_init(gpr_arena_pool *pool, gpr_segment *seg, uint32_t index,
+                                    uint32_t gen, uint64_t default_size) {
+  struct stat st;
+  memset(pool, 0, sizeof *pool);
+  pool->seg = seg;
+  pool->index = index;
+  pool->gen = gen;
+  pool->mode = fstat(seg->fd, &st) == 0 ? (uint32_t)(st.st_mode & 0777u) : 0600u;
+  pool->default_size = default_size ? gpr_align_up(default_size, 4096u) : GPR_ARENA_DEFAULT_SIZE;
+}
+
+GPR_INLINE int gpr_ranges_reserve(gpr_range **ranges, uint32_t *cap, uint32_t need) {
+  if (need <= *cap) return 0;
+  uint32_t n = *cap ? *cap * 2u : 16u;
+  while (n < need) n *= 2u;
+  gpr_range *r = (gpr_range *)realloc(*ranges, n * sizeof(gpr_range));
+  if (!r) return -1;
+  *ranges = r;
+  *cap = n;
+  return 0;
+}
+
+/* Creates arena number pool->count. The participant's arena_count is raised
+ * before the file exists, so a sweeper that finds this producer dead always
+ * knows every arena name it may have left behind. */
+GPR_INLINE int gpr_arena_create(gpr_arena_pool *pool, uint64_t min_bytes, gpr_error *err) {
+  if (pool->count >= GPR_MAX_ARENAS)
+    return gpr_fail(err, GPR_E_OUT_OF_MEMORY, 0, "this producer already has %u arenas",
+                    GPR_MAX_ARENAS);
+  if (pool->count == pool->capacity) {
+    uint32_t n = pool->capacity ? pool->capacity * 2u : 4u;
+    gpr_arena *a = (gpr_arena *)realloc(pool->arenas, n * sizeof(gpr_arena));
+    if (!a) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
+    pool->arenas = a;
+    pool->capacity = n;
+  }
+  uint64_t want = min_bytes + sizeof(gpr_arena_header);
+  uint64_t size = want <= pool->default_size ? pool->default_size : gpr_align_up(want, 2u << 20);
+  if (gpr_check_shm_space(size, err) != 0) return -(int)err->code;
+  uint32_t number = pool->count;
+  __atomic_store_n(&pool->seg->participants[pool->index].arena_count, number + 1u,
+                   __ATOMIC_RELEASE);
+  char name[GPR_SHM_NAME_MAX];
+  gpr_arena_shm_name(pool->seg->name, pool->index, pool->gen, number, name);
+  shm_unlink(name); /* a stale arena of a crashed earlier occupant of this entry/gen */
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)pool->mode);
+  if (fd < 0) return gpr_fail(err, GPR_E_SYSTEM, errno, "shm_open(%s): %s", name, strerror(errno));
+  (void)fchmod(fd, (mode_t)pool->mode);
+  if (gpr_size_shm(fd, size, err) != 0) {
+    close(fd);
+    shm_unlink(name);
+    return -(int)err->code;
+  }
+  void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    shm_unlink(name);
+    return gpr_fail(err, GPR_E_SYSTEM, e, "mmap of arena failed: %s", strerror(e));
+  }
+  gpr_arena_header *h = (gpr_arena_header *)base;
+  h->magic = GPR_ARENA_MAGIC;
+  h->size = size;
+  h->owner_pid = (uint32_t)getpid();
+  h->owner_index = pool->index;
+  h->owner_gen = pool->gen;
+  h->arena = number;
+  gpr_arena *a = &pool->arenas[number];
+  memset(a, 0, sizeof *a);
+  a->fd = fd;
+  a->base = (uint8_t *)base;
+  a->size = size;
+  a->number = number;
+  if (gpr_ranges_reserve(&a->free_ranges, &a->free_capacity, 1) != 0)
+    return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
+  a->free_ranges[0].offset = sizeof(gpr_arena_header);
+  a->free_ranges[0].length = size - sizeof(gpr_arena_header);
+  a->free_count = 1;
+  pool->count++;
+  return 0;
+}
+
+GPR_INLINE int gpr_arena_take(gpr_arena *a, uint64_t bytes, gpr_allocation *out) {
+  for (uint32_t i = 0; i < a->free_count; i++) {
+    gpr_range *r = &a->free_ranges[i];
+    if (r->length < bytes) continue;
+    out->arena = a->number;
+    out->offset = r->offset;
+    out->length = bytes;
+    out->ptr = a->base + r->offset;
+    r->offset += bytes;
+    r->length -= bytes;
+    if (r->length == 0) {
+      memmove(r, r + 1, (a->free_count - i - 1u) * sizeof(gpr_range));
+      a->free_count--;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+/* Allocates `bytes` (rounded up to 64) in one of the pool's arenas, creating a
+ * new arena when none has room. */
+GPR_INLINE int gpr_arena_alloc(gpr_arena_pool *pool, uint64_t bytes, gpr_allocation *out,
+                               gpr_error *err) {
+  uint64_t want = gpr_align_up(bytes ? bytes : 1u, GPR_ARENA_ALIGN);
+  for (uint32_t i = 0; i < pool->count; i++)
+    if (gpr_arena_take(&pool->arenas[i], want, out)) return 0;
+  if (gpr_arena_create(pool, want, err) != 0) return -(int)err->code;
+  gpr_arena_take(&pool->arenas[pool->count - 1u], want, out);
+  return 0;
+}
+
+/* Returns an allocation to its arena, merging it with free neighbours. */
+GPR_INLINE void gpr_arena_free(gpr_arena_pool *pool, const gpr_allocation *alloc) {
+  if (alloc->arena >= pool->count) return;
+  gpr_arena *a = &pool->arenas[alloc->arena];
+  uint32_t i = 0;
+  while (i < a->free_count && a->free_ranges[i].offset < alloc->offset) i++;
+  int merge_prev = i > 0 && a->free_ranges[i - 1].offset + a->free_ranges[i - 1].length ==
+                                alloc->offset;
+  int merge_next = i < a->free_count && alloc->offset + alloc->length ==
+                                            a->free_ranges[i].offset;
+  if (merge_prev && merge_next) {
+    a->free_ranges[i - 1].length += alloc->length + a->free_ranges[i].length;
+    memmove(&a->free_ranges[i], &a->free_ranges[i + 1],
+            (a->free_count - i - 1u) * sizeof(gpr_range));
+    a->free_count--;
+  } else if (merge_prev) {
+    a->free_ranges[i - 1].length += alloc->length;
+  } else if (merge_next) {
+    a->free_ranges[i].offset = alloc->offset;
+    a->free_ranges[i].length += alloc->length;
+  } else {
+    if (gpr_ranges_reserve(&a->free_ranges, &a->free_capacity, a->free_count + 1u) != 0)
+      return; /* out of memory: the range is leaked, never handed out twice */
+    memmove(&a->free_ranges[i + 1], &a->free_ranges[i], (a->free_count - i) * sizeof(gpr_range));
+    a->free_ranges[i].offset = alloc->offset;
+    a->free_ranges[i].length = alloc->length;
+    a->free_count++;
+  }
+}
+
+GPR_INLINE uint64_t gpr_arena_pool_free_bytes(const gpr_arena_pool *pool) {
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < pool->count; i++)
+    for (uint32_t j = 0; j < pool->arenas[i].free_count; j++)
+      total += pool->arenas[i].free_ranges[j].length;
+  return total;
+}
+
+/* Unmaps the pool's arenas. Their names stay until the participant's entry is
+ * freed by a sweep (after detach), because consumers may still need to open them. */
+GPR_INLINE void gpr_arena_pool_destroy(gpr_arena_pool *pool) {
+  for (uint32_t i = 0; i < pool->count; i++) {
+    munmap(pool->arenas[i].base, pool->arenas[i].size);
+    close(pool->arenas[i].fd);
+    free(pool->arenas[i].free_ranges);
+  }
+  free(pool->arenas);
+  memset(pool, 0, sizeof *pool);
+}
+
+/* ---- consumer side ------------------------------------------------------- */
+
+typedef struct gpr_arena_view {
+  uint8_t *base;
+  uint64_t size;
+} gpr_arena_view;
+
+/* Parses "/gpuring.SEG.pIgG.aN" for this segment; returns 0 if it is one. */
+GPR_INLINE int gpr_arena_name_parse(const gpr_segment *seg, const char *name, uint32_t *index,
+                                    uint32_t *gen, uint32_t *arena) {
+  char prefix[GPR_SHM_NAME_MAX];
+  int n = snprintf(prefix, sizeof prefix, "/gpuring.%s.p", seg->name);
+  if (n <= 0 || strncmp(name, prefix, (size_t)n) != 0) return -1;
+  unsigned i, g, a;
+  int used = 0;
+  if (sscanf(name + n, "%10ug%10u.a%10u%n", &i, &g, &a, &used) != 3 || name[n + used] != 0)
+    return -1;
+  char canonical[GPR_SHM_NAME_MAX];
+  gpr_arena_shm_name(seg->name, i, g, a, canonical);
+  if (strcmp(canonical, name) != 0) return -1; /* no leading zeros, signs or spaces */
+  *index = i;
+  *gen = g;
+  *arena = a;
+  return 0;
+}
+
+/* Maps an arena named in a frame. The name must be one of this segment's
+ * arenas and the file must carry the arena header for its own size. */
+GPR_INLINE int gpr_arena_open(const gpr_segment *seg, const char *name, gpr_arena_view *out,
+                              gpr_error *err) {
+  uint32_t index, gen, arena;
+  if (gpr_arena_name_parse(seg, name, &index, &gen, &arena) != 0 ||
+      index >= seg->participant_capacity || arena >= GPR_MAX_ARENAS)
+    return gpr_fail(err, GPR_E_ARENA_INVALID, 0, "'%.64s' is not an arena of segment '%s'", name,
+                    seg->name);
+  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0)
+    return gpr_fail(err, GPR_E_ARENA_INVALID, errno, "cannot open arena %s: %s", name,
+                    strerror(errno));
+  struct stat st;
+  gpr_arena_header h;
+  memset(&h, 0, sizeof h);
+  if (fstat(fd, &st) != 0 || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
+      h.magic != GPR_ARENA_MAGIC || h.size != (uint64_t)st.st_size || h.owner_index != index ||
+      h.owner_gen != gen || h.arena != arena) {
+    close(fd);
+    return gpr_fail(err, GPR_E_ARENA_INVALID, 0, "arena %s is truncated or foreign", name);
+  }
+  void *base = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED)
+    return gpr_fail(err, GPR_E_SYSTEM, errno, "mmap of arena %s failed: %s", name,
+                    strerror(errno));
+  out->base = (uint8_t *)base;
+  out->size = h.size;
+  return 0;
+}
+
+GPR_INLINE void gpr_arena_view_close(gpr_arena_view *v) {
+  if (v->base) munmap(v->base, v->size);
+  v->base = NULL;
+}

@@ -1,0 +1,106 @@
+/* gpuring/process.h: process identity, liveness and cross-process futexes.
+ * Included by gpuring.h; not a standalone header. */
+
+GPR_INLINE uint64_t gpr_now_ns(int clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+GPR_INLINE uint64_t gpr_monotonic_ns(void) { return gpr_now_ns(CLOCK_MONOTONIC); }
+
+/* Reads state and start time (field 22, clock ticks since boot) of a process
+ * from /proc/PID/stat. Returns 0 on success, -1 if the process does not exist.
+ * The pid alone is not an identity: pids are reused, start times are not. */
+GPR_INLINE int gpr_proc_stat(uint32_t pid, char *state, uint64_t *start_time) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%u/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  /* comm may contain spaces and parentheses: fields resume after the last ')'. */
+  char *p = strrchr(buf, ')');
+  if (!p || p[1] != ' ') return -1;
+  p += 2;
+  *state = *p;
+  /* p is at field 3 (state); skip to field 22. */
+  for (int field = 3; field < 22; field++) {
+    p = strchr(p, ' ');
+    if (!p) return -1;
+    p++;
+  }
+  *start_time = strtoull(p, NULL, 10);
+  return 0;
+}
+
+/* A participant is alive while a process with its pid and start time exists and
+ * is not a zombie (a killed child its parent has not reaped yet is dead to us). */
+GPR_INLINE int gpr_process_alive(uint32_t pid, uint64_t start_time) {
+  char state;
+  uint64_t started;
+  if (pid == 0 || gpr_proc_stat(pid, &state, &started) != 0) return 0;
+  if (state == 'Z' || state == 'X' || state == 'x') return 0;
+  return started == start_time;
+}
+
+GPR_INLINE uint64_t gpr_self_start_time(void) {
+  char state;
+  uint64_t started = 0;
+  gpr_proc_stat((uint32_t)getpid(), &state, &started);
+  return started;
+}
+
+/* Participants identify each other by pid, so all must share a PID namespace. */
+GPR_INLINE uint64_t gpr_pid_namespace(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* Futex words live in shared memory, so these use the shared (non-PRIVATE)
+ * operations. Returns 0 when woken or the value differed, ETIMEDOUT, or EINTR. */
+GPR_INLINE int gpr_futex_wait(uint32_t *word, uint32_t expected, uint64_t timeout_ns) {
+  struct timespec ts, *tsp = NULL;
+  if (timeout_ns != UINT64_MAX) {
+    ts.tv_sec = (time_t)(timeout_ns / 1000000000ull);
+    ts.tv_nsec = (long)(timeout_ns % 1000000000ull);
+    tsp = &ts;
+  }
+  long rc = syscall(SYS_futex, word, FUTEX_WAIT, expected, tsp, NULL, 0);
+  if (rc == 0) return 0;
+  return errno == EAGAIN ? 0 : errno;
+}
+
+GPR_INLINE void gpr_futex_wake_all(uint32_t *word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Bumps a futex word and wakes its sleepers, only if any announced themselves:
+ * the fast path makes no system call. The seq_cst fence pairs with the one in
+ * gpr_wait_for: either the sleeper sees the new state, or we see the sleeper. */
+GPR_INLINE uint32_t gpr_load_waiters_after_fence(uint32_t *waiters) {
+#if defined(__SANITIZE_THREAD__)
+  /* ThreadSanitizer does not model fences; an RMW gives it the same ordering. */
+  return __atomic_fetch_add(waiters, 0u, __ATOMIC_SEQ_CST);
+#else
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  return __atomic_load_n(waiters, __ATOMIC_RELAXED);
+#endif
+}
+
+GPR_INLINE void gpr_notify(uint32_t *seq, uint32_t *waiters) {
+  if (gpr_load_waiters_after_fence(waiters) != 0) {
+    __atomic_fetch_add(seq, 1u, __ATOMIC_RELEASE);
+    gpr_futex_wake_all(seq);
+  }
+}
+
+GPR_INLINE void gpr_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}

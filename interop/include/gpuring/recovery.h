@@ -1,0 +1,137 @@
+/* gpuring/recovery.h: finding dead participants and repairing what they held.
+ *
+ * Any participant may sweep at any time; every repair is a CAS from the exact
+ * word the dead owner left, so concurrent sweepers and live owners never undo
+ * each other. What a dead participant held becomes:
+ *   WRITING  (dead producer, claimed but never published) -> EMPTY, next lap
+ *   CLAIMED  (dead consumer, taken but not handed over)    -> READY, redelivered
+ *   LEASED   (dead consumer, held by its user)             -> released for it
+ *   RELEASED (dead producer, nobody left to reclaim)       -> EMPTY, next lap
+ * READY frames of a dead producer stay deliverable: their host arenas outlive
+ * it. Its entry and arenas are freed once no slot refers to it any more.
+ * Included by gpuring.h; not a standalone header. */
+
+typedef struct gpr_sweep_report {
+  uint32_t found_dead;   /* participants newly found dead */
+  uint32_t freed;        /* participant entries freed (arenas unlinked) */
+  uint32_t skipped;      /* unpublished claims of dead producers skipped */
+  uint32_t redelivered;  /* frames of dead consumers handed to others */
+  uint32_t released;     /* leases of dead consumers released on their behalf */
+  uint32_t recycled;     /* released frames of dead producers recycled */
+} gpr_sweep_report;
+
+/* Arena N of participant (index, gen) of segment NAME: /gpuring.NAME.pIgG.aN */
+GPR_INLINE void gpr_arena_shm_name(const char *segment, uint32_t index, uint32_t gen,
+                                   uint32_t arena, char out[GPR_SHM_NAME_MAX]) {
+  snprintf(out, GPR_SHM_NAME_MAX, "/gpuring.%s.p%ug%u.a%u", segment, index, gen, arena);
+}
+
+/* Marks ACTIVE entries whose process is gone as DEAD. */
+GPR_INLINE void gpr_sweep_mark(gpr_segment *seg, uint8_t *dead, gpr_sweep_report *rep) {
+  for (uint32_t i = 0; i < seg->participant_capacity; i++) {
+    uint64_t w = gpr_participant_word(seg, i);
+    uint32_t st = gpr_pstate(w);
+    if (st == GPR_PARTICIPANT_ACTIVE && !gpr_participant_alive(seg, i)) {
+      uint64_t dw = ((uint64_t)gpr_pgen(w) << 32) | GPR_PARTICIPANT_DEAD;
+      if (__atomic_compare_exchange_n(&seg->participants[i].state, &w, dw, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE))
+        rep->found_dead++;
+      st = gpr_pstate(gpr_participant_word(seg, i));
+    }
+    dead[i] = st == GPR_PARTICIPANT_DEAD;
+  }
+}
+
+GPR_INLINE int gpr_is_dead_owner(const gpr_segment *seg, const uint8_t *dead, uint32_t owner) {
+  return owner >= 1u && owner <= seg->participant_capacity && dead[owner - 1u];
+}
+
+/* Repairs one slot; counts in refs[] the dead producers it still refers to. */
+GPR_INLINE void gpr_sweep_slot(gpr_segment *seg, uint64_t i, const uint8_t *dead, uint32_t *refs,
+                               gpr_sweep_report *rep) {
+  gpr_slot *s = &seg->slots[i];
+  uint64_t w = gpr_slot_load(s);
+  uint64_t pos = gpr_word_seq(w);
+  uint32_t st = gpr_word_state(w), owner = gpr_word_owner(w);
+  uint32_t producer = st >= GPR_SLOT_CLAIMED && st <= GPR_SLOT_LEASED ? s->ref.producer + 1u
+                                                                       : owner;
+  int owner_dead = gpr_is_dead_owner(seg, dead, owner);
+  if (st == GPR_SLOT_WRITING && owner_dead) {
+    gpr_ring_recycle_word(seg, s, w, pos);
+    rep->skipped++;
+  } else if (st == GPR_SLOT_CLAIMED && owner_dead) {
+    if (gpr_ring_unclaim_as(seg, owner - 1u, pos, GPR_SLOT_CLAIMED) == 0) rep->redelivered++;
+  } else if (st == GPR_SLOT_LEASED && owner_dead) {
+    if (gpr_ring_release_as(seg, owner - 1u, pos, GPR_SLOT_LEASED) == 0) rep->released++;
+  } else if (st == GPR_SLOT_RELEASED && owner_dead) {
+    gpr_ring_recycle_word(seg, s, w, pos);
+    rep->recycled++;
+  }
+  /* Re-read: whatever the slot holds now may still need its producer's arenas. */
+  w = gpr_slot_load(s);
+  st = gpr_word_state(w);
+  if (st >= GPR_SLOT_READY && st <= GPR_SLOT_LEASED) {
+    producer = st == GPR_SLOT_READY ? gpr_word_owner(w) : s->ref.producer + 1u;
+    if (gpr_is_dead_owner(seg, dead, producer)) refs[producer - 1u]++;
+  } else if (st == GPR_SLOT_RELEASED && gpr_is_dead_owner(seg, dead, gpr_word_owner(w))) {
+    refs[gpr_word_owner(w) - 1u]++;
+  }
+}
+
+/* Frees a DEAD entry nobody refers to: unlinks its arenas, then the entry. */
+GPR_INLINE int gpr_sweep_free(gpr_segment *seg, uint32_t index) {
+  gpr_participant *p = &seg->participants[index];
+  uint64_t w = gpr_participant_word(seg, index);
+  if (gpr_pstate(w) != GPR_PARTICIPANT_DEAD) return 0;
+  uint32_t arenas = __atomic_load_n(&p->arena_count, __ATOMIC_ACQUIRE);
+  if (arenas > GPR_MAX_ARENAS) arenas = GPR_MAX_ARENAS;
+  for (uint32_t a = 0; a < arenas; a++) {
+    char name[GPR_SHM_NAME_MAX];
+    gpr_arena_shm_name(seg->name, index, gpr_pgen(w), a, name);
+    shm_unlink(name);
+  }
+  __atomic_store_n(&p->pid, 0u, __ATOMIC_RELEASE);
+  uint64_t fw = ((uint64_t)gpr_pgen(w) << 32) | GPR_PARTICIPANT_FREE;
+  return __atomic_compare_exchange_n(&p->state, &w, fw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/* Finds dead participants and repairs everything they held. Safe to run from
+ * any participant, concurrently, as often as wanted; costs one pass over the
+ * participant table and one over the slots. */
+GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err) {
+  gpr_sweep_report local;
+  if (!rep) rep = &local;
+  memset(rep, 0, sizeof *rep);
+  uint8_t *dead = (uint8_t *)calloc(seg->participant_capacity, 1);
+  uint32_t *refs = (uint32_t *)calloc(seg->participant_capacity, sizeof(uint32_t));
+  if (!dead || !refs) {
+    free(dead);
+    free(refs);
+    return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "sweep: out of memory");
+  }
+  gpr_sweep_mark(seg, dead, rep);
+  int any = 0;
+  for (uint32_t i = 0; i < seg->participant_capacity; i++) any |= dead[i];
+  if (any) {
+    for (uint64_t i = 0; i < seg->slot_count; i++) gpr_sweep_slot(seg, i, dead, refs, rep);
+    for (uint32_t i = 0; i < seg->participant_capacity; i++)
+      if (dead[i] && refs[i] == 0 && gpr_sweep_free(seg, i)) rep->freed++;
+  }
+  uint32_t repaired = rep->skipped + rep->redelivered + rep->released + rep->recycled;
+  if (repaired) __atomic_fetch_add(&seg->control->recovered, repaired, __ATOMIC_RELAXED);
+  free(dead);
+  free(refs);
+  return 0;
+}
+
+/* Leaves the segment: frames this participant had taken are handed back or
+ * released as if it had died, and its arenas go once nothing refers to them. */
+GPR_INLINE int gpr_participant_detach(gpr_segment *seg, uint32_t index, uint32_t gen,
+                                      gpr_error *err) {
+  gpr_participant *p = &seg->participants[index];
+  uint64_t w = ((uint64_t)gen << 32) | GPR_PARTICIPANT_ACTIVE;
+  uint64_t dw = ((uint64_t)gen << 32) | GPR_PARTICIPANT_DEAD;
+  if (!__atomic_compare_exchange_n(&p->state, &w, dw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return gpr_fail(err, GPR_E_FRAME_STATE, 0, "participant %u is not attached", index);
+  return gpr_sweep(seg, NULL, err);
+}

@@ -1,0 +1,351 @@
+/* gpuring/segment.h: creating, opening and validating a segment, and the
+ * participant table. Included by gpuring.h; not a standalone header. */
+
+enum { GPR_PARTICIPANT_ATTACHING = 3 };
+
+typedef struct gpr_segment_options {
+  uint32_t slot_count;            /* power of two, 2 .. GPR_MAX_SLOTS; 0 = 1024 */
+  uint32_t participant_capacity;  /* 1 .. GPR_MAX_PARTICIPANTS; 0 = 64 */
+  uint32_t mode;                  /* file mode; 0 = 0600 */
+  uint32_t open_timeout_ms;       /* open(): how long to wait for a creator to finish; 0 = 1000 */
+} gpr_segment_options;
+
+/* A process's view of a segment. Geometry is read once at open, validated, and
+ * kept here: later writes to the shared header by a faulty peer cannot move it. */
+typedef struct gpr_segment {
+  int fd;
+  uint8_t *base;
+  uint64_t size;
+  uint32_t slot_count;
+  uint32_t mask;
+  uint32_t participant_capacity;
+  gpr_segment_header *header;
+  gpr_control *control;
+  gpr_participant *participants;
+  gpr_slot *slots;
+  char name[GPR_NAME_MAX + 1];
+} gpr_segment;
+
+typedef struct gpr_layout {
+  uint64_t participants_offset;
+  uint64_t slots_offset;
+  uint64_t total_size;
+} gpr_layout;
+
+GPR_INLINE gpr_layout gpr_layout_for(uint32_t slot_count, uint32_t participant_capacity) {
+  gpr_layout l;
+  l.participants_offset = GPR_PARTICIPANTS_OFFSET;
+  l.slots_offset = l.participants_offset + (uint64_t)participant_capacity * sizeof(gpr_participant);
+  l.total_size = l.slots_offset + (uint64_t)slot_count * sizeof(gpr_slot);
+  l.total_size = (l.total_size + 4095u) & ~(uint64_t)4095u;
+  return l;
+}
+
+GPR_INLINE int gpr_name_valid(const char *name) {
+  size_t n = name ? strlen(name) : 0;
+  if (n == 0 || n > GPR_NAME_MAX) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = name[i];
+    int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '_' || c == '-';
+    if (!ok) return 0;
+  }
+  return 1;
+}
+
+/* The shared-memory object of segment NAME is /dev/shm/gpuring.NAME. */
+GPR_INLINE void gpr_segment_shm_name(const char *name, char out[GPR_SHM_NAME_MAX]) {
+  snprintf(out, GPR_SHM_NAME_MAX, "/gpuring.%s", name);
+}
+
+static const char GPR_NAME_RULE[] = "names are 1 to 32 of A-Z a-z 0-9 _ -";
+
+GPR_INLINE int gpr_check_shm_space(uint64_t bytes, gpr_error *err) {
+  struct statvfs vfs;
+  if (statvfs("/dev/shm", &vfs) != 0)
+    return gpr_fail(err, GPR_E_SYSTEM, errno, "cannot stat /dev/shm: %s", strerror(errno));
+  uint64_t avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+  if (avail < bytes)
+    return gpr_fail(err, GPR_E_NO_SPACE, ENOSPC,
+                    "need %llu bytes in /dev/shm but only %llu are free; free space there or "
+                    "enlarge it (mount -o remount,size=4G /dev/shm, or docker run --shm-size=4g)",
+                    (unsigned long long)bytes, (unsigned long long)avail);
+  return 0;
+}
+
+/* Reserves the pages now (tmpfs honours fallocate) so that a full /dev/shm is an
+ * error here rather than a SIGBUS on first touch later. */
+GPR_INLINE int gpr_size_shm(int fd, uint64_t bytes, gpr_error *err) {
+  if (ftruncate(fd, (off_t)bytes) != 0)
+    return gpr_fail(err, GPR_E_SYSTEM, errno, "ftruncate failed: %s", strerror(errno));
+  int rc = posix_fallocate(fd, 0, (off_t)bytes);
+  if (rc == ENOSPC)
+    return gpr_fail(err, GPR_E_NO_SPACE, rc, "/dev/shm ran out of space reserving %llu bytes",
+                    (unsigned long long)bytes);
+  if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL)
+    return gpr_fail(err, GPR_E_SYSTEM, rc, "posix_fallocate failed: %s", strerror(rc));
+  return 0;
+}
+
+GPR_INLINE uint64_t gpr_slot_word(uint64_t seq, uint32_t state, uint32_t owner) {
+  return ((seq & 0xFFFFFFFFFFFFull) << 16) | ((uint64_t)(state & 7u) << 13) | (owner & 0x1FFFu);
+}
+
+GPR_INLINE void gpr_segment_bind(gpr_segment *seg, uint8_t *base, uint64_t size, uint32_t slots,
+                                 uint32_t participants, const gpr_layout *l) {
+  seg->base = base;
+  seg->size = size;
+  seg->slot_count = slots;
+  seg->mask = slots - 1u;
+  seg->participant_capacity = participants;
+  seg->header = (gpr_segment_header *)base;
+  seg->control = (gpr_control *)(base + GPR_CONTROL_OFFSET);
+  seg->participants = (gpr_participant *)(base + l->participants_offset);
+  seg->slots = (gpr_slot *)(base + l->slots_offset);
+}
+
+/* Creates NAME exclusively and initializes it. The ready word is stored last,
+ * with release order, so an opener that sees it sees everything before it. */
+GPR_INLINE int gpr_segment_create(gpr_segment *seg, const char *name,
+                                  const gpr_segment_options *opt, gpr_error *err) {
+  gpr_segment_options o = {1024u, 64u, 0600u, 1000u};
+  if (opt) {
+    if (opt->slot_count) o.slot_count = opt->slot_count;
+    if (opt->participant_capacity) o.participant_capacity = opt->participant_capacity;
+    if (opt->mode) o.mode = opt->mode;
+  }
+  memset(seg, 0, sizeof *seg);
+  seg->fd = -1;
+  if (!gpr_name_valid(name))
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "bad segment name: %s", GPR_NAME_RULE);
+  if (o.slot_count < 2 || o.slot_count > GPR_MAX_SLOTS || (o.slot_count & (o.slot_count - 1)))
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "slot count must be a power of two, 2 to %u",
+                    GPR_MAX_SLOTS);
+  if (o.participant_capacity < 1 || o.participant_capacity > GPR_MAX_PARTICIPANTS)
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "participant capacity must be 1 to %u",
+                    GPR_MAX_PARTICIPANTS);
+  gpr_layout l = gpr_layout_for(o.slot_count, o.participant_capacity);
+  if (gpr_check_shm_space(l.total_size, err) != 0) return -(int)err->code;
+  char shm[GPR_SHM_NAME_MAX];
+  gpr_segment_shm_name(name, shm);
+  int fd = shm_open(shm, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)o.mode);
+  if (fd < 0) {
+    if (errno == EEXIST)
+      return gpr_fail(err, GPR_E_SEGMENT_EXISTS, errno, "segment '%s' already exists", name);
+    return gpr_fail(err, GPR_E_SYSTEM, errno, "shm_open(%s) failed: %s", shm, strerror(errno));
+  }
+  (void)fchmod(fd, (mode_t)o.mode); /* the umask must not narrow an explicit mode */
+  if (gpr_size_shm(fd, l.total_size, err) != 0) {
+    close(fd);
+    shm_unlink(shm);
+    return -(int)err->code;
+  }
+  void *base = mmap(NULL, l.total_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    shm_unlink(shm);
+    return gpr_fail(err, GPR_E_SYSTEM, e, "mmap failed: %s", strerror(e));
+  }
+  seg->fd = fd;
+  gpr_segment_bind(seg, (uint8_t *)base, l.total_size, o.slot_count, o.participant_capacity, &l);
+  snprintf(seg->name, sizeof seg->name, "%s", name);
+  gpr_segment_header *h = seg->header;
+  h->magic = GPR_SEGMENT_MAGIC;
+  h->header_size = (uint32_t)sizeof(gpr_segment_header);
+  h->layout_hash = GPR_LAYOUT_HASH;
+  h->total_size = l.total_size;
+  h->slot_count = o.slot_count;
+  h->slot_size = (uint32_t)sizeof(gpr_slot);
+  h->participant_capacity = o.participant_capacity;
+  h->participant_size = (uint32_t)sizeof(gpr_participant);
+  h->control_offset = GPR_CONTROL_OFFSET;
+  h->participants_offset = l.participants_offset;
+  h->slots_offset = l.slots_offset;
+  h->pid_namespace = gpr_pid_namespace();
+  h->created_unix_ns = gpr_now_ns(CLOCK_REALTIME);
+  h->creator_pid = (uint32_t)getpid();
+  memcpy(h->name, name, strlen(name));
+  for (uint32_t i = 0; i < o.slot_count; i++)
+    seg->slots[i].word = gpr_slot_word(i, GPR_SLOT_EMPTY, 0);
+  __atomic_store_n(&h->ready_version, (GPR_VERSION_MAJOR << 16) | GPR_VERSION_MINOR,
+                   __ATOMIC_RELEASE);
+  return 0;
+}
+
+/* Checks a ready header against this build and the file it came from. */
+GPR_INLINE int gpr_header_check(const gpr_segment_header *h, uint64_t file_size, const char *name,
+                                gpr_error *err) {
+  uint32_t v = __atomic_load_n(&h->ready_version, __ATOMIC_ACQUIRE);
+  if ((v >> 16) != GPR_VERSION_MAJOR)
+    return gpr_fail(err, GPR_E_SEGMENT_VERSION, 0,
+                    "segment '%s' has format version %u.%u; this build speaks %u.x", name, v >> 16,
+                    v & 0xFFFFu, GPR_VERSION_MAJOR);
+  if (h->layout_hash != GPR_LAYOUT_HASH || h->header_size != sizeof(gpr_segment_header) ||
+      h->slot_size != sizeof(gpr_slot) || h->participant_size != sizeof(gpr_participant) ||
+      h->control_offset != GPR_CONTROL_OFFSET)
+    return gpr_fail(err, GPR_E_SEGMENT_LAYOUT, 0,
+                    "segment '%s' has a different layout (hash %016llx, expected %016llx)", name,
+                    (unsigned long long)h->layout_hash, (unsigned long long)GPR_LAYOUT_HASH);
+  uint32_t slots = h->slot_count, parts = h->participant_capacity;
+  if (slots < 2 || slots > GPR_MAX_SLOTS || (slots & (slots - 1)) || parts < 1 ||
+      parts > GPR_MAX_PARTICIPANTS)
+    return gpr_fail(err, GPR_E_SEGMENT_LAYOUT, 0, "segment '%s' has impossible counts", name);
+  gpr_layout l = gpr_layout_for(slots, parts);
+  if (h->participants_offset != l.participants_offset || h->slots_offset != l.slots_offset ||
+      h->total_size != l.total_size)
+    return gpr_fail(err, GPR_E_SEGMENT_LAYOUT, 0, "segment '%s' has inconsistent offsets", name);
+  if (file_size < l.total_size)
+    return gpr_fail(err, GPR_E_SEGMENT_TRUNCATED, 0,
+                    "segment '%s' is %llu bytes but its header says %llu", name,
+                    (unsigned long long)file_size, (unsigned long long)l.total_size);
+  if (file_size != l.total_size)
+    return gpr_fail(err, GPR_E_SEGMENT_LAYOUT, 0, "segment '%s' is larger than its header says",
+                    name);
+  uint64_t ns = gpr_pid_namespace();
+  if (h->pid_namespace != ns)
+    return gpr_fail(err, GPR_E_PID_NAMESPACE, 0,
+                    "segment '%s' was made in another PID namespace (container); all "
+                    "participants must share one (docker run --pid=host or --ipc=host)",
+                    name);
+  return 0;
+}
+
+/* Waits for the creator to finish (ready word non-zero), then validates. A file
+ * whose first word is not the magic is refused at once as foreign. */
+GPR_INLINE int gpr_await_header(int fd, const char *name, uint32_t timeout_ms,
+                                gpr_segment_header *out, uint64_t *file_size, gpr_error *err) {
+  uint64_t deadline = gpr_monotonic_ns() + (uint64_t)timeout_ms * 1000000ull;
+  for (;;) {
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+      return gpr_fail(err, GPR_E_SYSTEM, errno, "fstat failed: %s", strerror(errno));
+    *file_size = (uint64_t)st.st_size;
+    memset(out, 0, sizeof *out);
+    ssize_t n = pread(fd, out, sizeof *out, 0);
+    if (n < 0) return gpr_fail(err, GPR_E_SYSTEM, errno, "read failed: %s", strerror(errno));
+    int magic_ok = n >= 8 && out->magic == GPR_SEGMENT_MAGIC;
+    if (n >= 8 && out->magic != 0 && !magic_ok)
+      return gpr_fail(err, GPR_E_SEGMENT_FOREIGN, 0,
+                      "/dev/shm/gpuring.%s exists but is not a gpuring segment", name);
+    if (magic_ok && (size_t)n < sizeof *out)
+      return gpr_fail(err, GPR_E_SEGMENT_TRUNCATED, 0,
+                      "segment '%s' is shorter (%zd bytes) than its header", name, n);
+    if (magic_ok && __atomic_load_n(&out->ready_version, __ATOMIC_ACQUIRE) != 0) return 0;
+    if (gpr_monotonic_ns() >= deadline) {
+      return gpr_fail(err, GPR_E_SEGMENT_NOT_READY, 0,
+                      "segment '%s' was never fully initialized (its creator may have died); "
+                      "remove it with: gpuring rm %s",
+                      name, name);
+    }
+    usleep(1000);
+  }
+}
+
+GPR_INLINE int gpr_segment_open(gpr_segment *seg, const char *name,
+                                const gpr_segment_options *opt, gpr_error *err) {
+  memset(seg, 0, sizeof *seg);
+  seg->fd = -1;
+  if (!gpr_name_valid(name))
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "bad segment name: %s", GPR_NAME_RULE);
+  char shm[GPR_SHM_NAME_MAX];
+  gpr_segment_shm_name(name, shm);
+  int fd = shm_open(shm, O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      return gpr_fail(err, GPR_E_SEGMENT_NOT_FOUND, errno, "no segment named '%s'", name);
+    return gpr_fail(err, GPR_E_SYSTEM, errno, "shm_open(%s) failed: %s", shm, strerror(errno));
+  }
+  gpr_segment_header h;
+  uint64_t file_size = 0;
+  uint32_t timeout = opt && opt->open_timeout_ms ? opt->open_timeout_ms : 1000u;
+  if (gpr_await_header(fd, name, timeout, &h, &file_size, err) != 0 ||
+      gpr_header_check(&h, file_size, name, err) != 0) {
+    close(fd);
+    return -(int)err->code;
+  }
+  gpr_layout l = gpr_layout_for(h.slot_count, h.participant_capacity);
+  void *base = mmap(NULL, l.total_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    return gpr_fail(err, GPR_E_SYSTEM, e, "mmap failed: %s", strerror(e));
+  }
+  seg->fd = fd;
+  gpr_segment_bind(seg, (uint8_t *)base, l.total_size, h.slot_count, h.participant_capacity, &l);
+  snprintf(seg->name, sizeof seg->name, "%s", name);
+  return 0;
+}
+
+GPR_INLINE void gpr_segment_close(gpr_segment *seg) {
+  if (seg->base) munmap(seg->base, seg->size);
+  if (seg->fd >= 0) close(seg->fd);
+  seg->base = NULL;
+  seg->fd = -1;
+}
+
+/* Removes the name; processes that have it mapped keep using it. */
+GPR_INLINE int gpr_segment_unlink(const char *name, gpr_error *err) {
+  if (!gpr_name_valid(name))
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "bad segment name: %s", GPR_NAME_RULE);
+  char shm[GPR_SHM_NAME_MAX];
+  gpr_segment_shm_name(name, shm);
+  if (shm_unlink(shm) != 0) {
+    if (errno == ENOENT)
+      return gpr_fail(err, GPR_E_SEGMENT_NOT_FOUND, errno, "no segment named '%s'", name);
+    return gpr_fail(err, GPR_E_SYSTEM, errno, "shm_unlink(%s) failed: %s", shm, strerror(errno));
+  }
+  return 0;
+}
+
+/* ---- participants -------------------------------------------------------- */
+
+GPR_INLINE uint32_t gpr_pstate(uint64_t word) { return (uint32_t)(word & 0xFFFFFFFFu); }
+GPR_INLINE uint32_t gpr_pgen(uint64_t word) { return (uint32_t)(word >> 32); }
+
+GPR_INLINE uint64_t gpr_participant_word(const gpr_segment *seg, uint32_t index) {
+  return __atomic_load_n(&seg->participants[index].state, __ATOMIC_ACQUIRE);
+}
+
+/* Claims a free participant entry. Identity (pid, start time) is written while
+ * the entry is ATTACHING, so no sweeper ever judges a half-written entry. */
+GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t *index,
+                                      uint32_t *gen, gpr_error *err) {
+  for (uint32_t i = 0; i < seg->participant_capacity; i++) {
+    gpr_participant *p = &seg->participants[i];
+    uint64_t w = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+    if (gpr_pstate(w) != GPR_PARTICIPANT_FREE) continue;
+    uint32_t g = gpr_pgen(w) + 1u;
+    uint64_t attaching = ((uint64_t)g << 32) | GPR_PARTICIPANT_ATTACHING;
+    if (!__atomic_compare_exchange_n(&p->state, &w, attaching, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+      continue;
+    /* start_time before pid: a sweeper that reads a non-zero pid (acquire) may
+     * trust the start time beside it. */
+    p->start_time = gpr_self_start_time();
+    __atomic_store_n(&p->pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
+    p->roles = roles;
+    p->attached_unix_ns = gpr_now_ns(CLOCK_REALTIME);
+    p->arena_count = 0;
+    p->published = p->leased = p->released = 0;
+    __atomic_store_n(&p->state, ((uint64_t)g << 32) | GPR_PARTICIPANT_ACTIVE, __ATOMIC_RELEASE);
+    *index = i;
+    *gen = g;
+    return 0;
+  }
+  return gpr_fail(err, GPR_E_PARTICIPANTS_FULL, 0,
+                  "segment '%s' has no free participant entry (%u in use); dead ones are "
+                  "reclaimed automatically, so this many processes are attached",
+                  seg->name, seg->participant_capacity);
+}
+
+/* Is entry `index` (owner field = index + 1) held by a live process? */
+GPR_INLINE int gpr_participant_alive(const gpr_segment *seg, uint32_t index) {
+  if (index >= seg->participant_capacity) return 0;
+  const gpr_participant *p = &seg->participants[index];
+  uint64_t w = gpr_participant_word(seg, index);
+  uint32_t pid = __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
+  if (gpr_pstate(w) == GPR_PARTICIPANT_ATTACHING) return pid == 0 || gpr_process_alive(pid, p->start_time);
+  if (gpr_pstate(w) != GPR_PARTICIPANT_ACTIVE) return 0;
+  return gpr_process_alive(pid, p->start_time);
+}

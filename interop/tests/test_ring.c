@@ -1,0 +1,121 @@
+/* Ring semantics in one process: order, full/empty, wrap-around, leases,
+ * reaping, hand-back and recovery of a dead participant's slots. */
+#include "gpuring.h"
+#include "check.h"
+#include <sys/wait.h>
+
+static gpr_frame_ref ref_for(uint32_t producer, uint32_t gen, uint64_t id) {
+  gpr_frame_ref r;
+  memset(&r, 0, sizeof r);
+  r.frame_id = id;
+  r.producer = producer;
+  r.producer_gen = gen;
+  return r;
+}
+
+static void test_fifo_and_wrap(gpr_segment *seg, uint32_t p, uint32_t pg, uint32_t c) {
+  gpr_frame_ref out;
+  uint64_t pos[8], cpos;
+  for (int lap = 0; lap < 5; lap++) {
+    for (uint64_t i = 0; i < 4; i++) {
+      gpr_frame_ref r = ref_for(p, pg, lap * 10 + i);
+      CHECK(gpr_ring_try_publish(seg, p, &r, &pos[i]) == 0);
+    }
+    gpr_frame_ref extra = ref_for(p, pg, 99);
+    CHECK_CODE(gpr_ring_try_publish(seg, p, &extra, NULL), GPR_E_RING_FULL);
+    for (uint64_t i = 0; i < 4; i++) {
+      CHECK(gpr_ring_try_claim(seg, c, &out, &cpos) == 0);
+      CHECK(out.frame_id == (uint64_t)lap * 10 + i && cpos == pos[i]);
+      CHECK(gpr_ring_confirm(seg, c, cpos) == 0);
+      CHECK(gpr_ring_reap(seg, p, cpos) == 0); /* still leased */
+      CHECK(gpr_ring_release(seg, c, cpos) == 0);
+      CHECK_CODE(gpr_ring_release(seg, c, cpos), GPR_E_FRAME_STATE); /* twice is refused */
+    }
+    CHECK_CODE(gpr_ring_try_claim(seg, c, &out, &cpos), GPR_E_RING_EMPTY);
+    /* Released but not yet reaped: the ring is still full for producers. */
+    gpr_frame_ref r = ref_for(p, pg, 77);
+    CHECK_CODE(gpr_ring_try_publish(seg, p, &r, NULL), GPR_E_RING_FULL);
+    for (uint64_t i = 0; i < 4; i++) CHECK(gpr_ring_reap(seg, p, pos[i]) == 1);
+  }
+}
+
+static void test_unclaim_redelivers(gpr_segment *seg, uint32_t p, uint32_t pg, uint32_t c) {
+  gpr_frame_ref out, r1 = ref_for(p, pg, 1), r2 = ref_for(p, pg, 2);
+  uint64_t p1, p2, got;
+  CHECK(gpr_ring_try_publish(seg, p, &r1, &p1) == 0);
+  CHECK(gpr_ring_try_publish(seg, p, &r2, &p2) == 0);
+  CHECK(gpr_ring_try_claim(seg, c, &out, &got) == 0 && out.frame_id == 1);
+  CHECK(gpr_ring_try_claim(seg, c, &out, &got) == 0 && out.frame_id == 2);
+  CHECK(gpr_ring_unclaim(seg, c, p1) == 0);
+  CHECK(gpr_ring_try_claim(seg, c, &out, &got) == 0 && out.frame_id == 1 && got == p1);
+  CHECK_CODE(gpr_ring_try_claim(seg, c, &out, &got), GPR_E_RING_EMPTY);
+  CHECK(gpr_ring_confirm(seg, c, p1) == 0 && gpr_ring_release(seg, c, p1) == 0);
+  CHECK(gpr_ring_confirm(seg, c, p2) == 0 && gpr_ring_release(seg, c, p2) == 0);
+  CHECK(gpr_ring_reap(seg, p, p1) == 1 && gpr_ring_reap(seg, p, p2) == 1);
+}
+
+/* A forked child attaches, takes slots in every state, and is killed. */
+static void test_dead_participant(gpr_segment *seg, uint32_t p, uint32_t pg, uint32_t c) {
+  gpr_frame_ref r, out;
+  uint64_t pos;
+  for (uint64_t i = 0; i < 2; i++) {
+    r = ref_for(p, pg, 100 + i);
+    CHECK(gpr_ring_try_publish(seg, p, &r, &pos) == 0);
+  }
+  int ready[2];
+  CHECK(pipe(ready) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    gpr_error e;
+    uint32_t me, g;
+    (void)g;
+    uint64_t a, b;
+    gpr_participant_attach(seg, GPR_ROLE_CONSUMER | GPR_ROLE_PRODUCER, &me, &g, &e);
+    gpr_ring_try_claim(seg, me, &out, &a);           /* 100: CLAIMED, never handed over */
+    gpr_ring_try_claim(seg, me, &out, &b);           /* 101: LEASED */
+    gpr_ring_confirm(seg, me, b);
+    /* Claim a slot for writing by hand and never publish it. */
+    uint64_t tpos = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED);
+    gpr_slot *s = gpr_slot_at(seg, tpos);
+    gpr_slot_cas(s, gpr_slot_word(tpos, GPR_SLOT_EMPTY, 0), gpr_slot_word(tpos, GPR_SLOT_WRITING, me + 1));
+    if (write(ready[1], "x", 1) != 1) _exit(2);
+    pause();
+    _exit(0);
+  }
+  char x;
+  CHECK(read(ready[0], &x, 1) == 1);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  gpr_sweep_report rep;
+  gpr_error err;
+  CHECK(gpr_sweep(seg, &rep, &err) == 0);
+  CHECK(rep.found_dead == 1 && rep.redelivered == 1 && rep.released == 1 && rep.skipped == 1);
+  CHECK(rep.freed == 1);
+  /* 100 comes back; 101 was released for the dead consumer; the writing slot was skipped. */
+  CHECK(gpr_ring_try_claim(seg, c, &out, &pos) == 0 && out.frame_id == 100);
+  CHECK(gpr_ring_confirm(seg, c, pos) == 0 && gpr_ring_release(seg, c, pos) == 0);
+  CHECK_CODE(gpr_ring_try_claim(seg, c, &out, &pos), GPR_E_RING_EMPTY);
+  r = ref_for(p, pg, 200);
+  CHECK(gpr_ring_try_publish(seg, p, &r, &pos) == 0);
+  CHECK(gpr_ring_try_claim(seg, c, &out, &pos) == 0 && out.frame_id == 200);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+int main(void) {
+  char name[32];
+  snprintf(name, sizeof name, "ctest-ring-%d", (int)getpid());
+  gpr_segment seg;
+  gpr_error err;
+  gpr_segment_options o = {4, 8, 0, 0};
+  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
+  uint32_t p, pg, c, cg;
+  CHECK(gpr_participant_attach(&seg, GPR_ROLE_PRODUCER, &p, &pg, &err) == 0);
+  CHECK(gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &c, &cg, &err) == 0);
+  test_fifo_and_wrap(&seg, p, pg, c);
+  test_unclaim_redelivers(&seg, p, pg, c);
+  test_dead_participant(&seg, p, pg, c);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, &err);
+  return CHECK_DONE();
+}

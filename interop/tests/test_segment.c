@@ -1,0 +1,112 @@
+/* Segment creation, validation of foreign/damaged segments, participants. */
+#include "gpuring.h"
+#include "check.h"
+#include <sys/wait.h>
+
+static char name[32];
+
+static uint64_t fnv1a(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+  return h;
+}
+
+/* Rewrites one field of the shared header and expects open to fail with `code`. */
+static void expect_open_fails_after(size_t off, const void *bytes, size_t n, gpr_code code) {
+  gpr_segment seg, other;
+  gpr_error err;
+  CHECK(gpr_segment_create(&seg, name, NULL, &err) == 0);
+  memcpy(seg.base + off, bytes, n);
+  gpr_segment_options o = {0, 0, 0, 50};
+  CHECK_CODE(gpr_segment_open(&other, name, &o, &err), code);
+  CHECK(err.code == code);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, &err);
+}
+
+static void test_create_open(void) {
+  gpr_segment seg, other;
+  gpr_error err;
+  gpr_segment_options o = {8, 4, 0600, 0};
+  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
+  CHECK(seg.slot_count == 8);
+  CHECK_CODE(gpr_segment_create(&other, name, &o, &err), GPR_E_SEGMENT_EXISTS);
+  CHECK(gpr_segment_open(&other, name, NULL, &err) == 0);
+  CHECK(other.slot_count == 8 && other.participant_capacity == 4);
+  uint32_t idx[5], gen[5];
+  for (int i = 0; i < 4; i++) CHECK(gpr_participant_attach(&other, GPR_ROLE_CONSUMER, &idx[i], &gen[i], &err) == 0);
+  CHECK_CODE(gpr_participant_attach(&other, GPR_ROLE_CONSUMER, &idx[4], &gen[4], &err), GPR_E_PARTICIPANTS_FULL);
+  CHECK(gpr_participant_alive(&seg, idx[0]));
+  CHECK(gpr_participant_detach(&other, idx[0], gen[0], &err) == 0);
+  CHECK(gpr_pstate(gpr_participant_word(&seg, idx[0])) == GPR_PARTICIPANT_FREE);
+  CHECK(gpr_participant_attach(&other, GPR_ROLE_CONSUMER, &idx[4], &gen[4], &err) == 0);
+  CHECK(idx[4] == idx[0] && gen[4] == gen[0] + 1);
+  gpr_segment_close(&other);
+  gpr_segment_close(&seg);
+  CHECK(gpr_segment_unlink(name, &err) == 0);
+  CHECK_CODE(gpr_segment_unlink(name, &err), GPR_E_SEGMENT_NOT_FOUND);
+  CHECK_CODE(gpr_segment_open(&other, name, NULL, &err), GPR_E_SEGMENT_NOT_FOUND);
+  CHECK_CODE(gpr_segment_create(&seg, "bad/name", NULL, &err), GPR_E_INVALID_ARGUMENT);
+  gpr_segment_options bad = {3, 0, 0, 0};
+  CHECK_CODE(gpr_segment_create(&seg, name, &bad, &err), GPR_E_INVALID_ARGUMENT);
+}
+
+static void test_damaged(void) {
+  uint32_t v = (2u << 16);
+  uint64_t junk = 0x1234;
+  uint32_t slots = 3;
+  expect_open_fails_after(0, "NOTARING", 8, GPR_E_SEGMENT_FOREIGN);
+  expect_open_fails_after(8, &v, 4, GPR_E_SEGMENT_VERSION);
+  expect_open_fails_after(16, &junk, 8, GPR_E_SEGMENT_LAYOUT);
+  expect_open_fails_after(32, &slots, 4, GPR_E_SEGMENT_LAYOUT);
+  expect_open_fails_after(72, &junk, 8, GPR_E_PID_NAMESPACE);
+  uint32_t zero = 0;
+  expect_open_fails_after(8, &zero, 4, GPR_E_SEGMENT_NOT_READY);
+
+  gpr_segment seg, other;
+  gpr_error err;
+  char shm[GPR_SHM_NAME_MAX];
+  CHECK(gpr_segment_create(&seg, name, NULL, &err) == 0);
+  CHECK(ftruncate(seg.fd, 4096) == 0);
+  CHECK_CODE(gpr_segment_open(&other, name, NULL, &err), GPR_E_SEGMENT_TRUNCATED);
+  CHECK(ftruncate(seg.fd, 100) == 0);
+  CHECK_CODE(gpr_segment_open(&other, name, NULL, &err), GPR_E_SEGMENT_TRUNCATED);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, &err);
+
+  /* A foreign file of random bytes under the segment's name. */
+  gpr_segment_shm_name(name, shm);
+  int fd = shm_open(shm, O_RDWR | O_CREAT | O_EXCL, 0600);
+  CHECK(fd >= 0);
+  CHECK(write(fd, "hello, not a ring at all", 24) == 24);
+  CHECK_CODE(gpr_segment_open(&other, name, NULL, &err), GPR_E_SEGMENT_FOREIGN);
+  CHECK(ftruncate(fd, 0) == 0);
+  gpr_segment_options o = {0, 0, 0, 30};
+  CHECK_CODE(gpr_segment_open(&other, name, &o, &err), GPR_E_SEGMENT_NOT_READY);
+  close(fd);
+  shm_unlink(shm);
+}
+
+static void test_process_identity(void) {
+  uint64_t st = gpr_self_start_time();
+  CHECK(st > 0);
+  CHECK(gpr_process_alive((uint32_t)getpid(), st));
+  CHECK(!gpr_process_alive((uint32_t)getpid(), st + 1));
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  char s;
+  uint64_t cst = 0;
+  usleep(50000);
+  gpr_proc_stat((uint32_t)child, &s, &cst);
+  CHECK(!gpr_process_alive((uint32_t)child, cst)); /* a zombie is dead */
+  waitpid(child, NULL, 0);
+}
+
+int main(void) {
+  snprintf(name, sizeof name, "ctest-seg-%d", (int)getpid());
+  CHECK(fnv1a(GPR_LAYOUT_STRING) == GPR_LAYOUT_HASH);
+  test_create_open();
+  test_damaged();
+  test_process_identity();
+  return CHECK_DONE();
+}

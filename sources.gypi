@@ -1,0 +1,10 @@
+{
+  "sources": [
+    "native/addon.cc",
+    "native/errors.cc",
+    "native/segment_handle.cc",
+    "native/producer_core.cc",
+    "native/consumer_core.cc",
+    "native/arena_map.cc"
+  ]
+}
