@@ -80,6 +80,8 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
 #define GPR_MAX_SLOTS (1u << 20)
 #define GPR_MAX_PARTICIPANTS 8190u  /* owner field is 13 bits, 0 = nobody */
 #define GPR_MAX_BODY_BYTES (64u << 20)
+/* Every element or byte count fits a double exactly, so every language reads it. */
+#define GPR_MAX_COUNT ((1ull << 53) - 1u)
 #define GPR_MAX_NODES (1u << 20)
 #define GPR_MAX_BUFFERS (3u << 20)
 #define GPR_MAX_ARENAS 4096u
@@ -105,6 +107,8 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
   X(RING_FULL, "the ring is full")                                               \
   X(RING_EMPTY, "the ring is empty")                                             \
   X(TIMEOUT, "the wait timed out")                                               \
+  X(ABORTED, "the operation was aborted")                                        \
+  X(CLOSED, "the producer or consumer is closed")                                \
   X(FRAME_INVALID, "the frame record or body is malformed")                      \
   X(FRAME_BOUNDS, "an offset or length in the frame is out of bounds")           \
   X(FRAME_STATE, "the frame is not in the state this operation needs")           \

@@ -50,8 +50,8 @@ GPR_INLINE int gpr_body_check_buffers(const gpr_body_view *v, uint32_t i, uint32
         return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "a required buffer is absent");
       continue;
     }
-    if (buf->offset > UINT64_MAX - buf->length)
-      return gpr_body_bad(err, GPR_E_FRAME_BOUNDS, i, "buffer offset + length overflows");
+    if (buf->length > GPR_MAX_COUNT || buf->offset > GPR_MAX_COUNT - buf->length)
+      return gpr_body_bad(err, GPR_E_FRAME_BOUNDS, i, "buffer offset + length out of range");
     if (buf->kind == GPR_MEM_HOST && !memchr(buf->handle, 0, GPR_HANDLE_BYTES))
       return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "host handle is not NUL-terminated");
     uint64_t need = 0;
@@ -75,7 +75,7 @@ GPR_INLINE int gpr_body_check_children(const gpr_body_view *v, uint32_t i,
     return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "wrong number of children for its type");
   uint64_t need = f->layout == GPR_LAYOUT_STRUCT ? end
                   : f->layout == GPR_LAYOUT_FIXED_LIST ? end * f->list_size : 0;
-  if (f->layout == GPR_LAYOUT_FIXED_LIST && f->list_size && end > UINT64_MAX / f->list_size)
+  if (f->layout == GPR_LAYOUT_FIXED_LIST && f->list_size && end > GPR_MAX_COUNT / f->list_size)
     return gpr_body_bad(err, GPR_E_FRAME_BOUNDS, i, "fixed-size list too long");
   /* Children follow in pre-order; walk them by skipping each child's subtree. */
   uint32_t c = i + 1u;
@@ -138,7 +138,7 @@ GPR_INLINE int gpr_body_check_node(const gpr_body_view *v, uint32_t i, const uin
     return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "bad dictionary reference");
   if (n->null_count < -1 || (n->null_count > 0 && (uint64_t)n->null_count > n->length))
     return gpr_body_bad(err, GPR_E_FRAME_BOUNDS, i, "null count out of range");
-  if (n->length > (1ull << 62) || n->offset > (1ull << 62))
+  if (n->length > GPR_MAX_COUNT || n->offset > GPR_MAX_COUNT - n->length)
     return gpr_body_bad(err, GPR_E_FRAME_BOUNDS, i, "length or offset out of range");
   if (is_root[i] == 1 && n->length != v->header->row_count)
     return gpr_body_bad(err, GPR_E_FRAME_BOUNDS, i, "column length differs from row count");
@@ -163,6 +163,8 @@ GPR_INLINE int gpr_body_validate(const uint8_t *body, size_t len, gpr_body_view 
       h->buffer_count > GPR_MAX_BUFFERS || h->sync_kind > GPR_MEM_CUDA_IPC ||
       gpr_body_size_for(h->node_count, h->buffer_count, h->strings_length) != len)
     return gpr_fail(err, GPR_E_FRAME_INVALID, 0, "frame body: counts do not add up to its length");
+  if (h->row_count > GPR_MAX_COUNT)
+    return gpr_fail(err, GPR_E_FRAME_BOUNDS, 0, "frame body: row count out of range");
   if ((uint64_t)h->root_count + h->dictionary_count > h->node_count)
     return gpr_fail(err, GPR_E_FRAME_INVALID, 0, "frame body: more trees than nodes");
   gpr_body_view v;

@@ -1,0 +1,72 @@
+#include "arena_map.h"
+#include "errors.h"
+
+namespace gpuring {
+
+namespace {
+struct Mapping {
+  void *base;
+  size_t size;
+};
+}  // namespace
+
+Napi::ArrayBuffer MapArenaBuffer(Napi::Env env, int fd, uint64_t size) {
+  void *base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    gpr_error err{};
+    gpr_fail(&err, GPR_E_SYSTEM, errno, "mmap of arena failed: %s", strerror(errno));
+    Throw(env, err);
+  }
+  auto *m = new Mapping{base, size};
+  return Napi::ArrayBuffer::New(
+      env, base, size, [](Napi::Env, void *, Mapping *hint) {
+        munmap(hint->base, hint->size);
+        delete hint;
+      },
+      m);
+}
+
+Napi::ArrayBuffer OpenArenaBuffer(Napi::Env env, const gpr_segment &seg, const std::string &name) {
+  gpr_arena_view view{};
+  Check(env, [&](gpr_error *e) { return gpr_arena_open(&seg, name.c_str(), &view, e); });
+  auto *m = new Mapping{view.base, view.size};
+  return Napi::ArrayBuffer::New(
+      env, view.base, view.size, [](Napi::Env, void *, Mapping *hint) {
+        munmap(hint->base, hint->size);
+        delete hint;
+      },
+      m);
+}
+
+BodyReader::~BodyReader() {
+  for (auto &kv : views_) gpr_arena_view_close(&kv.second);
+}
+
+bool BodyReader::Read(Napi::Env env, const gpr_frame_ref &ref, Napi::ArrayBuffer *out,
+                      gpr_error *err) {
+  if (ref.producer >= seg_->participant_capacity || ref.body_arena >= GPR_MAX_ARENAS ||
+      ref.body_length < sizeof(gpr_body_header) || ref.body_length > GPR_MAX_BODY_BYTES) {
+    gpr_fail(err, GPR_E_FRAME_INVALID, 0, "frame record is malformed (producer %u, arena %u, %u bytes)",
+             ref.producer, ref.body_arena, ref.body_length);
+    return false;
+  }
+  char name[GPR_SHM_NAME_MAX];
+  gpr_arena_shm_name(seg_->name, ref.producer, ref.producer_gen, ref.body_arena, name);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = views_.find(name);
+  if (it == views_.end()) {
+    gpr_arena_view view{};
+    if (gpr_arena_open(seg_, name, &view, err) != 0) return false;
+    it = views_.emplace(name, view).first;
+  }
+  if (!gpr_range_ok(ref.body_offset, ref.body_length, it->second.size)) {
+    gpr_fail(err, GPR_E_FRAME_BOUNDS, 0, "frame body [%llu, +%u) lies outside arena %s",
+             (unsigned long long)ref.body_offset, ref.body_length, name);
+    return false;
+  }
+  *out = Napi::ArrayBuffer::New(env, ref.body_length);
+  memcpy(out->Data(), it->second.base + ref.body_offset, ref.body_length);
+  return true;
+}
+
+}  // namespace gpuring

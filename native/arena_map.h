@@ -1,0 +1,36 @@
+// External ArrayBuffers over host arenas. Each call maps the arena anew and the
+// mapping is owned by the ArrayBuffer: it is unmapped by the buffer's finalizer,
+// so a table that outlives its consumer or producer never reads unmapped memory,
+// and V8 never sees two ArrayBuffers over one address.
+#pragma once
+#include <napi.h>
+#include <map>
+#include <mutex>
+#include <string>
+#include "gpuring.h"
+
+namespace gpuring {
+
+// Maps `fd` (size bytes) and wraps it. Throws on failure.
+Napi::ArrayBuffer MapArenaBuffer(Napi::Env env, int fd, uint64_t size);
+
+// Opens a consumer-side arena by name (validated against the segment) and wraps it.
+Napi::ArrayBuffer OpenArenaBuffer(Napi::Env env, const gpr_segment &seg, const std::string &name);
+
+// Process-local, mutex-guarded cache of consumer mappings used to copy frame
+// bodies out of producers' arenas. Lives as long as its consumer.
+class BodyReader {
+ public:
+  explicit BodyReader(const gpr_segment *seg) : seg_(seg) {}
+  ~BodyReader();
+  // Copies the body `ref` points to into a new ArrayBuffer, after checking that
+  // it lies inside the arena. Returns false with `err` set if it does not.
+  bool Read(Napi::Env env, const gpr_frame_ref &ref, Napi::ArrayBuffer *out, gpr_error *err);
+
+ private:
+  const gpr_segment *seg_;
+  std::mutex mu_;
+  std::map<std::string, gpr_arena_view> views_;
+};
+
+}  // namespace gpuring

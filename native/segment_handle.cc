@@ -1,0 +1,131 @@
+#include "segment_handle.h"
+#include "errors.h"
+
+namespace gpuring {
+
+namespace {
+const char *const kSlotStates[] = {"empty", "writing", "ready", "claimed", "leased", "released"};
+
+Napi::Value Num(Napi::Env env, uint64_t v) { return Napi::Number::New(env, static_cast<double>(v)); }
+
+Napi::Array Roles(Napi::Env env, uint32_t roles) {
+  Napi::Array a = Napi::Array::New(env);
+  if (roles & GPR_ROLE_PRODUCER) a.Set(a.Length(), Napi::String::New(env, "producer"));
+  if (roles & GPR_ROLE_CONSUMER) a.Set(a.Length(), Napi::String::New(env, "consumer"));
+  return a;
+}
+
+Napi::Object Participant(Napi::Env env, const gpr_segment &seg, uint32_t i, uint64_t leases) {
+  const gpr_participant &p = seg.participants[i];
+  uint64_t w = gpr_participant_word(&seg, i);
+  static const char *const states[] = {"free", "active", "dead", "attaching"};
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("index", Num(env, i));
+  o.Set("generation", Num(env, gpr_pgen(w)));
+  o.Set("state", Napi::String::New(env, states[gpr_pstate(w) & 3u]));
+  o.Set("alive", Napi::Boolean::New(env, gpr_participant_alive(&seg, i)));
+  o.Set("pid", Num(env, __atomic_load_n(&p.pid, __ATOMIC_ACQUIRE)));
+  o.Set("roles", Roles(env, p.roles));
+  o.Set("attachedUnixMs", Num(env, p.attached_unix_ns / 1000000ull));
+  o.Set("arenas", Num(env, p.arena_count));
+  o.Set("leases", Num(env, leases));
+  return o;
+}
+}  // namespace
+
+Napi::Function SegmentHandle::Define(Napi::Env env) {
+  return DefineClass(env, "SegmentHandle",
+                     {StaticMethod<&SegmentHandle::Unlink>("unlink"),
+                      InstanceMethod<&SegmentHandle::Inspect>("inspect"),
+                      InstanceMethod<&SegmentHandle::Sweep>("sweep"),
+                      InstanceMethod<&SegmentHandle::Close>("close")});
+}
+
+// new SegmentHandle(name, create: boolean, slotCount, participantCapacity, mode, openTimeoutMs)
+SegmentHandle::SegmentHandle(const Napi::CallbackInfo &info) : Napi::ObjectWrap<SegmentHandle>(info) {
+  Napi::Env env = info.Env();
+  std::string name = info[0].As<Napi::String>();
+  bool create = info[1].As<Napi::Boolean>();
+  gpr_segment_options o{info[2].As<Napi::Number>().Uint32Value(), info[3].As<Napi::Number>().Uint32Value(),
+                        info[4].As<Napi::Number>().Uint32Value(), info[5].As<Napi::Number>().Uint32Value()};
+  Check(env, [&](gpr_error *e) {
+    return create ? gpr_segment_create(&seg_, name.c_str(), &o, e) : gpr_segment_open(&seg_, name.c_str(), &o, e);
+  });
+  open_ = true;
+}
+
+SegmentHandle::~SegmentHandle() {
+  if (open_) gpr_segment_close(&seg_);
+}
+
+const gpr_segment &SegmentHandle::Open(Napi::Env env) const {
+  if (!open_) Throw(env, GPR_E_CLOSED, "the segment handle is closed");
+  return seg_;
+}
+
+Napi::Value SegmentHandle::Unlink(const Napi::CallbackInfo &info) {
+  std::string name = info[0].As<Napi::String>();
+  Check(info.Env(), [&](gpr_error *e) { return gpr_segment_unlink(name.c_str(), e); });
+  return info.Env().Undefined();
+}
+
+// A snapshot of header, participants, slot occupancy and leases per consumer.
+Napi::Value SegmentHandle::Inspect(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  const gpr_segment &seg = Open(env);
+  const gpr_segment_header *h = seg.header;
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("name", Napi::String::New(env, seg.name));
+  uint32_t v = __atomic_load_n(&h->ready_version, __ATOMIC_ACQUIRE);
+  o.Set("version", Napi::String::New(env, std::to_string(v >> 16) + "." + std::to_string(v & 0xFFFFu)));
+  char hash[20];
+  snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(h->layout_hash));
+  o.Set("layoutHash", Napi::String::New(env, hash));
+  o.Set("totalBytes", Num(env, seg.size));
+  o.Set("slotCount", Num(env, seg.slot_count));
+  o.Set("participantCapacity", Num(env, seg.participant_capacity));
+  o.Set("creatorPid", Num(env, h->creator_pid));
+  o.Set("createdUnixMs", Num(env, h->created_unix_ns / 1000000ull));
+  std::vector<uint64_t> counts(6, 0), leases(seg.participant_capacity, 0);
+  for (uint32_t i = 0; i < seg.slot_count; i++) {
+    uint64_t w = gpr_slot_load(&seg.slots[i]);
+    uint32_t st = gpr_word_state(w), owner = gpr_word_owner(w);
+    if (st < 6) counts[st]++;
+    if ((st == GPR_SLOT_LEASED || st == GPR_SLOT_CLAIMED) && owner >= 1 && owner <= seg.participant_capacity)
+      leases[owner - 1]++;
+  }
+  Napi::Object slots = Napi::Object::New(env);
+  for (int i = 0; i < 6; i++) slots.Set(kSlotStates[i], Num(env, counts[i]));
+  o.Set("slots", slots);
+  Napi::Array parts = Napi::Array::New(env);
+  for (uint32_t i = 0; i < seg.participant_capacity; i++)
+    if (gpr_pstate(gpr_participant_word(&seg, i)) != GPR_PARTICIPANT_FREE)
+      parts.Set(parts.Length(), Participant(env, seg, i, leases[i]));
+  o.Set("participants", parts);
+  o.Set("recovered", Num(env, __atomic_load_n(&seg.control->recovered, __ATOMIC_RELAXED)));
+  o.Set("redelivered", Num(env, __atomic_load_n(&seg.control->redelivered, __ATOMIC_RELAXED)));
+  return o;
+}
+
+Napi::Value SegmentHandle::Sweep(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  gpr_segment &seg = const_cast<gpr_segment &>(Open(env));
+  gpr_sweep_report r{};
+  Check(env, [&](gpr_error *e) { return gpr_sweep(&seg, &r, e); });
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("foundDead", Num(env, r.found_dead));
+  o.Set("freed", Num(env, r.freed));
+  o.Set("skipped", Num(env, r.skipped));
+  o.Set("redelivered", Num(env, r.redelivered));
+  o.Set("released", Num(env, r.released));
+  o.Set("recycled", Num(env, r.recycled));
+  return o;
+}
+
+Napi::Value SegmentHandle::Close(const Napi::CallbackInfo &info) {
+  if (open_) gpr_segment_close(&seg_);
+  open_ = false;
+  return info.Env().Undefined();
+}
+
+}  // namespace gpuring
