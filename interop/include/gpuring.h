@@ -83,6 +83,7 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
 /* Every element or byte count fits a double exactly, so every language reads it. */
 #define GPR_MAX_COUNT ((1ull << 53) - 1u)
 #define GPR_MAX_NODES (1u << 20)
+#define GPR_MAX_DEPTH 64u          /* nesting levels below a column root */
 #define GPR_MAX_BUFFERS (3u << 20)
 #define GPR_MAX_ARENAS 4096u
 #define GPR_HANDLE_BYTES 64u
@@ -114,7 +115,8 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
   X(FRAME_STATE, "the frame is not in the state this operation needs")           \
   X(ARENA_INVALID, "a host arena is missing, foreign or too small")              \
   X(OUT_OF_MEMORY, "an allocation failed")                                       \
-  X(SYSTEM, "a system call failed")
+  X(SYSTEM, "a system call failed")                                              \
+  X(UNSUPPORTED, "this build or machine cannot do that")
 
 typedef enum gpr_code {
 #define GPR_X_ENUM(name, text) GPR_E_##name,

@@ -88,6 +88,24 @@ GPR_INLINE int gpr_body_check_children(const gpr_body_view *v, uint32_t i,
   return 0;
 }
 
+/* Arrow C data interface metadata: int32 count, then (int32 len, bytes) twice
+ * per pair, consuming exactly `len` bytes. Zero bytes means none. */
+GPR_INLINE int gpr_metadata_ok(const uint8_t *p, uint64_t len) {
+  if (len == 0) return 1;
+  if (len < 4) return 0;
+  int32_t count, n;
+  memcpy(&count, p, 4);
+  if (count < 0 || (uint64_t)count > len / 8u) return 0;
+  uint64_t at = 4;
+  for (int64_t i = 0; i < 2 * (int64_t)count; i++) {
+    if (at + 4u > len) return 0;
+    memcpy(&n, p + at, 4);
+    if (n < 0 || at + 4u + (uint64_t)n > len) return 0;
+    at += 4u + (uint64_t)n;
+  }
+  return at == len;
+}
+
 GPR_INLINE int gpr_body_check_strings(const gpr_body_view *v, const gpr_body_node *n) {
   uint64_t lim = v->header->strings_length;
   return gpr_range_ok(n->name_offset, n->name_length, lim) &&
@@ -100,7 +118,7 @@ GPR_INLINE int gpr_body_check_strings(const gpr_body_view *v, const gpr_body_nod
  * (1 = column, 2 = dictionary). */
 GPR_INLINE int gpr_body_check_trees(const gpr_body_view *v, uint8_t *is_root, gpr_error *err) {
   const gpr_body_header *h = v->header;
-  uint32_t *stack = (uint32_t *)malloc(((size_t)h->node_count + 1u) * sizeof(uint32_t));
+  uint32_t *stack = (uint32_t *)malloc((GPR_MAX_DEPTH + 1u) * sizeof(uint32_t));
   if (!stack) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
   uint32_t depth = 0, trees = 0;
   int rc = 0;
@@ -109,6 +127,8 @@ GPR_INLINE int gpr_body_check_trees(const gpr_body_view *v, uint8_t *is_root, gp
     uint32_t children = v->nodes[i].child_count;
     if (children > h->node_count - i - 1u) {
       rc = gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "more children than nodes");
+    } else if (children && depth == GPR_MAX_DEPTH) {
+      rc = gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "nested deeper than 64 levels");
     } else if (children) {
       stack[depth++] = children;
     } else {
@@ -127,6 +147,8 @@ GPR_INLINE int gpr_body_check_node(const gpr_body_view *v, uint32_t i, const uin
   gpr_format_info f;
   if (!gpr_body_check_strings(v, n))
     return gpr_body_bad(err, GPR_E_FRAME_BOUNDS, i, "string outside the string table");
+  if (!gpr_metadata_ok((const uint8_t *)v->strings + n->metadata_offset, n->metadata_length))
+    return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "malformed metadata");
   if (gpr_format_parse(v->strings + n->format_offset, n->format_length, &f) != 0)
     return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "unsupported or malformed format string");
   if (n->flags & ~7u) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "unknown flags");
@@ -174,6 +196,8 @@ GPR_INLINE int gpr_body_validate(const uint8_t *body, size_t len, gpr_body_view 
   v.strings = (const char *)(v.buffers + h->buffer_count);
   if (!gpr_range_ok(h->metadata_offset, h->metadata_length, h->strings_length))
     return gpr_fail(err, GPR_E_FRAME_BOUNDS, 0, "frame body: metadata outside the string table");
+  if (!gpr_metadata_ok((const uint8_t *)v.strings + h->metadata_offset, h->metadata_length))
+    return gpr_fail(err, GPR_E_FRAME_INVALID, 0, "frame body: malformed schema metadata");
   uint8_t *is_root = (uint8_t *)calloc((size_t)h->node_count + 1u, 1);
   if (!is_root) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
   int rc = gpr_body_check_trees(&v, is_root, err);

@@ -1,0 +1,117 @@
+/**
+ * The decoded form of a frame body: what a frame says about its columns and
+ * where their buffers are. Encoding a description and decoding the bytes give
+ * back an equal description (metadata aside: empty and absent encode alike).
+ */
+import { z } from 'zod';
+import { HANDLE_BYTES, MAX_COUNT, MEMORY_KINDS, type MemoryKind } from './layout.js';
+
+/** One buffer of a column, in Arrow order (validity, offsets, data). */
+export interface BufferDescriptor {
+  kind: MemoryKind;
+  /** The producer's device ordinal; -1 for host memory. */
+  deviceOrdinal: number;
+  /** 16 bytes; zero for host memory. */
+  deviceUuid: Uint8Array;
+  /** Bytes from the base of the allocation the handle names. */
+  offset: number;
+  length: number;
+  /** 64 bytes: host, the NUL-terminated arena name; cuda-ipc, the CUipcMemHandle. */
+  handle: Uint8Array;
+}
+
+/** One field of the schema together with its array data. */
+export interface ColumnDescriptor {
+  name: string;
+  /** Arrow C data interface format string. */
+  format: string;
+  nullable: boolean;
+  dictionaryOrdered: boolean;
+  mapKeysSorted: boolean;
+  /** Field metadata, in order; null when there is none. */
+  metadata: [string, string][] | null;
+  /** Index into FrameDescription.dictionaries, or -1. */
+  dictionary: number;
+  length: number;
+  /** -1 when unknown. */
+  nullCount: number;
+  /** Element offset, which also indexes the validity bits. */
+  offset: number;
+  buffers: BufferDescriptor[];
+  children: ColumnDescriptor[];
+}
+
+export interface FrameDescription {
+  rowCount: number;
+  metadata: [string, string][] | null;
+  columns: ColumnDescriptor[];
+  /** Value arrays of dictionary-encoded columns. */
+  dictionaries: ColumnDescriptor[];
+  /** 0 none, 2 a cuda-ipc event handle in syncHandle. */
+  syncKind: number;
+  syncHandle: Uint8Array;
+}
+
+const count = z.number().int().min(0).max(MAX_COUNT);
+const bytes = (n: number) => z.instanceof(Uint8Array).refine((b) => b.length === n, `must be ${n} bytes`);
+const metadata = z.array(z.tuple([z.string(), z.string()])).nullable();
+
+export const bufferSchema = z.object({
+  kind: z.enum(MEMORY_KINDS),
+  deviceOrdinal: z.number().int().min(-1).max(0x7fffffff),
+  deviceUuid: bytes(16),
+  offset: count,
+  length: count,
+  handle: bytes(HANDLE_BYTES),
+});
+
+export const columnSchema: z.ZodType<ColumnDescriptor> = z.lazy(() =>
+  z.object({
+    name: z.string(),
+    format: z.string().min(1),
+    nullable: z.boolean(),
+    dictionaryOrdered: z.boolean(),
+    mapKeysSorted: z.boolean(),
+    metadata,
+    dictionary: z.number().int().min(-1),
+    length: count,
+    nullCount: z.number().int().min(-1).max(MAX_COUNT),
+    offset: count,
+    buffers: z.array(bufferSchema),
+    children: z.array(columnSchema),
+  }),
+);
+
+export const frameSchema = z.object({
+  rowCount: count,
+  metadata,
+  columns: z.array(columnSchema),
+  dictionaries: z.array(columnSchema),
+  syncKind: z.number().int().min(0).max(2),
+  syncHandle: bytes(HANDLE_BYTES),
+});
+
+/** A buffer descriptor for a buffer that is not there. */
+export function absentBuffer(): BufferDescriptor {
+  return {
+    kind: 'absent',
+    deviceOrdinal: -1,
+    deviceUuid: new Uint8Array(16),
+    offset: 0,
+    length: 0,
+    handle: new Uint8Array(HANDLE_BYTES),
+  };
+}
+
+/** A buffer descriptor for bytes in a host arena. */
+export function hostBuffer(arenaName: string, offset: number, length: number): BufferDescriptor {
+  const handle = new Uint8Array(HANDLE_BYTES);
+  handle.set(new TextEncoder().encode(arenaName).subarray(0, HANDLE_BYTES - 1));
+  return { kind: 'host', deviceOrdinal: -1, deviceUuid: new Uint8Array(16), offset, length, handle };
+}
+
+/** The arena name a host buffer's handle carries. */
+export function handleName(handle: Uint8Array): string {
+  const end = handle.indexOf(0);
+  return new TextDecoder().decode(handle.subarray(0, end < 0 ? handle.length : end));
+}

@@ -1,0 +1,129 @@
+/**
+ * Consumer: takes frames from a ring. Each frame goes to exactly one consumer.
+ *
+ * Ordering: frames are taken in publication order (per ring, across all
+ * producers), except that a frame handed back (its waiter aborted or timed out,
+ * or its consumer died before receiving it) is redelivered later.
+ * Waiting happens on a native thread owned by this consumer; the event loop and
+ * the libuv thread pool are never blocked. A pending `next()` keeps the process
+ * alive; an idle consumer does not, and its leases are released when the
+ * process exits even if `close()` was never called.
+ */
+import { Frame, type FrameSource } from './frame.js';
+import { decodeFrame } from './codec/decode.js';
+import { awaitNative, callNative, GpuringError } from './errors.js';
+import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
+import { consumerOptions, nextOptions, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
+
+export type ConsumerOptions = Partial<typeof consumerOptions._input>;
+export type NextOptions = { timeout?: number; signal?: AbortSignal };
+
+export class Consumer implements AsyncIterable<Frame> {
+  readonly name: string;
+  readonly #core: NativeConsumerCore;
+  readonly #arenas = new Map<string, ArrayBuffer>();
+  readonly #source: FrameSource;
+  #closed = false;
+
+  private constructor(name: string, core: NativeConsumerCore) {
+    this.name = name;
+    this.#core = core;
+    this.#source = {
+      arena: (arenaName) => this.#arena(arenaName),
+      release: (pos) => callNative(() => this.#core.release(pos)),
+    };
+  }
+
+  /** Joins ring `name` as a consumer. */
+  static open(name: string, options?: ConsumerOptions): Consumer {
+    const n = parseSegmentName(name);
+    const o = parseOptions(consumerOptions, options, 'consumer options');
+    const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout));
+    return new Consumer(n, core);
+  }
+
+  /** This consumer's participant index in the ring. */
+  get index(): number {
+    return this.#core.index;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** A frame if one is waiting, else null. Never waits. */
+  tryNext(): Frame | null {
+    this.#requireOpen();
+    const record = callNative(() => this.#core.tryNext());
+    return record && this.#frame(record);
+  }
+
+  /**
+   * The next frame. Rejects with TIMEOUT after `timeout` ms, ABORTED when
+   * `signal` aborts, CLOSED when the consumer closes, FRAME_INVALID /
+   * FRAME_BOUNDS / ARENA_INVALID when the frame is malformed (it is then
+   * dropped, and the next call goes on with the following frame).
+   */
+  async next(options?: NextOptions): Promise<Frame> {
+    const o = parseOptions(nextOptions, options, 'next() options');
+    this.#requireOpen();
+    o.signal?.throwIfAborted();
+    const ready = callNative(() => this.#core.tryNext());
+    if (ready) return this.#frame(ready);
+    const [request, promise] = callNative(() => this.#core.wait(toNativeTimeout(o.timeout)));
+    const abort = () => this.#core.cancel(request);
+    o.signal?.addEventListener('abort', abort, { once: true });
+    try {
+      return this.#frame(await awaitNative(promise));
+    } finally {
+      o.signal?.removeEventListener('abort', abort);
+    }
+  }
+
+  /** Frames until the consumer closes. Release each frame when done with it. */
+  async *[Symbol.asyncIterator](): AsyncIterator<Frame> {
+    while (!this.#closed) {
+      try {
+        yield await this.next();
+      } catch (error) {
+        if (error instanceof GpuringError && error.code === 'CLOSED') return;
+        throw error;
+      }
+    }
+  }
+
+  /** Leaves the ring: frames still leased are released, waits reject with CLOSED. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#core.close();
+    this.#arenas.clear();
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  #requireOpen(): void {
+    if (this.#closed) throw new GpuringError('CLOSED', 'the consumer is closed');
+  }
+
+  #arena(name: string): ArrayBuffer {
+    let arena = this.#arenas.get(name);
+    if (!arena) {
+      arena = callNative(() => this.#core.openArena(name));
+      this.#arenas.set(name, arena);
+    }
+    return arena;
+  }
+
+  #frame(record: ReceivedRecord): Frame {
+    try {
+      const description = decodeFrame(new Uint8Array(record.body));
+      return new Frame({ id: record.frameId, producer: record.producer, tag: record.tag, pos: record.pos, description, source: this.#source });
+    } catch (error) {
+      this.#core.release(record.pos); // a malformed frame is dropped, not left to wedge the ring
+      throw error;
+    }
+  }
+}

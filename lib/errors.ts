@@ -1,0 +1,81 @@
+/**
+ * Every failure gpuring reports is a {@link GpuringError} with a stable `code`.
+ * The codes are the same in TypeScript, C (`gpr_code_name`) and Python, so a
+ * program can branch on them whichever side raised them.
+ */
+export const ERROR_CODES = [
+  'OK',
+  'INVALID_ARGUMENT',
+  'SEGMENT_EXISTS',
+  'SEGMENT_NOT_FOUND',
+  'SEGMENT_FOREIGN',
+  'SEGMENT_VERSION',
+  'SEGMENT_LAYOUT',
+  'SEGMENT_TRUNCATED',
+  'SEGMENT_NOT_READY',
+  'PID_NAMESPACE',
+  'NO_SPACE',
+  'PARTICIPANTS_FULL',
+  'RING_FULL',
+  'RING_EMPTY',
+  'TIMEOUT',
+  'ABORTED',
+  'CLOSED',
+  'FRAME_INVALID',
+  'FRAME_BOUNDS',
+  'FRAME_STATE',
+  'ARENA_INVALID',
+  'OUT_OF_MEMORY',
+  'SYSTEM',
+  'UNSUPPORTED',
+  'NATIVE_LOAD',
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export class GpuringError extends Error {
+  override readonly name = 'GpuringError';
+  /** Stable, language-independent error code. */
+  readonly code: ErrorCode;
+  /** errno of the failing system call, where there was one. */
+  readonly errno?: number;
+
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; errno?: number }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    if (options?.errno !== undefined) this.errno = options.errno;
+  }
+}
+
+function isCode(value: unknown): value is ErrorCode {
+  return typeof value === 'string' && (ERROR_CODES as readonly string[]).includes(value);
+}
+
+/** Turns an error thrown by the addon (plain Error with `code`) into a GpuringError. */
+export function fromNative(error: unknown): unknown {
+  if (error instanceof GpuringError || !(error instanceof Error)) return error;
+  const { code, errno } = error as Error & { code?: unknown; errno?: unknown };
+  if (!isCode(code)) return error;
+  return new GpuringError(code, error.message, {
+    cause: error,
+    ...(typeof errno === 'number' ? { errno } : {}),
+  });
+}
+
+/** Runs a native call, converting what it throws. */
+export function callNative<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (error) {
+    throw fromNative(error);
+  }
+}
+
+/** Awaits a native promise, converting its rejection. */
+export async function awaitNative<T>(promise: Promise<T>): Promise<T> {
+  try {
+    return await promise;
+  } catch (error) {
+    throw fromNative(error);
+  }
+}

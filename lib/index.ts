@@ -1,0 +1,10 @@
+export { Ring, type CreateOptions, type OpenOptions, type RingInspection } from './ring.js';
+export { Producer, type HostAllocation, type ProducerOptions, type PublishOptions } from './producer.js';
+export { Consumer, type ConsumerOptions, type NextOptions } from './consumer.js';
+export { Frame } from './frame.js';
+export { GpuringError, ERROR_CODES, type ErrorCode } from './errors.js';
+export type { BufferDescriptor, ColumnDescriptor, FrameDescription } from './codec/description.js';
+export { absentBuffer, hostBuffer } from './codec/description.js';
+export { encodeFrame } from './codec/encode.js';
+export { decodeFrame } from './codec/decode.js';
+export type { ParticipantInfo, ProducerStats, SweepReport } from './native.js';

@@ -1,0 +1,145 @@
+/**
+ * Loads the addon. Every place it may be is tried, and if none works the error
+ * lists each attempt with its reason and says how to fix it.
+ */
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { GpuringError } from './errors.js';
+
+export interface NativeSegmentHandle {
+  inspect(): RawInspection;
+  sweep(): SweepReport;
+  close(): void;
+}
+
+export interface RawInspection {
+  name: string;
+  version: string;
+  layoutHash: string;
+  totalBytes: number;
+  slotCount: number;
+  participantCapacity: number;
+  creatorPid: number;
+  createdUnixMs: number;
+  slots: Record<'empty' | 'writing' | 'ready' | 'claimed' | 'leased' | 'released', number>;
+  participants: ParticipantInfo[];
+  recovered: number;
+  redelivered: number;
+}
+
+export interface ParticipantInfo {
+  index: number;
+  generation: number;
+  state: 'active' | 'dead' | 'attaching';
+  alive: boolean;
+  pid: number;
+  roles: ('producer' | 'consumer')[];
+  attachedUnixMs: number;
+  arenas: number;
+  /** Frames this participant holds (claimed or leased). */
+  leases: number;
+}
+
+/** What one sweep for dead participants repaired. */
+export interface SweepReport {
+  foundDead: number;
+  freed: number;
+  skipped: number;
+  redelivered: number;
+  released: number;
+  recycled: number;
+}
+
+export interface NativeProducerCore {
+  readonly index: number;
+  readonly generation: number;
+  allocate(bytes: number): [number, number, number];
+  free(arena: number, offset: number): void;
+  arenaBuffer(arena: number): ArrayBuffer;
+  arenaName(arena: number): string;
+  publish(body: Uint8Array, allocations: Float64Array, tag: bigint, timeoutMs: number): number | Promise<number>;
+  onRelease(callback: ((frameIds: number[]) => void) | null): void;
+  stats(): ProducerStats;
+  close(): void;
+}
+
+export interface ProducerStats {
+  inFlight: number;
+  waiting: number;
+  unpublishedAllocations: number;
+  arenas: number;
+  arenaFreeBytes: number;
+}
+
+export interface ReceivedRecord {
+  pos: number;
+  frameId: number;
+  producer: number;
+  producerGeneration: number;
+  tag: bigint;
+  body: ArrayBuffer;
+}
+
+export interface NativeConsumerCore {
+  readonly index: number;
+  readonly generation: number;
+  tryNext(): ReceivedRecord | null;
+  wait(timeoutMs: number): [number, Promise<ReceivedRecord>];
+  cancel(request: number): void;
+  release(pos: number): void;
+  openArena(name: string): ArrayBuffer;
+  close(): void;
+}
+
+export interface NativeAddon {
+  SegmentHandle: {
+    new (name: string, create: boolean, slotCount: number, participantCapacity: number, mode: number, openTimeoutMs: number): NativeSegmentHandle;
+    unlink(name: string): void;
+  };
+  ProducerCore: new (name: string, arenaBytes: number, openTimeoutMs: number) => NativeProducerCore;
+  ConsumerCore: new (name: string, openTimeoutMs: number) => NativeConsumerCore;
+  errorCodes: string[];
+  layoutHash: string;
+  versionMajor: number;
+  versionMinor: number;
+}
+
+const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+function load(): NativeAddon {
+  const require = createRequire(import.meta.url);
+  const candidates = [
+    process.env.GPURING_ADDON,
+    join(packageRoot, 'build', 'Release', 'gpuring.node'),
+    join(packageRoot, 'build', 'Debug', 'gpuring.node'),
+  ].filter((p): p is string => Boolean(p));
+  const failures: string[] = [];
+  for (const path of candidates) {
+    if (!existsSync(path)) {
+      failures.push(`  ${path}: not built`);
+      continue;
+    }
+    try {
+      return require(path) as NativeAddon;
+    } catch (error) {
+      failures.push(`  ${path}: ${(error as Error).message}`);
+    }
+  }
+  const platform = process.platform === 'linux' ? '' : `\ngpuring runs on Linux only; this is ${process.platform}.`;
+  throw new GpuringError(
+    'NATIVE_LOAD',
+    `gpuring's native addon could not be loaded. Tried:\n${failures.join('\n')}${platform}\n` +
+      'Fix: build it with `npm rebuild gpuring` (or `npm run build:native` in a checkout); ' +
+      'that needs cmake (3.20+) and a C++17 compiler, and no network.',
+  );
+}
+
+let addon: NativeAddon | undefined;
+
+/** The addon, loaded on first use so that importing gpuring never throws. */
+export function native(): NativeAddon {
+  addon ??= load();
+  return addon;
+}

@@ -1,0 +1,81 @@
+/**
+ * Options of every public entry point, validated with zod. Objects are strict:
+ * a misspelt key is an error that names it, not a silently ignored setting.
+ */
+import { z } from 'zod';
+import { GpuringError } from './errors.js';
+
+const segmentName = z
+  .string()
+  .regex(/^[A-Za-z0-9_-]{1,32}$/, 'segment names are 1 to 32 of A-Z a-z 0-9 _ -');
+
+const milliseconds = z.number().nonnegative();
+
+export const createOptions = z
+  .object({
+    /** Ring slots: frames queued or leased at once. Power of two, 2 to 1,048,576. */
+    slots: z.number().int().min(2).max(1 << 20).refine((n) => (n & (n - 1)) === 0, 'must be a power of two').default(1024),
+    /** Processes that may attach at once. */
+    participants: z.number().int().min(1).max(8190).default(64),
+    /** File mode of the segment and of producers' arenas. */
+    mode: z.number().int().min(0o400).max(0o777).default(0o600),
+  })
+  .strict();
+
+export const openOptions = z
+  .object({
+    /** How long to wait for a segment another process is still creating. */
+    openTimeout: milliseconds.default(1000),
+  })
+  .strict();
+
+export const producerOptions = z
+  .object({
+    /** Size of each shared-memory arena that holds this producer's buffers. */
+    arenaBytes: z.number().int().min(1 << 16).max(2 ** 40).default(64 << 20),
+    openTimeout: milliseconds.default(1000),
+  })
+  .strict();
+
+export const consumerOptions = z.object({ openTimeout: milliseconds.default(1000) }).strict();
+
+export const publishOptions = z
+  .object({
+    /** How long to wait for space when the ring is full: 0 fails at once with RING_FULL. */
+    timeout: z.number().nonnegative().default(Infinity),
+    /** A number for the application, carried with the frame. */
+    tag: z.bigint().min(0n).max(2n ** 64n - 1n).default(0n),
+  })
+  .strict();
+
+export const nextOptions = z
+  .object({
+    /** Milliseconds to wait for a frame; TIMEOUT after that. Default: forever. */
+    timeout: z.number().nonnegative().default(Infinity),
+    signal: z.instanceof(AbortSignal).optional(),
+  })
+  .strict();
+
+/** Parses options, turning a zod failure into INVALID_ARGUMENT that names each bad key. */
+export function parseOptions<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
+  const result = schema.safeParse(value ?? {});
+  if (result.success) return result.data;
+  const problems = result.error.issues
+    .map((issue) => {
+      const where = issue.path.length ? issue.path.join('.') : what;
+      return issue.code === 'unrecognized_keys' ? `unknown option(s) ${issue.keys.map((k) => `'${k}'`).join(', ')}` : `${where}: ${issue.message}`;
+    })
+    .join('; ');
+  throw new GpuringError('INVALID_ARGUMENT', `invalid ${what}: ${problems}`);
+}
+
+export function parseSegmentName(name: unknown): string {
+  const result = segmentName.safeParse(name);
+  if (!result.success) throw new GpuringError('INVALID_ARGUMENT', `invalid segment name ${JSON.stringify(name)}: ${result.error.issues[0]?.message}`);
+  return result.data;
+}
+
+/** Infinity (wait forever) as the addon expects it. */
+export function toNativeTimeout(ms: number): number {
+  return Number.isFinite(ms) ? ms : -1;
+}

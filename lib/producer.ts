@@ -1,0 +1,258 @@
+/**
+ * Producer: publishes frames into a ring.
+ *
+ * Ownership: every buffer a frame references lives in this producer's host
+ * arenas. From a successful `publish()` until the frame is released (by its
+ * consumer, or for it when that consumer dies), the memory belongs to the
+ * frame; afterwards the producer reuses it. `releases()` and the 'release'
+ * event report each frame id once its memory is free again.
+ * Backpressure: when the ring is full, `publish()` waits for space (up to
+ * `timeout` ms, forever by default; `timeout: 0` fails at once with RING_FULL).
+ * Frames are published in call order.
+ */
+import { EventEmitter } from 'node:events';
+import type { RecordBatch, Table } from 'apache-arrow';
+import { describeBatch, type BufferPlacer } from './arrow/table-writer.js';
+import { handleName, hostBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
+import { encodeFrame } from './codec/encode.js';
+import { awaitNative, callNative, GpuringError } from './errors.js';
+import { native, type NativeProducerCore, type ProducerStats } from './native.js';
+import { parseOptions, parseSegmentName, producerOptions, publishOptions, toNativeTimeout } from './options.js';
+
+export type ProducerOptions = Partial<typeof producerOptions._input>;
+export type PublishOptions = { timeout?: number; tag?: bigint };
+
+/**
+ * Memory in one of the producer's arenas, for writing a column in place.
+ * Build apache-arrow data over `bytes` and publish it: the frame then uses this
+ * memory directly, with no copy. An allocation belongs to the first frame that
+ * uses it; `free()` returns one that was never published.
+ */
+export interface HostAllocation {
+  readonly arena: number;
+  readonly offset: number;
+  readonly length: number;
+  readonly bytes: Uint8Array;
+  free(): void;
+}
+
+interface Loose {
+  arena: number;
+  offset: number;
+  length: number;
+  internal: boolean;
+}
+
+export class Producer {
+  readonly name: string;
+  readonly #core: NativeProducerCore;
+  readonly #arenas: ArrayBuffer[] = [];
+  readonly #arenaIndex = new Map<ArrayBuffer, number>();
+  readonly #loose = new Map<string, Loose>();
+  readonly #events = new EventEmitter();
+  #listening = false;
+  #closed = false;
+
+  private constructor(name: string, core: NativeProducerCore) {
+    this.name = name;
+    this.#core = core;
+    this.#events.on('newListener', (event) => event === 'release' && this.#listen());
+  }
+
+  /** Joins ring `name` as a producer. */
+  static open(name: string, options?: ProducerOptions): Producer {
+    const n = parseSegmentName(name);
+    const o = parseOptions(producerOptions, options, 'producer options');
+    return new Producer(n, callNative(() => new (native().ProducerCore)(n, o.arenaBytes, o.openTimeout)));
+  }
+
+  get index(): number {
+    return this.#core.index;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  stats(): ProducerStats {
+    return this.#core.stats();
+  }
+
+  /** Allocates `bytes` of arena memory to fill and publish without a copy. */
+  allocate(bytes: number): HostAllocation {
+    this.#requireOpen();
+    const a = this.#allocate(bytes, false);
+    const key = `${a.arena}:${a.offset}`;
+    return {
+      arena: a.arena,
+      offset: a.offset,
+      length: bytes,
+      bytes: new Uint8Array(this.#arenaBuffer(a.arena), a.offset, bytes),
+      free: () => {
+        if (!this.#loose.delete(key)) throw new GpuringError('FRAME_STATE', 'the allocation was already published or freed');
+        if (!this.#closed) callNative(() => this.#core.free(a.arena, a.offset));
+      },
+    };
+  }
+
+  /** Publishes a Table (of at most one record batch) or a RecordBatch; resolves to the frame id. */
+  async publish(source: Table | RecordBatch, options?: PublishOptions): Promise<number> {
+    const o = parseOptions(publishOptions, options, 'publish() options');
+    this.#requireOpen();
+    const used: Loose[] = [];
+    const placer: BufferPlacer = { place: (bytes) => this.#place(bytes, used) };
+    let description: FrameDescription;
+    try {
+      description = describeBatch(source, placer);
+    } catch (error) {
+      this.#unuse(used);
+      throw error;
+    }
+    return this.#send(description, used, o.timeout, o.tag);
+  }
+
+  /**
+   * Publishes a frame described by hand. Every host buffer must lie inside an
+   * allocation from `allocate()` (which the frame then owns). This is the
+   * zero-copy path for producers that lay out Arrow buffers themselves,
+   * including non-zero offsets and validity bits at any bit offset.
+   */
+  async publishFrame(description: FrameDescription, options?: PublishOptions): Promise<number> {
+    const o = parseOptions(publishOptions, options, 'publish() options');
+    this.#requireOpen();
+    const used: Loose[] = [];
+    const claim = (b: BufferDescriptor) => {
+      if (b.kind !== 'host') return;
+      const a = [...this.#loose.values()].find((l) => !l.internal && this.#arenaName(l.arena) === handleName(b.handle) && b.offset >= l.offset && b.offset + b.length <= l.offset + l.length);
+      if (!a) throw new GpuringError('INVALID_ARGUMENT', 'a host buffer does not lie inside an unpublished allocation of this producer');
+      if (!used.includes(a)) used.push(a);
+    };
+    const visit = (cols: FrameDescription['columns']): void => cols.forEach((c) => (c.buffers.forEach(claim), visit(c.children)));
+    visit(description.columns);
+    visit(description.dictionaries);
+    return this.#send(description, used, o.timeout, o.tag);
+  }
+
+  /** Frame ids as their memory is released, until the producer closes. */
+  async *releases(): AsyncGenerator<number> {
+    const queue: number[] = [];
+    let wake: (() => void) | undefined;
+    const onRelease = (id: number) => (queue.push(id), wake?.());
+    const onClose = () => wake?.();
+    this.#events.on('release', onRelease);
+    this.#events.on('close', onClose);
+    try {
+      while (!this.#closed || queue.length) {
+        if (!queue.length) await new Promise<void>((r) => (wake = r));
+        wake = undefined;
+        while (queue.length) yield queue.shift()!;
+      }
+    } finally {
+      this.#events.off('release', onRelease);
+      this.#events.off('close', onClose);
+    }
+  }
+
+  /** `'release'` fires with a frame id when that frame's memory is free again. */
+  on(event: 'release', listener: (frameId: number) => void): this {
+    this.#events.on(event, listener);
+    return this;
+  }
+
+  off(event: 'release', listener: (frameId: number) => void): this {
+    this.#events.off(event, listener);
+    return this;
+  }
+
+  /**
+   * Leaves the ring. Frames already published stay deliverable; this producer's
+   * arenas are removed once the last of them is released.
+   */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#core.close();
+    this.#loose.clear();
+    this.#events.emit('close');
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  #requireOpen(): void {
+    if (this.#closed) throw new GpuringError('CLOSED', 'the producer is closed');
+  }
+
+  #listen(): void {
+    if (this.#listening) return;
+    this.#listening = true;
+    this.#core.onRelease((ids) => ids.forEach((id) => this.#events.emit('release', id)));
+  }
+
+  async #send(description: FrameDescription, used: Loose[], timeout: number, tag: bigint): Promise<number> {
+    let body: Uint8Array;
+    try {
+      body = encodeFrame(description);
+    } catch (error) {
+      this.#unuse(used);
+      throw error;
+    }
+    const list = new Float64Array(used.flatMap((a) => [a.arena, a.offset, a.length]));
+    for (const a of used) this.#loose.delete(`${a.arena}:${a.offset}`);
+    try {
+      const id = callNative(() => this.#core.publish(body, list, tag, toNativeTimeout(timeout)));
+      return typeof id === 'number' ? id : await awaitNative(id);
+    } catch (error) {
+      // Not published: the allocations are ours (or the caller's) again.
+      for (const a of used) this.#loose.set(`${a.arena}:${a.offset}`, a);
+      this.#unuse(used);
+      throw error;
+    }
+  }
+
+  /** Frees the allocations a failed publish made for itself; the caller's stay theirs. */
+  #unuse(used: Loose[]): void {
+    for (const a of used) {
+      if (!a.internal || !this.#loose.delete(`${a.arena}:${a.offset}`) || this.#closed) continue;
+      callNative(() => this.#core.free(a.arena, a.offset));
+    }
+  }
+
+  #allocate(bytes: number, internal: boolean): Loose {
+    const [arena, offset, length] = callNative(() => this.#core.allocate(bytes));
+    const loose = { arena, offset, length, internal };
+    this.#loose.set(`${arena}:${offset}`, loose);
+    return loose;
+  }
+
+  #arenaBuffer(arena: number): ArrayBuffer {
+    let ab = this.#arenas[arena];
+    if (!ab) {
+      ab = callNative(() => this.#core.arenaBuffer(arena));
+      this.#arenas[arena] = ab;
+      this.#arenaIndex.set(ab, arena);
+    }
+    return ab;
+  }
+
+  #arenaName(arena: number): string {
+    return this.#core.arenaName(arena);
+  }
+
+  /** Describes `bytes` in an arena: in place if they already lie in an allocation of the caller, else copied once. */
+  #place(bytes: Uint8Array, used: Loose[]): BufferDescriptor {
+    const arena = this.#arenaIndex.get(bytes.buffer as ArrayBuffer);
+    if (arena !== undefined) {
+      const a = [...this.#loose.values()].find((l) => !l.internal && l.arena === arena && bytes.byteOffset >= l.offset && bytes.byteOffset + bytes.length <= l.offset + l.length);
+      if (a) {
+        if (!used.includes(a)) used.push(a);
+        return hostBuffer(this.#arenaName(arena), bytes.byteOffset, bytes.length);
+      }
+    }
+    const a = this.#allocate(bytes.length, true);
+    used.push(a);
+    new Uint8Array(this.#arenaBuffer(a.arena), a.offset, bytes.length).set(bytes);
+    return hostBuffer(this.#arenaName(a.arena), a.offset, bytes.length);
+  }
+}
