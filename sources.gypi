@@ -5,6 +5,7 @@
     "native/segment_handle.cc",
     "native/producer_core.cc",
     "native/consumer_core.cc",
-    "native/arena_map.cc"
+    "native/arena_map.cc",
+    "native/cuda_probe.cc"
   ]
 }

@@ -62,6 +62,7 @@ export interface NativeProducerCore {
   publish(body: Uint8Array, allocations: Float64Array, tag: bigint, timeoutMs: number): number | Promise<number>;
   onRelease(callback: ((frameIds: number[]) => void) | null): void;
   stats(): ProducerStats;
+  keepAlive(on: boolean): void;
   close(): void;
 }
 
@@ -93,6 +94,14 @@ export interface NativeConsumerCore {
   close(): void;
 }
 
+export interface CudaProbe {
+  found: boolean;
+  library?: string;
+  driverVersion?: number;
+  devices?: number;
+  error?: string;
+}
+
 export interface NativeAddon {
   SegmentHandle: {
     new (name: string, create: boolean, slotCount: number, participantCapacity: number, mode: number, openTimeoutMs: number): NativeSegmentHandle;
@@ -100,6 +109,7 @@ export interface NativeAddon {
   };
   ProducerCore: new (name: string, arenaBytes: number, openTimeoutMs: number) => NativeProducerCore;
   ConsumerCore: new (name: string, openTimeoutMs: number) => NativeConsumerCore;
+  probeCudaDriver(): CudaProbe;
   errorCodes: string[];
   layoutHash: string;
   versionMajor: number;

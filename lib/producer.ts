@@ -50,13 +50,15 @@ export class Producer {
   readonly #arenaIndex = new Map<ArrayBuffer, number>();
   readonly #loose = new Map<string, Loose>();
   readonly #events = new EventEmitter();
+  /** Published and not yet released. */
+  readonly #inFlight = new Set<number>();
   #listening = false;
   #closed = false;
 
   private constructor(name: string, core: NativeProducerCore) {
     this.name = name;
     this.#core = core;
-    this.#events.on('newListener', (event) => event === 'release' && this.#listen());
+    this.#listen();
   }
 
   /** Joins ring `name` as a producer. */
@@ -108,7 +110,7 @@ export class Producer {
       this.#unuse(used);
       throw error;
     }
-    return this.#send(description, used, o.timeout, o.tag);
+    return this.#send(description, used, o.timeout, o.tag, false);
   }
 
   /**
@@ -130,7 +132,7 @@ export class Producer {
     const visit = (cols: FrameDescription['columns']): void => cols.forEach((c) => (c.buffers.forEach(claim), visit(c.children)));
     visit(description.columns);
     visit(description.dictionaries);
-    return this.#send(description, used, o.timeout, o.tag);
+    return this.#send(description, used, o.timeout, o.tag, true);
   }
 
   /** Frame ids as their memory is released, until the producer closes. */
@@ -150,6 +152,30 @@ export class Producer {
     } finally {
       this.#events.off('release', onRelease);
       this.#events.off('close', onClose);
+    }
+  }
+
+  /** Frames published and not yet released. */
+  get inFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  /**
+   * Resolves once every frame published so far has been released (its memory
+   * is free again). Keeps the process alive while it waits.
+   */
+  async drain(): Promise<void> {
+    this.#requireOpen();
+    if (this.#inFlight.size === 0) return;
+    this.#core.keepAlive(true);
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const onClose = () => reject(new GpuringError('CLOSED', 'the producer closed while draining'));
+        this.#events.once('close', onClose);
+        this.#events.once('drained', () => (this.#events.off('close', onClose), resolve()));
+      });
+    } finally {
+      if (!this.#closed) this.#core.keepAlive(false);
     }
   }
 
@@ -187,13 +213,19 @@ export class Producer {
   #listen(): void {
     if (this.#listening) return;
     this.#listening = true;
-    this.#core.onRelease((ids) => ids.forEach((id) => this.#events.emit('release', id)));
+    this.#core.onRelease((ids) => {
+      for (const id of ids) {
+        this.#inFlight.delete(id);
+        this.#events.emit('release', id);
+      }
+      if (this.#inFlight.size === 0) this.#events.emit('drained');
+    });
   }
 
-  async #send(description: FrameDescription, used: Loose[], timeout: number, tag: bigint): Promise<number> {
+  async #send(description: FrameDescription, used: Loose[], timeout: number, tag: bigint, validate: boolean): Promise<number> {
     let body: Uint8Array;
     try {
-      body = encodeFrame(description);
+      body = encodeFrame(description, { validate });
     } catch (error) {
       this.#unuse(used);
       throw error;
@@ -201,8 +233,10 @@ export class Producer {
     const list = new Float64Array(used.flatMap((a) => [a.arena, a.offset, a.length]));
     for (const a of used) this.#loose.delete(`${a.arena}:${a.offset}`);
     try {
-      const id = callNative(() => this.#core.publish(body, list, tag, toNativeTimeout(timeout)));
-      return typeof id === 'number' ? id : await awaitNative(id);
+      const pending = callNative(() => this.#core.publish(body, list, tag, toNativeTimeout(timeout)));
+      const id = typeof pending === 'number' ? pending : await awaitNative(pending);
+      this.#inFlight.add(id);
+      return id;
     } catch (error) {
       // Not published: the allocations are ours (or the caller's) again.
       for (const a of used) this.#loose.set(`${a.arena}:${a.offset}`, a);

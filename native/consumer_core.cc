@@ -51,7 +51,7 @@ void ConsumerState::Deliver(Napi::Env env, uint64_t request, uint64_t pos, const
   }
   Napi::Promise::Deferred d = it->second;
   deferred.erase(it);
-  if (deferred.empty()) thread.Hold(env, false);
+  thread.Drop(env);
   try {
     d.Resolve(Receive(env, pos, ref));
   } catch (const Napi::Error &e) {
@@ -66,7 +66,7 @@ void ConsumerState::Fail(uint64_t request, gpr_code code, std::string why) {
     if (it == self->deferred.end()) return;
     it->second.Reject(MakeError(env, code, why).Value());
     self->deferred.erase(it);
-    if (self->deferred.empty()) self->thread.Hold(env, false);
+    self->thread.Drop(env);
   });
 }
 
@@ -183,7 +183,7 @@ Napi::Value ConsumerCore::Wait(const Napi::CallbackInfo &info) {
   uint64_t id = s_->next_request++;
   auto deferred = Napi::Promise::Deferred::New(env);
   s_->deferred.emplace(id, deferred);
-  s_->thread.Hold(env, true);
+  s_->thread.Retain(env);
   {
     std::lock_guard<std::mutex> lock(s_->thread.mu);
     s_->pending.push_back(ConsumerState::Request{id, deadline});
@@ -203,7 +203,7 @@ Napi::Value ConsumerCore::Cancel(const Napi::CallbackInfo &info) {
   if (it == s_->deferred.end()) return env.Undefined();
   it->second.Reject(MakeError(env, GPR_E_ABORTED, "the wait for a frame was aborted").Value());
   s_->deferred.erase(it);
-  if (s_->deferred.empty()) s_->thread.Hold(env, false);
+  s_->thread.Drop(env);
   {
     std::lock_guard<std::mutex> lock(s_->thread.mu);
     for (auto p = s_->pending.begin(); p != s_->pending.end(); ++p)
@@ -239,7 +239,6 @@ Napi::Value ConsumerCore::Close(const Napi::CallbackInfo &info) {
   for (auto &kv : s_->deferred)
     kv.second.Reject(MakeError(env, GPR_E_CLOSED, "the consumer was closed").Value());
   s_->deferred.clear();
-  s_->thread.Hold(env, false);
   return env.Undefined();
 }
 

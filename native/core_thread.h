@@ -32,13 +32,14 @@ class CoreThread {
     });
   }
 
-  // While JS waits on this thread's work the process must stay alive; once
-  // nothing is pending it may exit even if the user forgot to close.
-  void Hold(Napi::Env env, bool hold) {
-    if (hold == held_) return;
-    held_ = hold;
-    if (hold) tsfn_.Ref(env);
-    else tsfn_.Unref(env);
+  // While JS waits on this thread's work (a pending call, a drain) the process
+  // must stay alive; once nothing is pending it may exit even if the user
+  // forgot to close. Each reason to wait retains once and drops once.
+  void Retain(Napi::Env env) {
+    if (!Stopping() && holds_++ == 0) tsfn_.Ref(env);
+  }
+  void Drop(Napi::Env env) {
+    if (!Stopping() && holds_ > 0 && --holds_ == 0) tsfn_.Unref(env);
   }
 
   bool Stopping() const { return stop_.load(std::memory_order_acquire); }
@@ -59,7 +60,7 @@ class CoreThread {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   Napi::ThreadSafeFunction tsfn_;
-  bool held_ = false;
+  uint32_t holds_ = 0;  // JS thread only
 };
 
 // Time-based throttle for sweeps run from waiting loops.

@@ -71,7 +71,7 @@ void ProducerState::FinishPending(uint64_t request, uint64_t frame_id, gpr_code 
     if (code == GPR_E_OK) it->second.Resolve(Napi::Number::New(env, static_cast<double>(frame_id)));
     else it->second.Reject(MakeError(env, code, why).Value());
     self->deferred.erase(it);
-    if (self->deferred.empty()) self->thread.Hold(env, false);
+    self->thread.Drop(env);
   });
 }
 
@@ -143,6 +143,7 @@ Napi::Function ProducerCore::Define(Napi::Env env) {
                       InstanceMethod<&ProducerCore::Publish>("publish"),
                       InstanceMethod<&ProducerCore::OnRelease>("onRelease"),
                       InstanceMethod<&ProducerCore::Stats>("stats"),
+                      InstanceMethod<&ProducerCore::KeepAlive>("keepAlive"),
                       InstanceMethod<&ProducerCore::Close>("close")});
 }
 
@@ -271,7 +272,7 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   s.pending.push_back(ProducerState::Pending{request, DeadlineAfter(timeout_ms), ref, std::move(allocs)});
   auto deferred = Napi::Promise::Deferred::New(env);
   s.deferred.emplace(request, deferred);
-  s.thread.Hold(env, true);
+  s.thread.Retain(env);
   s.thread.cv_.notify_all();
   return deferred.Promise();
 }
@@ -284,6 +285,13 @@ Napi::Value ProducerCore::OnRelease(const Napi::CallbackInfo &info) {
     s_->has_listener = false;
     s_->on_release.Reset();
   }
+  return info.Env().Undefined();
+}
+
+// keepAlive(true) while JS waits for releases (drain), keepAlive(false) after.
+Napi::Value ProducerCore::KeepAlive(const Napi::CallbackInfo &info) {
+  if (info[0].As<Napi::Boolean>()) s_->thread.Retain(info.Env());
+  else s_->thread.Drop(info.Env());
   return info.Env().Undefined();
 }
 

@@ -260,6 +260,19 @@ function describe(v: BodyValidator): FrameDescription {
 }
 
 /**
+ * Schemas (string table and node structure) already checked by zod. The
+ * hand-written checks above run on every frame; zod's re-check of the same
+ * names and formats is done once per distinct schema.
+ */
+const checkedSchemas = new Set<string>();
+const CHECKED_SCHEMAS_MAX = 256;
+
+function schemaKey(v: BodyValidator): string {
+  const structure = v.nodes.map((n) => `${n.childCount}.${n.flags}.${n.dictionary}.${n.bufferCount}`).join(',');
+  return `${v.rootCount}/${v.dictionaryCount}/${structure}/${Buffer.from(v.bytes.buffer, v.bytes.byteOffset + v.stringsAt, v.stringsLength).toString('latin1')}`;
+}
+
+/**
  * Validates a frame body and returns its description. `bytes` must be a private
  * copy: shared memory could change between a check and a use.
  */
@@ -270,7 +283,11 @@ export function decodeFrame(bytes: Uint8Array): FrameDescription {
   for (let i = 0; i < v.nodeCount; i++) nextBuffer = v.checkNode(i, nextBuffer);
   if (nextBuffer !== v.bufferCount) throw invalid('fewer buffers used than declared');
   const description = describe(v);
+  const key = schemaKey(v);
+  if (checkedSchemas.has(key)) return description;
   const parsed = frameSchema.safeParse(description);
   if (!parsed.success) throw invalid(`description rejected: ${parsed.error.issues[0]?.message}`);
+  if (checkedSchemas.size >= CHECKED_SCHEMAS_MAX) checkedSchemas.clear();
+  checkedSchemas.add(key);
   return description;
 }

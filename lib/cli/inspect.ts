@@ -1,0 +1,31 @@
+/** `gpuring inspect NAME`: header, participants (alive or dead), occupancy, leases. */
+import { Ring, type RingInspection } from '../ring.js';
+import { bytes, table, type Output } from './output.js';
+
+export function formatInspection(i: RingInspection): string {
+  const s = i.slots;
+  const lines = [
+    `ring ${i.name}: format ${i.version}, layout ${i.layoutHash}, ${bytes(i.totalBytes)} in /dev/shm/gpuring.${i.name}`,
+    `created ${new Date(i.createdUnixMs).toISOString()} by pid ${i.creatorPid}`,
+    `slots: ${i.slotCount} (empty ${s.empty}, writing ${s.writing}, ready ${s.ready}, claimed ${s.claimed}, leased ${s.leased}, released ${s.released})`,
+    `repaired after dead participants: ${i.recovered} slots; frames redelivered: ${i.redelivered}`,
+    `participants: ${i.participants.length} of ${i.participantCapacity}`,
+  ];
+  if (i.participants.length) {
+    const rows = [['index', 'pid', 'roles', 'state', 'alive', 'leases', 'arenas', 'attached']];
+    for (const p of i.participants)
+      rows.push([String(p.index), String(p.pid), p.roles.join('+'), p.state, p.alive ? 'yes' : 'NO', String(p.leases), String(p.arenas), new Date(p.attachedUnixMs).toISOString()]);
+    lines.push(table(rows).replace(/^/gm, '  '));
+  }
+  return lines.join('\n');
+}
+
+export function inspectCommand(name: string, out: Output): void {
+  const ring = Ring.open(name);
+  try {
+    const info = ring.inspect();
+    out.result(info, () => formatInspection(info));
+  } finally {
+    ring.close();
+  }
+}

@@ -1,0 +1,120 @@
+// kill -9 in the middle of things: no frame is lost, leases are reclaimed,
+// and the ring keeps working.
+import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import test from 'ava';
+import { Int32, Table, vectorFromArray } from 'apache-arrow';
+import { Consumer, Producer, type Ring } from '../lib/index.js';
+import { child, cProgram, eventually, exitOf, nextLine, withRing } from './helpers/ring.js';
+
+const frame = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
+
+async function publish(producer: Producer, from: number, to: number): Promise<void> {
+  for (let i = from; i < to; i++) await producer.publish(frame(i), { tag: BigInt(i) });
+}
+
+/** Takes frames until none arrives for 300 ms; returns their tags (released). */
+async function drainTags(consumer: Consumer): Promise<number[]> {
+  const tags: number[] = [];
+  for (;;) {
+    try {
+      const f = await consumer.next({ timeout: 300 });
+      tags.push(Number(f.tag));
+      f.release();
+    } catch {
+      return tags.sort((a, b) => a - b);
+    }
+  }
+}
+
+/** Starts interop/tests/hold.c in `mode` and waits until it holds its slot. */
+async function cHolder(name: string, mode: 'claim' | 'write') {
+  const proc = spawn(cProgram('hold'), [name, mode], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await new Promise<string>((resolve) => createInterface({ input: proc.stdout! }).once('line', resolve));
+  return { proc, pos: Number(line.split(' ')[1]) };
+}
+
+function participants(ring: Ring) {
+  return ring.inspect().participants;
+}
+
+test('a consumer killed while holding leases: its leases are released to the producer, nothing is lost', async (t) => {
+  await withRing('kill-lease', { slots: 16 }, async (ring, name) => {
+    const producer = Producer.open(name);
+    const released: number[] = [];
+    producer.on('release', (id) => released.push(id));
+    await publish(producer, 0, 10);
+    const holder = child('hold', name, 4);
+    const { tags, index } = await nextLine<{ tags: string[]; index: number }>(holder);
+    t.deepEqual(tags, ['0', '1', '2', '3'], 'the holder took the four oldest frames');
+    t.is(participants(ring).find((p) => p.index === index)?.leases, 4);
+    holder.kill('SIGKILL');
+    await exitOf(holder);
+    // The producer's thread sweeps while it has frames in flight and finds the dead consumer.
+    t.true(await eventually(() => [1, 2, 3, 4].every((id) => released.includes(id))), `leases of the dead consumer released (got ${released})`);
+    t.false(participants(ring).some((p) => p.index === index), 'its participant entry was freed');
+    const consumer = Consumer.open(name);
+    t.deepEqual(await drainTags(consumer), [4, 5, 6, 7, 8, 9], 'the frames it did not take are still delivered, once');
+    // The ring keeps working, for more than a full lap of its 16 slots.
+    const [, more] = await Promise.all([publish(producer, 10, 40), drainTags(consumer)]);
+    t.deepEqual(more, Array.from({ length: 30 }, (_, i) => 10 + i));
+    await producer.drain();
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('a consumer killed between taking a frame and handing it over: the frame goes to another consumer', async (t) => {
+  await withRing('kill-claim', { slots: 8 }, async (ring, name) => {
+    const producer = Producer.open(name);
+    await publish(producer, 0, 3);
+    const { proc } = await cHolder(name, 'claim');
+    t.is(ring.inspect().slots.claimed, 1);
+    proc.kill('SIGKILL');
+    await exitOf(proc);
+    const consumer = Consumer.open(name);
+    const report = ring.sweep();
+    t.is(report.redelivered, 1, 'the claimed frame was handed back');
+    t.deepEqual(await drainTags(consumer), [0, 1, 2], 'all three delivered, the claimed one too, none twice');
+    await producer.drain();
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('a producer killed between claiming a slot and publishing: the slot is skipped, the ring does not stall', async (t) => {
+  await withRing('kill-write', { slots: 4 }, async (ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    await publish(producer, 0, 1);
+    const { proc } = await cHolder(name, 'write');
+    await publish(producer, 1, 2); // lands behind the stuck slot
+    t.is(ring.inspect().slots.writing, 1);
+    proc.kill('SIGKILL');
+    await exitOf(proc);
+    // The consumer's thread waits behind the dead writer's slot, sweeps, and moves on.
+    const got = [Number((await consumer.next({ timeout: 5000 })).tag), Number((await consumer.next({ timeout: 5000 })).tag)];
+    t.deepEqual(got, [0, 1]);
+    t.is(ring.inspect().slots.writing, 0);
+    t.true(ring.inspect().recovered >= 1, 'the repair is counted');
+    consumer.close();
+    const c2 = Consumer.open(name);
+    const [, more] = await Promise.all([publish(producer, 2, 12), drainTags(c2)]); // laps of a 4-slot ring
+    t.deepEqual(more, [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    c2.close();
+    producer.close();
+  });
+});
+
+test('a process that forgets to close exits promptly, and its entries are reclaimed', async (t) => {
+  await withRing('forget', { slots: 8 }, async (ring, name) => {
+    const started = Date.now();
+    const proc = child('forget-to-close', name);
+    t.deepEqual(await nextLine(proc), { ok: true });
+    t.deepEqual(await exitOf(proc), { code: 0, signal: null });
+    t.true(Date.now() - started < 10_000, 'exited on its own');
+    ring.sweep();
+    t.deepEqual(participants(ring), [], 'no participant left behind');
+    t.is(ring.inspect().slots.leased, 0, 'the lease it held was released at exit');
+  });
+});

@@ -1,0 +1,93 @@
+/**
+ * Entry point of the child processes tests spawn. Each role prints JSON lines
+ * on stdout and exits with 0 when it did what it was told.
+ *   publish-all-types NAME ROWS   publishes the every-type table, a slice of it at offset 3 and a zero-row table
+ *   publish-wide NAME COLUMNS     publishes a table of COLUMNS columns
+ *   stress-produce NAME ID FRAMES publishes FRAMES small frames tagged ID, drains, exits
+ *   stress-consume NAME           consumes and checks frames until told 'stop' (IPC), reports what it saw
+ *   hold NAME COUNT               takes COUNT frames, never releases them, reports their tags, waits to be killed
+ *   forget-to-close NAME          attaches as producer and consumer, publishes, takes a frame and just returns
+ */
+import { makeData, makeVector, Table, Utf8 } from 'apache-arrow';
+import { Consumer, Producer } from '../../lib/index.js';
+import { allTypesTable, wideTable } from './all-types.js';
+
+const [role, name, ...args] = process.argv.slice(2);
+const say = (value: unknown) => process.stdout.write(`${JSON.stringify(value)}\n`);
+
+/** One row: producer id, sequence number, and a string derived from both (built without builders: cheap). */
+function stressFrame(producer: number, seq: number): Table {
+  const text = new TextEncoder().encode(`${producer}:${seq}:${(seq * 2654435761) >>> 0}`);
+  return new Table({
+    producer: makeVector(Int32Array.of(producer)),
+    seq: makeVector(Int32Array.of(seq)),
+    check: makeVector(makeData({ type: new Utf8(), length: 1, nullCount: 0, valueOffsets: Int32Array.of(0, text.length), data: text })),
+  });
+}
+
+async function publishAll(tables: Table[]): Promise<void> {
+  const producer = Producer.open(name!);
+  for (const [i, t] of tables.entries()) await producer.publish(t, { tag: BigInt(i) });
+  say({ published: tables.length });
+  await producer.drain();
+  producer.close();
+}
+
+async function stressConsume(): Promise<void> {
+  const consumer = Consumer.open(name!);
+  const seen: number[] = [];
+  let bad = 0;
+  process.on('message', () => consumer.close());
+  for await (const frame of consumer) {
+    const t = frame.toTable();
+    const p = t.getChild('producer')!.get(0) as number;
+    const s = t.getChild('seq')!.get(0) as number;
+    if (t.getChild('check')!.get(0) !== `${p}:${s}:${(s * 2654435761) >>> 0}`) bad++;
+    seen.push(p * 1_000_000 + s);
+    frame.release();
+  }
+  say({ seen, bad });
+  process.disconnect?.();
+}
+
+async function main(): Promise<void> {
+  switch (role) {
+    case 'publish-all-types': {
+      const t = allTypesTable(Number(args[0]));
+      return publishAll([t, t.slice(3, t.numRows - 2), t.slice(0, 0)]);
+    }
+    case 'publish-wide':
+      return publishAll([wideTable(Number(args[0]), 4)]);
+    case 'stress-produce': {
+      const producer = Producer.open(name!);
+      const id = Number(args[0]);
+      for (let i = 0; i < Number(args[1]); i++) await producer.publish(stressFrame(id, i));
+      await producer.drain();
+      producer.close();
+      say({ done: true });
+      return;
+    }
+    case 'stress-consume':
+      return stressConsume();
+    case 'hold': {
+      const consumer = Consumer.open(name!);
+      const tags: string[] = [];
+      for (let i = 0; i < Number(args[0]); i++) tags.push(String((await consumer.next()).tag));
+      say({ tags, index: consumer.index });
+      setInterval(() => {}, 1000);
+      return;
+    }
+    case 'forget-to-close': {
+      const producer = Producer.open(name!);
+      const consumer = Consumer.open(name!);
+      await producer.publish(stressFrame(0, 0));
+      await consumer.next({ timeout: 5000 });
+      say({ ok: true });
+      return;
+    }
+    default:
+      throw new Error(`unknown role ${role}`);
+  }
+}
+
+await main();

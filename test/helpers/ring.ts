@@ -1,0 +1,76 @@
+/** Names, rings and processes for tests. */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { createInterface } from 'node:readline';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Ring, type CreateOptions } from '../../lib/index.js';
+
+export const root = fileURLToPath(new URL('../..', import.meta.url));
+let counter = 0;
+
+/** A ring name no other test (or earlier run) uses. */
+export function uniqueName(prefix: string): string {
+  return `t-${prefix}-${process.pid}-${counter++}`.slice(0, 32);
+}
+
+/** Creates a ring for one test and removes it (and its arenas) afterwards. */
+export async function withRing<T>(prefix: string, options: CreateOptions, fn: (ring: Ring, name: string) => Promise<T>): Promise<T> {
+  const name = uniqueName(prefix);
+  const ring = Ring.create(name, options);
+  try {
+    return await fn(ring, name);
+  } finally {
+    ring.close();
+    try {
+      Ring.unlink(name);
+    } catch {
+      /* already removed by the test */
+    }
+    execFileSync('sh', ['-c', `rm -f /dev/shm/gpuring.${name}.p*`]);
+  }
+}
+
+/** Runs test/helpers/child.ts ROLE ARGS in a new Node process. */
+export function child(role: string, ...args: (string | number)[]): ChildProcess {
+  return spawn(process.execPath, ['--import', 'tsx', join(root, 'test/helpers/child.ts'), role, ...args.map(String)], {
+    cwd: root,
+    stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
+  });
+}
+
+/** The next stdout line of a child, parsed as JSON. */
+export function nextLine<T = unknown>(proc: ChildProcess): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const rl = createInterface({ input: proc.stdout! });
+    rl.once('line', (line) => (rl.close(), resolve(JSON.parse(line) as T)));
+    proc.once('exit', (code) => reject(new Error(`child exited (${code}) before printing`)));
+  });
+}
+
+export function exitOf(proc: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve({ code: proc.exitCode, signal: proc.signalCode });
+  return new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
+}
+
+let helperDir: string | undefined;
+
+/** Builds a C test helper from interop/tests (once per test process). */
+export function cProgram(name: string): string {
+  helperDir ??= mkdtempSync(join(tmpdir(), 'gpuring-c-'));
+  const out = join(helperDir, name);
+  if (!existsSync(out)) {
+    execFileSync('cc', ['-std=c11', '-O1', '-Wall', '-Wextra', '-Werror', `-I${join(root, 'interop/include')}`, join(root, `interop/tests/${name}.c`), '-o', out, '-lrt']);
+  }
+  return out;
+}
+
+export async function eventually(check: () => boolean, timeoutMs = 10_000): Promise<boolean> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    if (check()) return true;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  return check();
+}

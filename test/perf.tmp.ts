@@ -1,0 +1,23 @@
+import { Int32, Table, Utf8, vectorFromArray } from 'apache-arrow';
+import { Ring } from '../lib/index.js';
+import { describeBatch } from '../lib/arrow/table-writer.js';
+import { encodeFrame } from '../lib/codec/encode.js';
+import { decodeFrame } from '../lib/codec/decode.js';
+import { hostBuffer } from '../lib/codec/description.js';
+const mk = (i: number) => new Table({ producer: vectorFromArray([1], new Int32()), seq: vectorFromArray([i], new Int32()), check: vectorFromArray([`1:${i}`], new Utf8()) });
+const t = mk(1);
+const time = async (label: string, n: number, fn: (i: number) => unknown) => { const s = performance.now(); for (let i = 0; i < n; i++) await fn(i); console.log(label, ((performance.now() - s) / n * 1000).toFixed(1), 'us'); };
+const placer = { place: (b: Uint8Array) => hostBuffer('/gpuring.x.p0g1.a0', 0, b.length) };
+const d = describeBatch(t, placer);
+await time('make table', 2000, (i) => mk(i));
+await time('describe', 2000, () => describeBatch(t, placer));
+const body = encodeFrame(d);
+await time('encode', 2000, () => encodeFrame(d));
+await time('decode', 2000, () => decodeFrame(body));
+try { Ring.unlink('perf'); } catch {}
+const r = Ring.create('perf', { slots: 64 });
+const p = r.producer(); const c = r.consumer();
+await time('publish', 30, () => p.publish(t));
+await time('next+toTable+release', 30, async () => { const f = await c.next(); f.toTable(); f.release(); });
+await time('publish+next+toTable+release', 2000, async () => { await p.publish(t); const f = c.tryNext()!; f.toTable(); f.release(); });
+p.close(); c.close(); Ring.unlink('perf');
