@@ -50,6 +50,8 @@ export interface SweepReport {
   redelivered: number;
   released: number;
   recycled: number;
+  /** Slot words no participant could have written (damage), reset to empty. */
+  corrupt: number;
 }
 
 export interface NativeProducerCore {

@@ -119,6 +119,7 @@ Napi::Value SegmentHandle::Sweep(const Napi::CallbackInfo &info) {
   o.Set("redelivered", Num(env, r.redelivered));
   o.Set("released", Num(env, r.released));
   o.Set("recycled", Num(env, r.recycled));
+  o.Set("corrupt", Num(env, r.corrupt));
   return o;
 }
 

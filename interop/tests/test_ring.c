@@ -57,10 +57,10 @@ static void test_unclaim_redelivers(gpr_segment *seg, uint32_t p, uint32_t pg, u
 /* A forked child attaches, takes slots in every state, and is killed. */
 static void test_dead_participant(gpr_segment *seg, uint32_t p, uint32_t pg, uint32_t c) {
   gpr_frame_ref r, out;
-  uint64_t pos;
+  uint64_t pos, published[2];
   for (uint64_t i = 0; i < 2; i++) {
     r = ref_for(p, pg, 100 + i);
-    CHECK(gpr_ring_try_publish(seg, p, &r, &pos) == 0);
+    CHECK(gpr_ring_try_publish(seg, p, &r, &published[i]) == 0);
   }
   int ready[2];
   CHECK(pipe(ready) == 0);
@@ -98,8 +98,29 @@ static void test_dead_participant(gpr_segment *seg, uint32_t p, uint32_t pg, uin
   r = ref_for(p, pg, 200);
   CHECK(gpr_ring_try_publish(seg, p, &r, &pos) == 0);
   CHECK(gpr_ring_try_claim(seg, c, &out, &pos) == 0 && out.frame_id == 200);
+  CHECK(gpr_ring_confirm(seg, c, pos) == 0 && gpr_ring_release(seg, c, pos) == 0);
+  CHECK(gpr_ring_reap(seg, p, pos) == 1);
+  CHECK(gpr_ring_reap(seg, p, published[0]) == 1 && gpr_ring_reap(seg, p, published[1]) == 1);
   close(ready[0]);
   close(ready[1]);
+}
+
+/* Garbage in slot words is repaired by a sweep and the ring goes on. */
+static void test_corrupt_words(gpr_segment *seg, uint32_t p, uint32_t pg, uint32_t c) {
+  gpr_frame_ref r, out;
+  uint64_t pos;
+  seg->slots[1].word = 0xDEADBEEFDEADBEEFull;
+  seg->slots[2].word = gpr_slot_word(seg->slots[2].word >> 16, 7, 0); /* no such state */
+  gpr_sweep_report rep;
+  gpr_error err;
+  CHECK(gpr_sweep(seg, &rep, &err) == 0 && rep.corrupt == 2);
+  for (uint64_t i = 0; i < 3 * seg->slot_count; i++) {
+    r = ref_for(p, pg, 1000 + i);
+    CHECK(gpr_ring_try_publish(seg, p, &r, &pos) == 0);
+    CHECK(gpr_ring_try_claim(seg, c, &out, &pos) == 0 && out.frame_id == 1000 + i);
+    CHECK(gpr_ring_confirm(seg, c, pos) == 0 && gpr_ring_release(seg, c, pos) == 0);
+    CHECK(gpr_ring_reap(seg, p, pos) == 1);
+  }
 }
 
 int main(void) {
@@ -115,6 +136,7 @@ int main(void) {
   test_fifo_and_wrap(&seg, p, pg, c);
   test_unclaim_redelivers(&seg, p, pg, c);
   test_dead_participant(&seg, p, pg, c);
+  test_corrupt_words(&seg, p, pg, c);
   gpr_segment_close(&seg);
   gpr_segment_unlink(name, &err);
   return CHECK_DONE();

@@ -18,6 +18,7 @@ typedef struct gpr_sweep_report {
   uint32_t redelivered;  /* frames of dead consumers handed to others */
   uint32_t released;     /* leases of dead consumers released on their behalf */
   uint32_t recycled;     /* released frames of dead producers recycled */
+  uint32_t corrupt;      /* slot words no participant can have written, reset */
 } gpr_sweep_report;
 
 /* Arena N of participant (index, gen) of segment NAME: /gpuring.NAME.pIgG.aN */
@@ -78,6 +79,23 @@ GPR_INLINE void gpr_sweep_slot(gpr_segment *seg, uint64_t i, const uint8_t *dead
   }
 }
 
+/* A word the protocol never writes (sequence not congruent to the slot index,
+ * unknown state, owner past the table) can only be damage. Nobody can CAS from
+ * it, so it is reset to EMPTY for the next position producers will reach there. */
+GPR_INLINE int gpr_sweep_corrupt(gpr_segment *seg, uint64_t i) {
+  gpr_slot *s = &seg->slots[i];
+  uint64_t w = gpr_slot_load(s);
+  uint64_t seq = gpr_word_seq(w);
+  if ((seq & seg->mask) == i && gpr_word_state(w) <= GPR_SLOT_RELEASED &&
+      gpr_word_owner(w) <= seg->participant_capacity)
+    return 0;
+  uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
+  uint64_t next = (tail + ((i - tail) & seg->mask)) & GPR_SEQ_MASK;
+  if (!gpr_slot_cas(s, w, gpr_slot_word(next, GPR_SLOT_EMPTY, 0))) return 0;
+  gpr_notify(&seg->control->space_seq, &seg->control->space_waiters);
+  return 1;
+}
+
 /* Frees a DEAD entry nobody refers to: unlinks its arenas, then the entry. */
 GPR_INLINE int gpr_sweep_free(gpr_segment *seg, uint32_t index) {
   gpr_participant *p = &seg->participants[index];
@@ -112,12 +130,13 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
   gpr_sweep_mark(seg, dead, rep);
   int any = 0;
   for (uint32_t i = 0; i < seg->participant_capacity; i++) any |= dead[i];
+  for (uint64_t i = 0; i < seg->slot_count; i++) rep->corrupt += (uint32_t)gpr_sweep_corrupt(seg, i);
   if (any) {
     for (uint64_t i = 0; i < seg->slot_count; i++) gpr_sweep_slot(seg, i, dead, refs, rep);
     for (uint32_t i = 0; i < seg->participant_capacity; i++)
       if (dead[i] && refs[i] == 0 && gpr_sweep_free(seg, i)) rep->freed++;
   }
-  uint32_t repaired = rep->skipped + rep->redelivered + rep->released + rep->recycled;
+  uint32_t repaired = rep->skipped + rep->redelivered + rep->released + rep->recycled + rep->corrupt;
   if (repaired) __atomic_fetch_add(&seg->control->recovered, repaired, __ATOMIC_RELAXED);
   free(dead);
   free(refs);

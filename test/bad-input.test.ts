@@ -1,0 +1,163 @@
+// Shared memory is untrusted: damaged segments, slots and bodies give typed
+// errors, never a crash or a hang, and the ring keeps working afterwards.
+import { closeSync, ftruncateSync, openSync, readSync, writeFileSync, writeSync } from 'node:fs';
+import test from 'ava';
+import { Int32, Table, vectorFromArray } from 'apache-arrow';
+import { Consumer, GpuringError, Producer, Ring } from '../lib/index.js';
+import { Buffer_, BUFFER_BYTES, HEADER_BYTES, Node, NODE_BYTES } from '../lib/codec/layout.js';
+import { uniqueName, withRing } from './helpers/ring.js';
+
+const SLOT_BYTES = 128;
+const frame = (i: number) => new Table({ i: vectorFromArray([i, i + 1], new Int32()) });
+
+function patch(path: string, offset: number, bytes: Uint8Array): void {
+  const fd = openSync(path, 'r+');
+  writeSync(fd, bytes, 0, bytes.length, offset);
+  closeSync(fd);
+}
+
+function read(path: string, offset: number, length: number): DataView {
+  const out = new Uint8Array(length);
+  const fd = openSync(path, 'r');
+  readSync(fd, out, 0, length, offset);
+  closeSync(fd);
+  return new DataView(out.buffer);
+}
+
+const u32 = (v: number) => new Uint8Array(new Uint32Array([v]).buffer);
+const u64 = (v: bigint) => new Uint8Array(new BigUint64Array([v]).buffer);
+
+/** Where slot `pos`'s frame reference and that frame's body lie. */
+function locate(name: string, pos: number) {
+  const seg = `/dev/shm/gpuring.${name}`;
+  const h = read(seg, 0, 256);
+  const slot = Number(h.getBigUint64(64, true)) + (pos % h.getUint32(32, true)) * SLOT_BYTES;
+  const ref = read(seg, slot + 16, 48);
+  const arena = `/dev/shm/gpuring.${name}.p${ref.getUint32(8, true)}g${ref.getUint32(12, true)}.a${ref.getUint32(16, true)}`;
+  return { seg, slot, arena, body: Number(ref.getBigUint64(24, true)) };
+}
+
+async function expectCode(t: import('ava').ExecutionContext, promise: Promise<unknown>, codes: string[]) {
+  const error = await t.throwsAsync(promise, { instanceOf: GpuringError });
+  t.true(codes.includes(error!.code), `code ${error!.code} is one of ${codes}: ${error!.message}`);
+}
+
+test('a foreign file under the segment name is refused as SEGMENT_FOREIGN', (t) => {
+  const name = uniqueName('foreign');
+  writeFileSync(`/dev/shm/gpuring.${name}`, Buffer.from('this is not a gpuring segment, just text'.repeat(20)));
+  try {
+    for (const open of [() => Ring.open(name), () => Consumer.open(name), () => Producer.open(name)])
+      t.is(t.throws(open, { instanceOf: GpuringError })!.code, 'SEGMENT_FOREIGN');
+  } finally {
+    Ring.unlink(name);
+  }
+});
+
+for (const [what, offset, bytes, code] of [
+  ['wrong magic', 0, new TextEncoder().encode('NOTARING'), 'SEGMENT_FOREIGN'],
+  ['a newer major version', 8, u32(2 << 16), 'SEGMENT_VERSION'],
+  ['a different layout hash', 16, u64(0x1234n), 'SEGMENT_LAYOUT'],
+  ['impossible slot count', 32, u32(3), 'SEGMENT_LAYOUT'],
+  ['a creator that never finished', 8, u32(0), 'SEGMENT_NOT_READY'],
+] as const) {
+  test(`a segment with ${what} is refused as ${code}`, async (t) => {
+    await withRing('damaged', { slots: 8 }, async (_ring, name) => {
+      patch(`/dev/shm/gpuring.${name}`, offset, bytes);
+      t.is(t.throws(() => Ring.open(name, { openTimeout: 50 }), { instanceOf: GpuringError })!.code, code);
+      t.is(t.throws(() => Consumer.open(name, { openTimeout: 50 }), { instanceOf: GpuringError })!.code, code);
+    });
+  });
+}
+
+test('a truncated segment is refused as SEGMENT_TRUNCATED', async (t) => {
+  await withRing('trunc', { slots: 64 }, async (_ring, name) => {
+    const fd = openSync(`/dev/shm/gpuring.${name}`, 'r+');
+    ftruncateSync(fd, 4096);
+    closeSync(fd);
+    t.is(t.throws(() => Ring.open(name), { instanceOf: GpuringError })!.code, 'SEGMENT_TRUNCATED');
+  });
+});
+
+test('garbage in a published slot reference: a typed error for that frame, then the ring goes on', async (t) => {
+  await withRing('garbage-ref', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const variants: [string, (slot: number, seg: string) => void][] = [
+      ['random bytes', (slot, seg) => patch(seg, slot + 16, Uint8Array.from({ length: 48 }, (_, i) => (i * 97 + 13) & 0xff))],
+      ['producer index past the table', (slot, seg) => patch(seg, slot + 24, u32(5000))],
+      ['body outside its arena', (slot, seg) => patch(seg, slot + 16 + 24, u64(1n << 40n))],
+      ['body length too large', (slot, seg) => patch(seg, slot + 16 + 20, u32(0xfffffff0))],
+    ];
+    for (const [i, [what, damage]] of variants.entries()) {
+      await producer.publish(frame(i));
+      const { slot, seg } = locate(name, 2 * i);
+      damage(slot, seg);
+      await expectCode(t, consumer.next({ timeout: 2000 }), ['FRAME_INVALID', 'FRAME_BOUNDS', 'ARENA_INVALID']);
+      await producer.publish(frame(100 + i));
+      const good = await consumer.next({ timeout: 2000 });
+      t.is(good.toTable().getChild('i')!.get(0), 100 + i, `after ${what}, the next frame arrives intact`);
+      good.release();
+    }
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('a damaged frame body: FRAME_INVALID or FRAME_BOUNDS, and the next frame is fine', async (t) => {
+  await withRing('garbage-body', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const damages: [string, string, (arena: string, body: number) => void][] = [
+      ['FRAME_INVALID', 'bad magic', (a, b) => patch(a, b, u32(0x12345678))],
+      ['FRAME_INVALID', 'bad format string', (a, b) => patch(a, b + HEADER_BYTES + Node.formatLength, u32(0))],
+      ['FRAME_BOUNDS', 'column longer than its buffer', (a, b) => (patch(a, b + HEADER_BYTES + Node.length, u64(1000n)), patch(a, b + 32, u64(1000n)))],
+      ['FRAME_BOUNDS', 'null count above length', (a, b) => patch(a, b + HEADER_BYTES + Node.nullCount, u64(3n))],
+    ];
+    for (const [i, [code, what, damage]] of damages.entries()) {
+      await producer.publish(frame(i));
+      const { arena, body } = locate(name, 2 * i);
+      damage(arena, body);
+      await expectCode(t, consumer.next({ timeout: 2000 }), [code]);
+      await producer.publish(frame(50 + i));
+      const good = await consumer.next({ timeout: 2000 });
+      t.is(good.toTable().getChild('i')!.get(1), 51 + i, `after ${what}`);
+      good.release();
+    }
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('a buffer offset past the end of its arena: decoding succeeds, toTable() refuses with FRAME_BOUNDS', async (t) => {
+  await withRing('oob', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    await producer.publish(frame(1));
+    const { arena, body } = locate(name, 0);
+    const dataBuffer = body + HEADER_BYTES + NODE_BYTES + 1 * BUFFER_BYTES; // node 0, buffer 1 (data)
+    patch(arena, dataBuffer + Buffer_.offset, u64(1n << 45n));
+    const f = await consumer.next({ timeout: 2000 });
+    t.is(t.throws(() => f.toTable(), { instanceOf: GpuringError })!.code, 'FRAME_BOUNDS');
+    f.release();
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('garbage slot words are repaired by a sweep; producers never stall on them', async (t) => {
+  await withRing('garbage-word', { slots: 4 }, async (ring, name) => {
+    const { seg, slot } = locate(name, 1);
+    patch(seg, slot, u64(0xdeadbeefdeadbeefn));
+    t.is(ring.sweep().corrupt, 1);
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    for (let i = 0; i < 12; i++) {
+      await producer.publish(frame(i), { timeout: 5000 });
+      const f = await consumer.next({ timeout: 5000 });
+      t.is(f.toTable().getChild('i')!.get(0), i);
+      f.release();
+    }
+    consumer.close();
+    producer.close();
+  });
+});
