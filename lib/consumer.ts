@@ -67,7 +67,7 @@ export class Consumer implements AsyncIterable<Frame> {
   async next(options?: NextOptions): Promise<Frame> {
     const o = parseOptions(nextOptions, options, 'next() options');
     this.#requireOpen();
-    o.signal?.throwIfAborted();
+    if (o.signal?.aborted) throw new GpuringError('ABORTED', 'the wait for a frame was aborted', { cause: o.signal.reason });
     const ready = callNative(() => this.#core.tryNext());
     if (ready) return this.#frame(ready);
     const [request, promise] = callNative(() => this.#core.wait(toNativeTimeout(o.timeout)));

@@ -35,7 +35,9 @@ bool ProducerState::PublishPendingLocked() {
   while (!pending.empty()) {
     Pending &p = pending.front();
     uint64_t pos = 0;
+    p.ref.frame_id = next_frame_id;  // ids are dense, in publication order
     if (gpr_ring_try_publish(&seg, me, &p.ref, &pos) != 0) break;
+    next_frame_id++;
     inflight.push_back(Frame{p.ref.frame_id, pos, std::move(p.allocs)});
     FinishPending(p.request, p.ref.frame_id, GPR_E_OK, "");
     pending.pop_front();
@@ -252,7 +254,7 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   memcpy(allocs[0].ptr, body.Data(), body.ByteLength());
   for (size_t i = 1; i < allocs.size(); i++) s.loose.erase({allocs[i].arena, allocs[i].offset});
   gpr_frame_ref ref{};
-  ref.frame_id = s.next_frame_id++;
+  ref.frame_id = s.next_frame_id;
   ref.producer = s.me;
   ref.producer_gen = s.gen;
   ref.body_arena = allocs[0].arena;
@@ -261,6 +263,7 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   ref.user_tag = tag;
   uint64_t pos = 0;
   if (s.pending.empty() && gpr_ring_try_publish(&s.seg, s.me, &ref, &pos) == 0) {
+    s.next_frame_id++;
     s.inflight.push_back(ProducerState::Frame{ref.frame_id, pos, std::move(allocs)});
     return Napi::Number::New(env, static_cast<double>(ref.frame_id));
   }

@@ -1,6 +1,7 @@
 /* Reads a frame body on stdin, validates and describes it with the C codec,
  * re-encodes the description and writes the bytes to stdout. On a bad body it
- * prints the error code name to stderr and exits 3. The TypeScript suite uses
+ * prints the error code name to stderr and exits 3. The output is canonical:
+ * equal to the input whenever the input was canonical. The TypeScript suite uses
  * it to prove both codecs produce the same bytes. */
 #include "gpuring.h"
 
@@ -21,9 +22,12 @@ int main(void) {
   gpr_node_desc *nodes = (gpr_node_desc *)calloc(view.header->node_count + 1u, sizeof *nodes);
   gpr_frame_desc desc;
   gpr_body_describe(&view, nodes, &desc);
-  uint8_t *out = (uint8_t *)malloc(len);
+  /* A body may be valid yet not canonical (strings shared or out of order), so
+   * its canonical re-encoding can be longer than the input. */
+  size_t out_cap = (size_t)gpr_body_encoded_size(&desc);
+  uint8_t *out = (uint8_t *)malloc(out_cap);
   size_t written = 0;
-  if (gpr_body_encode(&desc, out, len, &written, &err) != 0) {
+  if (gpr_body_encode(&desc, out, out_cap, &written, &err) != 0) {
     fprintf(stderr, "%s\n", gpr_code_name(err.code));
     return 4;
   }

@@ -131,6 +131,10 @@ int main(void) {
     for (int k = 0; k < 1 + round % 8; k++) again[rand() % n] = (uint8_t)rand();
     (void)gpr_body_validate(again, n, NULL, &err);
   }
+  static const char *utf8_good[] = {"", "abc", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
+  static const char *utf8_bad[] = {"\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff", "a\x80"};
+  for (size_t i = 0; i < sizeof utf8_good / sizeof *utf8_good; i++) CHECK(gpr_utf8_ok((const uint8_t *)utf8_good[i], strlen(utf8_good[i])));
+  for (size_t i = 0; i < sizeof utf8_bad / sizeof *utf8_bad; i++) CHECK(!gpr_utf8_ok((const uint8_t *)utf8_bad[i], strlen(utf8_bad[i])));
   gpr_format_info f;
   const char *good[] = {"b", "c", "L", "e", "g", "u", "Z", "w:16", "d:38,10", "d:10,-2,256", "tdD", "tdm", "tts", "ttn", "tsu:UTC", "tsn:", "tDm", "+l", "+L", "+w:3", "+s"};
   const char *bad[] = {"", "x", "w:0", "w:", "d:39,1", "d:10", "d:1,1,64", "+w:0", "+q", "tsu", "tx", "w:01"};

@@ -5,6 +5,7 @@
  * (FRAME_INVALID for structure, FRAME_BOUNDS for an offset or length outside
  * its container) in every language.
  */
+import { isUtf8 } from 'node:buffer';
 import { GpuringError } from '../errors.js';
 import type { BufferDescriptor, ColumnDescriptor, FrameDescription } from './description.js';
 import { frameSchema } from './description.js';
@@ -151,6 +152,7 @@ class BodyValidator {
     if (!inRange(n.nameOffset, n.nameLength, lim) || !inRange(n.formatOffset, n.formatLength, lim) || !inRange(n.metadataOffset, n.metadataLength, lim))
       throw bounds(`node ${i}: string outside the string table`);
     if (decodeMetadata(this.stringBytes(n.metadataOffset, n.metadataLength)) === undefined) throw invalid(`node ${i}: malformed metadata`);
+    if (!isUtf8(this.stringBytes(n.nameOffset, n.nameLength))) throw invalid(`node ${i}: name is not UTF-8`);
     const format = parseFormat(new TextDecoder().decode(this.stringBytes(n.formatOffset, n.formatLength)));
     if (!format || n.formatLength === 0) throw invalid(`node ${i}: unsupported or malformed format string`);
     this.formats[i] = format;
@@ -173,6 +175,7 @@ class BodyValidator {
     for (let b = 0; b < f.buffers; b++) {
       const buf = this.buffers[first + b]!;
       if (buf.kind > 2) throw invalid(`node ${i}: unknown memory kind`);
+      if (buf.deviceOrdinal < -1) throw invalid(`node ${i}: device ordinal below -1`);
       if (buf.kind === 0) {
         if (buf.length !== 0n) throw invalid(`node ${i}: absent buffer has a length`);
         if (b === 0 ? n.nullCount > 0n : end > 0n) throw invalid(`node ${i}: a required buffer is absent`);

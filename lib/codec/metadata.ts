@@ -19,16 +19,20 @@ export function encodeMetadata(pairs: [string, string][] | null): Uint8Array {
   return out;
 }
 
-/** Decodes metadata; null if the bytes are not exactly one well-formed encoding. */
+/** Decodes metadata (keys and values must be UTF-8); null if the bytes are not exactly one well-formed encoding. */
 export function decodeMetadata(bytes: Uint8Array): [string, string][] | null | undefined {
   if (bytes.length === 0) return null;
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const dec = new TextDecoder();
+  const dec = new TextDecoder('utf-8', { fatal: true });
   const take = (at: number): [string, number] | undefined => {
     if (at + 4 > bytes.length) return undefined;
     const n = view.getInt32(at, true);
     if (n < 0 || at + 4 + n > bytes.length) return undefined;
-    return [dec.decode(bytes.subarray(at + 4, at + 4 + n)), at + 4 + n];
+    try {
+      return [dec.decode(bytes.subarray(at + 4, at + 4 + n)), at + 4 + n];
+    } catch {
+      return undefined; // not UTF-8
+    }
   };
   if (bytes.length < 4) return undefined;
   const count = view.getInt32(0, true);

@@ -44,6 +44,7 @@ GPR_INLINE int gpr_body_check_buffers(const gpr_body_view *v, uint32_t i, uint32
   for (uint32_t b = 0; b < f->buffers; b++) {
     const gpr_body_buffer *buf = &v->buffers[first + b];
     if (buf->kind > GPR_MEM_CUDA_IPC) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "unknown memory kind");
+    if (buf->device_ordinal < -1) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "device ordinal below -1");
     if (buf->kind == GPR_MEM_ABSENT) {
       if (buf->length != 0) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "absent buffer has a length");
       if (b == 0 ? n->null_count > 0 : end > 0)
@@ -88,6 +89,24 @@ GPR_INLINE int gpr_body_check_children(const gpr_body_view *v, uint32_t i,
   return 0;
 }
 
+/* Well-formed UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF). */
+GPR_INLINE int gpr_utf8_ok(const uint8_t *p, uint64_t n) {
+  for (uint64_t i = 0; i < n;) {
+    uint8_t c = p[i];
+    uint32_t need = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : 4;
+    if (need == 4 || n - i <= need) return 0; /* bad lead byte, or truncated */
+    uint32_t cp = need == 0 ? c : need == 1 ? (c & 0x1Fu) : need == 2 ? (c & 0x0Fu) : (c & 0x07u);
+    for (uint32_t k = 1; k <= need; k++) {
+      if ((p[i + k] & 0xC0) != 0x80) return 0;
+      cp = (cp << 6) | (p[i + k] & 0x3Fu);
+    }
+    static const uint32_t min_cp[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[need] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    i += need + 1;
+  }
+  return 1;
+}
+
 /* Arrow C data interface metadata: int32 count, then (int32 len, bytes) twice
  * per pair, consuming exactly `len` bytes. Zero bytes means none. */
 GPR_INLINE int gpr_metadata_ok(const uint8_t *p, uint64_t len) {
@@ -100,7 +119,7 @@ GPR_INLINE int gpr_metadata_ok(const uint8_t *p, uint64_t len) {
   for (int64_t i = 0; i < 2 * (int64_t)count; i++) {
     if (at + 4u > len) return 0;
     memcpy(&n, p + at, 4);
-    if (n < 0 || at + 4u + (uint64_t)n > len) return 0;
+    if (n < 0 || at + 4u + (uint64_t)n > len || !gpr_utf8_ok(p + at + 4u, (uint64_t)n)) return 0;
     at += 4u + (uint64_t)n;
   }
   return at == len;
@@ -149,6 +168,8 @@ GPR_INLINE int gpr_body_check_node(const gpr_body_view *v, uint32_t i, const uin
     return gpr_body_bad(err, GPR_E_FRAME_BOUNDS, i, "string outside the string table");
   if (!gpr_metadata_ok((const uint8_t *)v->strings + n->metadata_offset, n->metadata_length))
     return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "malformed metadata");
+  if (!gpr_utf8_ok((const uint8_t *)v->strings + n->name_offset, n->name_length))
+    return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "name is not UTF-8");
   if (gpr_format_parse(v->strings + n->format_offset, n->format_length, &f) != 0)
     return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "unsupported or malformed format string");
   if (n->flags & ~7u) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "unknown flags");

@@ -1,0 +1,223 @@
+// The Node API's contracts: options, timeouts, abort, backpressure, releases,
+// zero-copy allocation, explicit offsets, lifetime.
+import test from 'ava';
+import { Field, Float32, Int32, makeData, makeVector, Table, vectorFromArray } from 'apache-arrow';
+import { absentBuffer, Consumer, ERROR_CODES, GpuringError, hostBuffer, Producer, Ring, type FrameDescription } from '../lib/index.js';
+import { native } from '../lib/native.js';
+import { HANDLE_BYTES } from '../lib/codec/layout.js';
+import { uniqueName, withRing } from './helpers/ring.js';
+
+const frame = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
+const code = (fn: () => unknown) => {
+  try {
+    fn();
+  } catch (error) {
+    return (error as GpuringError).code;
+  }
+  return 'no error';
+};
+
+test('error codes are the same list in C and TypeScript', (t) => {
+  t.deepEqual(native().errorCodes, ERROR_CODES.filter((c) => c !== 'NATIVE_LOAD'));
+});
+
+test('options are validated: unknown keys are named, bad values explained', (t) => {
+  const e = t.throws(() => Ring.create(uniqueName('opt'), { slotz: 8 } as never), { instanceOf: GpuringError })!;
+  t.is(e.code, 'INVALID_ARGUMENT');
+  t.regex(e.message, /'slotz'/);
+  t.regex(t.throws(() => Ring.create(uniqueName('opt'), { slots: 6 }))!.message, /power of two/);
+  t.is(code(() => Ring.create('bad/name')), 'INVALID_ARGUMENT');
+  t.is(code(() => Ring.open(uniqueName('missing'))), 'SEGMENT_NOT_FOUND');
+});
+
+test('creating an existing ring fails with SEGMENT_EXISTS', async (t) => {
+  await withRing('exists', {}, async (_ring, name) => {
+    t.is(code(() => Ring.create(name)), 'SEGMENT_EXISTS');
+  });
+});
+
+test('next() times out with TIMEOUT; tryNext() returns null on an empty ring', async (t) => {
+  await withRing('timeout', {}, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    t.is(consumer.tryNext(), null);
+    const started = performance.now();
+    const e = await t.throwsAsync(consumer.next({ timeout: 150 }), { instanceOf: GpuringError });
+    t.is(e!.code, 'TIMEOUT');
+    t.true(performance.now() - started >= 140);
+    consumer.close();
+  });
+});
+
+test('an aborted next() rejects with ABORTED and loses no frame', async (t) => {
+  await withRing('abort', {}, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = Producer.open(name);
+    const controller = new AbortController();
+    const pending = consumer.next({ signal: controller.signal });
+    setTimeout(() => controller.abort(), 50);
+    t.is((await t.throwsAsync(pending, { instanceOf: GpuringError }))!.code, 'ABORTED');
+    await producer.publish(frame(7));
+    const f = await consumer.next({ timeout: 2000 });
+    t.is(f.toTable().getChild('i')!.get(0), 7);
+    f.release();
+    t.is((await t.throwsAsync(consumer.next({ signal: AbortSignal.abort() }), { instanceOf: GpuringError }))!.code, 'ABORTED');
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('closing a consumer rejects its waits with CLOSED and ends iteration', async (t) => {
+  await withRing('close', {}, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const pending = consumer.next();
+    consumer.close();
+    t.is((await t.throwsAsync(pending, { instanceOf: GpuringError }))!.code, 'CLOSED');
+    t.is(code(() => consumer.tryNext()), 'CLOSED');
+    const iterating = Consumer.open(name);
+    const producer = Producer.open(name);
+    await producer.publish(frame(1));
+    const loop = (async () => {
+      let n = 0;
+      for await (const f of iterating) (n++, f.release(), setTimeout(() => iterating.close(), 20));
+      return n;
+    })();
+    t.is(await loop, 1, 'the loop took the frame, then ended when the consumer closed');
+    producer.close();
+  });
+});
+
+test('backpressure: a full ring fails fast with RING_FULL, or waits for space, or times out', async (t) => {
+  await withRing('full', { slots: 2 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    await producer.publish(frame(0));
+    await producer.publish(frame(1));
+    t.is((await t.throwsAsync(producer.publish(frame(2), { timeout: 0 }), { instanceOf: GpuringError }))!.code, 'RING_FULL');
+    t.is((await t.throwsAsync(producer.publish(frame(2), { timeout: 100 }), { instanceOf: GpuringError }))!.code, 'TIMEOUT');
+    t.is(producer.stats().unpublishedAllocations, 0, 'a publish that failed freed its copies');
+    const waiting = producer.publish(frame(2));
+    await new Promise((r) => setTimeout(r, 50));
+    const f = await consumer.next();
+    f.release();
+    const id = await waiting;
+    t.is(id, 3, 'published once a slot was released and reclaimed');
+    const seen = [];
+    for (let i = 0; i < 2; i++) {
+      const g = await consumer.next({ timeout: 2000 });
+      seen.push(g.toTable().getChild('i')!.get(0));
+      g.release();
+    }
+    t.deepEqual(seen, [1, 2], 'order kept');
+    await producer.drain();
+    t.is(producer.inFlight, 0);
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('releases() and drain() report frames as their memory comes back', async (t) => {
+  await withRing('releases', {}, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const ids = [await producer.publish(frame(0)), await producer.publish(frame(1))];
+    const released: number[] = [];
+    const collecting = (async () => {
+      for await (const id of producer.releases()) if (released.push(id) === 2) return;
+    })();
+    for (let i = 0; i < 2; i++) (await consumer.next()).release();
+    await collecting;
+    t.deepEqual(released.sort(), ids);
+    await producer.drain();
+    const before = producer.stats().arenaFreeBytes;
+    await producer.publish(frame(2));
+    t.true(producer.stats().arenaFreeBytes < before, 'an unreleased frame holds arena memory');
+    const f = await consumer.next();
+    t.is(code(() => f.release()), 'no error');
+    t.is(code(() => f.release()), 'no error', 'releasing twice is harmless');
+    t.is(code(() => f.toTable()), 'FRAME_STATE', 'a released frame cannot be read');
+    await producer.drain();
+    t.is(producer.stats().arenaFreeBytes, before, 'released memory is reused');
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('allocate(): columns written into arena memory are published without a copy', async (t) => {
+  await withRing('zerocopy', {}, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const rows = 1000;
+    const a = producer.allocate(rows * 4);
+    const values = new Float32Array(a.bytes.buffer, a.bytes.byteOffset, rows);
+    values.forEach((_, i) => (values[i] = i / 2));
+    const column = makeVector(makeData({ type: new Float32(), length: rows, nullCount: 0, data: values }));
+    await producer.publish(new Table({ x: column }));
+    t.is(producer.stats().unpublishedAllocations, 0, 'the allocation now belongs to the frame');
+    const f = await consumer.next();
+    const x = f.toTable().getChild('x')!;
+    t.is(x.get(999), 499.5);
+    values[999] = -1; // same memory on both sides: the consumer sees the producer's write
+    t.is(x.get(999), -1);
+    t.is(code(() => a.free()), 'FRAME_STATE', 'a published allocation is not the caller\'s to free');
+    f.release();
+    const b = producer.allocate(64);
+    b.free();
+    t.is(producer.stats().unpublishedAllocations, 0);
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('publishFrame(): a hand-laid column with offset 3 and validity bits starting at bit 3', async (t) => {
+  await withRing('offsets', {}, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    // Elements 0..9 = 10*i, valid unless i % 4 == 1; the frame shows elements 3..8.
+    const data = producer.allocate(40);
+    const ints = new Int32Array(data.bytes.buffer, data.bytes.byteOffset, 10);
+    ints.forEach((_, i) => (ints[i] = 10 * i));
+    const mask = producer.allocate(2);
+    for (let i = 0; i < 10; i++) if (i % 4 !== 1) mask.bytes[i >> 3]! |= 1 << (i & 7);
+    const arena = `/gpuring.${name}.p${producer.index}g1.a0`;
+    const description: FrameDescription = {
+      rowCount: 6,
+      metadata: null,
+      columns: [
+        {
+          name: 'v', format: 'i', nullable: true, dictionaryOrdered: false, mapKeysSorted: false, metadata: null,
+          dictionary: -1, length: 6, nullCount: 1, offset: 3,
+          buffers: [hostBuffer(arena, mask.offset, 2), hostBuffer(arena, data.offset, 40)],
+          children: [],
+        },
+      ],
+      dictionaries: [],
+      syncKind: 0,
+      syncHandle: new Uint8Array(HANDLE_BYTES),
+    };
+    await producer.publishFrame(description);
+    const f = await consumer.next();
+    t.deepEqual([...f.toTable().getChild('v')!], [30, 40, null, 60, 70, 80]);
+    f.release();
+    const bad = { ...description, columns: [{ ...description.columns[0]!, buffers: [absentBuffer(), hostBuffer(arena, 1 << 20, 40)] }] };
+    t.is((await t.throwsAsync(producer.publishFrame(bad), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('a Table of several record batches is refused with advice; a zero-batch table is a zero-row frame', async (t) => {
+  await withRing('batches', {}, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const two = new Table([...frame(1).batches, ...frame(2).batches]);
+    const e = await t.throwsAsync(producer.publish(two), { instanceOf: GpuringError });
+    t.regex(e!.message, /table\.batches/);
+    await producer.publish(new Table(frame(1).schema));
+    const f = await consumer.next();
+    t.is(f.numRows, 0);
+    t.deepEqual(f.schema.fields.map((x: Field) => x.name), ['i']);
+    f.release();
+    consumer.close();
+    producer.close();
+  });
+});
