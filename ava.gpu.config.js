@@ -1,0 +1,9 @@
+// The GPU suite: test/gpu only. Run on a machine with an NVIDIA GPU (see
+// DEVELOPERS.md); elsewhere every test there reports skipped with the reason.
+export default {
+  extensions: { ts: 'module' },
+  nodeArguments: ['--import=tsx'],
+  workerThreads: false,
+  files: ['test/gpu/**/*.test.ts'],
+  timeout: '5m',
+};

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# `npm test`: every suite, then one line "N passed, N failed, N skipped" summing
+# them. Needs `npm install` (or `npm ci`) first: that builds the addon.
+#   C       ctest: plain, AddressSanitizer+UBSan and ThreadSanitizer builds
+#   TS      ava: codec, API, every type, crashes, bad input, stress, CLI, node-gyp build
+#   GPU     ava test/gpu: skipped, with the reason, where there is no GPU
+set -uo pipefail
+cd "$(dirname "$0")/.."
+passed=0 failed=0 skipped=0
+log=$(mktemp -d)
+
+count_tap() { # file -> adds ava TAP totals
+  local p f s
+  p=$(grep -E '^# pass [0-9]+' "$1" | awk '{print $3}' | tail -1)
+  f=$(grep -E '^# fail [0-9]+' "$1" | awk '{print $3}' | tail -1)
+  s=$(grep -E '^# skip [0-9]+' "$1" | awk '{print $3}' | tail -1)
+  if [[ -z $p && -z $f ]]; then failed=$((failed + 1)); return; fi
+  passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0})); skipped=$((skipped + ${s:-0}))
+}
+
+echo "== C suites =="
+bash scripts/test-c.sh 2>&1 | tee "$log/c.txt"
+c=$(grep -E '^c: [0-9]+ passed, [0-9]+ failed' "$log/c.txt" | tail -1)
+if [[ -n $c ]]; then
+  passed=$((passed + $(echo "$c" | awk '{print $2}'))); failed=$((failed + $(echo "$c" | awk '{print $4}')))
+else
+  failed=$((failed + 1))
+fi
+
+echo "== TypeScript suites =="
+npx ava --tap 2>&1 | tee "$log/ts.txt"
+count_tap "$log/ts.txt"
+
+echo "== GPU suite =="
+npx ava --tap --config ava.gpu.config.js 2>&1 | tee "$log/gpu.txt"
+count_tap "$log/gpu.txt"
+
+rm -rf "$log"
+echo "$passed passed, $failed failed, $skipped skipped"
+[[ $failed -eq 0 ]]

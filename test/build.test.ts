@@ -1,0 +1,37 @@
+// binding.gyp builds the same sources as CMake (from sources.gypi), offline,
+// and that addon works: a frame crosses a ring through it.
+import { execFileSync } from 'node:child_process';
+import { cpSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import test from 'ava';
+import { root, uniqueName } from './helpers/ring.js';
+
+test('node-gyp builds the addon from binding.gyp, and it publishes and consumes', (t) => {
+  t.timeout(300_000);
+  const dir = mkdtempSync(join(tmpdir(), 'gpuring-gyp-'));
+  try {
+    const files = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard'], { cwd: root, encoding: 'utf8' }).split('\n').filter(Boolean);
+    for (const f of files) cpSync(join(root, f), join(dir, f), { recursive: true });
+    symlinkSync(join(root, 'node_modules'), join(dir, 'node_modules'));
+    execFileSync(process.execPath, [join(root, 'node_modules/node-gyp/bin/node-gyp.js'), 'rebuild', '--nodedir', dirname(dirname(process.execPath))], { cwd: dir, stdio: 'pipe' });
+    const name = uniqueName('gyp');
+    const script = `
+      const { Ring } = await import(${JSON.stringify(join(root, 'lib/index.ts'))});
+      const { tableFromArrays } = await import('apache-arrow');
+      const ring = Ring.create(${JSON.stringify(name)});
+      const p = ring.producer(), c = ring.consumer();
+      await p.publish(tableFromArrays({ x: Int32Array.of(42) }));
+      const f = await c.next({ timeout: 2000 });
+      console.log(f.toTable().getChild('x').get(0));
+      f.release(); p.close(); c.close(); ring.close(); Ring.unlink(${JSON.stringify(name)});`;
+    const out = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: root,
+      env: { ...process.env, GPURING_ADDON: join(dir, 'build/Release/gpuring.node') },
+      encoding: 'utf8',
+    });
+    t.is(out.trim(), '42');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
