@@ -15,6 +15,8 @@ import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
 import { consumerOptions, nextOptions, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
 
+const MAX_CACHED_ARENAS = 256;
+
 export type ConsumerOptions = Partial<typeof consumerOptions._input>;
 export type NextOptions = { timeout?: number; signal?: AbortSignal };
 
@@ -108,9 +110,14 @@ export class Consumer implements AsyncIterable<Frame> {
     if (this.#closed) throw new GpuringError('CLOSED', 'the consumer is closed');
   }
 
+  /**
+   * One mapping per arena, reused across frames. Producers come and go, so the
+   * cache is bounded; a Table keeps its own mapping alive after eviction.
+   */
   #arena(name: string): ArrayBuffer {
     let arena = this.#arenas.get(name);
     if (!arena) {
+      if (this.#arenas.size >= MAX_CACHED_ARENAS) this.#arenas.clear();
       arena = callNative(() => this.#core.openArena(name));
       this.#arenas.set(name, arena);
     }

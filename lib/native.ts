@@ -40,6 +40,10 @@ export interface ParticipantInfo {
   arenas: number;
   /** Frames this participant holds (claimed or leased). */
   leases: number;
+  /** Frames published, taken and released by this participant so far. */
+  published: number;
+  leased: number;
+  released: number;
 }
 
 /** What one sweep for dead participants repaired. */

@@ -55,6 +55,10 @@ bool BodyReader::Read(Napi::Env env, const gpr_frame_ref &ref, Napi::ArrayBuffer
   std::lock_guard<std::mutex> lock(mu_);
   auto it = views_.find(name);
   if (it == views_.end()) {
+    if (views_.size() >= kMaxViews) {  // producers come and go; keep the mappings bounded
+      for (auto &kv : views_) gpr_arena_view_close(&kv.second);
+      views_.clear();
+    }
     gpr_arena_view view{};
     if (gpr_arena_open(seg_, name, &view, err) != 0) return false;
     it = views_.emplace(name, view).first;

@@ -28,6 +28,7 @@ class BodyReader {
   bool Read(Napi::Env env, const gpr_frame_ref &ref, Napi::ArrayBuffer *out, gpr_error *err);
 
  private:
+  static constexpr size_t kMaxViews = 64;
   const gpr_segment *seg_;
   std::mutex mu_;
   std::map<std::string, gpr_arena_view> views_;

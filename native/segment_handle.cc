@@ -29,6 +29,9 @@ Napi::Object Participant(Napi::Env env, const gpr_segment &seg, uint32_t i, uint
   o.Set("attachedUnixMs", Num(env, p.attached_unix_ns / 1000000ull));
   o.Set("arenas", Num(env, p.arena_count));
   o.Set("leases", Num(env, leases));
+  o.Set("published", Num(env, __atomic_load_n(&p.published, __ATOMIC_RELAXED)));
+  o.Set("leased", Num(env, __atomic_load_n(&p.leased, __ATOMIC_RELAXED)));
+  o.Set("released", Num(env, __atomic_load_n(&p.released, __ATOMIC_RELAXED)));
   return o;
 }
 }  // namespace

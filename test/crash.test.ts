@@ -47,7 +47,10 @@ test('a consumer killed while holding leases: its leases are released to the pro
     const holder = child('hold', name, 4);
     const { tags, index } = await nextLine<{ tags: string[]; index: number }>(holder);
     t.deepEqual(tags, ['0', '1', '2', '3'], 'the holder took the four oldest frames');
-    t.is(participants(ring).find((p) => p.index === index)?.leases, 4);
+    const held = participants(ring).find((p) => p.index === index);
+    t.is(held?.leases, 4);
+    t.is(held?.leased, 4, 'its own counter says it took four');
+    t.is(participants(ring).find((p) => p.index === producer.index)?.published, 10);
     holder.kill('SIGKILL');
     await exitOf(holder);
     // The producer's thread sweeps while it has frames in flight and finds the dead consumer.

@@ -12,9 +12,12 @@ export function formatInspection(i: RingInspection): string {
     `participants: ${i.participants.length} of ${i.participantCapacity}`,
   ];
   if (i.participants.length) {
-    const rows = [['index', 'pid', 'roles', 'state', 'alive', 'leases', 'arenas', 'attached']];
+    const rows = [['index', 'pid', 'roles', 'state', 'alive', 'leases', 'published', 'taken', 'released', 'arenas', 'attached']];
     for (const p of i.participants)
-      rows.push([String(p.index), String(p.pid), p.roles.join('+'), p.state, p.alive ? 'yes' : 'NO', String(p.leases), String(p.arenas), new Date(p.attachedUnixMs).toISOString()]);
+      rows.push([
+        String(p.index), String(p.pid), p.roles.join('+'), p.state, p.alive ? 'yes' : 'NO', String(p.leases),
+        String(p.published), String(p.leased), String(p.released), String(p.arenas), new Date(p.attachedUnixMs).toISOString(),
+      ]);
     lines.push(table(rows).replace(/^/gm, '  '));
   }
   return lines.join('\n');

@@ -44,6 +44,12 @@ GPR_INLINE uint64_t gpr_hint_reload(uint64_t *hint, uint64_t pos) {
   return gpr_seq_diff(h, pos + 1) > 0 ? h : (pos + 1) & GPR_SEQ_MASK;
 }
 
+/* Counts in the caller's own participant entry. Only the owner writes these
+ * words, so a relaxed load and store do (no RMW on the hot path). */
+GPR_INLINE void gpr_count(uint64_t *counter) {
+  __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + 1u, __ATOMIC_RELAXED);
+}
+
 /* Publishes `ref` as participant `me`. One CAS on the slot; no system call
  * unless a consumer sleeps. GPR_E_RING_FULL when the slot a lap back is still
  * occupied (queued, leased or not yet reclaimed by its producer). */
@@ -60,6 +66,7 @@ GPR_INLINE int gpr_ring_try_publish(gpr_segment *seg, uint32_t me, const gpr_fra
       gpr_hint_advance(&c->tail, pos + 1);
       s->ref = *ref;
       __atomic_store_n(&s->word, gpr_slot_word(pos, GPR_SLOT_READY, me + 1u), __ATOMIC_RELEASE);
+      gpr_count(&seg->participants[me].published);
       gpr_notify(&c->data_seq, &c->data_waiters);
       if (out_pos) *out_pos = pos;
       return 0;
@@ -134,8 +141,10 @@ GPR_INLINE int gpr_ring_transition(gpr_segment *seg, uint64_t pos, uint32_t from
 }
 
 GPR_INLINE int gpr_ring_confirm(gpr_segment *seg, uint32_t me, uint64_t pos) {
-  return gpr_ring_transition(seg, pos, GPR_SLOT_CLAIMED, me + 1u,
-                             gpr_slot_word(pos, GPR_SLOT_LEASED, me + 1u));
+  int rc = gpr_ring_transition(seg, pos, GPR_SLOT_CLAIMED, me + 1u,
+                               gpr_slot_word(pos, GPR_SLOT_LEASED, me + 1u));
+  if (rc == 0) gpr_count(&seg->participants[me].leased);
+  return rc;
 }
 
 /* Publishes that a READY frame sits at `pos`, behind the consumers' head. */
@@ -201,7 +210,9 @@ GPR_INLINE int gpr_ring_release_as(gpr_segment *seg, uint32_t owner, uint64_t po
 }
 
 GPR_INLINE int gpr_ring_release(gpr_segment *seg, uint32_t me, uint64_t pos) {
-  return gpr_ring_release_as(seg, me, pos, GPR_SLOT_LEASED);
+  int rc = gpr_ring_release_as(seg, me, pos, GPR_SLOT_LEASED);
+  if (rc == 0) gpr_count(&seg->participants[me].released);
+  return rc;
 }
 
 /* Producer side: if the frame it published at `pos` was released, recycles the
