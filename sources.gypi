@@ -1,6 +1,7 @@
 {
   "sources": [
     "native/addon.cc",
+    "native/attachment.cc",
     "native/errors.cc",
     "native/segment_handle.cc",
     "native/producer_core.cc",

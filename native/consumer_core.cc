@@ -112,13 +112,8 @@ void ConsumerState::Loop() {
 
 void ConsumerState::Shutdown() {
   thread.Stop([this] { gpr_kick(&seg.control->data_seq); });
-  if (attached) {
-    gpr_error err{};
-    gpr_participant_detach(&seg, me, gen, &err);  // hands back claims, releases leases
-    attached = false;
-  }
   bodies.reset();
-  gpr_segment_close(&seg);
+  Detach();  // hands back claims, releases leases
 }
 
 // ---------------------------------------------------------------------------
@@ -137,20 +132,11 @@ Napi::Function ConsumerCore::Define(Napi::Env env) {
 ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<ConsumerCore>(info) {
   Napi::Env env = info.Env();
   std::string name = info[0].As<Napi::String>();
-  gpr_segment_options opt{0, 0, 0, info[1].As<Napi::Number>().Uint32Value()};
   s_ = std::make_shared<ConsumerState>();
   ConsumerState &s = *s_;
-  Check(env, [&](gpr_error *e) { return gpr_segment_open(&s.seg, name.c_str(), &opt, e); });
-  gpr_error err{};
-  if (gpr_participant_attach(&s.seg, GPR_ROLE_CONSUMER, &s.me, &s.gen, &err) != 0) {
-    gpr_segment_close(&s.seg);
-    Throw(env, err);
-  }
-  s.attached = true;
+  s.Attach(env, name, info[1].As<Napi::Number>().Uint32Value(), GPR_ROLE_CONSUMER);
   s.bodies = std::make_unique<BodyReader>(&s.seg);
-  auto state = s_;
-  s.thread.Start(env, "gpuring-consumer", [state] { state->Loop(); });
-  env.AddCleanupHook([state] { state->Shutdown(); });
+  StartCore(env, s_, "gpuring-consumer");
   Value().Set("index", Napi::Number::New(env, s.me));
   Value().Set("generation", Napi::Number::New(env, s.gen));
 }

@@ -10,15 +10,13 @@
 #include <memory>
 #include <string>
 #include "arena_map.h"
+#include "attachment.h"
 #include "core_thread.h"
 #include "gpuring.h"
 
 namespace gpuring {
 
-struct ConsumerState : std::enable_shared_from_this<ConsumerState> {
-  gpr_segment seg{};
-  uint32_t me = 0, gen = 0;
-  bool attached = false;
+struct ConsumerState : Attachment, std::enable_shared_from_this<ConsumerState> {
   CoreThread thread;
   SweepClock sweeps{250000000ull};
   std::unique_ptr<BodyReader> bodies;

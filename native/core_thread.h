@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include "gpuring.h"
@@ -62,6 +63,14 @@ class CoreThread {
   Napi::ThreadSafeFunction tsfn_;
   uint32_t holds_ = 0;  // JS thread only
 };
+
+// Starts a core's waiter thread and makes environment teardown (process exit
+// without close) shut it down: the thread joined, the participant detached.
+template <typename State>
+void StartCore(Napi::Env env, const std::shared_ptr<State> &state, const char *name) {
+  state->thread.Start(env, name, [state] { state->Loop(); });
+  env.AddCleanupHook([state] { state->Shutdown(); });
+}
 
 // Time-based throttle for sweeps run from waiting loops.
 class SweepClock {

@@ -125,13 +125,8 @@ void ProducerState::Loop() {
 
 void ProducerState::Shutdown() {
   thread.Stop([this] { gpr_kick(&seg.control->space_seq); });
-  if (attached) {
-    gpr_error err{};
-    gpr_participant_detach(&seg, me, gen, &err);
-    attached = false;
-  }
+  Detach();  // the arenas stay named until no frame refers to them (recovery.h)
   gpr_arena_pool_destroy(&pool);
-  gpr_segment_close(&seg);
 }
 
 // ---------------------------------------------------------------------------
@@ -155,20 +150,11 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
   env_ = env;
   std::string name = info[0].As<Napi::String>();
   uint64_t arena_size = static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue());
-  gpr_segment_options opt{0, 0, 0, info[2].As<Napi::Number>().Uint32Value()};
   s_ = std::make_shared<ProducerState>();
   ProducerState &s = *s_;
-  Check(env, [&](gpr_error *e) { return gpr_segment_open(&s.seg, name.c_str(), &opt, e); });
-  gpr_error err{};
-  if (gpr_participant_attach(&s.seg, GPR_ROLE_PRODUCER, &s.me, &s.gen, &err) != 0) {
-    gpr_segment_close(&s.seg);
-    Throw(env, err);
-  }
-  s.attached = true;
+  s.Attach(env, name, info[2].As<Napi::Number>().Uint32Value(), GPR_ROLE_PRODUCER);
   gpr_arena_pool_init(&s.pool, &s.seg, s.me, s.gen, arena_size);
-  auto state = s_;
-  s.thread.Start(env, "gpuring-producer", [state] { state->Loop(); });
-  env.AddCleanupHook([state] { state->Shutdown(); });
+  StartCore(env, s_, "gpuring-producer");
   Value().Set("index", Napi::Number::New(env, s.me));
   Value().Set("generation", Napi::Number::New(env, s.gen));
 }

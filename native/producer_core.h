@@ -10,17 +10,15 @@
 #include <string>
 #include <memory>
 #include <vector>
+#include "attachment.h"
 #include "core_thread.h"
 #include "gpuring.h"
 
 namespace gpuring {
 
-struct ProducerState : std::enable_shared_from_this<ProducerState> {
-  gpr_segment seg{};
-  uint32_t me = 0, gen = 0;
+struct ProducerState : Attachment, std::enable_shared_from_this<ProducerState> {
   gpr_arena_pool pool{};
   uint64_t next_frame_id = 1;
-  bool attached = false;
   CoreThread thread;
   SweepClock sweeps{250000000ull};
 

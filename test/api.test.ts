@@ -221,3 +221,13 @@ test('a Table of several record batches is refused with advice; a zero-batch tab
     producer.close();
   });
 });
+
+test('an arena larger than /dev/shm can hold fails with NO_SPACE and a message that says what to do', async (t) => {
+  await withRing('nospace', {}, async (_ring, name) => {
+    const producer = Producer.open(name, { arenaBytes: 2 ** 40 });
+    const e = await t.throwsAsync(producer.publish(frame(1)), { instanceOf: GpuringError });
+    t.is(e!.code, 'NO_SPACE');
+    t.regex(e!.message, /\/dev\/shm.*(enlarge|shm-size)/);
+    producer.close();
+  });
+});

@@ -76,8 +76,8 @@ test('a consumer killed between taking a frame and handing it over: the frame go
     proc.kill('SIGKILL');
     await exitOf(proc);
     const consumer = Consumer.open(name);
-    const report = ring.sweep();
-    t.is(report.redelivered, 1, 'the claimed frame was handed back');
+    ring.sweep(); // the producer's own thread may have repaired it already; either way it is counted
+    t.is(ring.inspect().redelivered, 1, 'the claimed frame was handed back once');
     t.deepEqual(await drainTags(consumer), [0, 1, 2], 'all three delivered, the claimed one too, none twice');
     await producer.drain();
     consumer.close();
