@@ -7,6 +7,8 @@
     "native/producer_core.cc",
     "native/consumer_core.cc",
     "native/arena_map.cc",
-    "native/cuda_probe.cc"
+    "native/cuda_api.cc",
+    "native/cuda_context.cc",
+    "native/cuda_driver.cc"
   ]
 }

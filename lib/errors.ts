@@ -28,6 +28,10 @@ export const ERROR_CODES = [
   'OUT_OF_MEMORY',
   'SYSTEM',
   'UNSUPPORTED',
+  'CUDA_UNAVAILABLE',
+  'CUDA',
+  'DEVICE_NOT_FOUND',
+  'NOT_EXPORTABLE',
   'NATIVE_LOAD',
 ] as const;
 

@@ -7,4 +7,5 @@ export type { BufferDescriptor, ColumnDescriptor, FrameDescription } from './cod
 export { absentBuffer, hostBuffer } from './codec/description.js';
 export { encodeFrame } from './codec/encode.js';
 export { decodeFrame } from './codec/decode.js';
-export type { ParticipantInfo, ProducerStats, SweepReport } from './native.js';
+export type { CudaInfo, DeviceInfo, ParticipantInfo, ProducerStats, SweepReport } from './native.js';
+export { cudaInfo, DeviceBuffer } from './device-buffer.js';

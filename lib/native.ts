@@ -100,12 +100,26 @@ export interface NativeConsumerCore {
   close(): void;
 }
 
-export interface CudaProbe {
-  found: boolean;
-  library?: string;
-  driverVersion?: number;
-  devices?: number;
+/** What the CUDA driver reports (see lib/cuda.ts). */
+export interface CudaInfo {
+  available: boolean;
   error?: string;
+  driverVersion?: number;
+  devices: DeviceInfo[];
+}
+
+export interface DeviceInfo {
+  ordinal: number;
+  name: string;
+  /** As nvidia-smi prints it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx. */
+  uuid: string;
+  uuidBytes: Uint8Array;
+  totalBytes: number;
+  freeBytes: number;
+  /** Whether this device's memory can be exported with CUDA IPC here, and if not why. */
+  ipc: { ok: boolean; reason?: string };
+  /** peerAccess[j]: this device can access device j's memory directly. */
+  peerAccess: boolean[];
 }
 
 export interface NativeAddon {
@@ -115,7 +129,11 @@ export interface NativeAddon {
   };
   ProducerCore: new (name: string, arenaBytes: number, openTimeoutMs: number) => NativeProducerCore;
   ConsumerCore: new (name: string, openTimeoutMs: number) => NativeConsumerCore;
-  probeCudaDriver(): CudaProbe;
+  cudaInfo(): CudaInfo;
+  deviceAlloc(ordinal: number, bytes: number): bigint;
+  deviceFree(ordinal: number, ptr: bigint): void;
+  deviceUpload(ordinal: number, ptr: bigint, bytes: Uint8Array): void;
+  deviceDownload(ordinal: number, ptr: bigint, bytes: number): ArrayBuffer;
   errorCodes: string[];
   layoutHash: string;
   versionMajor: number;

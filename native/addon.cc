@@ -1,7 +1,7 @@
 // Module entry: the classes lib/ wraps, and the constants it checks against.
 #include <napi.h>
 #include "consumer_core.h"
-#include "cuda_probe.h"
+#include "cuda_api.h"
 #include "producer_core.h"
 #include "segment_handle.h"
 
@@ -11,7 +11,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("SegmentHandle", SegmentHandle::Define(env));
   exports.Set("ProducerCore", ProducerCore::Define(env));
   exports.Set("ConsumerCore", ConsumerCore::Define(env));
-  exports.Set("probeCudaDriver", Napi::Function::New(env, ProbeCudaDriver));
+  cuda::DefineCudaApi(env, exports);
   Napi::Array codes = Napi::Array::New(env, GPR_E_COUNT_);
   for (uint32_t i = 0; i < GPR_E_COUNT_; i++) codes.Set(i, Napi::String::New(env, gpr_code_name(static_cast<gpr_code>(i))));
   exports.Set("errorCodes", codes);

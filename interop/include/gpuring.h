@@ -116,7 +116,11 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
   X(ARENA_INVALID, "a host arena is missing, foreign or too small")              \
   X(OUT_OF_MEMORY, "an allocation failed")                                       \
   X(SYSTEM, "a system call failed")                                              \
-  X(UNSUPPORTED, "this build or machine cannot do that")
+  X(UNSUPPORTED, "this build or machine cannot do that")                         \
+  X(CUDA_UNAVAILABLE, "no usable CUDA driver on this machine")                   \
+  X(CUDA, "a CUDA driver call failed")                                           \
+  X(DEVICE_NOT_FOUND, "no visible CUDA device has that ordinal or UUID")         \
+  X(NOT_EXPORTABLE, "this memory cannot be shared with CUDA IPC")
 
 typedef enum gpr_code {
 #define GPR_X_ENUM(name, text) GPR_E_##name,

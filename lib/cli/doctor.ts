@@ -1,6 +1,6 @@
 /** `gpuring doctor`: what this machine offers gpuring, and what to fix. */
 import { readdirSync, readFileSync, statfsSync } from 'node:fs';
-import { native } from '../native.js';
+import { native, type CudaInfo } from '../native.js';
 import { bytes, type Output } from './output.js';
 
 interface Check {
@@ -30,20 +30,23 @@ function openFilesCheck(): Check {
   return { name: 'open files', ok: soft === 'unlimited' || Number(soft) >= 1024, detail: `soft limit ${soft}` };
 }
 
+function cudaChecks(info: CudaInfo): Check[] {
+  if (!info.available) return [{ name: 'CUDA driver', ok: true, detail: `${info.error}; host-memory rings work, device memory needs an NVIDIA driver` }];
+  const v = info.driverVersion ?? 0;
+  const checks: Check[] = [{ name: 'CUDA driver', ok: true, detail: `libcuda.so.1, CUDA ${Math.floor(v / 1000)}.${(v % 1000) / 10}, ${info.devices.length} device(s)` }];
+  for (const d of info.devices) {
+    checks.push({ name: `GPU ${d.ordinal}`, ok: true, detail: `${d.name}, ${d.uuid}, ${bytes(d.freeBytes)} free of ${bytes(d.totalBytes)}` });
+    checks.push({ name: `GPU ${d.ordinal} IPC`, ok: d.ipc.ok, detail: d.ipc.ok ? 'device memory can be exported' : `not available: ${d.ipc.reason}` });
+  }
+  if (info.devices.length > 1)
+    checks.push({ name: 'peer access', ok: true, detail: info.devices.map((d) => `${d.ordinal}: ${d.peerAccess.map((p) => (p ? 'y' : '-')).join('')}`).join('  ') });
+  return checks;
+}
+
 function addonCheck(): Check[] {
   try {
     const a = native();
-    const cuda = a.probeCudaDriver();
-    return [
-      { name: 'native addon', ok: true, detail: `loaded; wire format ${a.versionMajor}.${a.versionMinor}, layout ${a.layoutHash}` },
-      {
-        name: 'CUDA driver',
-        ok: true,
-        detail: cuda.found
-          ? `${cuda.library}, version ${cuda.driverVersion ?? '?'}, ${cuda.devices ?? 0} device(s)${cuda.error ? ` (${cuda.error})` : ''}`
-          : `not found (${cuda.error}); host-memory rings work, device memory needs an NVIDIA driver`,
-      },
-    ];
+    return [{ name: 'native addon', ok: true, detail: `loaded; wire format ${a.versionMajor}.${a.versionMinor}, layout ${a.layoutHash}` }, ...cudaChecks(a.cudaInfo())];
   } catch (error) {
     return [{ name: 'native addon', ok: false, detail: (error as Error).message }];
   }

@@ -1,0 +1,66 @@
+/**
+ * DeviceBuffer: memory on a CUDA device, allocated with the device's primary
+ * context (so it is the same memory PyTorch or CuPy in this process would see).
+ * The buffer owns the allocation until `free()` (or dispose).
+ */
+import { callNative, GpuringError } from './errors.js';
+import { native, type CudaInfo } from './native.js';
+
+/** The CUDA driver and devices of this machine; never throws. */
+export function cudaInfo(): CudaInfo {
+  return native().cudaInfo();
+}
+
+export class DeviceBuffer implements Disposable {
+  /** Device address, as CUdeviceptr. */
+  readonly ptr: bigint;
+  readonly byteLength: number;
+  /** Device ordinal in this process. */
+  readonly device: number;
+  #freed = false;
+
+  private constructor(ptr: bigint, byteLength: number, device: number) {
+    this.ptr = ptr;
+    this.byteLength = byteLength;
+    this.device = device;
+  }
+
+  /** Allocates `byteLength` bytes on device `device` (cuMemAlloc). */
+  static alloc(byteLength: number, { device = 0 }: { device?: number } = {}): DeviceBuffer {
+    if (!Number.isSafeInteger(byteLength) || byteLength <= 0) throw new GpuringError('INVALID_ARGUMENT', 'byteLength must be a positive integer');
+    return new DeviceBuffer(callNative(() => native().deviceAlloc(device, byteLength)), byteLength, device);
+  }
+
+  /** Copies host bytes to the device at byte `offset` (synchronous). */
+  upload(source: ArrayBufferView, offset = 0): void {
+    this.#check(offset, source.byteLength);
+    const bytes = new Uint8Array(source.buffer, source.byteOffset, source.byteLength);
+    callNative(() => native().deviceUpload(this.device, this.ptr + BigInt(offset), bytes));
+  }
+
+  /** Copies `length` bytes from byte `offset` to a new host buffer (synchronous). */
+  download(offset = 0, length = this.byteLength - offset): Uint8Array {
+    this.#check(offset, length);
+    return new Uint8Array(callNative(() => native().deviceDownload(this.device, this.ptr + BigInt(offset), length)));
+  }
+
+  get freed(): boolean {
+    return this.#freed;
+  }
+
+  free(): void {
+    if (this.#freed) return;
+    this.#freed = true;
+    callNative(() => native().deviceFree(this.device, this.ptr));
+  }
+
+  [Symbol.dispose](): void {
+    this.free();
+  }
+
+  #check(offset: number, length: number): void {
+    if (this.#freed) throw new GpuringError('FRAME_STATE', 'the device buffer was freed');
+    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0 || offset + length > this.byteLength)
+      throw new GpuringError('INVALID_ARGUMENT', `range [${offset}, +${length}) is outside the ${this.byteLength}-byte buffer`);
+  }
+}

@@ -1,0 +1,133 @@
+#include "cuda_api.h"
+#include <cstdio>
+#include <string>
+#include "cuda_context.h"
+#include "errors.h"
+
+namespace gpuring::cuda {
+
+namespace {
+
+std::string UuidText(const CUuuid &u) {
+  char s[48];
+  const unsigned char *b = u.bytes;
+  snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3],
+           b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return s;
+}
+
+// Whether legacy CUDA IPC can export memory on this device: allocate, ask for
+// a handle, free. (Opening it needs a second process; the GPU suite does that.)
+Napi::Object IpcCheck(Napi::Env env, const Driver &d) {
+  Napi::Object o = Napi::Object::New(env);
+  CUdeviceptr p = 0;
+  CUresult rc = d.cuMemAlloc(&p, 1 << 21);
+  CUipcMemHandle h;
+  if (rc == CUDA_SUCCESS) rc = d.cuIpcGetMemHandle(&h, p);
+  if (p) d.cuMemFree(p);
+  o.Set("ok", rc == CUDA_SUCCESS);
+  if (rc != CUDA_SUCCESS) o.Set("reason", "cuIpcGetMemHandle: " + d.Describe(rc));
+  return o;
+}
+
+Napi::Object Device(Napi::Env env, const Driver &d, int ordinal, int count) {
+  ScopedContext ctx(env, ordinal);
+  CUdevice dev;
+  Check(env, d.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
+  char name[256] = {0};
+  CUuuid uuid{};
+  size_t total = 0, free_bytes = 0, total_ctx = 0;
+  Check(env, d.cuDeviceGetName(name, sizeof name - 1, dev), "cuDeviceGetName");
+  Check(env, d.cuDeviceGetUuid(&uuid, dev), "cuDeviceGetUuid");
+  Check(env, d.cuDeviceTotalMem(&total, dev), "cuDeviceTotalMem");
+  Check(env, d.cuMemGetInfo(&free_bytes, &total_ctx), "cuMemGetInfo");
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("ordinal", ordinal);
+  o.Set("name", std::string(name));
+  o.Set("uuid", UuidText(uuid));
+  o.Set("uuidBytes", Napi::Buffer<uint8_t>::Copy(env, uuid.bytes, 16));
+  o.Set("totalBytes", static_cast<double>(total));
+  o.Set("freeBytes", static_cast<double>(free_bytes));
+  o.Set("ipc", IpcCheck(env, d));
+  Napi::Array peers = Napi::Array::New(env, count);
+  for (int j = 0; j < count; j++) {
+    int can = 0;
+    CUdevice other;
+    if (j != ordinal && d.cuDeviceGet(&other, j) == CUDA_SUCCESS) d.cuDeviceCanAccessPeer(&can, dev, other);
+    peers.Set(j, j == ordinal || can != 0);
+  }
+  o.Set("peerAccess", peers);
+  return o;
+}
+
+// cudaInfo() -> { available, error?, driverVersion?, devices: [...] }
+Napi::Value CudaInfo(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  const Driver &d = Driver::Get();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("available", d.loaded);
+  if (d.version) o.Set("driverVersion", d.version);
+  Napi::Array devices = Napi::Array::New(env);
+  o.Set("devices", devices);
+  if (!d.loaded) {
+    o.Set("error", d.error);
+    return o;
+  }
+  int count = 0;
+  Check(env, d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  for (int i = 0; i < count; i++) devices.Set(i, Device(env, d, i, count));
+  return o;
+}
+
+CUdeviceptr Ptr(const Napi::Value &v) {
+  bool lossless = true;
+  return static_cast<CUdeviceptr>(v.As<Napi::BigInt>().Uint64Value(&lossless));
+}
+
+// deviceAlloc(ordinal, bytes) -> bigint
+Napi::Value DeviceAlloc(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
+  CUdeviceptr p = 0;
+  Check(env, ctx.driver().cuMemAlloc(&p, static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue())), "cuMemAlloc");
+  return Napi::BigInt::New(env, static_cast<uint64_t>(p));
+}
+
+// deviceFree(ordinal, ptr)
+Napi::Value DeviceFree(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
+  Check(env, ctx.driver().cuMemFree(Ptr(info[1])), "cuMemFree");
+  return env.Undefined();
+}
+
+// deviceUpload(ordinal, ptr, bytes: Uint8Array)
+Napi::Value DeviceUpload(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
+  auto src = info[2].As<Napi::Uint8Array>();
+  Check(env, ctx.driver().cuMemcpyHtoD(Ptr(info[1]), src.Data(), src.ByteLength()), "cuMemcpyHtoD");
+  return env.Undefined();
+}
+
+// deviceDownload(ordinal, ptr, bytes) -> ArrayBuffer
+Napi::Value DeviceDownload(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
+  size_t n = static_cast<size_t>(info[2].As<Napi::Number>().DoubleValue());
+  Napi::ArrayBuffer out = Napi::ArrayBuffer::New(env, n);
+  Check(env, ctx.driver().cuMemcpyDtoH(out.Data(), Ptr(info[1]), n), "cuMemcpyDtoH");
+  return out;
+}
+
+}  // namespace
+
+void DefineCudaApi(Napi::Env env, Napi::Object exports) {
+  exports.Set("cudaInfo", Napi::Function::New(env, CudaInfo));
+  exports.Set("deviceAlloc", Napi::Function::New(env, DeviceAlloc));
+  exports.Set("deviceFree", Napi::Function::New(env, DeviceFree));
+  exports.Set("deviceUpload", Napi::Function::New(env, DeviceUpload));
+  exports.Set("deviceDownload", Napi::Function::New(env, DeviceDownload));
+}
+
+}  // namespace gpuring::cuda

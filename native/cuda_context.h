@@ -1,0 +1,30 @@
+// Running driver calls on a device: its primary context (shared with PyTorch,
+// CuPy and every runtime-API user in the process) made current for a scope.
+#pragma once
+#include <napi.h>
+#include "cuda_driver.h"
+
+namespace gpuring::cuda {
+
+// The driver, or a CUDA_UNAVAILABLE error saying why there is none.
+const Driver &Require(Napi::Env env);
+
+// Throws a JS error with code CUDA naming the call and the CUDA error.
+void Check(Napi::Env env, CUresult rc, const char *call);
+
+// Pushes device `ordinal`'s primary context for the scope. Primary contexts
+// are retained once per process and never released: releasing one could tear
+// down a context another library in this process is using.
+class ScopedContext {
+ public:
+  ScopedContext(Napi::Env env, int ordinal);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext &) = delete;
+  ScopedContext &operator=(const ScopedContext &) = delete;
+  const Driver &driver() const { return d_; }
+
+ private:
+  const Driver &d_;
+};
+
+}  // namespace gpuring::cuda
