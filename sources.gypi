@@ -9,6 +9,8 @@
     "native/arena_map.cc",
     "native/cuda_api.cc",
     "native/cuda_context.cc",
-    "native/cuda_driver.cc"
+    "native/cuda_driver.cc",
+    "native/cuda_ipc.cc",
+    "native/ipc_handle_cache.cc"
   ]
 }

@@ -4,7 +4,8 @@
  * The buffer owns the allocation until `free()` (or dispose).
  */
 import { callNative, GpuringError } from './errors.js';
-import { native, type CudaInfo } from './native.js';
+import type { BufferDescriptor } from './codec/description.js';
+import { native, type CudaInfo, type DeviceExport } from './native.js';
 
 /** The CUDA driver and devices of this machine; never throws. */
 export function cudaInfo(): CudaInfo {
@@ -63,4 +64,43 @@ export class DeviceBuffer implements Disposable {
     if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0 || offset + length > this.byteLength)
       throw new GpuringError('INVALID_ARGUMENT', `range [${offset}, +${length}) is outside the ${this.byteLength}-byte buffer`);
   }
+}
+
+let uuids: Uint8Array[] | undefined;
+
+/** This process's ordinal of the device with `uuid` (ordinals differ between processes). */
+export function deviceOrdinalOf(uuid: Uint8Array): number {
+  uuids ??= callNative(() => native().deviceUuids());
+  const i = uuids.findIndex((u) => u.every((b, k) => b === uuid[k]));
+  if (i < 0) {
+    const hex = Buffer.from(uuid).toString('hex');
+    throw new GpuringError('DEVICE_NOT_FOUND', `the frame's device (UUID ${hex}) is not visible in this process; check CUDA_VISIBLE_DEVICES`);
+  }
+  return i;
+}
+
+/** The UUID bytes of device `ordinal` in this process. */
+export function deviceUuidOf(ordinal: number): Uint8Array {
+  uuids ??= callNative(() => native().deviceUuids());
+  const u = uuids[ordinal];
+  if (!u) throw new GpuringError('DEVICE_NOT_FOUND', `no CUDA device ${ordinal} (${uuids.length} visible)`);
+  return u;
+}
+
+/**
+ * Makes `ptr` (any device pointer, also one inside a larger allocation such as
+ * PyTorch's or RMM's pools) shareable. Refuses memory legacy CUDA IPC cannot
+ * export (managed, pinned host, stream-ordered pool, VMM) with NOT_EXPORTABLE.
+ */
+export function exportDeviceMemory(ptr: bigint): DeviceExport {
+  return callNative(() => native().exportDeviceMemory(ptr));
+}
+
+/**
+ * A cuda-ipc buffer descriptor for `length` bytes at `ptr`, for publishFrame().
+ * The caller keeps the memory alive and unchanged until the frame is released.
+ */
+export function deviceBufferDescriptor(ptr: bigint, length: number): BufferDescriptor {
+  const e = exportDeviceMemory(ptr);
+  return { kind: 'cuda-ipc', deviceOrdinal: e.device, deviceUuid: deviceUuidOf(e.device), offset: e.offset, length, allocationId: e.allocationId, handle: e.handle };
 }

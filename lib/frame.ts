@@ -8,12 +8,19 @@
  * tables from `toTable()` still point at the producer's memory, which it may
  * overwrite at any time: copy what you keep (e.g. `tableFromIPC(tableToIPC(t))`)
  * before releasing.
+ *
+ * Device frames (cuda-ipc buffers): `toTable()` copies each buffer to the host,
+ * on the device after the producer's event (no host wait for the producer's
+ * GPU work). Each allocation is mapped once per process and the frame holds a
+ * reference to its mappings until release.
  */
 import type { Schema, Table } from 'apache-arrow';
 import type { BufferDescriptor, FrameDescription } from './codec/description.js';
 import { handleName } from './codec/description.js';
 import { schemaOfFrame, tableFromFrame } from './arrow/table-reader.js';
-import { GpuringError } from './errors.js';
+import { deviceOrdinalOf } from './device-buffer.js';
+import { callNative, GpuringError } from './errors.js';
+import { native } from './native.js';
 
 /** What a Frame needs from its consumer: mapped arenas and the release call. */
 export interface FrameSource {
@@ -33,6 +40,8 @@ export class Frame implements Disposable {
   readonly #pos: number;
   readonly #source: FrameSource;
   #released = false;
+  /** Device allocations this frame mapped (IpcHandleCache references), by handle. */
+  readonly #mapped = new Map<string, { handle: Uint8Array; device: number; base: bigint; bytes: number }>();
 
   /** @internal */
   constructor(init: { id: number; producer: number; tag: bigint; pos: number; description: FrameDescription; source: FrameSource }) {
@@ -62,10 +71,32 @@ export class Frame implements Disposable {
     return tableFromFrame(this.description, (b) => this.#resolve(b));
   }
 
+  /**
+   * Copies a device buffer to host memory, ordered after the producer's event
+   * on the device. The allocation is mapped once per process (IpcHandleCache)
+   * and referenced by this frame until it is released.
+   */
+  #copyFromDevice(b: BufferDescriptor): Uint8Array {
+    const key = `${Buffer.from(b.handle).toString('hex')}:${b.allocationId}`;
+    let m = this.#mapped.get(key);
+    if (!m) {
+      const device = deviceOrdinalOf(b.deviceUuid);
+      const { base, bytes } = callNative(() => native().ipcAcquire(b.handle, b.allocationId, device));
+      m = { handle: b.handle, device, base, bytes };
+      this.#mapped.set(key, m);
+    }
+    if (b.offset + b.length > m.bytes) throw new GpuringError('FRAME_BOUNDS', `a device buffer [${b.offset}, +${b.length}) lies outside its ${m.bytes}-byte allocation`);
+    const event = this.description.syncKind === 2 ? this.description.syncHandle : null;
+    const mm = m;
+    return new Uint8Array(callNative(() => native().copyToHost(mm.device, mm.base + BigInt(b.offset), b.length, event)));
+  }
+
   /** Ends the lease. Calling it again does nothing. */
   release(): void {
     if (this.#released) return;
     this.#released = true;
+    for (const handle of this.#mapped.values()) native().ipcRelease(handle.handle);
+    this.#mapped.clear();
     this.#source.release(this.#pos);
   }
 
@@ -74,7 +105,7 @@ export class Frame implements Disposable {
   }
 
   #resolve(b: BufferDescriptor): Uint8Array {
-    if (b.kind !== 'host') throw new GpuringError('UNSUPPORTED', `buffers of memory kind '${b.kind}' cannot be mapped by this build`);
+    if (b.kind === 'cuda-ipc') return this.#copyFromDevice(b);
     const arena = this.#source.arena(handleName(b.handle));
     if (b.offset + b.length > arena.byteLength)
       throw new GpuringError('FRAME_BOUNDS', `a buffer [${b.offset}, +${b.length}) lies outside its ${arena.byteLength}-byte arena`);

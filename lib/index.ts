@@ -8,4 +8,4 @@ export { absentBuffer, hostBuffer } from './codec/description.js';
 export { encodeFrame } from './codec/encode.js';
 export { decodeFrame } from './codec/decode.js';
 export type { CudaInfo, DeviceInfo, ParticipantInfo, ProducerStats, SweepReport } from './native.js';
-export { cudaInfo, DeviceBuffer } from './device-buffer.js';
+export { cudaInfo, DeviceBuffer, deviceBufferDescriptor, exportDeviceMemory } from './device-buffer.js';

@@ -69,6 +69,7 @@ export interface NativeProducerCore {
   onRelease(callback: ((frameIds: number[]) => void) | null): void;
   stats(): ProducerStats;
   keepAlive(on: boolean): void;
+  takeReleased(): number[];
   close(): void;
 }
 
@@ -98,6 +99,27 @@ export interface NativeConsumerCore {
   release(pos: number): void;
   openArena(name: string): ArrayBuffer;
   close(): void;
+}
+
+/** Device memory made shareable: its allocation's IPC handle and the pointer's offset in it. */
+export interface DeviceExport {
+  handle: Uint8Array;
+  offset: number;
+  base: bigint;
+  allocationBytes: number;
+  device: number;
+  /** CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per allocation for the process's lifetime. */
+  allocationId: bigint;
+}
+
+/** The consumer-side mapping cache (one open per allocation per process). */
+export interface IpcStats {
+  entries: number;
+  referenced: number;
+  mappedBytes: number;
+  opens: number;
+  closes: number;
+  hits: number;
 }
 
 /** What the CUDA driver reports (see lib/cuda.ts). */
@@ -134,6 +156,17 @@ export interface NativeAddon {
   deviceFree(ordinal: number, ptr: bigint): void;
   deviceUpload(ordinal: number, ptr: bigint, bytes: Uint8Array): void;
   deviceDownload(ordinal: number, ptr: bigint, bytes: number): ArrayBuffer;
+  deviceUuids(): Uint8Array[];
+  allocOtherMemory(kind: 'pinned' | 'managed', bytes: number): bigint;
+  exportDeviceMemory(ptr: bigint): DeviceExport;
+  ipcAcquire(handle: Uint8Array, allocationId: bigint, device: number): { base: bigint; bytes: number };
+  ipcRelease(handle: Uint8Array): void;
+  ipcStats(): IpcStats;
+  ipcSetLimits(entries: number, bytes: number): void;
+  recordEvent(device: number): { id: number; handle: Uint8Array };
+  recycleEvent(id: number): void;
+  copyToHost(device: number, ptr: bigint, bytes: number, event: Uint8Array | null): ArrayBuffer;
+  deviceMemsetAsync(device: number, ptr: bigint, value: number, bytes: number, times: number): void;
   errorCodes: string[];
   layoutHash: string;
   versionMajor: number;

@@ -45,6 +45,8 @@ export const publishOptions = z
     timeout: z.number().nonnegative().default(Infinity),
     /** A number for the application, carried with the frame. */
     tag: z.bigint().min(0n).max(2n ** 64n - 1n).default(0n),
+    /** Upload the columns to this CUDA device and publish them as cuda-ipc buffers. */
+    device: z.number().int().min(0).optional(),
   })
   .strict();
 

@@ -13,14 +13,16 @@
 import { EventEmitter } from 'node:events';
 import type { RecordBatch, Table } from 'apache-arrow';
 import { describeBatch, type BufferPlacer } from './arrow/table-writer.js';
-import { handleName, hostBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
+import { forEachBuffer, handleName, hostBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
 import { encodeFrame } from './codec/encode.js';
+import { recordFrameEvent, uploadBatch } from './device-upload.js';
+import type { DeviceBuffer } from './device-buffer.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeProducerCore, type ProducerStats } from './native.js';
 import { parseOptions, parseSegmentName, producerOptions, publishOptions, toNativeTimeout } from './options.js';
 
 export type ProducerOptions = Partial<typeof producerOptions._input>;
-export type PublishOptions = { timeout?: number; tag?: bigint };
+export type PublishOptions = { timeout?: number; tag?: bigint; device?: number };
 
 /**
  * Memory in one of the producer's arenas, for writing a column in place.
@@ -52,6 +54,8 @@ export class Producer {
   readonly #events = new EventEmitter();
   /** Published and not yet released. */
   readonly #inFlight = new Set<number>();
+  /** Device memory and events of frames in flight, freed / recycled on release. */
+  readonly #deviceFrames = new Map<number, { memory?: DeviceBuffer; eventId: number }>();
   #listening = false;
   #closed = false;
 
@@ -97,10 +101,22 @@ export class Producer {
     };
   }
 
-  /** Publishes a Table (of at most one record batch) or a RecordBatch; resolves to the frame id. */
+  /**
+   * Publishes a Table (of at most one record batch) or a RecordBatch; resolves
+   * to the frame id. With `device: N` the columns are uploaded to CUDA device N
+   * and travel as cuda-ipc buffers (the consumer maps them; nothing crosses
+   * host memory but the frame description).
+   */
   async publish(source: Table | RecordBatch, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
     this.#requireOpen();
+    // A loop of publishes that never waits leaves the event loop no turn for
+    // release callbacks: collect releases here too before using more memory.
+    this.#released(this.#core.takeReleased());
+    if (o.device !== undefined) {
+      const frame = uploadBatch(source, o.device);
+      return this.#sendDevice(frame.description, { memory: frame.memory, eventId: frame.eventId }, o.timeout, o.tag);
+    }
     const used: Loose[] = [];
     const placer: BufferPlacer = { place: (bytes) => this.#place(bytes, used) };
     let description: FrameDescription;
@@ -118,6 +134,11 @@ export class Producer {
    * allocation from `allocate()` (which the frame then owns). This is the
    * zero-copy path for producers that lay out Arrow buffers themselves,
    * including non-zero offsets and validity bits at any bit offset.
+   * cuda-ipc buffers (see deviceBufferDescriptor) stay the caller's: keep them
+   * alive and unchanged until the frame is released. An event is recorded on
+   * the legacy default stream of `options.device` (default 0) when the frame has
+   * device buffers and no event of its own: work queued on other streams must
+   * be complete before publishing.
    */
   async publishFrame(description: FrameDescription, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
@@ -129,10 +150,11 @@ export class Producer {
       if (!a) throw new GpuringError('INVALID_ARGUMENT', 'a host buffer does not lie inside an unpublished allocation of this producer');
       if (!used.includes(a)) used.push(a);
     };
-    const visit = (cols: FrameDescription['columns']): void => cols.forEach((c) => (c.buffers.forEach(claim), visit(c.children)));
-    visit(description.columns);
-    visit(description.dictionaries);
-    return this.#send(description, used, o.timeout, o.tag, true);
+    let hasDevice = false;
+    forEachBuffer(description, (b) => (claim(b), (hasDevice ||= b.kind === 'cuda-ipc')));
+    if (!hasDevice || description.syncKind !== 0) return this.#send(description, used, o.timeout, o.tag, true);
+    const eventId = recordFrameEvent(description, o.device ?? 0);
+    return this.#sendDevice(description, { eventId }, o.timeout, o.tag);
   }
 
   /** Frame ids as their memory is released, until the producer closes. */
@@ -213,13 +235,18 @@ export class Producer {
   #listen(): void {
     if (this.#listening) return;
     this.#listening = true;
-    this.#core.onRelease((ids) => {
-      for (const id of ids) {
-        this.#inFlight.delete(id);
-        this.#events.emit('release', id);
-      }
-      if (this.#inFlight.size === 0) this.#events.emit('drained');
-    });
+    this.#core.onRelease((ids) => this.#released(ids));
+  }
+
+  /** Bookkeeping for frames whose memory came back: device memory, events, listeners. */
+  #released(ids: number[]): void {
+    for (const id of ids) {
+      this.#inFlight.delete(id);
+      const owned = this.#deviceFrames.get(id);
+      if (owned) (this.#deviceFrames.delete(id), this.#freeDevice(owned));
+      this.#events.emit('release', id);
+    }
+    if (ids.length && this.#inFlight.size === 0) this.#events.emit('drained');
   }
 
   async #send(description: FrameDescription, used: Loose[], timeout: number, tag: bigint, validate: boolean): Promise<number> {
@@ -243,6 +270,22 @@ export class Producer {
       this.#unuse(used);
       throw error;
     }
+  }
+
+  async #sendDevice(description: FrameDescription, owned: { memory?: DeviceBuffer; eventId: number }, timeout: number, tag: bigint): Promise<number> {
+    try {
+      const id = await this.#send(description, [], timeout, tag, true);
+      this.#deviceFrames.set(id, owned);
+      return id;
+    } catch (error) {
+      this.#freeDevice(owned);
+      throw error;
+    }
+  }
+
+  #freeDevice(owned: { memory?: DeviceBuffer; eventId: number }): void {
+    owned.memory?.free();
+    callNative(() => native().recycleEvent(owned.eventId));
   }
 
   /** Frees the allocations a failed publish made for itself; the caller's stay theirs. */

@@ -2,6 +2,7 @@
 #include <napi.h>
 #include "consumer_core.h"
 #include "cuda_api.h"
+#include "cuda_ipc.h"
 #include "producer_core.h"
 #include "segment_handle.h"
 
@@ -12,6 +13,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("ProducerCore", ProducerCore::Define(env));
   exports.Set("ConsumerCore", ConsumerCore::Define(env));
   cuda::DefineCudaApi(env, exports);
+  cuda::DefineCudaIpc(env, exports);
   Napi::Array codes = Napi::Array::New(env, GPR_E_COUNT_);
   for (uint32_t i = 0; i < GPR_E_COUNT_; i++) codes.Set(i, Napi::String::New(env, gpr_code_name(static_cast<gpr_code>(i))));
   exports.Set("errorCodes", codes);

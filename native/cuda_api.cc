@@ -79,6 +79,23 @@ Napi::Value CudaInfo(const Napi::CallbackInfo &info) {
   return o;
 }
 
+// deviceUuids() -> Buffer[16] per visible device, by ordinal (cheap: no allocation)
+Napi::Value DeviceUuids(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  const Driver &d = Require(env);
+  int count = 0;
+  Check(env, d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  Napi::Array out = Napi::Array::New(env, count);
+  for (int i = 0; i < count; i++) {
+    CUdevice dev;
+    CUuuid uuid{};
+    Check(env, d.cuDeviceGet(&dev, i), "cuDeviceGet");
+    Check(env, d.cuDeviceGetUuid(&uuid, dev), "cuDeviceGetUuid");
+    out.Set(i, Napi::Buffer<uint8_t>::Copy(env, uuid.bytes, 16));
+  }
+  return out;
+}
+
 CUdeviceptr Ptr(const Napi::Value &v) {
   bool lossless = true;
   return static_cast<CUdeviceptr>(v.As<Napi::BigInt>().Uint64Value(&lossless));
@@ -120,10 +137,29 @@ Napi::Value DeviceDownload(const Napi::CallbackInfo &info) {
   return out;
 }
 
+// allocOtherMemory(kind: 'pinned' | 'managed', bytes) -> bigint. Memory CUDA
+// IPC cannot export, for showing that it is refused by name. Freed at exit.
+Napi::Value AllocOtherMemory(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  ScopedContext ctx(env, 0);
+  std::string kind = info[0].As<Napi::String>();
+  size_t n = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
+  if (kind == "pinned") {
+    void *p = nullptr;
+    Check(env, ctx.driver().cuMemHostAlloc(&p, n, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+    return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)));
+  }
+  CUdeviceptr p = 0;
+  Check(env, ctx.driver().cuMemAllocManaged(&p, n, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
+  return Napi::BigInt::New(env, static_cast<uint64_t>(p));
+}
+
 }  // namespace
 
 void DefineCudaApi(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaInfo", Napi::Function::New(env, CudaInfo));
+  exports.Set("allocOtherMemory", Napi::Function::New(env, AllocOtherMemory));
+  exports.Set("deviceUuids", Napi::Function::New(env, DeviceUuids));
   exports.Set("deviceAlloc", Napi::Function::New(env, DeviceAlloc));
   exports.Set("deviceFree", Napi::Function::New(env, DeviceFree));
   exports.Set("deviceUpload", Napi::Function::New(env, DeviceUpload));

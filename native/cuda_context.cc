@@ -38,6 +38,11 @@ CUcontext Primary(Napi::Env env, const Driver &d, int ordinal) {
 }
 }  // namespace
 
+CUcontext RetainedPrimary(int ordinal) {
+  std::lock_guard<std::mutex> lock(contexts_mu);
+  return ordinal >= 0 && static_cast<size_t>(ordinal) < contexts.size() ? contexts[ordinal] : nullptr;
+}
+
 ScopedContext::ScopedContext(Napi::Env env, int ordinal) : d_(Require(env)) {
   Check(env, d_.cuCtxPushCurrent(Primary(env, d_, ordinal)), "cuCtxPushCurrent");
 }

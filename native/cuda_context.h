@@ -12,6 +12,10 @@ const Driver &Require(Napi::Env env);
 // Throws a JS error with code CUDA naming the call and the CUDA error.
 void Check(Napi::Env env, CUresult rc, const char *call);
 
+// Device `ordinal`'s primary context if a ScopedContext already retained it,
+// else null. Never throws (for cleanup paths).
+CUcontext RetainedPrimary(int ordinal);
+
 // Pushes device `ordinal`'s primary context for the scope. Primary contexts
 // are retained once per process and never released: releasing one could tear
 // down a context another library in this process is using.

@@ -42,6 +42,7 @@ Driver Load() {
   GPR_RESOLVE(cuMemFree, "cuMemFree_v2");
   GPR_RESOLVE(cuMemHostAlloc, "cuMemHostAlloc");
   GPR_RESOLVE(cuMemFreeHost, "cuMemFreeHost");
+  GPR_RESOLVE(cuMemAllocManaged, "cuMemAllocManaged");
   GPR_RESOLVE(cuMemGetAddressRange, "cuMemGetAddressRange_v2");
   GPR_RESOLVE(cuPointerGetAttribute, "cuPointerGetAttribute");
   GPR_RESOLVE(cuIpcGetMemHandle, "cuIpcGetMemHandle");

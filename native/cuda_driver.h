@@ -29,7 +29,9 @@ constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
 constexpr unsigned CU_EVENT_INTERPROCESS = 0x4;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 0x1;
+constexpr unsigned CU_MEM_ATTACH_GLOBAL = 0x1;
 constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;
+constexpr int CU_POINTER_ATTRIBUTE_BUFFER_ID = 7;
 constexpr int CU_POINTER_ATTRIBUTE_IS_MANAGED = 8;
 constexpr int CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9;
 constexpr int CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE = 10;
@@ -59,6 +61,7 @@ struct Driver {
   CUresult (*cuMemAlloc)(CUdeviceptr *, size_t) = nullptr;
   CUresult (*cuMemFree)(CUdeviceptr) = nullptr;
   CUresult (*cuMemHostAlloc)(void **, size_t, unsigned) = nullptr;
+  CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned) = nullptr;
   CUresult (*cuMemFreeHost)(void *) = nullptr;
   CUresult (*cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr) = nullptr;
   CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr) = nullptr;

@@ -141,6 +141,7 @@ Napi::Function ProducerCore::Define(Napi::Env env) {
                       InstanceMethod<&ProducerCore::OnRelease>("onRelease"),
                       InstanceMethod<&ProducerCore::Stats>("stats"),
                       InstanceMethod<&ProducerCore::KeepAlive>("keepAlive"),
+                      InstanceMethod<&ProducerCore::TakeReleased>("takeReleased"),
                       InstanceMethod<&ProducerCore::Close>("close")});
 }
 
@@ -275,6 +276,22 @@ Napi::Value ProducerCore::OnRelease(const Napi::CallbackInfo &info) {
     s_->on_release.Reset();
   }
   return info.Env().Undefined();
+}
+
+// takeReleased() -> frame ids released since the last report, reaped now. Lets
+// a producer that publishes in a tight loop (its event loop never idle) reclaim
+// memory without waiting for the release callback.
+Napi::Value ProducerCore::TakeReleased(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(s_->thread.mu);
+    if (!closed_) s_->ReapLocked();
+    ids.swap(s_->released);
+  }
+  Napi::Array arr = Napi::Array::New(env, ids.size());
+  for (size_t i = 0; i < ids.size(); i++) arr.Set(i, Napi::Number::New(env, static_cast<double>(ids[i])));
+  return arr;
 }
 
 // keepAlive(true) while JS waits for releases (drain), keepAlive(false) after.

@@ -69,6 +69,7 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   Napi::Value OnRelease(const Napi::CallbackInfo &info);
   Napi::Value Stats(const Napi::CallbackInfo &info);
   Napi::Value KeepAlive(const Napi::CallbackInfo &info);
+  Napi::Value TakeReleased(const Napi::CallbackInfo &info);
   Napi::Value Close(const Napi::CallbackInfo &info);
   void RequireOpen(Napi::Env env) const;
 

@@ -71,8 +71,8 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
  * to a struct below must change the string, and so the hash. */
 #define GPR_LAYOUT_STRING \
   "gpuring-layout-1;header=256;control=768;participant=128;slot=128;ref=48;" \
-  "slotword=seq48.state3.owner13;arena=64;body=128;node=64;buffer=128"
-#define GPR_LAYOUT_HASH 0xa13f1be16081c02dull
+  "slotword=seq48.state3.owner13;arena=64;body=128;node=64;buffer=128;buffer.alloc_id@40"
+#define GPR_LAYOUT_HASH 0x3d14ea87d4dd6943ull
 
 #define GPR_CACHE_LINE 128u
 #define GPR_NAME_MAX 32u            /* segment name: [A-Za-z0-9_-]{1,32} */
@@ -322,7 +322,10 @@ typedef struct gpr_body_buffer {
   uint8_t device_uuid[16];        /*   8 zero for host */
   uint64_t offset;                /*  24 bytes from the base of the allocation named by handle */
   uint64_t length;                /*  32 bytes */
-  uint8_t reserved[24];           /*  40 */
+  uint64_t alloc_id;              /*  40 cuda-ipc: CU_POINTER_ATTRIBUTE_BUFFER_ID of the allocation
+                                   *     (never reused in the exporting process, unlike addresses
+                                   *     and handles), so mapping caches tell recycled memory apart; 0 for host */
+  uint8_t reserved[16];           /*  48 */
   uint8_t handle[GPR_HANDLE_BYTES]; /* 64 host: NUL-terminated arena name; cuda-ipc: CUipcMemHandle */
 } gpr_body_buffer;
 
@@ -420,6 +423,8 @@ GPR_CHECK_OFFSET(gpr_body_buffer, device_ordinal, 4);
 GPR_CHECK_OFFSET(gpr_body_buffer, device_uuid, 8);
 GPR_CHECK_OFFSET(gpr_body_buffer, offset, 24);
 GPR_CHECK_OFFSET(gpr_body_buffer, length, 32);
+GPR_CHECK_OFFSET(gpr_body_buffer, alloc_id, 40);
+GPR_CHECK_OFFSET(gpr_body_buffer, reserved, 48);
 GPR_CHECK_OFFSET(gpr_body_buffer, handle, 64);
 
 #define GPR_CONTROL_OFFSET 256u

@@ -214,6 +214,7 @@ function describeBuffer(bytes: Uint8Array, raw: RawBuffer): BufferDescriptor {
     deviceUuid: bytes.slice(raw.at + Buffer_.deviceUuid, raw.at + Buffer_.deviceUuid + 16),
     offset: Number(raw.offset),
     length: Number(raw.length),
+    allocationId: new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getBigUint64(raw.at + Buffer_.allocId, true),
     handle: bytes.slice(raw.at + Buffer_.handle, raw.at + Buffer_.handle + HANDLE_BYTES),
   };
 }

@@ -16,6 +16,12 @@ export interface BufferDescriptor {
   /** Bytes from the base of the allocation the handle names. */
   offset: number;
   length: number;
+  /**
+   * cuda-ipc: the allocation's CU_POINTER_ATTRIBUTE_BUFFER_ID in the exporting
+   * process. Unlike addresses and IPC handles it is never reused, so a mapping
+   * cache keyed on it never serves recycled memory. 0n for host memory.
+   */
+  allocationId: bigint;
   /** 64 bytes: host, the NUL-terminated arena name; cuda-ipc, the CUipcMemHandle. */
   handle: Uint8Array;
 }
@@ -62,6 +68,7 @@ export const bufferSchema = z.object({
   deviceUuid: bytes(16),
   offset: count,
   length: count,
+  allocationId: z.bigint().min(0n).max(2n ** 64n - 1n),
   handle: bytes(HANDLE_BYTES),
 });
 
@@ -99,6 +106,7 @@ export function absentBuffer(): BufferDescriptor {
     deviceUuid: new Uint8Array(16),
     offset: 0,
     length: 0,
+    allocationId: 0n,
     handle: new Uint8Array(HANDLE_BYTES),
   };
 }
@@ -107,11 +115,23 @@ export function absentBuffer(): BufferDescriptor {
 export function hostBuffer(arenaName: string, offset: number, length: number): BufferDescriptor {
   const handle = new Uint8Array(HANDLE_BYTES);
   handle.set(new TextEncoder().encode(arenaName).subarray(0, HANDLE_BYTES - 1));
-  return { kind: 'host', deviceOrdinal: -1, deviceUuid: new Uint8Array(16), offset, length, handle };
+  return { kind: 'host', deviceOrdinal: -1, deviceUuid: new Uint8Array(16), offset, length, allocationId: 0n, handle };
 }
 
 /** The arena name a host buffer's handle carries. */
 export function handleName(handle: Uint8Array): string {
   const end = handle.indexOf(0);
   return new TextDecoder().decode(handle.subarray(0, end < 0 ? handle.length : end));
+}
+
+/** Calls `fn` for every buffer of every column and dictionary, in wire order. */
+export function forEachBuffer(description: FrameDescription, fn: (buffer: BufferDescriptor) => void): void {
+  const visit = (columns: ColumnDescriptor[]): void => {
+    for (const c of columns) {
+      c.buffers.forEach(fn);
+      visit(c.children);
+    }
+  };
+  visit(description.columns);
+  visit(description.dictionaries);
 }

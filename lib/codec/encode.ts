@@ -89,6 +89,7 @@ export function encodeFrame(description: FrameDescription, { validate = true } =
       out.set(b.deviceUuid, buffersAt + Buffer_.deviceUuid);
       view.setBigUint64(buffersAt + Buffer_.offset, BigInt(b.offset), true);
       view.setBigUint64(buffersAt + Buffer_.length, BigInt(b.length), true);
+      view.setBigUint64(buffersAt + Buffer_.allocId, b.allocationId, true);
       out.set(b.handle, buffersAt + Buffer_.handle);
       buffersAt += BUFFER_BYTES;
     }

@@ -55,6 +55,7 @@ export const Buffer_ = {
   deviceUuid: 8,
   offset: 24,
   length: 32,
+  allocId: 40,
   handle: 64,
 } as const;
 

@@ -32,12 +32,21 @@ export async function withRing<T>(prefix: string, options: CreateOptions, fn: (r
   }
 }
 
-/** Runs test/helpers/child.ts ROLE ARGS in a new Node process. */
-export function child(role: string, ...args: (string | number)[]): ChildProcess {
-  return spawn(process.execPath, ['--import', 'tsx', join(root, 'test/helpers/child.ts'), role, ...args.map(String)], {
+function helper(script: string, role: string, args: (string | number)[]): ChildProcess {
+  return spawn(process.execPath, ['--import', 'tsx', join(root, 'test/helpers', script), role, ...args.map(String)], {
     cwd: root,
     stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
   });
+}
+
+/** Runs test/helpers/child.ts ROLE ARGS in a new Node process. */
+export function child(role: string, ...args: (string | number)[]): ChildProcess {
+  return helper('child.ts', role, args);
+}
+
+/** Runs test/helpers/device-child.ts ROLE ARGS (a device producer) in a new Node process. */
+export function deviceChild(role: string, ...args: (string | number)[]): ChildProcess {
+  return helper('device-child.ts', role, args);
 }
 
 /** The next stdout line of a child, parsed as JSON. */

@@ -1,0 +1,58 @@
+/**
+ * Uploading an apache-arrow batch to a CUDA device for publishing: every buffer
+ * goes into one device allocation (256-byte aligned pieces), exported once, and
+ * an interprocess event is recorded after the upload so consumers order their
+ * reads after it. The allocation belongs to the frame until it is released.
+ */
+import type { RecordBatch, Table } from 'apache-arrow';
+import { describeBatch } from './arrow/table-writer.js';
+import type { BufferDescriptor, FrameDescription } from './codec/description.js';
+import { HANDLE_BYTES } from './codec/layout.js';
+import { DeviceBuffer, deviceUuidOf, exportDeviceMemory } from './device-buffer.js';
+import { callNative } from './errors.js';
+import { native } from './native.js';
+
+const ALIGN = 256;
+
+export interface DeviceFrame {
+  description: FrameDescription;
+  /** Owns the columns' device memory; free once the frame is released. */
+  memory: DeviceBuffer;
+  /** Pooled event, recycled once the frame is released. */
+  eventId: number;
+}
+
+export function uploadBatch(source: RecordBatch | Table, device: number): DeviceFrame {
+  const uuid = deviceUuidOf(device);
+  const pieces: { bytes: Uint8Array; desc: BufferDescriptor }[] = [];
+  const description = describeBatch(source, {
+    place(bytes) {
+      const desc: BufferDescriptor = { kind: 'cuda-ipc', deviceOrdinal: device, deviceUuid: uuid, offset: 0, length: bytes.length, allocationId: 0n, handle: new Uint8Array(HANDLE_BYTES) };
+      pieces.push({ bytes, desc });
+      return desc;
+    },
+  });
+  let at = 0;
+  for (const p of pieces) (p.desc.offset = at), (at += Math.ceil(p.bytes.length / ALIGN) * ALIGN);
+  const memory = DeviceBuffer.alloc(Math.max(at, ALIGN), { device });
+  try {
+    for (const p of pieces) if (p.bytes.length) memory.upload(p.bytes, p.desc.offset);
+    const exported = exportDeviceMemory(memory.ptr);
+    for (const p of pieces) (p.desc.handle = exported.handle), (p.desc.offset += exported.offset), (p.desc.allocationId = exported.allocationId);
+    const event = callNative(() => native().recordEvent(device));
+    description.syncKind = 2;
+    description.syncHandle = new Uint8Array(event.handle);
+    return { description, memory, eventId: event.id };
+  } catch (error) {
+    memory.free();
+    throw error;
+  }
+}
+
+/** Records an event on `device` for a hand-described frame of device buffers. */
+export function recordFrameEvent(description: FrameDescription, device: number): number {
+  const event = callNative(() => native().recordEvent(device));
+  description.syncKind = 2;
+  description.syncHandle = new Uint8Array(event.handle);
+  return event.id;
+}

@@ -1,0 +1,236 @@
+// CUDA IPC for frames: exporting device memory, mapping it in a consumer,
+// interprocess events for ordering, and event-ordered copies to the host.
+#include "cuda_ipc.h"
+#include <map>
+#include <mutex>
+#include <vector>
+#include "cuda_context.h"
+#include "errors.h"
+#include "ipc_handle_cache.h"
+
+namespace gpuring::cuda {
+
+namespace {
+
+CUdeviceptr Ptr(const Napi::Value &v) {
+  bool lossless = true;
+  return static_cast<CUdeviceptr>(v.As<Napi::BigInt>().Uint64Value(&lossless));
+}
+
+CUipcMemHandle MemHandle(const Napi::Value &v) {
+  auto b = v.As<Napi::Uint8Array>();
+  CUipcMemHandle h{};
+  memcpy(h.reserved, b.Data(), std::min<size_t>(b.ByteLength(), sizeof h.reserved));
+  return h;
+}
+
+[[noreturn]] void NotExportable(Napi::Env env, const std::string &why) {
+  Throw(env, GPR_E_NOT_EXPORTABLE, "this memory cannot be shared with CUDA IPC: " + why);
+}
+
+template <typename T>
+T Attribute(const Driver &d, int attr, CUdeviceptr p, CUresult *rc) {
+  T value{};
+  *rc = d.cuPointerGetAttribute(&value, attr, p);
+  return value;
+}
+
+// Refuses, naming the reason, memory that legacy CUDA IPC cannot export.
+int CheckExportable(Napi::Env env, const Driver &d, CUdeviceptr p) {
+  CUresult rc;
+  unsigned type = Attribute<unsigned>(d, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p, &rc);
+  if (rc != CUDA_SUCCESS) NotExportable(env, "not memory CUDA knows (" + d.Describe(rc) + ")");
+  if (Attribute<int>(d, CU_POINTER_ATTRIBUTE_IS_MANAGED, p, &rc) && rc == CUDA_SUCCESS)
+    NotExportable(env, "managed (unified) memory from cudaMallocManaged");
+  if (type == CU_MEMORYTYPE_HOST) NotExportable(env, "pinned host memory (cudaHostAlloc / cudaMallocHost)");
+  int device = Attribute<int>(d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p, &rc);
+  Check(env, rc, "cuPointerGetAttribute(DEVICE_ORDINAL)");
+  ScopedContext ctx(env, device);
+  void *pool = Attribute<void *>(d, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p, &rc);
+  if (rc == CUDA_SUCCESS && pool)
+    NotExportable(env, "stream-ordered pool memory (cudaMallocAsync / cuMemAllocFromPoolAsync); allocate with cudaMalloc");
+  int legacy = Attribute<int>(d, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p, &rc);
+  if (rc == CUDA_SUCCESS && !legacy)
+    NotExportable(env, "virtual memory management allocations (cuMemCreate, PyTorch expandable segments) are not legacy-IPC capable");
+  return device;
+}
+
+// exportDeviceMemory(ptr) -> { handle, offset, base, allocationBytes, device }
+Napi::Value ExportDeviceMemory(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  const Driver &d = Require(env);
+  CUdeviceptr p = Ptr(info[0]);
+  int device = CheckExportable(env, d, p);
+  ScopedContext ctx(env, device);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  Check(env, d.cuMemGetAddressRange(&base, &size, p), "cuMemGetAddressRange");
+  CUipcMemHandle h;
+  Check(env, d.cuIpcGetMemHandle(&h, base), "cuIpcGetMemHandle");
+  CUresult rc;
+  auto alloc_id = Attribute<unsigned long long>(d, CU_POINTER_ATTRIBUTE_BUFFER_ID, base, &rc);
+  Check(env, rc, "cuPointerGetAttribute(BUFFER_ID)");
+  IpcHandleCache::Get().RememberExport(h, alloc_id, base, device, size);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("handle", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<uint8_t *>(h.reserved), sizeof h.reserved));
+  o.Set("offset", static_cast<double>(p - base));
+  o.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(base)));
+  o.Set("allocationBytes", static_cast<double>(size));
+  o.Set("device", device);
+  o.Set("allocationId", Napi::BigInt::New(env, static_cast<uint64_t>(alloc_id)));
+  return o;
+}
+
+uint64_t U64(const Napi::Value &v) {
+  bool lossless = true;
+  return v.As<Napi::BigInt>().Uint64Value(&lossless);
+}
+
+// ipcAcquire(handle, allocationId, device) -> { base: bigint in this process, bytes: allocation size }
+Napi::Value IpcAcquire(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  Require(env);
+  Mapping m = IpcHandleCache::Get().Acquire(env, MemHandle(info[0]), U64(info[1]), info[2].As<Napi::Number>().Int32Value());
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(m.base)));
+  o.Set("bytes", static_cast<double>(m.bytes));
+  return o;
+}
+
+Napi::Value IpcRelease(const Napi::CallbackInfo &info) {
+  IpcHandleCache::Get().Release(MemHandle(info[0]));
+  return info.Env().Undefined();
+}
+
+Napi::Value IpcStats(const Napi::CallbackInfo &info) { return IpcHandleCache::Get().Stats(info.Env()); }
+
+// ipcSetLimits(entries, bytes): bounds on cached mappings; closes idle ones now if over.
+Napi::Value IpcSetLimits(const Napi::CallbackInfo &info) {
+  IpcHandleCache::Get().SetLimits(info[0].As<Napi::Number>().Uint32Value(),
+                                  static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue()));
+  return info.Env().Undefined();
+}
+
+// ---- events ---------------------------------------------------------------
+
+struct EventPool {
+  std::mutex mu;
+  std::vector<std::pair<int, CUevent>> events;  // (device, event), by id
+  std::vector<uint32_t> idle;
+  std::map<std::pair<int, std::string>, CUevent> opened;  // consumer side, by (device, handle)
+  std::map<int, CUstream> streams;                        // one copy stream per device
+};
+
+EventPool &Events() {
+  static EventPool pool;
+  return pool;
+}
+
+// recordEvent(device) -> { id, handle }: an interprocess event recorded on the
+// legacy default stream, after all work queued there so far. Events are reused
+// only after recycleEvent(id) (when the frame carrying it was released).
+Napi::Value RecordEvent(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  int device = info[0].As<Napi::Number>().Int32Value();
+  ScopedContext ctx(env, device);
+  EventPool &pool = Events();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  uint32_t id = 0;
+  auto free_one = std::find_if(pool.idle.begin(), pool.idle.end(), [&](uint32_t i) { return pool.events[i].first == device; });
+  if (free_one != pool.idle.end()) {
+    id = *free_one;
+    pool.idle.erase(free_one);
+  } else {
+    CUevent ev;
+    Check(env, ctx.driver().cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS), "cuEventCreate");
+    id = static_cast<uint32_t>(pool.events.size());
+    pool.events.emplace_back(device, ev);
+  }
+  CUevent ev = pool.events[id].second;
+  Check(env, ctx.driver().cuEventRecord(ev, nullptr), "cuEventRecord");
+  CUipcEventHandle h;
+  Check(env, ctx.driver().cuIpcGetEventHandle(&h, ev), "cuIpcGetEventHandle");
+  // CUDA will not open a handle in the process that made it: a consumer in this
+  // process finds the event itself under its handle.
+  pool.opened[{device, std::string(h.reserved, sizeof h.reserved)}] = ev;
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("id", id);
+  o.Set("handle", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<uint8_t *>(h.reserved), sizeof h.reserved));
+  return o;
+}
+
+Napi::Value RecycleEvent(const Napi::CallbackInfo &info) {
+  EventPool &pool = Events();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  uint32_t id = info[0].As<Napi::Number>().Uint32Value();
+  if (id < pool.events.size() && std::find(pool.idle.begin(), pool.idle.end(), id) == pool.idle.end()) pool.idle.push_back(id);
+  return info.Env().Undefined();
+}
+
+CUstream CopyStream(Napi::Env env, const Driver &d, EventPool &pool, int device) {
+  auto it = pool.streams.find(device);
+  if (it != pool.streams.end()) return it->second;
+  CUstream s;
+  Check(env, d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  return pool.streams[device] = s;
+}
+
+// copyToHost(device, ptr, bytes, eventHandle | null) -> ArrayBuffer. The copy
+// is ordered after the producer's event on the device (cuStreamWaitEvent), not
+// by a host-side wait; the call returns when the copy is complete.
+Napi::Value CopyToHost(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  int device = info[0].As<Napi::Number>().Int32Value();
+  ScopedContext ctx(env, device);
+  const Driver &d = ctx.driver();
+  size_t n = static_cast<size_t>(info[2].As<Napi::Number>().DoubleValue());
+  EventPool &pool = Events();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  CUstream stream = CopyStream(env, d, pool, device);
+  if (info[3].IsTypedArray()) {
+    auto bytes = info[3].As<Napi::Uint8Array>();
+    std::string key(reinterpret_cast<const char *>(bytes.Data()), bytes.ByteLength());
+    CUevent &ev = pool.opened[{device, key}];
+    if (!ev) {
+      CUipcEventHandle h{};
+      memcpy(h.reserved, bytes.Data(), std::min<size_t>(bytes.ByteLength(), sizeof h.reserved));
+      Check(env, d.cuIpcOpenEventHandle(&ev, h), "cuIpcOpenEventHandle");
+    }
+    Check(env, d.cuStreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent");
+  }
+  Napi::ArrayBuffer out = Napi::ArrayBuffer::New(env, n);
+  if (n) Check(env, d.cuMemcpyDtoHAsync(out.Data(), Ptr(info[1]), n, stream), "cuMemcpyDtoHAsync");
+  Check(env, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  return out;
+}
+
+// deviceMemsetAsync(device, ptr, byte, bytes, times): queues `times` memsets of
+// the range on the legacy default stream and returns at once (tests use it to
+// keep a buffer busy while a frame is published).
+Napi::Value DeviceMemsetAsync(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
+  CUdeviceptr p = Ptr(info[1]);
+  unsigned char value = static_cast<unsigned char>(info[2].As<Napi::Number>().Uint32Value());
+  size_t n = static_cast<size_t>(info[3].As<Napi::Number>().DoubleValue());
+  uint32_t times = info[4].As<Napi::Number>().Uint32Value();
+  for (uint32_t i = 0; i < times; i++)
+    Check(env, ctx.driver().cuMemsetD8Async(p, i + 1 == times ? value : static_cast<unsigned char>(i), n, nullptr), "cuMemsetD8Async");
+  return env.Undefined();
+}
+
+}  // namespace
+
+void DefineCudaIpc(Napi::Env env, Napi::Object exports) {
+  exports.Set("exportDeviceMemory", Napi::Function::New(env, ExportDeviceMemory));
+  exports.Set("ipcAcquire", Napi::Function::New(env, IpcAcquire));
+  exports.Set("ipcRelease", Napi::Function::New(env, IpcRelease));
+  exports.Set("ipcStats", Napi::Function::New(env, IpcStats));
+  exports.Set("ipcSetLimits", Napi::Function::New(env, IpcSetLimits));
+  exports.Set("recordEvent", Napi::Function::New(env, RecordEvent));
+  exports.Set("recycleEvent", Napi::Function::New(env, RecycleEvent));
+  exports.Set("copyToHost", Napi::Function::New(env, CopyToHost));
+  exports.Set("deviceMemsetAsync", Napi::Function::New(env, DeviceMemsetAsync));
+}
+
+}  // namespace gpuring::cuda

@@ -1,0 +1,58 @@
+// IpcHandleCache: the process-wide table of CUDA IPC mappings. Each allocation
+// (keyed by its 64-byte handle) is opened once per process however many frames
+// and columns name it, so CUDA_ERROR_ALREADY_MAPPED cannot happen; handles this
+// process exported itself are recognised and used directly (CUDA refuses to
+// open them). Unreferenced mappings stay cached for the next frame and are
+// closed in batches, least recently used first, once the cache passes its
+// bounds: cuIpcCloseMemHandle synchronizes the device, so never per frame.
+// Handles repeat when the exporter reuses an address, so every entry also
+// records the allocation's buffer id, which never repeats.
+#pragma once
+#include <napi.h>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include "cuda_driver.h"
+
+namespace gpuring::cuda {
+
+struct Mapping {
+  uint64_t alloc_id = 0;  // the exporter's buffer id: tells a recycled allocation from the old one
+  CUdeviceptr base = 0;
+  int device = 0;
+  uint64_t bytes = 0;    // size of the allocation
+  uint32_t refs = 0;
+  bool own = false;      // exported by this process: not opened, never closed
+  uint64_t last_use = 0;
+};
+
+class IpcHandleCache {
+ public:
+  static IpcHandleCache &Get();
+
+  // Remembers a handle this process exported (base pointer and device).
+  void RememberExport(const CUipcMemHandle &h, uint64_t alloc_id, CUdeviceptr base, int device, uint64_t bytes);
+  // Maps `h` on `device` (opening it if needed) and takes a reference. A cached
+  // mapping of the same handle but another allocation id is stale (the exporter
+  // freed and reallocated at the same address): it is closed and reopened.
+  Mapping Acquire(Napi::Env env, const CUipcMemHandle &h, uint64_t alloc_id, int device);
+  void Release(const CUipcMemHandle &h);
+  Napi::Object Stats(Napi::Env env);
+  void SetLimits(size_t max_entries, uint64_t max_bytes);
+
+ private:
+  struct Key {
+    CUipcMemHandle h;
+    bool operator<(const Key &o) const { return memcmp(h.reserved, o.h.reserved, sizeof h.reserved) < 0; }
+  };
+  void EvictLocked();
+  void CloseLocked(std::map<Key, Mapping>::iterator it);
+  std::mutex mu_;
+  std::map<Key, Mapping> entries_;
+  uint64_t clock_ = 0, opens_ = 0, closes_ = 0, hits_ = 0, mapped_bytes_ = 0;
+  size_t max_entries_ = 256;
+  uint64_t max_bytes_ = 64ull << 30;
+};
+
+}  // namespace gpuring::cuda

@@ -1,0 +1,155 @@
+// The cuda-ipc memory kind between processes on a real GPU: device columns
+// cross without copies, with offsets, null masks, ordering events, one IPC open
+// per allocation, and nothing leaked. Skipped, with the reason, without a GPU.
+import test from 'ava';
+import { tableDifference } from '../../lib/arrow/compare.js';
+import { Consumer, cudaInfo, exportDeviceMemory, GpuringError, Producer } from '../../lib/index.js';
+import { native } from '../../lib/native.js';
+import { allTypesTable } from '../helpers/all-types.js';
+import { child, deviceChild, eventually, exitOf, nextLine, withRing } from '../helpers/ring.js';
+
+const info = cudaInfo();
+const gpu = info.available && info.devices.length > 0;
+const gpuTest = gpu ? test.serial : test.skip;
+if (!gpu) console.log(`GPU tests skipped: ${info.available ? 'no CUDA device visible' : info.error}`);
+
+async function fromDeviceProducer(role: string, args: (string | number)[], fn: (consumer: Consumer) => Promise<void>): Promise<void> {
+  await withRing('gpu', { slots: 64 }, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = deviceChild(role, name, ...args);
+    try {
+      await fn(consumer);
+    } finally {
+      consumer.close();
+    }
+    const exit = await exitOf(producer);
+    if (exit.code !== 0) throw new Error(`device producer ${role} exited with ${JSON.stringify(exit)}`);
+  });
+}
+
+gpuTest('every type published to the device in one process reads back equal in another', async (t) => {
+  await fromDeviceProducer('types', [29], async (consumer) => {
+    const full = allTypesTable(29);
+    for (const want of [full, full.slice(3, 27)]) {
+      const f = await consumer.next({ timeout: 30_000 });
+      t.true(f.description.columns.every((c) => c.buffers.every((b) => b.kind !== 'host')), 'every buffer is device memory');
+      t.is(f.description.syncKind, 2, 'an event orders the reads after the upload');
+      t.is(tableDifference(want, f.toTable()), null);
+      f.release();
+    }
+  });
+});
+
+gpuTest('a 1 GiB float32 column crosses without copies; its checksum holds after device-to-host', async (t) => {
+  const bytes = 1 << 30;
+  await fromDeviceProducer('big', [bytes], async (consumer) => {
+    const f = await consumer.next({ timeout: 60_000 });
+    const started = performance.now();
+    const x = f.toTable().getChild('x')!.data[0]!.values as Float32Array;
+    const copied = performance.now() - started;
+    t.is(x.length, bytes / 4);
+    let bad = -1;
+    for (let i = 0; i < x.length && bad < 0; i++) if (x[i] !== Math.fround(i)) bad = i; // float32 rounds above 2^24
+    t.is(bad, -1, `value ${bad} is ${x[bad]}`);
+    t.log(`1 GiB copied device-to-host in ${copied.toFixed(0)} ms (${(bytes / copied / 1e6).toFixed(1)} GB/s)`);
+    f.release();
+  });
+});
+
+gpuTest('a pointer inside a larger allocation, and a null mask starting at bit 3', async (t) => {
+  await fromDeviceProducer('offset', [], async (consumer) => {
+    const f = await consumer.next({ timeout: 30_000 });
+    const [mask, data] = f.description.columns[0]!.buffers;
+    t.is(data!.offset, 4096, 'the offset inside the allocation travels');
+    t.is(mask!.offset, 8195);
+    t.deepEqual([...f.toTable().getChild('x')!], [30, 40, null, 60, 70, 80]);
+    f.release();
+  });
+});
+
+gpuTest('ordering: published while device writes are still queued, the consumer sees them complete', async (t) => {
+  const bytes = 1 << 30;
+  await fromDeviceProducer('ordering', [bytes, 128], async (consumer) => {
+    const f = await consumer.next({ timeout: 60_000 });
+    const x = f.toTable().getChild('x')!.data[0]!.values as Uint8Array;
+    let bad = -1;
+    for (let i = 0; i < x.length && bad < 0; i += 1) if (x[i] !== 0x5a) bad = i;
+    t.is(bad, -1, `byte ${bad} is ${x[bad]}, not the last write's 0x5a`);
+    f.release();
+  });
+});
+
+gpuTest('the same allocation in many frames is opened once', async (t) => {
+  const before = native().ipcStats();
+  await fromDeviceProducer('same', [50], async (consumer) => {
+    for (let i = 0; i < 50; i++) {
+      const f = await consumer.next({ timeout: 30_000 });
+      t.is(f.toTable().getChild('x')!.get(15), 15);
+      f.release();
+    }
+  });
+  const after = native().ipcStats();
+  t.is(after.opens - before.opens, 1);
+  t.true(after.hits - before.hits >= 49);
+});
+
+/** Closes every idle mapping, then restores the cache's bounds. */
+function trimIpcCache(): void {
+  native().ipcSetLimits(0, 0);
+  native().ipcSetLimits(256, 64 * 2 ** 30);
+}
+
+gpuTest('10,000 device frames, each read, then device memory in use returns to where it started', async (t) => {
+  trimIpcCache();
+  const freeBefore = cudaInfo().devices[0]!.freeBytes;
+  const frames = 10_000;
+  await fromDeviceProducer('many', [frames], async (consumer) => {
+    const started = performance.now();
+    let stale = 0;
+    for (let i = 0; i < frames; i++) {
+      const f = await consumer.next({ timeout: 30_000 });
+      const values = [...f.toTable().getChild('i')!];
+      if (values.length !== 8 || values.some((v) => v !== Number(f.tag))) stale++;
+      f.release();
+    }
+    t.is(stale, 0, 'every frame showed its own contents (no stale mapping of recycled memory)');
+    t.log(`${frames} device frames in ${((performance.now() - started) / 1000).toFixed(1)} s; cache ${JSON.stringify(native().ipcStats())}`);
+    t.true(native().ipcStats().entries <= 256 + 1, 'the mapping cache stays bounded');
+  });
+  trimIpcCache();
+  const freeAfter = cudaInfo().devices[0]!.freeBytes;
+  t.true(Math.abs(freeAfter - freeBefore) < 64 << 20, `free device memory ${freeBefore} -> ${freeAfter}`);
+});
+
+gpuTest('memory CUDA IPC cannot export is refused up front, naming the reason', (t) => {
+  const pinned = native().allocOtherMemory('pinned', 1 << 20);
+  const e1 = t.throws(() => exportDeviceMemory(pinned), { instanceOf: GpuringError })!;
+  t.is(e1.code, 'NOT_EXPORTABLE');
+  t.regex(e1.message, /pinned host memory/);
+  const managed = native().allocOtherMemory('managed', 1 << 20);
+  const e2 = t.throws(() => exportDeviceMemory(managed), { instanceOf: GpuringError })!;
+  t.is(e2.code, 'NOT_EXPORTABLE');
+  t.regex(e2.message, /managed/);
+  t.is(t.throws(() => exportDeviceMemory(12345n), { instanceOf: GpuringError })!.code, 'NOT_EXPORTABLE');
+});
+
+gpuTest('a consumer killed while holding device frames: the producer reclaims them and frees the memory', async (t) => {
+  await withRing('gpu-kill', { slots: 16 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const table = allTypesTable(8).selectAt([2, 27]);
+    for (let i = 0; i < 4; i++) await producer.publish(table, { device: 0, tag: BigInt(i) });
+    const holder = child('hold', name, 3);
+    t.deepEqual((await nextLine<{ tags: string[] }>(holder)).tags, ['0', '1', '2']);
+    holder.kill('SIGKILL');
+    await exitOf(holder);
+    t.true(await eventually(() => producer.inFlight === 1), `in flight: ${producer.inFlight}`);
+    const consumer = Consumer.open(name);
+    const f = await consumer.next({ timeout: 5000 });
+    t.is(f.tag, 3n);
+    t.is(tableDifference(table, f.toTable()), null);
+    f.release();
+    await producer.drain();
+    consumer.close();
+    producer.close();
+  });
+});

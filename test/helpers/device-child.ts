@@ -1,0 +1,88 @@
+/**
+ * Device producers for the GPU suite, one per role, each in its own process:
+ *   types NAME ROWS         the every-type table and a slice, uploaded to device 0
+ *   big NAME BYTES          one float32 column of BYTES bytes, values 0, 1, 2, ...
+ *   offset NAME             a column inside a larger allocation, validity from bit 3
+ *   ordering NAME BYTES N   publishes while N memsets of the buffer are still queued
+ *   same NAME FRAMES        one allocation published in FRAMES frames
+ *   many NAME FRAMES        FRAMES small tables uploaded to the device, frame i all i
+ * Each prints {"published": n} once published, drains, and exits.
+ */
+import { makeVector, Table } from 'apache-arrow';
+import { Producer, DeviceBuffer, deviceBufferDescriptor, absentBuffer, type FrameDescription } from '../../lib/index.js';
+import { native } from '../../lib/native.js';
+import { HANDLE_BYTES } from '../../lib/codec/layout.js';
+import { allTypesTable } from './all-types.js';
+
+const [role, name, arg] = process.argv.slice(2);
+const say = (v: unknown) => process.stdout.write(`${JSON.stringify(v)}\n`);
+const producer = Producer.open(name!);
+
+function column(format: string, length: number, buffers: FrameDescription['columns'][0]['buffers'], extra: Partial<FrameDescription['columns'][0]> = {}): FrameDescription {
+  return {
+    rowCount: length,
+    metadata: null,
+    columns: [{ name: 'x', format, nullable: true, dictionaryOrdered: false, mapKeysSorted: false, metadata: null, dictionary: -1, length, nullCount: 0, offset: 0, buffers, children: [], ...extra }],
+    dictionaries: [],
+    syncKind: 0,
+    syncHandle: new Uint8Array(HANDLE_BYTES),
+  };
+}
+
+async function main(): Promise<number> {
+  switch (role) {
+    case 'types': {
+      const t = allTypesTable(Number(arg));
+      await producer.publish(t, { device: 0, tag: 0n });
+      await producer.publish(t.slice(3, t.numRows - 2), { device: 0, tag: 1n });
+      return 2;
+    }
+    case 'big': {
+      const bytes = Number(arg);
+      const buf = DeviceBuffer.alloc(bytes);
+      const chunk = new Float32Array(16 << 20);
+      for (let at = 0; at < bytes / 4; at += chunk.length) {
+        for (let i = 0; i < chunk.length; i++) chunk[i] = at + i;
+        buf.upload(chunk.subarray(0, Math.min(chunk.length, bytes / 4 - at)), at * 4);
+      }
+      await producer.publishFrame(column('f', bytes / 4, [absentBuffer(), deviceBufferDescriptor(buf.ptr, bytes)]));
+      return 1;
+    }
+    case 'offset': {
+      const buf = DeviceBuffer.alloc(1 << 20);
+      const ints = Int32Array.from({ length: 10 }, (_, i) => 10 * i);
+      buf.upload(ints, 4096);
+      const mask = new Uint8Array(2);
+      for (let i = 0; i < 10; i++) if (i % 4 !== 1) mask[i >> 3]! |= 1 << (i & 7);
+      buf.upload(mask, 8192 + 3);
+      const desc = column('i', 6, [deviceBufferDescriptor(buf.ptr + 8195n, 2), deviceBufferDescriptor(buf.ptr + 4096n, 40)], { offset: 3, nullCount: 1 });
+      await producer.publishFrame(desc);
+      return 1;
+    }
+    case 'ordering': {
+      const bytes = Number(arg);
+      const buf = DeviceBuffer.alloc(bytes);
+      native().deviceMemsetAsync(0, buf.ptr, 0x5a, bytes, Number(process.argv[5])); // device writes, still queued
+      await producer.publishFrame(column('C', bytes, [absentBuffer(), deviceBufferDescriptor(buf.ptr, bytes)]));
+      return 1;
+    }
+    case 'same': {
+      const buf = DeviceBuffer.alloc(1 << 16);
+      buf.upload(Int32Array.from({ length: 16 }, (_, i) => i));
+      for (let i = 0; i < Number(arg); i++) await producer.publishFrame(column('i', 16, [absentBuffer(), deviceBufferDescriptor(buf.ptr, 64)]));
+      return Number(arg);
+    }
+    case 'many': {
+      // Each frame's memory is freed on release and the next allocation often
+      // lands at the same address: per-frame contents catch a stale mapping.
+      for (let i = 0; i < Number(arg); i++)
+        await producer.publish(new Table({ i: makeVector(Int32Array.of(i, i, i, i, i, i, i, i)) }), { device: 0, tag: BigInt(i) });
+      return Number(arg);
+    }
+  }
+  throw new Error(`unknown role ${role}`);
+}
+
+say({ published: await main() });
+await producer.drain();
+producer.close();
