@@ -3,6 +3,7 @@
 #include <string>
 #include "cuda_context.h"
 #include "errors.h"
+#include "js_values.h"
 
 namespace gpuring::cuda {
 
@@ -96,11 +97,6 @@ Napi::Value DeviceUuids(const Napi::CallbackInfo &info) {
   return out;
 }
 
-CUdeviceptr Ptr(const Napi::Value &v) {
-  bool lossless = true;
-  return static_cast<CUdeviceptr>(v.As<Napi::BigInt>().Uint64Value(&lossless));
-}
-
 // deviceAlloc(ordinal, bytes) -> bigint
 Napi::Value DeviceAlloc(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
@@ -114,7 +110,7 @@ Napi::Value DeviceAlloc(const Napi::CallbackInfo &info) {
 Napi::Value DeviceFree(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
-  Check(env, ctx.driver().cuMemFree(Ptr(info[1])), "cuMemFree");
+  Check(env, ctx.driver().cuMemFree(DevicePtr(info[1])), "cuMemFree");
   return env.Undefined();
 }
 
@@ -123,7 +119,7 @@ Napi::Value DeviceUpload(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
   auto src = info[2].As<Napi::Uint8Array>();
-  Check(env, ctx.driver().cuMemcpyHtoD(Ptr(info[1]), src.Data(), src.ByteLength()), "cuMemcpyHtoD");
+  Check(env, ctx.driver().cuMemcpyHtoD(DevicePtr(info[1]), src.Data(), src.ByteLength()), "cuMemcpyHtoD");
   return env.Undefined();
 }
 
@@ -133,7 +129,7 @@ Napi::Value DeviceDownload(const Napi::CallbackInfo &info) {
   ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
   size_t n = static_cast<size_t>(info[2].As<Napi::Number>().DoubleValue());
   Napi::ArrayBuffer out = Napi::ArrayBuffer::New(env, n);
-  Check(env, ctx.driver().cuMemcpyDtoH(out.Data(), Ptr(info[1]), n), "cuMemcpyDtoH");
+  Check(env, ctx.driver().cuMemcpyDtoH(out.Data(), DevicePtr(info[1]), n), "cuMemcpyDtoH");
   return out;
 }
 

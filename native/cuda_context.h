@@ -3,8 +3,12 @@
 #pragma once
 #include <napi.h>
 #include "cuda_driver.h"
+#include "js_values.h"
 
 namespace gpuring::cuda {
+
+// A device pointer passed from JS as a BigInt.
+inline CUdeviceptr DevicePtr(const Napi::Value &v) { return static_cast<CUdeviceptr>(ToU64(v)); }
 
 // The driver, or a CUDA_UNAVAILABLE error saying why there is none.
 const Driver &Require(Napi::Env env);

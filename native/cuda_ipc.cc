@@ -6,16 +6,12 @@
 #include <vector>
 #include "cuda_context.h"
 #include "errors.h"
+#include "js_values.h"
 #include "ipc_handle_cache.h"
 
 namespace gpuring::cuda {
 
 namespace {
-
-CUdeviceptr Ptr(const Napi::Value &v) {
-  bool lossless = true;
-  return static_cast<CUdeviceptr>(v.As<Napi::BigInt>().Uint64Value(&lossless));
-}
 
 CUipcMemHandle MemHandle(const Napi::Value &v) {
   auto b = v.As<Napi::Uint8Array>();
@@ -59,7 +55,7 @@ int CheckExportable(Napi::Env env, const Driver &d, CUdeviceptr p) {
 Napi::Value ExportDeviceMemory(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   const Driver &d = Require(env);
-  CUdeviceptr p = Ptr(info[0]);
+  CUdeviceptr p = DevicePtr(info[0]);
   int device = CheckExportable(env, d, p);
   ScopedContext ctx(env, device);
   CUdeviceptr base = 0;
@@ -81,16 +77,11 @@ Napi::Value ExportDeviceMemory(const Napi::CallbackInfo &info) {
   return o;
 }
 
-uint64_t U64(const Napi::Value &v) {
-  bool lossless = true;
-  return v.As<Napi::BigInt>().Uint64Value(&lossless);
-}
-
 // ipcAcquire(handle, allocationId, device) -> { base: bigint in this process, bytes: allocation size }
 Napi::Value IpcAcquire(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   Require(env);
-  Mapping m = IpcHandleCache::Get().Acquire(env, MemHandle(info[0]), U64(info[1]), info[2].As<Napi::Number>().Int32Value());
+  Mapping m = IpcHandleCache::Get().Acquire(env, MemHandle(info[0]), ToU64(info[1]), info[2].As<Napi::Number>().Int32Value());
   Napi::Object o = Napi::Object::New(env);
   o.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(m.base)));
   o.Set("bytes", static_cast<double>(m.bytes));
@@ -199,7 +190,7 @@ Napi::Value CopyToHost(const Napi::CallbackInfo &info) {
     Check(env, d.cuStreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent");
   }
   Napi::ArrayBuffer out = Napi::ArrayBuffer::New(env, n);
-  if (n) Check(env, d.cuMemcpyDtoHAsync(out.Data(), Ptr(info[1]), n, stream), "cuMemcpyDtoHAsync");
+  if (n) Check(env, d.cuMemcpyDtoHAsync(out.Data(), DevicePtr(info[1]), n, stream), "cuMemcpyDtoHAsync");
   Check(env, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   return out;
 }
@@ -210,7 +201,7 @@ Napi::Value CopyToHost(const Napi::CallbackInfo &info) {
 Napi::Value DeviceMemsetAsync(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
-  CUdeviceptr p = Ptr(info[1]);
+  CUdeviceptr p = DevicePtr(info[1]);
   unsigned char value = static_cast<unsigned char>(info[2].As<Napi::Number>().Uint32Value());
   size_t n = static_cast<size_t>(info[3].As<Napi::Number>().DoubleValue());
   uint32_t times = info[4].As<Napi::Number>().Uint32Value();

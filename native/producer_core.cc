@@ -1,6 +1,7 @@
 #include "producer_core.h"
 #include "arena_map.h"
 #include "errors.h"
+#include "js_values.h"
 
 namespace gpuring {
 
@@ -222,8 +223,7 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   RequireOpen(env);
   auto body = info[0].As<Napi::Uint8Array>();
   auto list = info[1].As<Napi::Float64Array>();
-  bool lossless = true;
-  uint64_t tag = info[2].As<Napi::BigInt>().Uint64Value(&lossless);
+  uint64_t tag = ToU64(info[2]);
   double timeout_ms = info[3].As<Napi::Number>().DoubleValue();
   ProducerState &s = *s_;
   std::lock_guard<std::mutex> lock(s.thread.mu);
