@@ -16,9 +16,11 @@
  */
 import type { Schema, Table } from 'apache-arrow';
 import type { BufferDescriptor, FrameDescription } from './codec/description.js';
-import { handleName } from './codec/description.js';
+import { forEachBuffer, handleName } from './codec/description.js';
 import { schemaOfFrame, tableFromFrame } from './arrow/table-reader.js';
-import { deviceOrdinalOf } from './device-buffer.js';
+import { DeviceBuffer, deviceOrdinalOf, deviceUuidOf, exportDeviceMemory } from './device-buffer.js';
+import { DeviceFrameCopy } from './device-frame-copy.js';
+import { DeviceMappings } from './device-mappings.js';
 import { callNative, GpuringError } from './errors.js';
 import { native } from './native.js';
 
@@ -40,8 +42,8 @@ export class Frame implements Disposable {
   readonly #pos: number;
   readonly #source: FrameSource;
   #released = false;
-  /** Device allocations this frame mapped (IpcHandleCache references), by handle. */
-  readonly #mapped = new Map<string, { handle: Uint8Array; device: number; base: bigint; bytes: number }>();
+  /** Device allocations this frame mapped (references into the IpcHandleCache). */
+  readonly #devices = new DeviceMappings();
 
   /** @internal */
   constructor(init: { id: number; producer: number; tag: bigint; pos: number; description: FrameDescription; source: FrameSource }) {
@@ -67,36 +69,61 @@ export class Frame implements Disposable {
 
   /** The frame as an apache-arrow Table whose buffers are the producer's memory (no copy). */
   toTable(): Table {
-    if (this.#released) throw new GpuringError('FRAME_STATE', 'the frame was released; its memory belongs to the producer again');
+    this.#requireLeased();
     return tableFromFrame(this.description, (b) => this.#resolve(b));
   }
 
+  #requireLeased(): void {
+    if (this.#released) throw new GpuringError('FRAME_STATE', 'the frame was released; its memory belongs to the producer again');
+  }
+
   /**
-   * Copies a device buffer to host memory, ordered after the producer's event
-   * on the device. The allocation is mapped once per process (IpcHandleCache)
-   * and referenced by this frame until it is released.
+   * Copies every buffer of the frame into one new allocation on `device` (by
+   * default the device of the frame's first device buffer, else 0): device
+   * buffers device-to-device after the producer's event, host buffers
+   * uploaded. The copy is this process's; release the frame whenever you like.
    */
-  #copyFromDevice(b: BufferDescriptor): Uint8Array {
-    const key = `${Buffer.from(b.handle).toString('hex')}:${b.allocationId}`;
-    let m = this.#mapped.get(key);
-    if (!m) {
-      const device = deviceOrdinalOf(b.deviceUuid);
-      const { base, bytes } = callNative(() => native().ipcAcquire(b.handle, b.allocationId, device));
-      m = { handle: b.handle, device, base, bytes };
-      this.#mapped.set(key, m);
+  copyToDevice({ device }: { device?: number } = {}): DeviceFrameCopy {
+    this.#requireLeased();
+    const copy = structuredClone(this.description);
+    const originals: BufferDescriptor[] = [];
+    const copies: BufferDescriptor[] = [];
+    forEachBuffer(this.description, (b) => originals.push(b));
+    forEachBuffer(copy, (b) => copies.push(b));
+    const first = originals.find((b) => b.kind === 'cuda-ipc');
+    const target = device ?? (first ? deviceOrdinalOf(first.deviceUuid) : 0);
+    const at: number[] = [];
+    let total = 0;
+    for (const b of originals) (at.push(total), (total += b.kind === 'absent' ? 0 : Math.ceil(b.length / 256) * 256));
+    const memory = DeviceBuffer.alloc(Math.max(total, 256), { device: target });
+    try {
+      const event = this.description.syncKind === 2 ? this.description.syncHandle : null;
+      originals.forEach((b, i) => {
+        if (b.kind === 'cuda-ipc') {
+          const m = this.#devices.acquire(b);
+          callNative(() => native().copyDeviceToDevice(target, memory.ptr + BigInt(at[i]!), m.base + BigInt(b.offset), b.length, event));
+        } else if (b.kind === 'host') memory.upload(this.#resolve(b), at[i]);
+      });
+      const exported = exportDeviceMemory(memory.ptr);
+      const uuid = deviceUuidOf(target);
+      copies.forEach((b, i) => {
+        if (b.kind === 'absent') return;
+        Object.assign(b, { kind: 'cuda-ipc', deviceOrdinal: target, deviceUuid: uuid, offset: exported.offset + at[i]!, allocationId: exported.allocationId, handle: exported.handle });
+      });
+      copy.syncKind = 0;
+      copy.syncHandle = new Uint8Array(this.description.syncHandle.length);
+      return new DeviceFrameCopy(copy, memory);
+    } catch (error) {
+      memory.free();
+      throw error;
     }
-    if (b.offset + b.length > m.bytes) throw new GpuringError('FRAME_BOUNDS', `a device buffer [${b.offset}, +${b.length}) lies outside its ${m.bytes}-byte allocation`);
-    const event = this.description.syncKind === 2 ? this.description.syncHandle : null;
-    const mm = m;
-    return new Uint8Array(callNative(() => native().copyToHost(mm.device, mm.base + BigInt(b.offset), b.length, event)));
   }
 
   /** Ends the lease. Calling it again does nothing. */
   release(): void {
     if (this.#released) return;
     this.#released = true;
-    for (const handle of this.#mapped.values()) native().ipcRelease(handle.handle);
-    this.#mapped.clear();
+    this.#devices.releaseAll();
     this.#source.release(this.#pos);
   }
 
@@ -105,7 +132,7 @@ export class Frame implements Disposable {
   }
 
   #resolve(b: BufferDescriptor): Uint8Array {
-    if (b.kind === 'cuda-ipc') return this.#copyFromDevice(b);
+    if (b.kind === 'cuda-ipc') return this.#devices.toHost(b, this.description.syncKind === 2 ? this.description.syncHandle : null);
     const arena = this.#source.arena(handleName(b.handle));
     if (b.offset + b.length > arena.byteLength)
       throw new GpuringError('FRAME_BOUNDS', `a buffer [${b.offset}, +${b.length}) lies outside its ${arena.byteLength}-byte arena`);

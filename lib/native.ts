@@ -157,7 +157,7 @@ export interface NativeAddon {
   deviceUpload(ordinal: number, ptr: bigint, bytes: Uint8Array): void;
   deviceDownload(ordinal: number, ptr: bigint, bytes: number): ArrayBuffer;
   deviceUuids(): Uint8Array[];
-  allocOtherMemory(kind: 'pinned' | 'managed', bytes: number): bigint;
+  allocOtherMemory(kind: 'pinned' | 'managed' | 'pool', bytes: number): bigint;
   exportDeviceMemory(ptr: bigint): DeviceExport;
   ipcAcquire(handle: Uint8Array, allocationId: bigint, device: number): { base: bigint; bytes: number };
   ipcRelease(handle: Uint8Array): void;
@@ -166,6 +166,7 @@ export interface NativeAddon {
   recordEvent(device: number): { id: number; handle: Uint8Array };
   recycleEvent(id: number): void;
   copyToHost(device: number, ptr: bigint, bytes: number, event: Uint8Array | null): ArrayBuffer;
+  copyDeviceToDevice(device: number, dst: bigint, src: bigint, bytes: number, event: Uint8Array | null): void;
   deviceMemsetAsync(device: number, ptr: bigint, value: number, bytes: number, times: number): void;
   errorCodes: string[];
   layoutHash: string;

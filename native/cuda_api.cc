@@ -133,7 +133,7 @@ Napi::Value DeviceDownload(const Napi::CallbackInfo &info) {
   return out;
 }
 
-// allocOtherMemory(kind: 'pinned' | 'managed', bytes) -> bigint. Memory CUDA
+// allocOtherMemory(kind: 'pinned' | 'managed' | 'pool', bytes) -> bigint. Memory CUDA
 // IPC cannot export, for showing that it is refused by name. Freed at exit.
 Napi::Value AllocOtherMemory(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
@@ -146,7 +146,12 @@ Napi::Value AllocOtherMemory(const Napi::CallbackInfo &info) {
     return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)));
   }
   CUdeviceptr p = 0;
-  Check(env, ctx.driver().cuMemAllocManaged(&p, n, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
+  if (kind == "pool") {
+    Check(env, ctx.driver().cuMemAllocAsync(&p, n, nullptr), "cuMemAllocAsync");
+    Check(env, ctx.driver().cuStreamSynchronize(nullptr), "cuStreamSynchronize");
+  } else {
+    Check(env, ctx.driver().cuMemAllocManaged(&p, n, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
+  }
   return Napi::BigInt::New(env, static_cast<uint64_t>(p));
 }
 

@@ -43,6 +43,7 @@ Driver Load() {
   GPR_RESOLVE(cuMemHostAlloc, "cuMemHostAlloc");
   GPR_RESOLVE(cuMemFreeHost, "cuMemFreeHost");
   GPR_RESOLVE(cuMemAllocManaged, "cuMemAllocManaged");
+  GPR_RESOLVE(cuMemAllocAsync, "cuMemAllocAsync");
   GPR_RESOLVE(cuMemGetAddressRange, "cuMemGetAddressRange_v2");
   GPR_RESOLVE(cuPointerGetAttribute, "cuPointerGetAttribute");
   GPR_RESOLVE(cuIpcGetMemHandle, "cuIpcGetMemHandle");

@@ -62,6 +62,7 @@ struct Driver {
   CUresult (*cuMemFree)(CUdeviceptr) = nullptr;
   CUresult (*cuMemHostAlloc)(void **, size_t, unsigned) = nullptr;
   CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned) = nullptr;
+  CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream) = nullptr;
   CUresult (*cuMemFreeHost)(void *) = nullptr;
   CUresult (*cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr) = nullptr;
   CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr) = nullptr;

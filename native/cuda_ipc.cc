@@ -1,7 +1,10 @@
 // CUDA IPC for frames: exporting device memory, mapping it in a consumer,
 // interprocess events for ordering, and event-ordered copies to the host.
 #include "cuda_ipc.h"
+#include <algorithm>
+#include <climits>
 #include <map>
+#include <sys/mman.h>
 #include <mutex>
 #include <vector>
 #include "cuda_context.h"
@@ -104,8 +107,17 @@ Napi::Value IpcSetLimits(const Napi::CallbackInfo &info) {
 
 // ---- events ---------------------------------------------------------------
 
+// Two pinned host chunks per device: the DMA of one chunk overlaps the copy
+// of the previous one out of the other into the caller's (pageable) buffer.
+struct Staging {
+  static constexpr size_t kChunk = 8u << 20;
+  void *host[2] = {nullptr, nullptr};
+  CUevent done[2] = {nullptr, nullptr};
+};
+
 struct EventPool {
   std::mutex mu;
+  std::map<int, Staging> staging;
   std::vector<std::pair<int, CUevent>> events;  // (device, event), by id
   std::vector<uint32_t> idle;
   std::map<std::pair<int, std::string>, CUevent> opened;  // consumer side, by (device, handle)
@@ -166,6 +178,65 @@ CUstream CopyStream(Napi::Env env, const Driver &d, EventPool &pool, int device)
   return pool.streams[device] = s;
 }
 
+Staging &StagingFor(Napi::Env env, const Driver &d, EventPool &pool, int device) {
+  Staging &s = pool.staging[device];
+  for (int i = 0; i < 2 && !s.host[i]; i++) {
+    Check(env, d.cuMemHostAlloc(&s.host[i], Staging::kChunk, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+    Check(env, d.cuEventCreate(&s.done[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  }
+  return s;
+}
+
+// Copies n bytes at `src` into `dst` (pageable) through the pinned chunks, in
+// stream order after whatever the stream waits on.
+void StagedCopy(Napi::Env env, const Driver &d, Staging &s, CUstream stream, uint8_t *dst, CUdeviceptr src, size_t n) {
+  const size_t c = Staging::kChunk, chunks = (n + c - 1) / c;
+  size_t held[2] = {SIZE_MAX, SIZE_MAX};  // chunk index in each staging slot
+  auto drain = [&](int slot) {
+    if (held[slot] == SIZE_MAX) return;
+    Check(env, d.cuEventSynchronize(s.done[slot]), "cuEventSynchronize");
+    size_t k = held[slot];
+    memcpy(dst + k * c, s.host[slot], std::min(c, n - k * c));
+    held[slot] = SIZE_MAX;
+  };
+  for (size_t k = 0; k < chunks; k++) {
+    int slot = static_cast<int>(k & 1);
+    drain(slot);
+    Check(env, d.cuMemcpyDtoHAsync(s.host[slot], src + k * c, std::min(c, n - k * c), stream), "cuMemcpyDtoHAsync");
+    Check(env, d.cuEventRecord(s.done[slot], stream), "cuEventRecord");
+    held[slot] = k;
+  }
+  drain(static_cast<int>(chunks & 1));  // the older of the two in flight first
+  drain(static_cast<int>((chunks + 1) & 1));
+}
+
+// Orders `stream` after a producer's interprocess event (opened once per device).
+void WaitForProducer(Napi::Env env, const Driver &d, EventPool &pool, CUstream stream, int device, const Napi::Value &handle) {
+  if (!handle.IsTypedArray()) return;
+  auto bytes = handle.As<Napi::Uint8Array>();
+  std::string key(reinterpret_cast<const char *>(bytes.Data()), bytes.ByteLength());
+  CUevent &ev = pool.opened[{device, key}];
+  if (!ev) {
+    CUipcEventHandle h{};
+    memcpy(h.reserved, bytes.Data(), std::min<size_t>(bytes.ByteLength(), sizeof h.reserved));
+    Check(env, d.cuIpcOpenEventHandle(&ev, h), "cuIpcOpenEventHandle");
+  }
+  Check(env, d.cuStreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent");
+}
+
+// A host buffer for a large copy: anonymous memory with transparent huge pages
+// requested, so filling a GiB takes hundreds of page faults instead of a
+// quarter million; unmapped by the ArrayBuffer's finalizer.
+Napi::ArrayBuffer LargeHostBuffer(Napi::Env env, size_t n) {
+  void *p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return Napi::ArrayBuffer::New(env, n);
+  madvise(p, n, MADV_HUGEPAGE);
+  return Napi::ArrayBuffer::New(env, p, n, [](Napi::Env, void *data, size_t *len) {
+    munmap(data, *len);
+    delete len;
+  }, new size_t(n));
+}
+
 // copyToHost(device, ptr, bytes, eventHandle | null) -> ArrayBuffer. The copy
 // is ordered after the producer's event on the device (cuStreamWaitEvent), not
 // by a host-side wait; the call returns when the copy is complete.
@@ -178,21 +249,33 @@ Napi::Value CopyToHost(const Napi::CallbackInfo &info) {
   EventPool &pool = Events();
   std::lock_guard<std::mutex> lock(pool.mu);
   CUstream stream = CopyStream(env, d, pool, device);
-  if (info[3].IsTypedArray()) {
-    auto bytes = info[3].As<Napi::Uint8Array>();
-    std::string key(reinterpret_cast<const char *>(bytes.Data()), bytes.ByteLength());
-    CUevent &ev = pool.opened[{device, key}];
-    if (!ev) {
-      CUipcEventHandle h{};
-      memcpy(h.reserved, bytes.Data(), std::min<size_t>(bytes.ByteLength(), sizeof h.reserved));
-      Check(env, d.cuIpcOpenEventHandle(&ev, h), "cuIpcOpenEventHandle");
-    }
-    Check(env, d.cuStreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent");
+  WaitForProducer(env, d, pool, stream, device, info[3]);
+  Napi::ArrayBuffer out = n > Staging::kChunk ? LargeHostBuffer(env, n) : Napi::ArrayBuffer::New(env, n);
+  if (n > Staging::kChunk) {
+    StagedCopy(env, d, StagingFor(env, d, pool, device), stream, static_cast<uint8_t *>(out.Data()), DevicePtr(info[1]), n);
+  } else {
+    if (n) Check(env, d.cuMemcpyDtoHAsync(out.Data(), DevicePtr(info[1]), n, stream), "cuMemcpyDtoHAsync");
+    Check(env, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   }
-  Napi::ArrayBuffer out = Napi::ArrayBuffer::New(env, n);
-  if (n) Check(env, d.cuMemcpyDtoHAsync(out.Data(), DevicePtr(info[1]), n, stream), "cuMemcpyDtoHAsync");
-  Check(env, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   return out;
+}
+
+// copyDeviceToDevice(device, dst, src, bytes, eventHandle | null): dst on
+// `device` (this process's memory), src a mapped frame buffer; ordered after
+// the producer's event, complete on return.
+Napi::Value CopyDeviceToDevice(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  int device = info[0].As<Napi::Number>().Int32Value();
+  ScopedContext ctx(env, device);
+  const Driver &d = ctx.driver();
+  EventPool &pool = Events();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  CUstream stream = CopyStream(env, d, pool, device);
+  WaitForProducer(env, d, pool, stream, device, info[4]);
+  size_t n = static_cast<size_t>(info[3].As<Napi::Number>().DoubleValue());
+  if (n) Check(env, d.cuMemcpyDtoDAsync(DevicePtr(info[1]), DevicePtr(info[2]), n, stream), "cuMemcpyDtoDAsync");
+  Check(env, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  return env.Undefined();
 }
 
 // deviceMemsetAsync(device, ptr, byte, bytes, times): queues `times` memsets of
@@ -221,6 +304,7 @@ void DefineCudaIpc(Napi::Env env, Napi::Object exports) {
   exports.Set("recordEvent", Napi::Function::New(env, RecordEvent));
   exports.Set("recycleEvent", Napi::Function::New(env, RecycleEvent));
   exports.Set("copyToHost", Napi::Function::New(env, CopyToHost));
+  exports.Set("copyDeviceToDevice", Napi::Function::New(env, CopyDeviceToDevice));
   exports.Set("deviceMemsetAsync", Napi::Function::New(env, DeviceMemsetAsync));
 }
 

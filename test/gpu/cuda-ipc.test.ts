@@ -56,6 +56,35 @@ gpuTest('a 1 GiB float32 column crosses without copies; its checksum holds after
   });
 });
 
+gpuTest('copyToDevice(): a device frame copied device-to-device, released at once, and read from the copy', async (t) => {
+  await fromDeviceProducer('types', [29], async (consumer) => {
+    const full = allTypesTable(29);
+    const f = await consumer.next({ timeout: 30_000 });
+    using copy = f.copyToDevice();
+    f.release(); // the producer may reuse its memory now; the copy is ours
+    t.true(copy.memory.byteLength > 0);
+    t.is(copy.description.syncKind, 0);
+    t.is(tableDifference(full, copy.toTable()), null);
+    const g = await consumer.next({ timeout: 30_000 });
+    g.release();
+  });
+});
+
+gpuTest('copyToDevice() of a host frame uploads it; the copy reads back equal', async (t) => {
+  await withRing('gpu-host', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const table = allTypesTable(13);
+    await producer.publish(table);
+    const f = await consumer.next({ timeout: 5000 });
+    using copy = f.copyToDevice({ device: 0 });
+    f.release();
+    t.is(tableDifference(table, copy.toTable()), null);
+    consumer.close();
+    producer.close();
+  });
+});
+
 gpuTest('a pointer inside a larger allocation, and a null mask starting at bit 3', async (t) => {
   await fromDeviceProducer('offset', [], async (consumer) => {
     const f = await consumer.next({ timeout: 30_000 });
@@ -130,6 +159,10 @@ gpuTest('memory CUDA IPC cannot export is refused up front, naming the reason', 
   const e2 = t.throws(() => exportDeviceMemory(managed), { instanceOf: GpuringError })!;
   t.is(e2.code, 'NOT_EXPORTABLE');
   t.regex(e2.message, /managed/);
+  const pool = native().allocOtherMemory('pool', 1 << 20);
+  const e3 = t.throws(() => exportDeviceMemory(pool), { instanceOf: GpuringError })!;
+  t.is(e3.code, 'NOT_EXPORTABLE');
+  t.regex(e3.message, /stream-ordered pool/);
   t.is(t.throws(() => exportDeviceMemory(12345n), { instanceOf: GpuringError })!.code, 'NOT_EXPORTABLE');
 });
 
