@@ -78,6 +78,20 @@ export class Frame implements Disposable {
   }
 
   /**
+   * Waits on the host until the producer's GPU work that fills the frame's
+   * device buffers is complete. Not needed before toTable() or copyToDevice()
+   * (they order themselves on the device); for code that hands the buffers'
+   * addresses to other libraries. Returns at once for host frames.
+   */
+  synchronize(): void {
+    this.#requireLeased();
+    if (this.description.syncKind !== 2) return;
+    let device = 0;
+    forEachBuffer(this.description, (b) => b.kind === 'cuda-ipc' && (device = deviceOrdinalOf(b.deviceUuid)));
+    callNative(() => native().synchronizeEvent(device, this.description.syncHandle));
+  }
+
+  /**
    * Copies every buffer of the frame into one new allocation on `device` (by
    * default the device of the frame's first device buffer, else 0): device
    * buffers device-to-device after the producer's event, host buffers

@@ -167,6 +167,7 @@ export interface NativeAddon {
   recycleEvent(id: number): void;
   copyToHost(device: number, ptr: bigint, bytes: number, event: Uint8Array | null): ArrayBuffer;
   copyDeviceToDevice(device: number, dst: bigint, src: bigint, bytes: number, event: Uint8Array | null): void;
+  synchronizeEvent(device: number, event: Uint8Array): void;
   deviceMemsetAsync(device: number, ptr: bigint, value: number, bytes: number, times: number): void;
   errorCodes: string[];
   layoutHash: string;

@@ -210,10 +210,8 @@ void StagedCopy(Napi::Env env, const Driver &d, Staging &s, CUstream stream, uin
   drain(static_cast<int>((chunks + 1) & 1));
 }
 
-// Orders `stream` after a producer's interprocess event (opened once per device).
-void WaitForProducer(Napi::Env env, const Driver &d, EventPool &pool, CUstream stream, int device, const Napi::Value &handle) {
-  if (!handle.IsTypedArray()) return;
-  auto bytes = handle.As<Napi::Uint8Array>();
+// A producer's interprocess event, opened once per device (or this process's own).
+CUevent OpenedEvent(Napi::Env env, const Driver &d, EventPool &pool, int device, const Napi::Uint8Array &bytes) {
   std::string key(reinterpret_cast<const char *>(bytes.Data()), bytes.ByteLength());
   CUevent &ev = pool.opened[{device, key}];
   if (!ev) {
@@ -221,7 +219,30 @@ void WaitForProducer(Napi::Env env, const Driver &d, EventPool &pool, CUstream s
     memcpy(h.reserved, bytes.Data(), std::min<size_t>(bytes.ByteLength(), sizeof h.reserved));
     Check(env, d.cuIpcOpenEventHandle(&ev, h), "cuIpcOpenEventHandle");
   }
+  return ev;
+}
+
+// Orders `stream` after a producer's interprocess event, on the device.
+void WaitForProducer(Napi::Env env, const Driver &d, EventPool &pool, CUstream stream, int device, const Napi::Value &handle) {
+  if (!handle.IsTypedArray()) return;
+  CUevent ev = OpenedEvent(env, d, pool, device, handle.As<Napi::Uint8Array>());
   Check(env, d.cuStreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent");
+}
+
+// synchronizeEvent(device, eventHandle): waits on the host until the
+// producer's work before the event is complete.
+Napi::Value SynchronizeEvent(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  int device = info[0].As<Napi::Number>().Int32Value();
+  ScopedContext ctx(env, device);
+  EventPool &pool = Events();
+  CUevent ev;
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    ev = OpenedEvent(env, ctx.driver(), pool, device, info[1].As<Napi::Uint8Array>());
+  }
+  Check(env, ctx.driver().cuEventSynchronize(ev), "cuEventSynchronize");
+  return env.Undefined();
 }
 
 // A host buffer for a large copy: anonymous memory with transparent huge pages
@@ -305,6 +326,7 @@ void DefineCudaIpc(Napi::Env env, Napi::Object exports) {
   exports.Set("recycleEvent", Napi::Function::New(env, RecycleEvent));
   exports.Set("copyToHost", Napi::Function::New(env, CopyToHost));
   exports.Set("copyDeviceToDevice", Napi::Function::New(env, CopyDeviceToDevice));
+  exports.Set("synchronizeEvent", Napi::Function::New(env, SynchronizeEvent));
   exports.Set("deviceMemsetAsync", Napi::Function::New(env, DeviceMemsetAsync));
 }
 

@@ -1,5 +1,6 @@
 #include "ipc_handle_cache.h"
 #include <algorithm>
+#include <thread>
 #include <vector>
 #include "cuda_context.h"
 #include "errors.h"
@@ -7,8 +8,9 @@
 namespace gpuring::cuda {
 
 IpcHandleCache &IpcHandleCache::Get() {
-  static IpcHandleCache cache;
-  return cache;
+  // Never destroyed: the closer thread may be waiting on it when the process exits.
+  static IpcHandleCache *cache = new IpcHandleCache;
+  return *cache;
 }
 
 void IpcHandleCache::RememberExport(const CUipcMemHandle &h, uint64_t alloc_id, CUdeviceptr base, int device, uint64_t bytes) {
@@ -21,15 +23,34 @@ void IpcHandleCache::RememberExport(const CUipcMemHandle &h, uint64_t alloc_id, 
   m.own = true;
 }
 
+bool IpcHandleCache::PendingLocked(const CUipcMemHandle &h) const {
+  auto same = [&](const Entry &e) { return memcmp(e.first.h.reserved, h.reserved, sizeof h.reserved) == 0; };
+  return (closing_current_ && same(current_)) || std::any_of(closing_.begin(), closing_.end(), same);
+}
+
+std::map<IpcHandleCache::Key, Mapping>::iterator IpcHandleCache::SettlePendingLocked(
+    std::unique_lock<std::mutex> &lock, const CUipcMemHandle &h, uint64_t alloc_id) {
+  for (auto e = closing_.begin(); e != closing_.end(); ++e) {
+    if (memcmp(e->first.h.reserved, h.reserved, sizeof h.reserved) != 0 || e->second.alloc_id != alloc_id) continue;
+    auto it = entries_.emplace(e->first, e->second).first;  // same allocation: keep using the mapping
+    mapped_bytes_ += it->second.bytes;
+    closing_.erase(e);
+    return it;
+  }
+  done_cv_.wait(lock, [&] { return !PendingLocked(h); });
+  return entries_.end();
+}
+
 Mapping IpcHandleCache::Acquire(Napi::Env env, const CUipcMemHandle &h, uint64_t alloc_id, int device) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = entries_.find(Key{h});
   if (it != entries_.end() && it->second.alloc_id != alloc_id && !it->second.own) {
     if (it->second.refs > 0)
       Throw(env, GPR_E_FRAME_STATE, "a producer reused device memory that a frame here still holds (its allocation changed under a live lease)");
-    CloseLocked(it);  // stale: the exporter freed that allocation and made a new one at the same address
+    ScheduleCloseLocked(it);  // stale: the exporter freed that allocation and made a new one at the same address
     it = entries_.end();
   }
+  if (it == entries_.end()) it = SettlePendingLocked(lock, h, alloc_id);
   if (it != entries_.end()) {
     hits_++;
   } else {
@@ -66,29 +87,51 @@ void IpcHandleCache::EvictLocked() {
   std::sort(idle.begin(), idle.end(), [](auto a, auto b) { return a->second.last_use < b->second.last_use; });
   for (auto it : idle) {
     if (entries_.size() <= max_entries_ && mapped_bytes_ <= max_bytes_) break;
-    CloseLocked(it);
+    ScheduleCloseLocked(it);
   }
+}
+
+void IpcHandleCache::ScheduleCloseLocked(std::map<Key, Mapping>::iterator it) {
+  closing_.push_back(*it);
+  mapped_bytes_ -= it->second.bytes;
+  entries_.erase(it);
+  if (!closer_started_) {
+    closer_started_ = true;
+    std::thread([this] { CloserLoop(); }).detach();  // lives as long as the process
+  }
+  work_cv_.notify_one();
 }
 
 // Best effort: a close that fails leaves the mapping to process exit. The
 // opening (primary) context was retained when the mapping was made.
-void IpcHandleCache::CloseLocked(std::map<Key, Mapping>::iterator it) {
+void IpcHandleCache::CloserLoop() {
   const Driver &d = Driver::Get();
-  CUcontext ctx = RetainedPrimary(it->second.device), popped;
-  if (ctx && d.cuCtxPushCurrent(ctx) == CUDA_SUCCESS) {
-    d.cuIpcCloseMemHandle(it->second.base);
-    d.cuCtxPopCurrent(&popped);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return !closing_.empty(); });
+    current_ = closing_.front();
+    closing_.pop_front();
+    closing_current_ = true;
+    lock.unlock();
+    CUcontext ctx = RetainedPrimary(current_.second.device), popped;
+    if (ctx && d.cuCtxPushCurrent(ctx) == CUDA_SUCCESS) {
+      d.cuIpcCloseMemHandle(current_.second.base);
+      d.cuCtxPopCurrent(&popped);
+    }
+    lock.lock();
+    closing_current_ = false;
+    closes_++;
+    done_cv_.notify_all();
   }
-  closes_++;
-  mapped_bytes_ -= it->second.bytes;
-  entries_.erase(it);
 }
 
+// Sets the bounds and waits until every close they cause has happened.
 void IpcHandleCache::SetLimits(size_t max_entries, uint64_t max_bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   max_entries_ = max_entries;
   max_bytes_ = max_bytes;
   EvictLocked();
+  done_cv_.wait(lock, [&] { return closing_.empty() && !closing_current_; });
 }
 
 Napi::Object IpcHandleCache::Stats(Napi::Env env) {

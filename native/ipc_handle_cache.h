@@ -9,7 +9,9 @@
 // records the allocation's buffer id, which never repeats.
 #pragma once
 #include <napi.h>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -46,9 +48,20 @@ class IpcHandleCache {
     CUipcMemHandle h;
     bool operator<(const Key &o) const { return memcmp(h.reserved, o.h.reserved, sizeof h.reserved) < 0; }
   };
+  using Entry = std::pair<Key, Mapping>;
   void EvictLocked();
-  void CloseLocked(std::map<Key, Mapping>::iterator it);
+  void ScheduleCloseLocked(std::map<Key, Mapping>::iterator it);
+  // Takes back a pending close of `h` for the same allocation, or waits out one
+  // for another allocation. Returns the taken-back mapping's entry, or end().
+  std::map<Key, Mapping>::iterator SettlePendingLocked(std::unique_lock<std::mutex> &lock, const CUipcMemHandle &h, uint64_t alloc_id);
+  bool PendingLocked(const CUipcMemHandle &h) const;
+  void CloserLoop();
   std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Entry> closing_;    // waiting for the closer thread
+  bool closing_current_ = false;  // the closer holds `current_` outside the lock
+  Entry current_{};
+  bool closer_started_ = false;
   std::map<Key, Mapping> entries_;
   uint64_t clock_ = 0, opens_ = 0, closes_ = 0, hits_ = 0, mapped_bytes_ = 0;
   size_t max_entries_ = 256;

@@ -100,6 +100,7 @@ gpuTest('ordering: published while device writes are still queued, the consumer 
   const bytes = 1 << 30;
   await fromDeviceProducer('ordering', [bytes, 128], async (consumer) => {
     const f = await consumer.next({ timeout: 60_000 });
+    f.synchronize(); // a host-side wait on the producer's event; toTable() would order itself anyway
     const x = f.toTable().getChild('x')!.data[0]!.values as Uint8Array;
     let bad = -1;
     for (let i = 0; i < x.length && bad < 0; i += 1) if (x[i] !== 0x5a) bad = i;
