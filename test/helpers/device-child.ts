@@ -6,16 +6,32 @@
  *   ordering NAME BYTES N   publishes while N memsets of the buffer are still queued
  *   same NAME FRAMES        one allocation published in FRAMES frames
  *   many NAME FRAMES        FRAMES small tables uploaded to the device, frame i all i
+ *   on-device NAME ORDINAL  the every-type table (13 rows) uploaded to device ORDINAL
+ *   read NAME               (a consumer) reads one frame and prints its rows, or its error code
  * Each prints {"published": n} once published, drains, and exits.
  */
 import { makeVector, Table } from 'apache-arrow';
-import { Producer, DeviceBuffer, deviceBufferDescriptor, absentBuffer, type FrameDescription } from '../../lib/index.js';
+import { Consumer, cudaInfo, Producer, DeviceBuffer, deviceBufferDescriptor, absentBuffer, type FrameDescription } from '../../lib/index.js';
 import { native } from '../../lib/native.js';
 import { HANDLE_BYTES } from '../../lib/codec/layout.js';
 import { allTypesTable } from './all-types.js';
 
 const [role, name, arg] = process.argv.slice(2);
 const say = (v: unknown) => process.stdout.write(`${JSON.stringify(v)}\n`);
+
+if (role === 'read') {
+  const consumer = Consumer.open(name!);
+  const f = await consumer.next({ timeout: 30_000 });
+  try {
+    say({ rows: f.toTable().numRows, devices: cudaInfo().devices.map((d) => d.uuid) });
+  } catch (error) {
+    say({ code: (error as { code?: string }).code, message: (error as Error).message });
+  }
+  f.release();
+  consumer.close();
+  process.exit(0);
+}
+
 const producer = Producer.open(name!);
 
 function column(format: string, length: number, buffers: FrameDescription['columns'][0]['buffers'], extra: Partial<FrameDescription['columns'][0]> = {}): FrameDescription {
@@ -71,6 +87,10 @@ async function main(): Promise<number> {
       buf.upload(Int32Array.from({ length: 16 }, (_, i) => i));
       for (let i = 0; i < Number(arg); i++) await producer.publishFrame(column('i', 16, [absentBuffer(), deviceBufferDescriptor(buf.ptr, 64)]));
       return Number(arg);
+    }
+    case 'on-device': {
+      await producer.publish(allTypesTable(13), { device: Number(arg) });
+      return 1;
     }
     case 'many': {
       // Each frame's memory is freed on release and the next allocation often

@@ -32,10 +32,11 @@ export async function withRing<T>(prefix: string, options: CreateOptions, fn: (r
   }
 }
 
-function helper(script: string, role: string, args: (string | number)[]): ChildProcess {
+function helper(script: string, role: string, args: (string | number)[], env?: NodeJS.ProcessEnv): ChildProcess {
   return spawn(process.execPath, ['--import', 'tsx', join(root, 'test/helpers', script), role, ...args.map(String)], {
     cwd: root,
     stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
+    ...(env ? { env: { ...process.env, ...env } } : {}),
   });
 }
 
@@ -47,6 +48,11 @@ export function child(role: string, ...args: (string | number)[]): ChildProcess 
 /** Runs test/helpers/device-child.ts ROLE ARGS (a device producer) in a new Node process. */
 export function deviceChild(role: string, ...args: (string | number)[]): ChildProcess {
   return helper('device-child.ts', role, args);
+}
+
+/** Like deviceChild, with extra environment (CUDA_VISIBLE_DEVICES, say). */
+export function deviceChildWithEnv(env: NodeJS.ProcessEnv, role: string, ...args: (string | number)[]): ChildProcess {
+  return helper('device-child.ts', role, args, env);
 }
 
 /** The next stdout line of a child, parsed as JSON. */
