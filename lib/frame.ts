@@ -24,6 +24,14 @@ import { DeviceMappings } from './device-mappings.js';
 import { callNative, GpuringError } from './errors.js';
 import { native } from './native.js';
 
+/** A device buffer of a frame, mapped in this process. */
+export interface DeviceView {
+  ptr: bigint;
+  byteLength: number;
+  /** Device ordinal in this process. */
+  device: number;
+}
+
 /** What a Frame needs from its consumer: mapped arenas and the release call. */
 export interface FrameSource {
   arena(name: string): ArrayBuffer;
@@ -75,6 +83,23 @@ export class Frame implements Disposable {
 
   #requireLeased(): void {
     if (this.#released) throw new GpuringError('FRAME_STATE', 'the frame was released; its memory belongs to the producer again');
+  }
+
+  /**
+   * The frame's device buffers in place: for each buffer in wire order (as
+   * forEachBuffer visits them), its address in this process, or null for host
+   * and absent buffers. No copy. Valid until release; order GPU work that reads
+   * them after the producer's (see synchronize()).
+   */
+  mapDevice(): (DeviceView | null)[] {
+    this.#requireLeased();
+    const views: (DeviceView | null)[] = [];
+    forEachBuffer(this.description, (b) => {
+      if (b.kind !== 'cuda-ipc') return void views.push(null);
+      const m = this.#devices.acquire(b);
+      views.push({ ptr: m.base + BigInt(b.offset), byteLength: b.length, device: m.device });
+    });
+    return views;
   }
 
   /**

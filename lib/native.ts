@@ -157,6 +157,7 @@ export interface NativeAddon {
   deviceUpload(ordinal: number, ptr: bigint, bytes: Uint8Array): void;
   deviceDownload(ordinal: number, ptr: bigint, bytes: number): ArrayBuffer;
   deviceUuids(): Uint8Array[];
+  rawCopySeconds(kind: 'dtoh' | 'htod' | 'dtod', device: number, bytes: number, iterations: number): number;
   allocOtherMemory(kind: 'pinned' | 'managed' | 'pool', bytes: number): bigint;
   exportDeviceMemory(ptr: bigint): DeviceExport;
   ipcAcquire(handle: Uint8Array, allocationId: bigint, device: number): { base: bigint; bytes: number };

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <string>
 #include "cuda_context.h"
+#include "gpuring.h"
 #include "errors.h"
 #include "js_values.h"
 
@@ -155,10 +156,45 @@ Napi::Value AllocOtherMemory(const Napi::CallbackInfo &info) {
   return Napi::BigInt::New(env, static_cast<uint64_t>(p));
 }
 
+// rawCopySeconds(kind: 'dtoh' | 'htod' | 'dtod', device, bytes, iterations) ->
+// seconds per copy of the driver's own async copy between plain allocations
+// (pinned host memory for host sides), timed around a stream synchronize: the
+// baseline benchmarks compare gpuring's copies with.
+Napi::Value RawCopySeconds(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  std::string kind = info[0].As<Napi::String>();
+  ScopedContext ctx(env, info[1].As<Napi::Number>().Int32Value());
+  const Driver &d = ctx.driver();
+  size_t n = static_cast<size_t>(info[2].As<Napi::Number>().DoubleValue());
+  uint32_t iterations = info[3].As<Napi::Number>().Uint32Value();
+  CUdeviceptr a = 0, b = 0;
+  void *host = nullptr;
+  CUstream stream = nullptr;
+  Check(env, d.cuMemAlloc(&a, n), "cuMemAlloc");
+  CUresult rc = kind == "dtod" ? d.cuMemAlloc(&b, n) : d.cuMemHostAlloc(&host, n, CU_MEMHOSTALLOC_PORTABLE);
+  if (rc == CUDA_SUCCESS) rc = d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  double seconds = 0;
+  for (uint32_t i = 0; rc == CUDA_SUCCESS && i <= iterations; i++) {  // iteration 0 warms up
+    uint64_t t0 = gpr_monotonic_ns();
+    rc = kind == "dtod" ? d.cuMemcpyDtoDAsync(b, a, n, stream)
+         : kind == "dtoh" ? d.cuMemcpyDtoHAsync(host, a, n, stream)
+                          : d.cuMemcpyHtoDAsync(a, host, n, stream);
+    if (rc == CUDA_SUCCESS) rc = d.cuStreamSynchronize(stream);
+    if (i) seconds += static_cast<double>(gpr_monotonic_ns() - t0) / 1e9;
+  }
+  if (stream) d.cuStreamDestroy(stream);
+  if (b) d.cuMemFree(b);
+  if (host) d.cuMemFreeHost(host);
+  d.cuMemFree(a);
+  Check(env, rc, "raw copy");
+  return Napi::Number::New(env, seconds / iterations);
+}
+
 }  // namespace
 
 void DefineCudaApi(Napi::Env env, Napi::Object exports) {
   exports.Set("cudaInfo", Napi::Function::New(env, CudaInfo));
+  exports.Set("rawCopySeconds", Napi::Function::New(env, RawCopySeconds));
   exports.Set("allocOtherMemory", Napi::Function::New(env, AllocOtherMemory));
   exports.Set("deviceUuids", Napi::Function::New(env, DeviceUuids));
   exports.Set("deviceAlloc", Napi::Function::New(env, DeviceAlloc));

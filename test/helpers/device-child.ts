@@ -8,6 +8,8 @@
  *   many NAME FRAMES        FRAMES small tables uploaded to the device, frame i all i
  *   on-device NAME ORDINAL  the every-type table (13 rows) uploaded to device ORDINAL
  *   read NAME               (a consumer) reads one frame and prints its rows, or its error code
+ *   stamp NAME BYTES N      one allocation published N times, one at a time, tagged with the
+ *                           publish time (process.hrtime, CLOCK_MONOTONIC: comparable across processes)
  * Each prints {"published": n} once published, drains, and exits.
  */
 import { makeVector, Table } from 'apache-arrow';
@@ -87,6 +89,15 @@ async function main(): Promise<number> {
       buf.upload(Int32Array.from({ length: 16 }, (_, i) => i));
       for (let i = 0; i < Number(arg); i++) await producer.publishFrame(column('i', 16, [absentBuffer(), deviceBufferDescriptor(buf.ptr, 64)]));
       return Number(arg);
+    }
+    case 'stamp': {
+      const bytes = Number(arg);
+      const buf = DeviceBuffer.alloc(bytes);
+      for (let i = 0; i < Number(process.argv[5]); i++) {
+        await producer.publishFrame(column('C', bytes, [absentBuffer(), deviceBufferDescriptor(buf.ptr, bytes)]), { tag: process.hrtime.bigint() });
+        await producer.drain();
+      }
+      return Number(process.argv[5]);
     }
     case 'on-device': {
       await producer.publish(allTypesTable(13), { device: Number(arg) });

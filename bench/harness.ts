@@ -1,0 +1,47 @@
+/**
+ * Benchmark records and their reports: a human-readable table by default, an
+ * array of records with --json, and a Markdown table written under docs/.
+ * Every record names its baseline, measured in the same run, and the ratio.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+export interface BenchRecord {
+  name: string;
+  metric: string;
+  unit: string;
+  value: number;
+  baseline: string | null;
+  baselineValue: number | null;
+  /** How many times better than the baseline (>1 is better), by the metric's direction. */
+  ratio: number | null;
+}
+
+export function percentile(samples: number[], p: number): number {
+  const s = [...samples].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+}
+
+export function median(samples: number[]): number {
+  return percentile(samples, 50);
+}
+
+/** A record comparing `value` with `baselineValue`; lower is better for latencies, higher for rates. */
+export function compare(name: string, metric: string, unit: string, value: number, baseline: string, baselineValue: number, higherIsBetter: boolean): BenchRecord {
+  return { name, metric, unit, value, baseline, baselineValue, ratio: higherIsBetter ? value / baselineValue : baselineValue / value };
+}
+
+const fmt = (v: number | null) => (v === null ? '' : Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 1 ? v.toFixed(2) : v.toPrecision(3));
+
+function markdown(title: string, machine: string, command: string, records: BenchRecord[]): string {
+  const rows = records.map((r) => `| ${r.name} | ${r.metric} | ${fmt(r.value)} ${r.unit} | ${r.baseline ?? ''} | ${r.baselineValue === null ? '' : `${fmt(r.baselineValue)} ${r.unit}`} | ${r.ratio === null ? '' : `${fmt(r.ratio)}x`} |`);
+  return [`# ${title}`, '', `Machine: ${machine}. Reproduce: \`${command}\`.`, '', '| benchmark | metric | gpuring | baseline | baseline value | ratio |', '| --- | --- | ---: | --- | ---: | ---: |', ...rows, ''].join('\n');
+}
+
+export function report(title: string, machine: string, command: string, file: string, records: BenchRecord[], json: boolean): void {
+  const md = markdown(title, machine, command, records);
+  const docs = fileURLToPath(new URL('../docs/', import.meta.url));
+  mkdirSync(docs, { recursive: true });
+  writeFileSync(`${docs}${file}`, md);
+  process.stdout.write(json ? `${JSON.stringify(records, null, 2)}\n` : `${md}\n(written to docs/${file})\n`);
+}
