@@ -11,6 +11,7 @@
     "native/cuda_context.cc",
     "native/cuda_driver.cc",
     "native/cuda_ipc.cc",
-    "native/ipc_handle_cache.cc"
+    "native/ipc_handle_cache.cc",
+    "native/parallel_copy.cc"
   ]
 }

@@ -11,6 +11,7 @@
 #include "errors.h"
 #include "js_values.h"
 #include "ipc_handle_cache.h"
+#include "parallel_copy.h"
 
 namespace gpuring::cuda {
 
@@ -108,9 +109,11 @@ Napi::Value IpcSetLimits(const Napi::CallbackInfo &info) {
 // ---- events ---------------------------------------------------------------
 
 // Two pinned host chunks per device: the DMA of one chunk overlaps the copy
-// of the previous one out of the other into the caller's (pageable) buffer.
+// of the previous one out of the other (split across cores) into the caller's
+// (pageable) buffer.
 struct Staging {
-  static constexpr size_t kChunk = 8u << 20;
+  static constexpr size_t kChunk = 32u << 20;
+  static constexpr size_t kMinStaged = 1u << 20;  // smaller copies go straight to pageable memory
   void *host[2] = {nullptr, nullptr};
   CUevent done[2] = {nullptr, nullptr};
 };
@@ -196,7 +199,7 @@ void StagedCopy(Napi::Env env, const Driver &d, Staging &s, CUstream stream, uin
     if (held[slot] == SIZE_MAX) return;
     Check(env, d.cuEventSynchronize(s.done[slot]), "cuEventSynchronize");
     size_t k = held[slot];
-    memcpy(dst + k * c, s.host[slot], std::min(c, n - k * c));
+    ParallelCopy(dst + k * c, s.host[slot], std::min(c, n - k * c));
     held[slot] = SIZE_MAX;
   };
   for (size_t k = 0; k < chunks; k++) {
@@ -271,8 +274,8 @@ Napi::Value CopyToHost(const Napi::CallbackInfo &info) {
   std::lock_guard<std::mutex> lock(pool.mu);
   CUstream stream = CopyStream(env, d, pool, device);
   WaitForProducer(env, d, pool, stream, device, info[3]);
-  Napi::ArrayBuffer out = n > Staging::kChunk ? LargeHostBuffer(env, n) : Napi::ArrayBuffer::New(env, n);
-  if (n > Staging::kChunk) {
+  Napi::ArrayBuffer out = n > Staging::kMinStaged ? LargeHostBuffer(env, n) : Napi::ArrayBuffer::New(env, n);
+  if (n > Staging::kMinStaged) {
     StagedCopy(env, d, StagingFor(env, d, pool, device), stream, static_cast<uint8_t *>(out.Data()), DevicePtr(info[1]), n);
   } else {
     if (n) Check(env, d.cuMemcpyDtoHAsync(out.Data(), DevicePtr(info[1]), n, stream), "cuMemcpyDtoHAsync");
