@@ -278,15 +278,14 @@ Napi::Value ProducerCore::OnRelease(const Napi::CallbackInfo &info) {
   return info.Env().Undefined();
 }
 
-// takeReleased() -> frame ids released since the last report, reaped now. Lets
-// a producer that publishes in a tight loop (its event loop never idle) reclaim
-// memory without waiting for the release callback.
+// takeReleased() -> frame ids reaped since the last report (every publish
+// reaps first). Lets a producer that publishes in a tight loop (its event loop
+// never idle) reclaim memory without waiting for the release callback.
 Napi::Value ProducerCore::TakeReleased(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   std::vector<uint64_t> ids;
   {
     std::lock_guard<std::mutex> lock(s_->thread.mu);
-    if (!closed_) s_->ReapLocked();
     ids.swap(s_->released);
   }
   Napi::Array arr = Napi::Array::New(env, ids.size());
