@@ -98,18 +98,19 @@ void ProducerState::Loop() {
   while (!thread.Stopping()) {
     bool busy;
     {
-      std::unique_lock<std::mutex> lock(thread.mu);
+      std::lock_guard<std::mutex> lock(thread.mu);
       ReapLocked();
       PublishPendingLocked();
       ExpirePendingLocked();
       busy = !pending.empty() || !inflight.empty();
-      if (!busy)
-        thread.cv_.wait_for(lock, std::chrono::milliseconds(250), [&] {
-          return thread.Stopping() || !pending.empty() || !inflight.empty();
-        });
     }
-    FlushReleases();
-    if (busy) {
+    FlushReleases();  // before any sleep: JS may be waiting on these (drain)
+    if (!busy) {
+      std::unique_lock<std::mutex> lock(thread.mu);
+      thread.cv_.wait_for(lock, std::chrono::milliseconds(250), [&] {
+        return thread.Stopping() || !pending.empty() || !inflight.empty();
+      });
+    } else {
       auto attempt = [](void *ctx) -> int {
         auto *self = static_cast<ProducerState *>(ctx);
         std::lock_guard<std::mutex> lock(self->thread.mu);
@@ -252,6 +253,9 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   if (s.pending.empty() && gpr_ring_try_publish(&s.seg, s.me, &ref, &pos) == 0) {
     s.next_frame_id++;
     s.inflight.push_back(ProducerState::Frame{ref.frame_id, pos, std::move(allocs)});
+    // An idle thread sleeps on the condition variable, deaf to releases: the
+    // first frame in flight moves it to waiting on the ring's futex.
+    if (s.inflight.size() == 1) s.thread.cv_.notify_all();
     return Napi::Number::New(env, static_cast<double>(ref.frame_id));
   }
   if (timeout_ms == 0) {

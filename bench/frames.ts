@@ -1,0 +1,16 @@
+/** The small frame the latency benchmarks hand over: 8 int32 columns of one row. */
+import { makeVector, Table } from 'apache-arrow';
+import { describeBatch } from '../lib/arrow/table-writer.js';
+import { hostBuffer } from '../lib/codec/description.js';
+
+export function smallFrame(): Table {
+  const columns: Record<string, ReturnType<typeof makeVector>> = {};
+  for (let c = 0; c < 8; c++) columns[`c${c}`] = makeVector(Int32Array.of(c));
+  return new Table(columns);
+}
+
+/** The same frame's description as JSON: what users send over sockets today. */
+export function smallFrameJson(): string {
+  const d = describeBatch(smallFrame(), { place: (b) => hostBuffer('/gpuring.bench.p0g1.a0', 64, b.length) });
+  return JSON.stringify(d, (_k, v) => (v instanceof Uint8Array ? Array.from(v) : typeof v === 'bigint' ? String(v) : v));
+}

@@ -1,0 +1,65 @@
+/**
+ * The other process of the host benchmarks (bench/host.ts).
+ *   gpuring NAME N GAP_MS     publishes N small frames one at a time, each tagged with its publish
+ *                             time (CLOCK_MONOTONIC), waiting for its release (and GAP_MS) before the next
+ *   socket PATH N GAP_MS      sends the same frame's description as a JSON line, waits for an ack
+ *   big NAME BYTES            writes a BYTES float64 column into arena memory, then publishes it once
+ *   ipc PATH BYTES            builds the same table, sends it with tableToIPC over a Unix socket
+ */
+import { connect } from 'node:net';
+import { createInterface } from 'node:readline';
+import { Float64, makeData, makeVector, Table, tableToIPC } from 'apache-arrow';
+import { Producer } from '../lib/index.js';
+import { smallFrame, smallFrameJson } from './frames.js';
+
+const [role, target, count, gap] = process.argv.slice(2);
+const n = Number(count);
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function gpuring(): Promise<void> {
+  const producer = Producer.open(target!);
+  const table = smallFrame();
+  for (let i = 0; i < n; i++) {
+    await producer.publish(table, { tag: process.hrtime.bigint() });
+    await producer.drain();
+    if (Number(gap)) await pause(Number(gap));
+  }
+  producer.close();
+}
+
+async function socket(): Promise<void> {
+  const s = connect(target!);
+  const acks = createInterface({ input: s })[Symbol.asyncIterator]();
+  const json = smallFrameJson();
+  for (let i = 0; i < n; i++) {
+    s.write(`{"t":"${process.hrtime.bigint()}","frame":${json}}\n`);
+    await acks.next();
+    if (Number(gap)) await pause(Number(gap));
+  }
+  s.end();
+}
+
+function bigColumn(values: Float64Array): Table {
+  for (let i = 0; i < values.length; i += 4096) values[i] = i;
+  return new Table({ x: makeVector(makeData({ type: new Float64(), length: values.length, nullCount: 0, data: values })) });
+}
+
+async function big(): Promise<void> {
+  const producer = Producer.open(target!);
+  const bytes = Number(count);
+  const a = producer.allocate(bytes);
+  const table = bigColumn(new Float64Array(a.bytes.buffer, a.bytes.byteOffset, bytes / 8));
+  await producer.publish(table, { tag: process.hrtime.bigint() });
+  await producer.drain();
+  producer.close();
+}
+
+async function ipc(): Promise<void> {
+  const table = bigColumn(new Float64Array(Number(count) / 8));
+  const s = connect(target!);
+  s.write(`${process.hrtime.bigint()}\n`);
+  s.end(tableToIPC(table));
+  await new Promise((r) => s.on('close', r));
+}
+
+await { gpuring, socket, big, ipc }[role as 'gpuring']();

@@ -1,0 +1,160 @@
+/**
+ * `npm run bench` (any Linux machine): gpuring on host memory against what
+ * users do today, baselines measured in the same run.
+ *  1. hand-off latency of one small frame, producer process to consumer
+ *     process, spin path (frames back to back) and futex path (2 ms apart);
+ *     baselines: its description as JSON over a Unix socket, and a MessagePort
+ *     between worker threads (the in-process reference)
+ *  2. the C ring alone across two processes: one-way latency and records/s
+ *  3. a 1 GiB table made visible in another process, against tableToIPC over
+ *     a Unix socket and tableFromIPC
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Socket } from 'node:net';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { tableFromIPC } from 'apache-arrow';
+import { Consumer, Ring } from '../lib/index.js';
+import { compare, percentile, report, type BenchRecord } from './harness.js';
+
+const json = process.argv.includes('--json');
+const root = fileURLToPath(new URL('..', import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), 'gpuring-bench-'));
+const progress = (line: string) => !json && process.stderr.write(`${line}\n`);
+const micros = (t: bigint) => Number(process.hrtime.bigint() - t) / 1000;
+
+function child(role: string, ...args: (string | number)[]) {
+  return spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/host-child.ts'), role, ...args.map(String)], { stdio: ['ignore', 'inherit', 'inherit'] });
+}
+const exited = (p: ReturnType<typeof child>) => new Promise((r) => p.on('exit', r));
+
+async function gpuringHandOff(n: number, gapMs: number): Promise<number[]> {
+  const name = `bench-ho-${process.pid}`;
+  const ring = Ring.create(name, { slots: 64 });
+  const consumer = Consumer.open(name);
+  const producer = child('gpuring', name, n, gapMs);
+  const latencies: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const f = await consumer.next({ timeout: 30_000 });
+    latencies.push(micros(f.tag));
+    f.release();
+  }
+  consumer.close();
+  await exited(producer);
+  ring.close();
+  Ring.unlink(name);
+  return latencies;
+}
+
+async function socketHandOff(n: number, gapMs: number): Promise<number[]> {
+  const path = join(dir, `handoff-${gapMs}.sock`);
+  const latencies: number[] = [];
+  const server = createServer((s: Socket) => {
+    createInterface({ input: s }).on('line', (line) => {
+      const msg = JSON.parse(line) as { t: string };
+      latencies.push(micros(BigInt(msg.t)));
+      s.write('ok\n');
+    });
+  });
+  await new Promise<void>((r) => server.listen(path, r));
+  await exited(child('socket', path, n, gapMs));
+  server.close();
+  return latencies;
+}
+
+async function messagePortHandOff(n: number): Promise<number[]> {
+  const code = `
+    const { parentPort, workerData } = require('node:worker_threads');
+    let i = 0;
+    const send = () => parentPort.postMessage({ t: process.hrtime.bigint(), frame: JSON.parse(workerData.frame) });
+    parentPort.on('message', () => (++i < workerData.n ? send() : parentPort.close()));
+    send();`;
+  const { smallFrameJson } = await import('./frames.js');
+  const worker = new Worker(code, { eval: true, workerData: { n, frame: smallFrameJson() } });
+  const latencies: number[] = [];
+  worker.on('message', (m: { t: bigint }) => (latencies.push(micros(m.t)), worker.postMessage('ok')));
+  await new Promise((r) => worker.on('exit', r));
+  return latencies;
+}
+
+function handOffRecords(path: string, ours: number[], baseline: string, theirs: number[]): BenchRecord[] {
+  return (['p50', 'p99', 'p99.9'] as const).map((p) => {
+    const q = p === 'p50' ? 50 : p === 'p99' ? 99 : 99.9;
+    return compare(`hand-off, one small frame (${path})`, p, 'µs', percentile(ours, q), baseline, percentile(theirs, q), false);
+  });
+}
+
+function cRing(): BenchRecord[] {
+  const bin = join(dir, 'ring_bench');
+  execFileSync('cc', ['-std=c11', '-O2', `-I${join(root, 'interop/include')}`, join(root, 'bench/ring_bench.c'), '-o', bin, '-lrt']);
+  const lat = JSON.parse(execFileSync(bin, ['latency', '200000'], { encoding: 'utf8' })) as Record<string, number>;
+  const rate = JSON.parse(execFileSync(bin, ['rate', '2000000'], { encoding: 'utf8' })) as { recordsPerSecond: number };
+  return [
+    compare('C ring, one-way across processes', 'p50', 'µs', lat.p50! / 1000, 'TensorPipe shm p50 (published)', 1.7, false),
+    compare('C ring, one-way across processes', 'p99', 'µs', lat.p99! / 1000, 'TensorPipe shm p50 (published)', 1.7, false),
+    compare('C ring, one-way across processes', 'p50', 'µs', lat.p50! / 1000, 'iceoryx2 (published, ~0.3 µs)', 0.3, false),
+    compare('C ring, records per second', 'rate', 'records/s', rate.recordsPerSecond, '1,000,000 (target)', 1e6, true),
+  ];
+}
+
+async function bigTable(bytes: number): Promise<BenchRecord[]> {
+  const name = `bench-big-${process.pid}`;
+  const ring = Ring.create(name, { slots: 8 });
+  const consumer = Consumer.open(name);
+  const producer = child('big', name, bytes);
+  const f = await consumer.next({ timeout: 120_000 });
+  const table = f.toTable();
+  const ours = micros(f.tag) / 1000;
+  const ok = table.getChild('x')!.get(4096) === 4096;
+  f.release();
+  consumer.close();
+  await exited(producer);
+  ring.close();
+  Ring.unlink(name);
+  const path = join(dir, 'big.sock');
+  let theirs = 0;
+  const server = createServer((s: Socket) => {
+    const chunks: Buffer[] = [];
+    s.on('data', (c: Buffer) => chunks.push(c));
+    s.on('end', () => {
+      const all = Buffer.concat(chunks);
+      const nl = all.indexOf(10);
+      const t = BigInt(all.subarray(0, nl).toString());
+      const received = tableFromIPC(all.subarray(nl + 1));
+      if (received.getChild('x')!.get(4096) === 4096) theirs = micros(t) / 1000;
+      s.destroy();
+    });
+  });
+  await new Promise<void>((r) => server.listen(path, r));
+  await exited(child('ipc', path, bytes));
+  await new Promise((r) => setTimeout(r, 100));
+  server.close();
+  if (!ok || !theirs) throw new Error('the 1 GiB benchmark read back wrong values');
+  return [compare(`${bytes >> 20} MiB table made visible in another process`, 'latency', 'ms', ours, 'tableToIPC over a Unix socket + tableFromIPC', theirs, false)];
+}
+
+try {
+  const records: BenchRecord[] = [];
+  progress('C ring alone ...');
+  records.push(...cRing());
+  progress('hand-off latency, spin path ...');
+  const spin = await gpuringHandOff(3000, 0);
+  const socket = await socketHandOff(3000, 0);
+  const port = await messagePortHandOff(3000);
+  records.push(...handOffRecords('spin path', spin, 'JSON over a Unix socket', socket));
+  records.push(...handOffRecords('spin path', spin, 'MessagePort between worker threads', port));
+  progress('hand-off latency, futex path (2 ms between frames) ...');
+  const futex = await gpuringHandOff(500, 2);
+  const socketGap = await socketHandOff(500, 2);
+  records.push(...handOffRecords('futex path', futex, 'JSON over a Unix socket', socketGap));
+  progress('1 GiB table ...');
+  records.push(...(await bigTable(1 << 30)));
+  const machine = `${cpus()[0]?.model ?? 'unknown CPU'}, ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
+  report('gpuring host benchmarks', machine, 'npm run bench', 'bench-host.md', records, json);
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
