@@ -49,6 +49,7 @@ export class Producer {
   readonly name: string;
   readonly #core: NativeProducerCore;
   readonly #arenas: ArrayBuffer[] = [];
+  readonly #names: string[] = [];
   readonly #arenaIndex = new Map<ArrayBuffer, number>();
   readonly #loose = new Map<string, Loose>();
   readonly #events = new EventEmitter();
@@ -118,10 +119,12 @@ export class Producer {
       return this.#sendDevice(frame.description, { memory: frame.memory, eventId: frame.eventId }, o.timeout, o.tag);
     }
     const used: Loose[] = [];
-    const placer: BufferPlacer = { place: (bytes) => this.#place(bytes, used) };
+    const copies: PendingCopy[] = [];
+    const placer: BufferPlacer = { place: (bytes) => this.#inPlace(bytes, used) ?? deferCopy(bytes, copies) };
     let description: FrameDescription;
     try {
       description = describeBatch(source, placer);
+      this.#copyIn(copies, used);
     } catch (error) {
       this.#unuse(used);
       throw error;
@@ -314,22 +317,46 @@ export class Producer {
   }
 
   #arenaName(arena: number): string {
-    return this.#core.arenaName(arena);
+    return (this.#names[arena] ??= this.#core.arenaName(arena));
   }
 
-  /** Describes `bytes` in an arena: in place if they already lie in an allocation of the caller, else copied once. */
-  #place(bytes: Uint8Array, used: Loose[]): BufferDescriptor {
+  /** The descriptor of `bytes` if they already lie in an unpublished allocation of the caller (no copy). */
+  #inPlace(bytes: Uint8Array, used: Loose[]): BufferDescriptor | undefined {
     const arena = this.#arenaIndex.get(bytes.buffer as ArrayBuffer);
-    if (arena !== undefined) {
-      const a = [...this.#loose.values()].find((l) => !l.internal && l.arena === arena && bytes.byteOffset >= l.offset && bytes.byteOffset + bytes.length <= l.offset + l.length);
-      if (a) {
-        if (!used.includes(a)) used.push(a);
-        return hostBuffer(this.#arenaName(arena), bytes.byteOffset, bytes.length);
-      }
-    }
-    const a = this.#allocate(bytes.length, true);
-    used.push(a);
-    new Uint8Array(this.#arenaBuffer(a.arena), a.offset, bytes.length).set(bytes);
-    return hostBuffer(this.#arenaName(a.arena), a.offset, bytes.length);
+    if (arena === undefined) return undefined;
+    const a = [...this.#loose.values()].find((l) => !l.internal && l.arena === arena && bytes.byteOffset >= l.offset && bytes.byteOffset + bytes.length <= l.offset + l.length);
+    if (!a) return undefined;
+    if (!used.includes(a)) used.push(a);
+    return hostBuffer(this.#arenaName(arena), bytes.byteOffset, bytes.length);
   }
+
+  /** Copies a frame's remaining buffers into one allocation (one native call), filling in their descriptors. */
+  #copyIn(copies: PendingCopy[], used: Loose[]): void {
+    if (!copies.length) return;
+    const total = copies.reduce((n, c) => n + align64(c.bytes.length), 0);
+    const a = this.#allocate(total, true);
+    used.push(a);
+    const name = this.#arenaName(a.arena);
+    const arena = new Uint8Array(this.#arenaBuffer(a.arena));
+    let at = a.offset;
+    for (const c of copies) {
+      arena.set(c.bytes, at);
+      Object.assign(c.desc, hostBuffer(name, at, c.bytes.length));
+      at += align64(c.bytes.length);
+    }
+  }
+}
+
+/** A buffer to be copied into the frame's allocation once all are known. */
+interface PendingCopy {
+  bytes: Uint8Array;
+  desc: BufferDescriptor;
+}
+
+const align64 = (n: number) => Math.ceil(n / 64) * 64;
+
+function deferCopy(bytes: Uint8Array, copies: PendingCopy[]): BufferDescriptor {
+  const desc = hostBuffer('', 0, bytes.length); // offset and arena filled in by #copyIn
+  copies.push({ bytes, desc });
+  return desc;
 }
