@@ -5,6 +5,10 @@
  *   socket PATH N GAP_MS      sends the same frame's description as a JSON line, waits for an ack
  *   big NAME BYTES            writes a BYTES float64 column into arena memory, then publishes it once
  *   ipc PATH BYTES            builds the same table, sends it with tableToIPC over a Unix socket
+ *   flood NAME N              publishes N small frames as fast as backpressure allows, then drains
+ *   sink NAME BATCH           consumes until told 'stop' (IPC); with BATCH=1 takes every frame already
+ *                             waiting (tryNext) after each wake-up; prints the count
+ *   stream PATH N             sends N small frame descriptions as JSON lines, as fast as the socket takes them
  */
 import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
@@ -62,4 +66,35 @@ async function ipc(): Promise<void> {
   await new Promise((r) => s.on('close', r));
 }
 
-await { gpuring, socket, big, ipc }[role as 'gpuring']();
+async function flood(): Promise<void> {
+  const producer = Producer.open(target!);
+  const table = smallFrame();
+  for (let i = 0; i < n; i++) await producer.publish(table);
+  await producer.drain();
+  producer.close();
+}
+
+async function sink(): Promise<void> {
+  const { Consumer } = await import('../lib/index.js');
+  const consumer = Consumer.open(target!);
+  const batch = Number(count) === 1;
+  let frames = 0;
+  process.on('message', () => consumer.close());
+  for await (const f of consumer) {
+    f.release();
+    frames++;
+    for (let g = batch ? consumer.tryNext() : null; g; g = consumer.tryNext()) (g.release(), frames++);
+  }
+  process.stdout.write(`${frames}\n`);
+  process.disconnect?.();
+}
+
+async function stream(): Promise<void> {
+  const s = connect(target!);
+  const line = `${smallFrameJson()}\n`;
+  for (let i = 0; i < n; i++) if (!s.write(line)) await new Promise((r) => s.once('drain', r));
+  s.end();
+  await new Promise((r) => s.on('close', r));
+}
+
+await { gpuring, socket, big, ipc, flood, sink, stream }[role as 'gpuring']();

@@ -8,6 +8,9 @@
  *  2. the C ring alone across two processes: one-way latency and records/s
  *  3. a 1 GiB table made visible in another process, against tableToIPC over
  *     a Unix socket and tableFromIPC
+ *  4. throughput, frames/s of 8-column frames from one producer to 1, 2 and 4
+ *     consumer processes, with and without batching (taking every waiting
+ *     frame per wake-up); baseline: JSON lines over a Unix socket, 1 consumer
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -28,7 +31,7 @@ const progress = (line: string) => !json && process.stderr.write(`${line}\n`);
 const micros = (t: bigint) => Number(process.hrtime.bigint() - t) / 1000;
 
 function child(role: string, ...args: (string | number)[]) {
-  return spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/host-child.ts'), role, ...args.map(String)], { stdio: ['ignore', 'inherit', 'inherit'] });
+  return spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/host-child.ts'), role, ...args.map(String)], { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
 }
 const exited = (p: ReturnType<typeof child>) => new Promise((r) => p.on('exit', r));
 
@@ -137,6 +140,40 @@ async function bigTable(bytes: number): Promise<BenchRecord[]> {
   return [compare(`${bytes >> 20} MiB table made visible in another process`, 'latency', 'ms', ours, 'tableToIPC over a Unix socket + tableFromIPC', theirs, false)];
 }
 
+async function throughput(frames: number, consumers: number, batch: boolean): Promise<number> {
+  const name = `bench-tp-${process.pid}`;
+  const ring = Ring.create(name, { slots: 1024 });
+  const sinks = Array.from({ length: consumers }, () => child('sink', name, batch ? 1 : 0));
+  const counts = sinks.map((c) => new Promise<number>((r) => c.stdout!.once('data', (d: Buffer) => r(Number(d.toString())))));
+  await new Promise((r) => setTimeout(r, 1500)); // let the consumers attach before timing
+  const started = performance.now();
+  await exited(child('flood', name, frames));
+  const seconds = (performance.now() - started) / 1000;
+  for (const c of sinks) c.send('stop');
+  const total = (await Promise.all(counts)).reduce((a, b) => a + b, 0);
+  ring.close();
+  Ring.unlink(name);
+  if (total !== frames) throw new Error(`throughput: ${total} of ${frames} frames consumed`);
+  return frames / seconds;
+}
+
+async function socketThroughput(frames: number): Promise<number> {
+  const path = join(dir, 'stream.sock');
+  let received = 0;
+  let done!: () => void;
+  const all = new Promise<void>((r) => (done = r));
+  const server = createServer((s: Socket) =>
+    createInterface({ input: s }).on('line', (line) => (JSON.parse(line), ++received === frames && done())),
+  );
+  await new Promise<void>((r) => server.listen(path, r));
+  const started = performance.now();
+  child('stream', path, frames);
+  await all;
+  const seconds = (performance.now() - started) / 1000;
+  server.close();
+  return frames / seconds;
+}
+
 try {
   const records: BenchRecord[] = [];
   progress('C ring alone ...');
@@ -151,6 +188,13 @@ try {
   const futex = await gpuringHandOff(500, 2);
   const socketGap = await socketHandOff(500, 2);
   records.push(...handOffRecords('futex path', futex, 'JSON over a Unix socket', socketGap));
+  progress('throughput ...');
+  const baselineRate = await socketThroughput(20000);
+  for (const consumers of [1, 2, 4])
+    for (const batch of [false, true]) {
+      const rate = await throughput(20000, consumers, batch);
+      records.push(compare(`throughput, 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''}${batch ? ', batched' : ''}`, 'rate', 'frames/s', rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
+    }
   progress('1 GiB table ...');
   records.push(...(await bigTable(1 << 30)));
   const machine = `${cpus()[0]?.model ?? 'unknown CPU'}, ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
