@@ -8,11 +8,11 @@
  *  - toTable() against raw pinned cuMemcpyDtoHAsync of the same bytes.
  */
 import { cpus } from 'node:os';
-import { Consumer, cudaInfo, DeviceBuffer, deviceBufferDescriptor, absentBuffer, Producer, Ring, type FrameDescription } from '../lib/index.js';
+import { Consumer, cudaInfo, DeviceBuffer, deviceBufferDescriptor, absentBuffer, Producer, type FrameDescription } from '../lib/index.js';
 import { HANDLE_BYTES } from '../lib/codec/layout.js';
 import { native } from '../lib/native.js';
-import { deviceChild, exitOf, nextLine } from '../test/helpers/ring.js';
-import { compare, median, percentile, report, type BenchRecord } from './harness.js';
+import { deviceChild, exitOf, withRing } from '../test/helpers/ring.js';
+import { compare, median, microsSince, percentile, report, type BenchRecord } from './harness.js';
 
 const json = process.argv.includes('--json');
 const MiB = 1 << 20;
@@ -32,21 +32,20 @@ function deviceColumn(ptr: bigint, bytes: number): FrameDescription {
 }
 
 async function publishToVisible(bytes: number, frames: number): Promise<BenchRecord[]> {
-  const name = `bench-ptv-${process.pid}`;
-  const ring = Ring.create(name, { slots: 8 });
-  const consumer = Consumer.open(name);
-  const producer = deviceChild('stamp', name, bytes, frames);
-  const latencies: number[] = [];
-  for (let i = 0; i < frames; i++) {
-    const f = await consumer.next({ timeout: 60_000 });
-    f.mapDevice();
-    latencies.push(Number(process.hrtime.bigint() - f.tag) / 1000);
-    f.release();
-  }
-  consumer.close();
-  await exitOf(producer);
-  ring.close();
-  Ring.unlink(name);
+  const latencies = await withRing('bench-ptv', { slots: 8 }, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = deviceChild('stamp', name, bytes, frames);
+    const times: number[] = [];
+    for (let i = 0; i < frames; i++) {
+      const f = await consumer.next({ timeout: 60_000 });
+      f.mapDevice();
+      times.push(microsSince(f.tag));
+      f.release();
+    }
+    consumer.close();
+    await exitOf(producer);
+    return times;
+  });
   const staging = (native().rawCopySeconds('dtoh', 0, bytes, 3) + native().rawCopySeconds('htod', 0, bytes, 3)) * 1e6;
   const label = `publish-to-visible ${bytes / MiB} MiB`;
   const cached = latencies.slice(1);
@@ -58,31 +57,29 @@ async function publishToVisible(bytes: number, frames: number): Promise<BenchRec
 }
 
 async function copies(bytes: number): Promise<BenchRecord[]> {
-  const name = `bench-copy-${process.pid}`;
-  const ring = Ring.create(name, { slots: 8 });
-  const producer = Producer.open(name);
-  const consumer = Consumer.open(name);
-  const buf = DeviceBuffer.alloc(bytes);
-  await producer.publishFrame(deviceColumn(buf.ptr, bytes));
-  const f = await consumer.next();
   const dtod: number[] = [];
   const dtoh: number[] = [];
-  for (let i = 0; i < 4; i++) {
-    let t = performance.now();
-    const copy = f.copyToDevice();
-    if (i) dtod.push((performance.now() - t) / 1000);
-    copy.free();
-    t = performance.now();
-    f.toTable();
-    if (i) dtoh.push((performance.now() - t) / 1000);
-  }
-  f.release();
-  await producer.drain();
-  buf.free();
-  consumer.close();
-  producer.close();
-  ring.close();
-  Ring.unlink(name);
+  await withRing('bench-copy', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const buf = DeviceBuffer.alloc(bytes);
+    await producer.publishFrame(deviceColumn(buf.ptr, bytes));
+    const f = await consumer.next();
+    for (let i = 0; i < 4; i++) {
+      let t = performance.now();
+      const copy = f.copyToDevice();
+      if (i) dtod.push((performance.now() - t) / 1000);
+      copy.free();
+      t = performance.now();
+      f.toTable();
+      if (i) dtoh.push((performance.now() - t) / 1000);
+    }
+    f.release();
+    await producer.drain();
+    buf.free();
+    consumer.close();
+    producer.close();
+  });
   const gbps = (s: number) => bytes / s / 1e9;
   const label = `${bytes / MiB} MiB`;
   return [

@@ -17,6 +17,11 @@ export interface BenchRecord {
   ratio: number | null;
 }
 
+/** Microseconds since `tag`, a process.hrtime.bigint() taken in any process (CLOCK_MONOTONIC). */
+export function microsSince(tag: bigint): number {
+  return Number(process.hrtime.bigint() - tag) / 1000;
+}
+
 export function percentile(samples: number[], p: number): number {
   const s = [...samples].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;

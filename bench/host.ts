@@ -21,14 +21,14 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { tableFromIPC } from 'apache-arrow';
-import { Consumer, Ring } from '../lib/index.js';
-import { compare, percentile, report, type BenchRecord } from './harness.js';
+import { Consumer } from '../lib/index.js';
+import { withRing } from '../test/helpers/ring.js';
+import { compare, microsSince, percentile, report, type BenchRecord } from './harness.js';
 
 const json = process.argv.includes('--json');
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'gpuring-bench-'));
 const progress = (line: string) => !json && process.stderr.write(`${line}\n`);
-const micros = (t: bigint) => Number(process.hrtime.bigint() - t) / 1000;
 
 function child(role: string, ...args: (string | number)[]) {
   return spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/host-child.ts'), role, ...args.map(String)], { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
@@ -36,21 +36,19 @@ function child(role: string, ...args: (string | number)[]) {
 const exited = (p: ReturnType<typeof child>) => new Promise((r) => p.on('exit', r));
 
 async function gpuringHandOff(n: number, gapMs: number): Promise<number[]> {
-  const name = `bench-ho-${process.pid}`;
-  const ring = Ring.create(name, { slots: 64 });
-  const consumer = Consumer.open(name);
-  const producer = child('gpuring', name, n, gapMs);
-  const latencies: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const f = await consumer.next({ timeout: 30_000 });
-    latencies.push(micros(f.tag));
-    f.release();
-  }
-  consumer.close();
-  await exited(producer);
-  ring.close();
-  Ring.unlink(name);
-  return latencies;
+  return withRing('bench-ho', { slots: 64 }, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = child('gpuring', name, n, gapMs);
+    const latencies: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const f = await consumer.next({ timeout: 30_000 });
+      latencies.push(microsSince(f.tag));
+      f.release();
+    }
+    consumer.close();
+    await exited(producer);
+    return latencies;
+  });
 }
 
 async function socketHandOff(n: number, gapMs: number): Promise<number[]> {
@@ -59,7 +57,7 @@ async function socketHandOff(n: number, gapMs: number): Promise<number[]> {
   const server = createServer((s: Socket) => {
     createInterface({ input: s }).on('line', (line) => {
       const msg = JSON.parse(line) as { t: string };
-      latencies.push(micros(BigInt(msg.t)));
+      latencies.push(microsSince(BigInt(msg.t)));
       s.write('ok\n');
     });
   });
@@ -79,7 +77,7 @@ async function messagePortHandOff(n: number): Promise<number[]> {
   const { smallFrameJson } = await import('./frames.js');
   const worker = new Worker(code, { eval: true, workerData: { n, frame: smallFrameJson() } });
   const latencies: number[] = [];
-  worker.on('message', (m: { t: bigint }) => (latencies.push(micros(m.t)), worker.postMessage('ok')));
+  worker.on('message', (m: { t: bigint }) => (latencies.push(microsSince(m.t)), worker.postMessage('ok')));
   await new Promise((r) => worker.on('exit', r));
   return latencies;
 }
@@ -105,19 +103,17 @@ function cRing(): BenchRecord[] {
 }
 
 async function bigTable(bytes: number): Promise<BenchRecord[]> {
-  const name = `bench-big-${process.pid}`;
-  const ring = Ring.create(name, { slots: 8 });
-  const consumer = Consumer.open(name);
-  const producer = child('big', name, bytes);
-  const f = await consumer.next({ timeout: 120_000 });
-  const table = f.toTable();
-  const ours = micros(f.tag) / 1000;
-  const ok = table.getChild('x')!.get(4096) === 4096;
-  f.release();
-  consumer.close();
-  await exited(producer);
-  ring.close();
-  Ring.unlink(name);
+  const { ours, ok } = await withRing('bench-big', { slots: 8 }, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = child('big', name, bytes);
+    const f = await consumer.next({ timeout: 120_000 });
+    const table = f.toTable();
+    const result = { ours: microsSince(f.tag) / 1000, ok: table.getChild('x')!.get(4096) === 4096 };
+    f.release();
+    consumer.close();
+    await exited(producer);
+    return result;
+  });
   const path = join(dir, 'big.sock');
   let theirs = 0;
   const server = createServer((s: Socket) => {
@@ -128,7 +124,7 @@ async function bigTable(bytes: number): Promise<BenchRecord[]> {
       const nl = all.indexOf(10);
       const t = BigInt(all.subarray(0, nl).toString());
       const received = tableFromIPC(all.subarray(nl + 1));
-      if (received.getChild('x')!.get(4096) === 4096) theirs = micros(t) / 1000;
+      if (received.getChild('x')!.get(4096) === 4096) theirs = microsSince(t) / 1000;
       s.destroy();
     });
   });
@@ -141,18 +137,16 @@ async function bigTable(bytes: number): Promise<BenchRecord[]> {
 }
 
 async function throughput(frames: number, consumers: number, batch: boolean): Promise<number> {
-  const name = `bench-tp-${process.pid}`;
-  const ring = Ring.create(name, { slots: 1024 });
-  const sinks = Array.from({ length: consumers }, () => child('sink', name, batch ? 1 : 0));
-  const counts = sinks.map((c) => new Promise<number>((r) => c.stdout!.once('data', (d: Buffer) => r(Number(d.toString())))));
-  await new Promise((r) => setTimeout(r, 1500)); // let the consumers attach before timing
-  const started = performance.now();
-  await exited(child('flood', name, frames));
-  const seconds = (performance.now() - started) / 1000;
-  for (const c of sinks) c.send('stop');
-  const total = (await Promise.all(counts)).reduce((a, b) => a + b, 0);
-  ring.close();
-  Ring.unlink(name);
+  const { seconds, total } = await withRing('bench-tp', { slots: 1024 }, async (_ring, name) => {
+    const sinks = Array.from({ length: consumers }, () => child('sink', name, batch ? 1 : 0));
+    const counts = sinks.map((c) => new Promise<number>((r) => c.stdout!.once('data', (d: Buffer) => r(Number(d.toString())))));
+    await new Promise((r) => setTimeout(r, 1500)); // let the consumers attach before timing
+    const started = performance.now();
+    await exited(child('flood', name, frames));
+    const elapsed = (performance.now() - started) / 1000;
+    for (const c of sinks) c.send('stop');
+    return { seconds: elapsed, total: (await Promise.all(counts)).reduce((a, b) => a + b, 0) };
+  });
   if (total !== frames) throw new Error(`throughput: ${total} of ${frames} frames consumed`);
   return frames / seconds;
 }
