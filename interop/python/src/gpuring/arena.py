@@ -1,0 +1,157 @@
+"""Host-memory arenas: the shared-memory objects that hold frame bodies and host
+column buffers (gpuring/arena.h).
+
+A producer owns its arenas and allocates from them first-fit; consumers open an
+arena by the name a buffer descriptor carries, after checking that the name
+belongs to this segment and that the file is an arena of the stated size.
+"""
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+
+from . import layout as L
+from .errors import GpuringError
+from .recovery import arena_path
+from .segment import Segment, check_shm_space, size_shm
+from .shared_memory import SharedMemory, open_shm
+
+_HEADER = struct.Struct("<QQIIII32s")
+assert _HEADER.size == L.ARENA_HEADER_BYTES
+
+
+def _align(v: int, a: int) -> int:
+    return (v + a - 1) & ~(a - 1)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    arena: int
+    offset: int
+    length: int
+
+
+class _Arena:
+    def __init__(self, number: int, fd: int, size: int) -> None:
+        self.number, self.fd, self.size = number, fd, size
+        self.mem = SharedMemory(fd, size)
+        self.free = [[L.ARENA_HEADER_BYTES, size - L.ARENA_HEADER_BYTES]]  # sorted, coalesced
+
+    def take(self, n: int) -> int | None:
+        for i, r in enumerate(self.free):
+            if r[1] >= n:
+                at = r[0]
+                r[0] += n
+                r[1] -= n
+                if not r[1]:
+                    del self.free[i]
+                return at
+        return None
+
+    def give_back(self, offset: int, length: int) -> None:
+        i = 0
+        while i < len(self.free) and self.free[i][0] < offset:
+            i += 1
+        prev = i > 0 and self.free[i - 1][0] + self.free[i - 1][1] == offset
+        nxt = i < len(self.free) and offset + length == self.free[i][0]
+        if prev and nxt:
+            self.free[i - 1][1] += length + self.free.pop(i)[1]
+        elif prev:
+            self.free[i - 1][1] += length
+        elif nxt:
+            self.free[i][0], self.free[i][1] = offset, self.free[i][1] + length
+        else:
+            self.free.insert(i, [offset, length])
+
+
+class ArenaPool:
+    """A producer's arenas. Not thread-safe: one producer object, one thread."""
+
+    def __init__(self, seg: Segment, index: int, gen: int, default_size: int = L.ARENA_DEFAULT_SIZE) -> None:
+        self.seg, self.index, self.gen = seg, index, gen
+        self.mode = os.fstat(seg.fd).st_mode & 0o777
+        self.default_size = _align(default_size, 4096)
+        self.arenas: list[_Arena] = []
+
+    def name(self, number: int) -> str:
+        return arena_path(self.seg.name, self.index, self.gen, number)[len("/dev/shm"):]
+
+    def _create(self, min_bytes: int) -> _Arena:
+        if len(self.arenas) >= L.MAX_ARENAS:
+            raise GpuringError("OUT_OF_MEMORY", f"this producer already has {L.MAX_ARENAS} arenas")
+        want = min_bytes + L.ARENA_HEADER_BYTES
+        size = self.default_size if want <= self.default_size else _align(want, 2 << 20)
+        check_shm_space(size)
+        number = len(self.arenas)
+        # Counted before the file exists: a sweeper always knows every name we may leave.
+        self.seg.mem.store32(self.seg.participant(self.index, "arena_count"), number + 1)
+        path = arena_path(self.seg.name, self.index, self.gen, number)
+        try:
+            os.unlink(path)  # a stale arena of a crashed earlier occupant of this entry
+        except FileNotFoundError:
+            pass
+        fd = open_shm(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, self.mode)
+        try:
+            os.fchmod(fd, self.mode)
+            size_shm(fd, size)
+            arena = _Arena(number, fd, size)
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        arena.mem.write(0, _HEADER.pack(L.ARENA_MAGIC, size, os.getpid(), self.index, self.gen, number, bytes(32)))
+        self.arenas.append(arena)
+        return arena
+
+    def alloc(self, n: int) -> Allocation:
+        """``n`` bytes (rounded up to 64), in a new arena when none has room."""
+        want = _align(max(n, 1), L.ARENA_ALIGN)
+        for a in self.arenas:
+            at = a.take(want)
+            if at is not None:
+                return Allocation(a.number, at, want)
+        a = self._create(want)
+        return Allocation(a.number, a.take(want), want)
+
+    def free(self, alloc: Allocation) -> None:
+        if alloc.arena < len(self.arenas):
+            self.arenas[alloc.arena].give_back(alloc.offset, alloc.length)
+
+    def memory(self, alloc: Allocation) -> SharedMemory:
+        return self.arenas[alloc.arena].mem
+
+    def close(self) -> None:
+        """Unmaps; the names stay until a sweep frees this entry, as consumers may still need them."""
+        for a in self.arenas:
+            a.mem.close()
+            os.close(a.fd)
+        self.arenas = []
+
+
+_ARENA_NAME = re.compile(r"/gpuring\.([A-Za-z0-9_-]{1,32})\.p(0|[1-9][0-9]*)g(0|[1-9][0-9]*)\.a(0|[1-9][0-9]*)")
+
+
+def open_arena(seg: Segment, name: str) -> SharedMemory:
+    """Maps an arena named in a frame, after checking it is one of this segment's."""
+    m = _ARENA_NAME.fullmatch(name)
+    if (not m or m.group(1) != seg.name or int(m.group(2)) >= seg.participant_capacity
+            or int(m.group(3)) >= 1 << 32 or int(m.group(4)) >= L.MAX_ARENAS):
+        raise GpuringError("ARENA_INVALID", f"{name[:64]!r} is not an arena of segment '{seg.name}'")
+    index, gen, arena = int(m.group(2)), int(m.group(3)), int(m.group(4))
+    try:
+        fd = open_shm("/dev/shm" + name, os.O_RDWR)
+    except OSError as e:
+        raise GpuringError("ARENA_INVALID", f"cannot open arena {name}: {e.strerror}", e.errno) from None
+    try:
+        raw = os.pread(fd, L.ARENA_HEADER_BYTES, 0)
+        size = os.fstat(fd).st_size
+        if len(raw) != L.ARENA_HEADER_BYTES:
+            raise GpuringError("ARENA_INVALID", f"arena {name} is truncated or foreign")
+        magic, hsize, _pid, h_index, h_gen, h_arena, _r = _HEADER.unpack(raw)
+        if magic != L.ARENA_MAGIC or hsize != size or (h_index, h_gen, h_arena) != (index, gen, arena):
+            raise GpuringError("ARENA_INVALID", f"arena {name} is truncated or foreign")
+        return SharedMemory(fd, size)
+    finally:
+        os.close(fd)

@@ -1,0 +1,108 @@
+"""Taking frames.
+
+Each frame is delivered to exactly one consumer of the ring. ``next()`` copies
+the slot's reference and the frame body out of shared memory and validates
+them before the frame is handed over; a damaged frame raises FRAME_INVALID or
+FRAME_BOUNDS and is released, so the ring keeps moving. See frame.py for when
+the lease ends.
+"""
+from __future__ import annotations
+
+import threading
+
+from . import layout as L
+from . import slot_protocol as ring
+from .arena import open_arena
+from .codec import decode_frame
+from .errors import GpuringError
+from .frame import Frame, Lease
+from .host_columns import ArenaMaps, record_batch
+from .recovery import detach, sweep
+from .segment import Segment
+
+
+class Consumer:
+    """One consumer on a ring. ``next`` is for one thread at a time; leases may
+    end on any thread (the garbage collector's included)."""
+
+    def __init__(self, seg: Segment) -> None:
+        self._seg = seg
+        self.index, self.generation = seg.attach(L.ROLE_CONSUMER)
+        self._maps = ArenaMaps(seg)
+        self._lock = threading.Lock()
+        self._held: set[int] = set()
+        sweep(seg)
+
+    @classmethod
+    def open(cls, name: str, *, timeout: float = 1.0) -> "Consumer":
+        return cls(Segment.open(name, timeout))
+
+    def try_next(self) -> Frame | None:
+        """A frame if one is ready now, else None."""
+        self._check_open()
+        claimed = ring.try_claim(self._seg, self.index)
+        return None if claimed is None else self._hand_over(*claimed)
+
+    def next(self, timeout: float | None = None) -> Frame:
+        """Waits up to ``timeout`` seconds (None: forever) for a frame; TIMEOUT otherwise."""
+        self._check_open()
+        pos, ref = ring.wait_for(self._seg, "data", lambda: ring.try_claim(self._seg, self.index), timeout)
+        return self._hand_over(pos, ref)
+
+    def __iter__(self):
+        while True:
+            yield self.next()
+
+    def _hand_over(self, pos: int, ref: ring.FrameRef) -> Frame:
+        try:
+            description = decode_frame(self._body(ref))
+        except GpuringError:
+            ring.transition(self._seg, pos, L.CLAIMED, self.index + 1, L.slot_word(pos, L.LEASED, self.index + 1))
+            self._end_lease(pos)
+            raise
+        ring.confirm(self._seg, self.index, pos)
+        with self._lock:
+            self._held.add(pos)
+        return Frame(self, description, ref.frame_id, ref.user_tag, Lease(lambda: self._end_lease(pos)))
+
+    def _body(self, ref: ring.FrameRef) -> bytes:
+        if ref.producer >= self._seg.participant_capacity or ref.body_length > L.MAX_BODY_BYTES:
+            raise GpuringError("FRAME_INVALID", f"slot reference names producer {ref.producer}, body {ref.body_length} bytes")
+        name = f"/gpuring.{self._seg.name}.p{ref.producer}g{ref.producer_gen}.a{ref.body_arena}"
+        mem = self._maps.maps.get(name) or self._maps.maps.setdefault(name, open_arena(self._seg, name))
+        if ref.body_offset + ref.body_length > mem.size:
+            raise GpuringError("FRAME_BOUNDS", f"frame body [{ref.body_offset}, +{ref.body_length}) outside its arena")
+        return mem.read(ref.body_offset, ref.body_length)
+
+    def _end_lease(self, pos: int) -> None:
+        with self._lock:
+            if self._seg is None:
+                return  # closed: detach already released everything we held
+            self._held.discard(pos)
+            try:
+                ring.release(self._seg, self.index, pos)
+            except GpuringError:
+                pass  # a sweeper released it for us after judging us dead
+
+    def _record_batch(self, description, lease: Lease):
+        return record_batch(description, self._maps.address, lease)
+
+    def _check_open(self) -> None:
+        if self._seg is None:
+            raise GpuringError("CLOSED", "the consumer is closed")
+
+    def close(self) -> None:
+        """Leaves the ring; frames still held are released (arrays stay readable
+        while their host arenas are mapped here)."""
+        with self._lock:
+            if self._seg is None:
+                return
+            seg, self._seg = self._seg, None
+        detach(seg, self.index, self.generation)
+        seg.close()
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,121 @@
+"""The decoded form of a frame body: what a frame says about its columns and
+where their buffers are. ``encode_frame(d)`` and ``decode_frame(bytes)`` are
+inverses (metadata aside: empty and absent encode alike).
+
+``to_json``/``from_json`` give the language-neutral form the golden fixtures
+use (fixtures/README.md): the TypeScript description with byte strings in hex
+and the 64-bit allocation id as a decimal string.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .layout import HANDLE_BYTES, MEMORY_KINDS
+from .metadata import Metadata
+
+
+@dataclass
+class BufferDescriptor:
+    """One buffer of a column, in Arrow order (validity, offsets, data)."""
+    kind: str = "absent"           # absent, host or cuda-ipc
+    device_ordinal: int = -1       # producer's device ordinal; -1 for host
+    device_uuid: bytes = bytes(16)
+    offset: int = 0                # bytes from the base of the allocation the handle names
+    length: int = 0
+    allocation_id: int = 0         # cuda-ipc: CU_POINTER_ATTRIBUTE_BUFFER_ID; 0 for host
+    handle: bytes = bytes(HANDLE_BYTES)  # host: NUL-terminated arena name; cuda-ipc: CUipcMemHandle
+
+    @staticmethod
+    def host(arena: str, offset: int, length: int) -> "BufferDescriptor":
+        name = arena.encode()[:HANDLE_BYTES - 1]
+        return BufferDescriptor("host", -1, bytes(16), offset, length, 0, name.ljust(HANDLE_BYTES, b"\0"))
+
+    @property
+    def arena_name(self) -> str:
+        return self.handle.split(b"\0", 1)[0].decode(errors="replace")
+
+
+@dataclass
+class ColumnDescriptor:
+    """One field of the schema together with its array data."""
+    name: str
+    format: str                    # Arrow C data interface format string
+    length: int
+    buffers: list[BufferDescriptor]
+    nullable: bool = True
+    dictionary_ordered: bool = False
+    map_keys_sorted: bool = False
+    metadata: Metadata = None
+    dictionary: int = -1           # index into FrameDescription.dictionaries
+    null_count: int = -1           # -1 when unknown
+    offset: int = 0                # element offset; also indexes the validity bits
+    children: list["ColumnDescriptor"] = field(default_factory=list)
+
+
+@dataclass
+class FrameDescription:
+    row_count: int
+    columns: list[ColumnDescriptor]
+    dictionaries: list[ColumnDescriptor] = field(default_factory=list)
+    metadata: Metadata = None
+    sync_kind: int = 0             # 0 none, 2 a cuda-ipc event handle in sync_handle
+    sync_handle: bytes = bytes(HANDLE_BYTES)
+
+    def buffers(self):
+        """Every buffer of every column and dictionary, in wire order."""
+        def visit(columns):
+            for c in columns:
+                yield from c.buffers
+                yield from visit(c.children)
+        yield from visit(self.columns)
+        yield from visit(self.dictionaries)
+
+
+def _meta_json(m: Metadata):
+    return None if m is None else [[k, v] for k, v in m]
+
+
+def _meta_from(m) -> Metadata:
+    return None if m is None else [(k, v) for k, v in m]
+
+
+def buffer_to_json(b: BufferDescriptor) -> dict:
+    return {"kind": b.kind, "deviceOrdinal": b.device_ordinal, "deviceUuid": b.device_uuid.hex(),
+            "offset": b.offset, "length": b.length, "allocationId": str(b.allocation_id),
+            "handle": b.handle.hex()}
+
+
+def column_to_json(c: ColumnDescriptor) -> dict:
+    return {"name": c.name, "format": c.format, "nullable": c.nullable,
+            "dictionaryOrdered": c.dictionary_ordered, "mapKeysSorted": c.map_keys_sorted,
+            "metadata": _meta_json(c.metadata), "dictionary": c.dictionary, "length": c.length,
+            "nullCount": c.null_count, "offset": c.offset,
+            "buffers": [buffer_to_json(b) for b in c.buffers],
+            "children": [column_to_json(k) for k in c.children]}
+
+
+def to_json(d: FrameDescription) -> dict:
+    return {"rowCount": d.row_count, "metadata": _meta_json(d.metadata),
+            "columns": [column_to_json(c) for c in d.columns],
+            "dictionaries": [column_to_json(c) for c in d.dictionaries],
+            "syncKind": d.sync_kind, "syncHandle": d.sync_handle.hex()}
+
+
+def buffer_from_json(j: dict) -> BufferDescriptor:
+    if j["kind"] not in MEMORY_KINDS:
+        raise ValueError(f"unknown memory kind {j['kind']!r}")
+    return BufferDescriptor(j["kind"], j["deviceOrdinal"], bytes.fromhex(j["deviceUuid"]), j["offset"],
+                            j["length"], int(j["allocationId"]), bytes.fromhex(j["handle"]))
+
+
+def column_from_json(j: dict) -> ColumnDescriptor:
+    return ColumnDescriptor(j["name"], j["format"], j["length"], [buffer_from_json(b) for b in j["buffers"]],
+                            j["nullable"], j["dictionaryOrdered"], j["mapKeysSorted"],
+                            _meta_from(j["metadata"]), j["dictionary"], j["nullCount"], j["offset"],
+                            [column_from_json(k) for k in j["children"]])
+
+
+def from_json(j: dict) -> FrameDescription:
+    return FrameDescription(j["rowCount"], [column_from_json(c) for c in j["columns"]],
+                            [column_from_json(c) for c in j["dictionaries"]], _meta_from(j["metadata"]),
+                            j["syncKind"], bytes.fromhex(j["syncHandle"]))

@@ -1,0 +1,78 @@
+"""A frame a consumer holds: its description and its lease.
+
+Ownership: the lease on the ring slot is held from ``Consumer.next()`` until
+``release()`` (or the end of a ``with`` block) **and** until every array built
+from the frame (``to_arrow``, ``to_cupy``, ``to_torch``) is gone, whichever is
+later. Only then does the slot go back to its producer, which may then reuse
+the memory. Releasing early is always safe; arrays never dangle.
+"""
+from __future__ import annotations
+
+from .description import FrameDescription
+from .errors import GpuringError
+
+
+class Lease:
+    """Ends the lease when the last reference to it goes (frame or arrays)."""
+
+    def __init__(self, end) -> None:
+        self._end = end
+
+    def __del__(self) -> None:
+        end, self._end = self._end, None
+        if end is not None:
+            end()
+
+
+class Frame:
+    def __init__(self, consumer, description: FrameDescription, frame_id: int, user_tag: int, lease: Lease) -> None:
+        self.description = description
+        self.frame_id = frame_id
+        self.user_tag = user_tag
+        self._consumer = consumer
+        self._lease: Lease | None = lease
+
+    @property
+    def row_count(self) -> int:
+        return self.description.row_count
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.description.columns]
+
+    @property
+    def on_device(self) -> bool:
+        return any(b.kind == "cuda-ipc" for b in self.description.buffers())
+
+    def _held(self) -> Lease:
+        if self._lease is None:
+            raise GpuringError("FRAME_STATE", "the frame was released")
+        return self._lease
+
+    def to_arrow(self):
+        """The frame as a pyarrow RecordBatch, zero-copy over the producer's
+        shared memory (host frames). Device frames: use to_cupy or to_torch."""
+        lease = self._held()
+        if self.on_device:
+            raise GpuringError("UNSUPPORTED", "this frame holds device columns; use to_cupy() or to_torch()")
+        return self._consumer._record_batch(self.description, lease)
+
+    def to_cupy(self) -> dict:
+        """Device frame columns as CuPy arrays, mapped from the producer's device memory."""
+        from .device_columns import to_cupy
+        return to_cupy(self, self._held())
+
+    def to_torch(self) -> dict:
+        """Device frame columns as torch tensors (through __cuda_array_interface__)."""
+        from .device_columns import to_torch
+        return to_torch(self, self._held())
+
+    def release(self) -> None:
+        """Gives the frame back. Arrays built from it keep the lease until they go."""
+        self._lease = None
+
+    def __enter__(self) -> "Frame":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()

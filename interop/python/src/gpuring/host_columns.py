@@ -1,0 +1,138 @@
+"""Host columns: pyarrow data into a producer's arena, and frame buffers back
+out as pyarrow arrays that point into the producer's shared memory."""
+from __future__ import annotations
+
+import ctypes
+
+from .arena import Allocation, ArenaPool, open_arena
+from .arrow_c import ArrowArray, ArrowSchema, ExportedNode, ImportNode, import_record_batch, read_exported
+from .description import BufferDescriptor, ColumnDescriptor, FrameDescription
+from .errors import GpuringError
+from .layout import ARENA_ALIGN
+from .metadata import decode_metadata, encode_metadata
+from .segment import Segment
+
+
+def as_record_batch(data):
+    """A pyarrow RecordBatch from a Table, RecordBatch or mapping of columns."""
+    import pyarrow as pa
+
+    if isinstance(data, pa.RecordBatch):
+        return data
+    if isinstance(data, pa.Table):
+        return data.combine_chunks().to_batches()[0] if data.num_rows else pa.RecordBatch.from_pylist([], schema=data.schema)
+    if isinstance(data, dict):
+        return pa.RecordBatch.from_pydict({k: v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v
+                                           for k, v in data.items()})
+    raise GpuringError("INVALID_ARGUMENT", f"cannot publish a {type(data).__name__} as host columns; "
+                       "pass a pyarrow Table, RecordBatch or dict of arrays")
+
+
+def _export(batch) -> ExportedNode:
+    s, a = ArrowSchema(), ArrowArray()
+    batch._export_to_c(ctypes.addressof(a), ctypes.addressof(s))
+    try:
+        return read_exported(s, a)
+    finally:
+        a.release(ctypes.byref(a))
+        s.release(ctypes.byref(s))
+
+
+def _flags(c_flags: int) -> tuple[bool, bool, bool]:
+    return bool(c_flags & 2), bool(c_flags & 1), bool(c_flags & 4)
+
+
+class _Copier:
+    """Lays every buffer of a batch out in one arena allocation, 64-byte aligned."""
+
+    def __init__(self, pool: ArenaPool) -> None:
+        self.pool, self.pending, self.total = pool, [], 0
+
+    def reserve(self, address: int, size: int) -> int:
+        at = self.total
+        self.pending.append((at, address, size))
+        self.total += (size + ARENA_ALIGN - 1) // ARENA_ALIGN * ARENA_ALIGN
+        return at
+
+    def copy(self) -> Allocation:
+        alloc = self.pool.alloc(self.total)
+        mem = self.pool.memory(alloc)
+        for at, address, size in self.pending:
+            ctypes.memmove(mem.base + alloc.offset + at, address, size)
+        return alloc
+
+
+def _column(node: ExportedNode, copier: _Copier, dictionaries: list, fixups: list) -> ColumnDescriptor:
+    nullable, ordered, keys_sorted = _flags(node.flags)
+    buffers = []
+    for address, size in node.buffers:
+        if not address:
+            buffers.append(BufferDescriptor())
+            continue
+        b = BufferDescriptor("host", -1, bytes(16), copier.reserve(address, size), size)
+        fixups.append(b)
+        buffers.append(b)
+    meta = decode_metadata(node.metadata)
+    column = ColumnDescriptor(node.name, node.format, node.length, buffers, nullable, ordered, keys_sorted,
+                              meta, -1, node.null_count, node.offset,
+                              [_column(c, copier, dictionaries, fixups) for c in node.children])
+    if node.dictionary is not None:
+        dictionaries.append(None)
+        column.dictionary = len(dictionaries) - 1
+        dictionaries[column.dictionary] = _column(node.dictionary, copier, dictionaries, fixups)
+    return column
+
+
+def describe_host(data, pool: ArenaPool) -> tuple[FrameDescription, Allocation]:
+    """Copies a batch's buffers into the producer's arena (one allocation) and
+    describes them. The returned allocation is freed when the frame is released."""
+    batch = as_record_batch(data)
+    root = _export(batch)
+    copier, dictionaries, fixups = _Copier(pool), [], []
+    columns = [_column(c, copier, dictionaries, fixups) for c in root.children]
+    alloc = copier.copy()
+    name = pool.name(alloc.arena)
+    for b in fixups:
+        b.offset += alloc.offset
+        b.handle = BufferDescriptor.host(name, 0, 0).handle
+    meta = batch.schema.metadata
+    metadata = [(k.decode(), v.decode()) for k, v in meta.items()] if meta else None
+    return FrameDescription(batch.num_rows, columns, dictionaries, metadata), alloc
+
+
+class ArenaMaps:
+    """A consumer's mapped arenas, by name. Arrays hold their maps alive."""
+
+    def __init__(self, seg: Segment) -> None:
+        self.seg, self.maps = seg, {}
+
+    def address(self, b: BufferDescriptor) -> int:
+        name = b.arena_name
+        mem = self.maps.get(name)
+        if mem is None:
+            mem = self.maps[name] = open_arena(self.seg, name)
+        if b.offset + b.length > mem.size:
+            raise GpuringError("FRAME_BOUNDS", f"buffer [{b.offset}, +{b.length}) outside arena {name} ({mem.size} bytes)")
+        return mem.base + b.offset
+
+    def clear(self) -> None:
+        self.maps = {}
+
+
+def _import_node(c: ColumnDescriptor, address, dictionaries: list[ColumnDescriptor]) -> ImportNode:
+    flags = (2 if c.nullable else 0) | (1 if c.dictionary_ordered else 0) | (4 if c.map_keys_sorted else 0)
+    node = ImportNode(c.name, c.format, flags, encode_metadata(c.metadata), c.length, c.null_count, c.offset,
+                      [0 if b.kind == "absent" else address(b) for b in c.buffers],
+                      [_import_node(k, address, dictionaries) for k in c.children])
+    if c.dictionary >= 0:
+        node.dictionary = _import_node(dictionaries[c.dictionary], address, dictionaries)
+    return node
+
+
+def record_batch(d: FrameDescription, address, owner: object):
+    """A pyarrow RecordBatch over a frame's buffers; ``address(buffer)`` gives
+    each buffer's host address. ``owner`` lives as long as any of its arrays."""
+    root = ImportNode("", "+s", 0, encode_metadata(d.metadata), d.row_count, 0, 0, [0],
+                      [_import_node(c, address, d.dictionaries) for c in d.columns])
+    return import_record_batch(root, owner)
+

@@ -1,0 +1,150 @@
+"""Publishing frames.
+
+Ownership: ``publish`` copies host columns into this producer's shared arena,
+so the caller's data is free at once. Device columns are *not* copied: the
+consumer maps the producer's device memory, so the producer keeps a reference
+to each device array (and to the event it recorded) until the frame is
+released, and the caller must not write to those arrays meanwhile. Released
+frames are reclaimed on the next ``publish``, ``reap`` or ``drain``.
+
+Ordering: frames from one producer are claimed in publication order; with
+several consumers each frame goes to exactly one of them.
+"""
+from __future__ import annotations
+
+from . import layout as L
+from . import slot_protocol as ring
+from .arena import Allocation, ArenaPool
+from .codec import encode_frame
+from .description import FrameDescription
+from .errors import GpuringError
+from .host_columns import describe_host
+from .recovery import detach, sweep
+from .segment import Segment
+
+
+def _is_device(data) -> bool:
+    if isinstance(data, dict):
+        return any(hasattr(v, "__cuda_array_interface__") or hasattr(v, "__dlpack_device__") and
+                   _dlpack_on_cuda(v) for v in data.values())
+    return False
+
+
+def _dlpack_on_cuda(v) -> bool:
+    try:
+        return v.__dlpack_device__()[0] in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+    except Exception:
+        return False
+
+
+class Producer:
+    """One producer on a ring. Not thread-safe: use one per thread."""
+
+    def __init__(self, seg: Segment, arena_size: int = L.ARENA_DEFAULT_SIZE) -> None:
+        self._seg = seg
+        self.index, self.generation = seg.attach(L.ROLE_PRODUCER)
+        self._pool = ArenaPool(seg, self.index, self.generation, arena_size)
+        self._in_flight: dict[int, tuple[list[Allocation], object]] = {}
+        self._next_id = 1
+        sweep(seg)  # frames a crashed predecessor left behind
+
+    @classmethod
+    def open(cls, name: str, *, arena_size: int = L.ARENA_DEFAULT_SIZE, timeout: float = 1.0) -> "Producer":
+        return cls(Segment.open(name, timeout), arena_size)
+
+    @property
+    def in_flight(self) -> int:
+        """Frames published and not yet reclaimed."""
+        return len(self._in_flight)
+
+    def publish(self, data, *, timeout: float | None = None, block: bool = True, user_tag: int = 0,
+                device: int | None = None, stream=None) -> int:
+        """Publishes one frame and returns its id.
+
+        ``data``: a pyarrow Table or RecordBatch, or a dict of pyarrow arrays
+        (host columns, copied into shared memory); or a dict of device arrays:
+        objects with ``__cuda_array_interface__`` (CuPy, numba, PyTorch) or
+        ``__dlpack__``, or ``gpuring.DeviceColumn`` (cuDF-style data, null
+        mask, offsets). ``stream``: the CUDA stream the device data was written
+        on (``__cuda_array_interface__['stream']`` is used when present); the
+        consumer waits on an event recorded there.
+
+        Waits for a free slot up to ``timeout`` seconds (None: forever), or
+        raises RING_FULL at once when ``block`` is False.
+        """
+        self._check_open()
+        if device is not None or _is_device(data):
+            from .device_columns import describe_device
+            description, keep = describe_device(data, stream)
+            return self._publish(description, [], keep, timeout, block, user_tag)
+        description, alloc = describe_host(data, self._pool)
+        return self._publish(description, [alloc], None, timeout, block, user_tag)
+
+    def publish_description(self, description: FrameDescription, *, keep_alive: object = None,
+                            timeout: float | None = None, block: bool = True, user_tag: int = 0) -> int:
+        """Publishes a description you built; ``keep_alive`` is held until release."""
+        self._check_open()
+        return self._publish(description, [], keep_alive, timeout, block, user_tag)
+
+    def _publish(self, description, allocs: list[Allocation], keep, timeout, block, user_tag) -> int:
+        try:
+            body = encode_frame(description)
+            body_alloc = self._pool.alloc(len(body))
+            allocs.append(body_alloc)
+            self._pool.memory(body_alloc).write(body_alloc.offset, body)
+            frame_id = self._next_id
+            ref = ring.FrameRef(frame_id, self.index, self.generation, body_alloc.arena, len(body),
+                                body_alloc.offset, user_tag)
+
+            def attempt():
+                self.reap()
+                return ring.try_publish(self._seg, self.index, ref)
+
+            pos = attempt() if not block else ring.wait_for(self._seg, "space", attempt, timeout)
+            if pos is None:
+                raise GpuringError("RING_FULL", f"ring '{self._seg.name}' is full ({self._seg.slot_count} slots)")
+        except BaseException:
+            for a in allocs:
+                self._pool.free(a)
+            raise
+        self._next_id += 1
+        self._in_flight[pos] = (allocs, keep)
+        return frame_id
+
+    def reap(self) -> int:
+        """Reclaims the memory of released frames; returns how many."""
+        done = [pos for pos in self._in_flight if ring.reap(self._seg, self.index, pos)]
+        for pos in done:
+            for a in self._in_flight.pop(pos)[0]:
+                self._pool.free(a)
+        return len(done)
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Waits until every published frame was released (TIMEOUT otherwise)."""
+        self._check_open()
+
+        def attempt():
+            self.reap()
+            return None if self._in_flight else True
+
+        ring.wait_for(self._seg, "space", attempt, timeout)
+
+    def _check_open(self) -> None:
+        if self._seg is None:
+            raise GpuringError("CLOSED", "the producer is closed")
+
+    def close(self) -> None:
+        """Leaves the ring. Frames still queued stay deliverable (their host
+        arenas outlive us); device frames become unreadable once our process ends."""
+        if self._seg is None:
+            return
+        seg, self._seg = self._seg, None
+        detach(seg, self.index, self.generation)
+        self._pool.close()
+        seg.close()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

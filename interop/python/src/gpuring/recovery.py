@@ -1,0 +1,134 @@
+"""Finding dead participants and repairing what they held (gpuring/recovery.h).
+
+Any participant may sweep at any time; every repair is a CAS from the exact word
+the dead owner left. WRITING of a dead producer is skipped, CLAIMED of a dead
+consumer redelivered, LEASED released on its behalf, RELEASED of a dead
+producer recycled. A dead entry and its arenas are freed once nothing refers to it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from . import layout as L
+from .errors import GpuringError
+from .layout import slot_word, word_owner, word_seq, word_state
+from .slot_protocol import FrameRef, recycle_word, release_as, unclaim_as, notify_space
+from .segment import Segment
+
+
+@dataclass
+class SweepReport:
+    found_dead: int = 0
+    freed: int = 0
+    skipped: int = 0
+    redelivered: int = 0
+    released: int = 0
+    recycled: int = 0
+    corrupt: int = 0
+
+
+def arena_path(segment: str, index: int, gen: int, arena: int) -> str:
+    return f"/dev/shm/gpuring.{segment}.p{index}g{gen}.a{arena}"
+
+
+def _mark(seg: Segment, rep: SweepReport) -> list[bool]:
+    dead = []
+    for i in range(seg.participant_capacity):
+        w = seg.participant_word(i)
+        st = w & 0xFFFFFFFF
+        if st == L.P_ACTIVE and not seg.participant_alive(i):
+            if seg.mem.cas64(seg.participant(i), w, (w >> 32) << 32 | L.P_DEAD):
+                rep.found_dead += 1
+            st = seg.participant_word(i) & 0xFFFFFFFF
+        dead.append(st == L.P_DEAD)
+    return dead
+
+
+def _ref_producer(seg: Segment, pos: int) -> int:
+    return FrameRef.unpack(seg.mem.read(seg.slot(pos) + L.SLOT["ref"], L.REF_BYTES)).producer + 1
+
+
+def _sweep_slot(seg: Segment, i: int, dead: list[bool], refs: list[int], rep: SweepReport) -> None:
+    def is_dead(owner: int) -> bool:
+        return 1 <= owner <= seg.participant_capacity and dead[owner - 1]
+
+    at = seg.slots_at + i * L.SLOT_BYTES
+    w = seg.mem.load64(at)
+    pos, st, owner = word_seq(w), word_state(w), word_owner(w)
+    try:
+        if st == L.WRITING and is_dead(owner):
+            rep.skipped += recycle_word(seg, pos, w)
+        elif st == L.CLAIMED and is_dead(owner):
+            unclaim_as(seg, owner - 1, pos, L.CLAIMED)
+            rep.redelivered += 1
+        elif st == L.LEASED and is_dead(owner):
+            release_as(seg, owner - 1, pos, L.LEASED)
+            rep.released += 1
+        elif st == L.RELEASED and is_dead(owner):
+            rep.recycled += recycle_word(seg, pos, w)
+    except GpuringError:
+        pass  # a live participant moved the slot first
+    w = seg.mem.load64(at)
+    st = word_state(w)
+    producer = 0
+    if L.READY <= st <= L.LEASED:
+        producer = word_owner(w) if st == L.READY else _ref_producer(seg, word_seq(w))
+    elif st == L.RELEASED:
+        producer = word_owner(w)
+    if is_dead(producer):
+        refs[producer - 1] += 1
+
+
+def _sweep_corrupt(seg: Segment, i: int) -> bool:
+    """A word no participant can have written is reset to EMPTY for the next lap."""
+    at = seg.slots_at + i * L.SLOT_BYTES
+    w = seg.mem.load64(at)
+    if (word_seq(w) & seg.mask) == i and word_state(w) <= L.RELEASED and word_owner(w) <= seg.participant_capacity:
+        return False
+    tail = seg.mem.load64(seg.control("tail")) & L.SEQ_MASK
+    nxt = (tail + ((i - tail) & seg.mask)) & L.SEQ_MASK
+    if not seg.mem.cas64(at, w, slot_word(nxt, L.EMPTY, 0)):
+        return False
+    notify_space(seg)
+    return True
+
+
+def _free(seg: Segment, index: int) -> bool:
+    w = seg.participant_word(index)
+    if w & 0xFFFFFFFF != L.P_DEAD:
+        return False
+    arenas = min(seg.mem.load32(seg.participant(index, "arena_count")), L.MAX_ARENAS)
+    for a in range(arenas):
+        try:
+            os.unlink(arena_path(seg.name, index, w >> 32, a))
+        except FileNotFoundError:
+            pass
+    seg.mem.store32(seg.participant(index, "pid"), 0)
+    return seg.mem.cas64(seg.participant(index), w, (w >> 32) << 32 | L.P_FREE)
+
+
+def sweep(seg: Segment) -> SweepReport:
+    """Finds dead participants and repairs everything they held."""
+    rep = SweepReport()
+    dead = _mark(seg, rep)
+    refs = [0] * seg.participant_capacity
+    for i in range(seg.slot_count):
+        rep.corrupt += _sweep_corrupt(seg, i)
+    if any(dead):
+        for i in range(seg.slot_count):
+            _sweep_slot(seg, i, dead, refs, rep)
+        for i, d in enumerate(dead):
+            if d and refs[i] == 0 and _free(seg, i):
+                rep.freed += 1
+    repaired = rep.skipped + rep.redelivered + rep.released + rep.recycled + rep.corrupt
+    if repaired:
+        seg.mem.add64(seg.control("recovered"), repaired)
+    return rep
+
+
+def detach(seg: Segment, index: int, gen: int) -> None:
+    """Leaves the segment as if dead: taken frames are handed back or released."""
+    if not seg.mem.cas64(seg.participant(index), gen << 32 | L.P_ACTIVE, gen << 32 | L.P_DEAD):
+        raise GpuringError("FRAME_STATE", f"participant {index} is not attached")
+    sweep(seg)

@@ -1,0 +1,223 @@
+"""Creating, opening and validating a segment, and its participant table.
+
+A segment is /dev/shm/gpuring.NAME: header, ring control, participant table,
+slots (interop/SPEC.md). Geometry is read once at open, validated, and kept in
+this object, so later writes to the shared header by a faulty peer cannot move it.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import struct
+import time
+
+from . import layout as L
+from .errors import GpuringError
+from .process import pid_namespace, process_alive, realtime_ns, self_start_time
+from .shared_memory import SharedMemory, open_shm
+
+NAME_RULE = "names are 1 to 32 of A-Z a-z 0-9 _ -"
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_HEADER = struct.Struct("<QIIQQIIIIQQQQQII32s128s")
+assert _HEADER.size == L.HEADER_BYTES
+
+
+def check_name(name: str) -> None:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise GpuringError("INVALID_ARGUMENT", f"bad segment name {name!r}: {NAME_RULE}")
+
+
+def segment_path(name: str) -> str:
+    return f"/dev/shm/gpuring.{name}"
+
+
+def check_shm_space(size: int) -> None:
+    vfs = os.statvfs("/dev/shm")
+    if vfs.f_bavail * vfs.f_frsize < size:
+        raise GpuringError("NO_SPACE", f"need {size} bytes in /dev/shm but only "
+                           f"{vfs.f_bavail * vfs.f_frsize} are free; free space there or enlarge it "
+                           "(docker run --shm-size=4g)", errno.ENOSPC)
+
+
+def size_shm(fd: int, size: int) -> None:
+    """Reserves the pages now, so a full /dev/shm is an error here, not a SIGBUS later."""
+    os.ftruncate(fd, size)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise GpuringError("NO_SPACE", f"/dev/shm ran out of space reserving {size} bytes", e.errno) from None
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise GpuringError("SYSTEM", f"posix_fallocate failed: {e}", e.errno) from None
+
+
+def check_header(raw: bytes, file_size: int, name: str) -> tuple[int, int]:
+    """Validates a ready header against this build and its file; returns
+    (slot_count, participant_capacity). Same checks, order and codes as
+    gpr_header_check."""
+    (magic, ready, header_size, layout_hash, _total, slots, slot_size, parts, part_size, control_at,
+     parts_at, slots_at, pidns, *_rest) = _HEADER.unpack(raw)
+    if ready >> 16 != L.VERSION_MAJOR:
+        raise GpuringError("SEGMENT_VERSION", f"segment '{name}' has format version {ready >> 16}.{ready & 0xFFFF}; "
+                           f"this build speaks {L.VERSION_MAJOR}.x")
+    if (layout_hash != L.LAYOUT_HASH or header_size != L.HEADER_BYTES or slot_size != L.SLOT_BYTES
+            or part_size != L.PARTICIPANT_BYTES or control_at != L.CONTROL_OFFSET):
+        raise GpuringError("SEGMENT_LAYOUT", f"segment '{name}' has a different layout "
+                           f"(hash {layout_hash:016x}, expected {L.LAYOUT_HASH:016x})")
+    if slots < 2 or slots > L.MAX_SLOTS or slots & (slots - 1) or not 1 <= parts <= L.MAX_PARTICIPANTS:
+        raise GpuringError("SEGMENT_LAYOUT", f"segment '{name}' has impossible counts")
+    p_at, s_at, total = L.segment_size(slots, parts)
+    if parts_at != p_at or slots_at != s_at or _total != total:
+        raise GpuringError("SEGMENT_LAYOUT", f"segment '{name}' has inconsistent offsets")
+    if file_size < total:
+        raise GpuringError("SEGMENT_TRUNCATED", f"segment '{name}' is {file_size} bytes but its header says {total}")
+    if file_size != total:
+        raise GpuringError("SEGMENT_LAYOUT", f"segment '{name}' is larger than its header says")
+    if pidns != pid_namespace():
+        raise GpuringError("PID_NAMESPACE", f"segment '{name}' was made in another PID namespace (container); "
+                           "all participants must share one (docker run --pid=host or --ipc=host)")
+    return slots, parts
+
+
+def _await_header(fd: int, name: str, timeout_s: float) -> tuple[bytes, int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        size = os.fstat(fd).st_size
+        raw = os.pread(fd, L.HEADER_BYTES, 0)
+        magic = struct.unpack_from("<Q", raw)[0] if len(raw) >= 8 else 0
+        if magic not in (0, L.SEGMENT_MAGIC):
+            raise GpuringError("SEGMENT_FOREIGN", f"/dev/shm/gpuring.{name} exists but is not a gpuring segment")
+        if magic and len(raw) < L.HEADER_BYTES:
+            raise GpuringError("SEGMENT_TRUNCATED", f"segment '{name}' is shorter ({len(raw)} bytes) than its header")
+        if magic and struct.unpack_from("<I", raw, 8)[0] != 0:
+            return raw, size
+        if time.monotonic() >= deadline:
+            raise GpuringError("SEGMENT_NOT_READY", f"segment '{name}' was never fully initialized (its creator "
+                               f"may have died); remove it with: gpuring rm {name}")
+        time.sleep(0.001)
+
+
+class Segment:
+    """A process's view of one segment. Use :meth:`create` or :meth:`open`."""
+
+    def __init__(self, name: str, fd: int, slots: int, parts: int) -> None:
+        self.name, self.fd = name, fd
+        self.slot_count, self.mask, self.participant_capacity = slots, slots - 1, parts
+        p_at, self.slots_at, self.size = L.segment_size(slots, parts)
+        self.mem = SharedMemory(fd, self.size)
+
+    @classmethod
+    def create(cls, name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600) -> "Segment":
+        check_name(name)
+        if slots < 2 or slots > L.MAX_SLOTS or slots & (slots - 1):
+            raise GpuringError("INVALID_ARGUMENT", f"slot count must be a power of two, 2 to {L.MAX_SLOTS}")
+        if not 1 <= participants <= L.MAX_PARTICIPANTS:
+            raise GpuringError("INVALID_ARGUMENT", f"participant capacity must be 1 to {L.MAX_PARTICIPANTS}")
+        p_at, s_at, total = L.segment_size(slots, participants)
+        check_shm_space(total)
+        try:
+            fd = open_shm(segment_path(name), os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+        except FileExistsError:
+            raise GpuringError("SEGMENT_EXISTS", f"segment '{name}' already exists", errno.EEXIST) from None
+        try:
+            os.fchmod(fd, mode)  # the umask must not narrow an explicit mode
+            size_shm(fd, total)
+            seg = cls(name, fd, slots, participants)
+        except BaseException:
+            os.close(fd)
+            os.unlink(segment_path(name))
+            raise
+        header = _HEADER.pack(L.SEGMENT_MAGIC, 0, L.HEADER_BYTES, L.LAYOUT_HASH, total, slots, L.SLOT_BYTES,
+                              participants, L.PARTICIPANT_BYTES, L.CONTROL_OFFSET, p_at, s_at, pid_namespace(),
+                              realtime_ns(), os.getpid(), 0, name.encode(), bytes(128))
+        seg.mem.write(0, header)
+        for i in range(slots):
+            seg.mem.store64(seg.slot(i), L.slot_word(i, L.EMPTY, 0))
+        # The ready word last: an opener that sees it sees everything before it.
+        seg.mem.store32(L.SEGMENT_HEADER["ready_version"], L.VERSION_MAJOR << 16 | L.VERSION_MINOR)
+        return seg
+
+    @classmethod
+    def open(cls, name: str, timeout: float = 1.0) -> "Segment":
+        check_name(name)
+        try:
+            fd = open_shm(segment_path(name), os.O_RDWR)
+        except FileNotFoundError:
+            raise GpuringError("SEGMENT_NOT_FOUND", f"no segment named '{name}'", errno.ENOENT) from None
+        try:
+            raw, size = _await_header(fd, name, timeout)
+            slots, parts = check_header(raw, size, name)
+            return cls(name, fd, slots, parts)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @staticmethod
+    def unlink(name: str) -> None:
+        check_name(name)
+        try:
+            os.unlink(segment_path(name))
+        except FileNotFoundError:
+            raise GpuringError("SEGMENT_NOT_FOUND", f"no segment named '{name}'", errno.ENOENT) from None
+
+    def close(self) -> None:
+        if self.fd < 0:
+            return
+        self.mem.close()
+        os.close(self.fd)
+        self.fd = -1
+
+    # ---- addresses of shared words (byte offsets into the mapping) ----
+    @staticmethod
+    def control(field: str) -> int:
+        return L.CONTROL_OFFSET + L.CONTROL[field]
+
+    @staticmethod
+    def participant(index: int, field: str = "state") -> int:
+        return L.PARTICIPANTS_OFFSET + index * L.PARTICIPANT_BYTES + L.PARTICIPANT[field]
+
+    def slot(self, pos: int) -> int:
+        return self.slots_at + (pos & self.mask) * L.SLOT_BYTES
+
+    # ---- participants ----
+    def participant_word(self, index: int) -> int:
+        return self.mem.load64(self.participant(index))
+
+    def attach(self, roles: int) -> tuple[int, int]:
+        """Claims a free participant entry; returns (index, generation). Identity
+        is written while the entry is ATTACHING, so no sweeper judges it half-written."""
+        mem = self.mem
+        for i in range(self.participant_capacity):
+            w = self.participant_word(i)
+            if w & 0xFFFFFFFF != L.P_FREE:
+                continue
+            gen = ((w >> 32) + 1) & 0xFFFFFFFF
+            if not mem.cas64(self.participant(i), w, gen << 32 | L.P_ATTACHING):
+                continue
+            mem.store64(self.participant(i, "start_time"), self_start_time())
+            mem.store32(self.participant(i, "pid"), os.getpid())
+            mem.store32(self.participant(i, "roles"), roles)
+            mem.store64(self.participant(i, "attached_unix_ns"), realtime_ns())
+            mem.store32(self.participant(i, "arena_count"), 0)
+            for counter in ("published", "leased", "released"):
+                mem.store64(self.participant(i, counter), 0)
+            mem.store64(self.participant(i), gen << 32 | L.P_ACTIVE)
+            return i, gen
+        raise GpuringError("PARTICIPANTS_FULL", f"segment '{self.name}' has no free participant entry "
+                           f"({self.participant_capacity} in use)")
+
+    def participant_alive(self, index: int) -> bool:
+        if index >= self.participant_capacity:
+            return False
+        state = self.participant_word(index) & 0xFFFFFFFF
+        pid = self.mem.load32(self.participant(index, "pid"))
+        start = self.mem.load64(self.participant(index, "start_time"))
+        if state == L.P_ATTACHING:
+            return pid == 0 or process_alive(pid, start)
+        return state == L.P_ACTIVE and process_alive(pid, start)
+
+    def count(self, index: int, counter: str) -> None:
+        """Counters in the caller's own entry: only the owner writes them."""
+        at = self.participant(index, counter)
+        self.mem.store64(at, self.mem.load64(at) + 1)

@@ -1,0 +1,224 @@
+"""The bounded MPMC ring of frame references: gpuring/ring.h, step for step.
+
+Each slot word is seq:48 | state:3 | owner:13. Every claim is one CAS that also
+writes the claimer's participant index, so a survivor can repair the slot if
+its owner dies (recovery.py). ``tail`` and ``head`` are hints only.
+"""
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+
+from . import layout as L
+from .errors import GpuringError
+from .layout import slot_word, seq_diff, word_owner, word_seq, word_state
+from .segment import Segment
+
+_REF = struct.Struct("<QIIIIQQII")
+assert _REF.size == L.REF_BYTES
+
+
+@dataclass(frozen=True)
+class FrameRef:
+    """What a slot carries: where the frame body lies. Copied out, then validated."""
+    frame_id: int
+    producer: int
+    producer_gen: int
+    body_arena: int
+    body_length: int
+    body_offset: int
+    user_tag: int = 0
+
+    def pack(self) -> bytes:
+        return _REF.pack(self.frame_id, self.producer, self.producer_gen, self.body_arena,
+                         self.body_length, self.body_offset, self.user_tag, 0, 0)
+
+    @staticmethod
+    def unpack(raw: bytes) -> "FrameRef":
+        return FrameRef(*_REF.unpack(raw)[:7])
+
+
+def _ref_at(seg: Segment, pos: int) -> int:
+    return seg.slot(pos) + L.SLOT["ref"]
+
+
+def _hint_advance(seg: Segment, field: str, pos: int) -> None:
+    at = seg.control(field)
+    if seq_diff(pos, seg.mem.load64(at)) > 0:
+        seg.mem.store64(at, pos & L.SEQ_MASK)
+
+
+def _hint_reload(seg: Segment, field: str, pos: int) -> int:
+    h = seg.mem.load64(seg.control(field))
+    return h if seq_diff(h, pos + 1) > 0 else (pos + 1) & L.SEQ_MASK
+
+
+def notify_data(seg: Segment) -> None:
+    seg.mem.notify(seg.control("data_seq"), seg.control("data_waiters"))
+
+
+def notify_space(seg: Segment) -> None:
+    seg.mem.notify(seg.control("space_seq"), seg.control("space_waiters"))
+
+
+def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
+    """Publishes ``ref`` as participant ``me``; its position, or None when full."""
+    mem, pos = seg.mem, seg.mem.load64(seg.control("tail"))
+    while True:
+        at = seg.slot(pos)
+        w = mem.load64(at)
+        d = seq_diff(word_seq(w), pos)
+        if d == 0 and word_state(w) == L.EMPTY:
+            if not mem.cas64(at, w, slot_word(pos, L.WRITING, me + 1)):
+                continue
+            _hint_advance(seg, "tail", pos + 1)
+            mem.write(_ref_at(seg, pos), ref.pack())
+            mem.store64(at, slot_word(pos, L.READY, me + 1))
+            seg.count(me, "published")
+            notify_data(seg)
+            return pos
+        if d == 0:
+            pos = (pos + 1) & L.SEQ_MASK
+        elif d < 0:
+            return None
+        else:
+            pos = _hint_reload(seg, "tail", pos)
+
+
+def _take(seg: Segment, me: int, pos: int, w: int) -> FrameRef | None:
+    if not seg.mem.cas64(seg.slot(pos), w, slot_word(pos, L.CLAIMED, me + 1)):
+        return None
+    return FrameRef.unpack(seg.mem.read(_ref_at(seg, pos), L.REF_BYTES))
+
+
+def _take_redelivered(seg: Segment, me: int, upto: int) -> tuple[int, FrameRef] | None:
+    mem, at = seg.mem, seg.control("redeliver")
+    r = mem.load64(at)
+    start = r >> 16
+    if start == L.REDELIVER_NONE or r == 0:
+        return None
+    pos = start
+    while seq_diff(upto, pos) >= 0:
+        w = mem.load64(seg.slot(pos))
+        if word_seq(w) == pos and word_state(w) == L.READY:
+            ref = _take(seg, me, pos, w)
+            if ref:
+                return pos, ref
+        pos = (pos + 1) & L.SEQ_MASK
+    mem.cas64(at, r, L.REDELIVER_NONE << 16 | ((r + 1) & 0xFFFF))
+    return None
+
+
+def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
+    """Takes the oldest READY frame (state CLAIMED); None when the ring is empty."""
+    mem, pos = seg.mem, seg.mem.load64(seg.control("head"))
+    while True:
+        w = mem.load64(seg.slot(pos))
+        d, st = seq_diff(word_seq(w), pos), word_state(w)
+        if d == 0 and st == L.READY:
+            ref = _take(seg, me, pos, w)
+            if ref is None:
+                continue
+            _hint_advance(seg, "head", pos + 1)
+            return pos, ref
+        if d < 0 or (d == 0 and st in (L.EMPTY, L.WRITING)):
+            break
+        pos = (pos + 1) & L.SEQ_MASK if d == 0 else _hint_reload(seg, "head", pos)
+    return _take_redelivered(seg, me, pos)
+
+
+def transition(seg: Segment, pos: int, state: int, owner: int, to_word: int) -> None:
+    if not seg.mem.cas64(seg.slot(pos), slot_word(pos, state, owner), to_word):
+        raise GpuringError("FRAME_STATE", f"slot {pos & seg.mask} is not {L.SLOT_STATES[state]} by participant {owner - 1}")
+
+
+def confirm(seg: Segment, me: int, pos: int) -> None:
+    transition(seg, pos, L.CLAIMED, me + 1, slot_word(pos, L.LEASED, me + 1))
+    seg.count(me, "leased")
+
+
+def mark_redeliver(seg: Segment, pos: int) -> None:
+    mem, at = seg.mem, seg.control("redeliver")
+    while True:
+        r = mem.load64(at)
+        start = r >> 16
+        lowest = pos if start == L.REDELIVER_NONE or r == 0 or seq_diff(pos, start) < 0 else start
+        if mem.cas64(at, r, lowest << 16 | ((r + 1) & 0xFFFF)):
+            break
+    mem.add64(seg.control("redelivered"), 1)
+    mem.add32(seg.control("data_seq"), 1)
+    mem.futex_wake(seg.control("data_seq"))
+
+
+def unclaim_as(seg: Segment, owner: int, pos: int, state: int) -> None:
+    """Hands a frame back for another consumer (``owner`` is a participant index)."""
+    producer = FrameRef.unpack(seg.mem.read(_ref_at(seg, pos), L.REF_BYTES)).producer
+    transition(seg, pos, state, owner + 1, slot_word(pos, L.READY, producer + 1))
+    mark_redeliver(seg, pos)
+
+
+def recycle_word(seg: Segment, pos: int, w: int) -> bool:
+    if seg.mem.cas64(seg.slot(pos), w, slot_word(pos + seg.slot_count, L.EMPTY, 0)):
+        notify_space(seg)
+        return True
+    return False
+
+
+def producer_active(seg: Segment, ref: FrameRef) -> bool:
+    if ref.producer >= seg.participant_capacity:
+        return False
+    w = seg.participant_word(ref.producer)
+    return w & 0xFFFFFFFF == L.P_ACTIVE and w >> 32 == ref.producer_gen
+
+
+def release_as(seg: Segment, owner: int, pos: int, state: int) -> None:
+    """Ends a lease: RELEASED for its producer to reclaim, or EMPTY if that producer is gone."""
+    ref = FrameRef.unpack(seg.mem.read(_ref_at(seg, pos), L.REF_BYTES))
+    to = (slot_word(pos, L.RELEASED, ref.producer + 1) if producer_active(seg, ref)
+          else slot_word(pos + seg.slot_count, L.EMPTY, 0))
+    transition(seg, pos, state, owner + 1, to)
+    notify_space(seg)
+
+
+def release(seg: Segment, me: int, pos: int) -> None:
+    release_as(seg, me, pos, L.LEASED)
+    seg.count(me, "released")
+
+
+def reap(seg: Segment, me: int, pos: int) -> bool:
+    """Producer side: True once the frame at ``pos`` was released (its memory is free again)."""
+    w = seg.mem.load64(seg.slot(pos))
+    if word_seq(w) != pos & L.SEQ_MASK:
+        return True  # recycled by a sweeper
+    if word_state(w) != L.RELEASED or word_owner(w) != me + 1:
+        return False
+    recycle_word(seg, pos, w)
+    return True
+
+
+def wait_for(seg: Segment, which: str, attempt, timeout: float | None, spins: int = 200):
+    """Runs attempt() until it returns something, spinning first, then sleeping on
+    the futex word ``{which}_seq``. Raise the waiter count, read seq, try once
+    more, only then sleep: a wake-up cannot fall between the last try and the sleep."""
+    for _ in range(spins):
+        result = attempt()
+        if result is not None:
+            return result
+    mem = seg.mem
+    seq_at, waiters_at = seg.control(f"{which}_seq"), seg.control(f"{which}_waiters")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        mem.add32(waiters_at, 1)
+        try:
+            seen = mem.load32(seq_at)
+            result = attempt()
+            if result is not None:
+                return result
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise GpuringError("TIMEOUT", f"no {'frame' if which == 'data' else 'space'} within {timeout} s")
+            # Sleep in slices, so that a Ctrl-C reaches Python promptly.
+            mem.futex_wait(seq_at, seen, 0.1 if left is None else min(left, 0.1))
+        finally:
+            mem.add32(waiters_at, -1)
