@@ -17,7 +17,9 @@ export interface BufferPlacer {
   place(bytes: Uint8Array): BufferDescriptor;
 }
 
-function byteView(values: ArrayBufferView, byteLength: number): Uint8Array {
+/** Zero-row columns built by apache-arrow may have no buffer at all. */
+function byteView(values: ArrayBufferView | undefined, byteLength: number): Uint8Array {
+  if (!values) return new Uint8Array(0);
   return new Uint8Array(values.buffer, values.byteOffset, Math.min(values.byteLength, byteLength));
 }
 

@@ -1,0 +1,42 @@
+"""Shared test helpers: the repository root, fresh ring names, child processes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURES = REPO / "fixtures"
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def ring_name():
+    """A fresh segment name, removed (with any arenas) after the test."""
+    name = f"py-{uuid.uuid4().hex[:12]}"
+    yield name
+    for f in os.listdir("/dev/shm"):
+        if f == f"gpuring.{name}" or f.startswith(f"gpuring.{name}."):
+            os.unlink(f"/dev/shm/{f}")
+
+
+def python_child(script: str, *args: str, **kw) -> subprocess.Popen:
+    """Starts tests/children/SCRIPT.py in its own interpreter."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "interop/python/src"), os.environ.get("PYTHONPATH", "")]),
+               PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, str(HERE / "children" / f"{script}.py"), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def node_child(script: str, *args: str) -> subprocess.Popen:
+    """Starts a TypeScript helper of the Node suite (needs `npm install` at the root)."""
+    return subprocess.Popen(["node", "--import", "tsx", str(REPO / "test" / "helpers" / script), *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def node_available() -> bool:
+    return (REPO / "node_modules" / "tsx").exists() and any((REPO / "build").glob("**/gpuring.node"))

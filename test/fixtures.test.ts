@@ -1,0 +1,62 @@
+/**
+ * The golden fixtures (fixtures/), checked by the TypeScript codec. The C
+ * (interop/tests/test_fixtures.c) and Python (interop/python/tests/test_fixtures.py)
+ * suites check the same files the same way.
+ */
+import test from 'ava';
+import { spawnSync } from 'node:child_process';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { decodeFrame } from '../lib/codec/decode.js';
+import { encodeFrame } from '../lib/codec/encode.js';
+import { GpuringError } from '../lib/errors.js';
+import { descriptionFromJson, descriptionToFlat, descriptionToJson } from './helpers/fixture-forms.js';
+
+const root = join(import.meta.dirname, '..', 'fixtures');
+const frames = readdirSync(join(root, 'frames')).filter((f) => f.endsWith('.bin')).map((f) => f.slice(0, -4));
+const corrupt = JSON.parse(readFileSync(join(root, 'corrupt', 'index.json'), 'utf8')) as Record<string, { code: string }>;
+
+test('there are golden frames and corrupted variants to check', (t) => {
+  t.true(frames.length >= 10);
+  t.true(Object.keys(corrupt).length >= 30);
+});
+
+for (const name of frames) {
+  test(`fixture ${name}: encode(description) is the golden bytes, decode(bytes) the description`, (t) => {
+    const bytes = new Uint8Array(readFileSync(join(root, 'frames', `${name}.bin`)));
+    const json = JSON.parse(readFileSync(join(root, 'frames', `${name}.json`), 'utf8'));
+    t.deepEqual(encodeFrame(descriptionFromJson(json)), bytes);
+    const decoded = decodeFrame(bytes);
+    t.deepEqual(JSON.parse(JSON.stringify(descriptionToJson(decoded))), json);
+    t.is(descriptionToFlat(decoded), readFileSync(join(root, 'frames', `${name}.flat`), 'utf8'));
+  });
+}
+
+test('every corrupted variant is rejected with its recorded code', (t) => {
+  for (const [name, { code }] of Object.entries(corrupt)) {
+    const bytes = new Uint8Array(readFileSync(join(root, 'corrupt', `${name}.bin`)));
+    const e = t.throws(() => decodeFrame(bytes), { instanceOf: GpuringError }, name);
+    t.is(e?.code, code, name);
+  }
+});
+
+test('the generator reproduces the committed fixtures and refuses to overwrite changed bytes', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'gpuring-fixtures-'));
+  try {
+    cpSync(root, dir, { recursive: true });
+    const generate = (...args: string[]) => spawnSync(process.execPath, ['--import', 'tsx', 'scripts/fixtures.ts', '--out', dir, ...args], { encoding: 'utf8' });
+    t.is(generate().status, 0, 'committed fixtures are what the generator makes');
+    const victim = join(dir, 'frames', 'all-types.bin');
+    const original = readFileSync(victim);
+    writeFileSync(victim, Buffer.concat([original, Buffer.from([0])]));
+    const refused = generate();
+    t.is(refused.status, 1);
+    t.regex(refused.stderr, /refusing to overwrite 1 fixture/);
+    t.notDeepEqual(readFileSync(victim), original, 'left untouched');
+    t.is(generate('--force').status, 0);
+    t.deepEqual(readFileSync(victim), original);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
