@@ -3,6 +3,7 @@
 # them. Needs `npm install` (or `npm ci`) first: that builds the addon.
 #   C       ctest: plain, AddressSanitizer+UBSan and ThreadSanitizer builds
 #   TS      ava: codec, API, every type, crashes, bad input, stress, CLI, node-gyp build
+#   Python  pytest interop/python: fixtures, processes, Node interop with pyarrow as referee
 #   GPU     ava test/gpu: skipped, with the reason, where there is no GPU
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,23 @@ fi
 echo "== TypeScript suites =="
 npx ava --tap 2>&1 | tee "$log/ts.txt"
 count_tap "$log/ts.txt"
+
+echo "== Python suite =="
+count_pytest() { # file -> adds pytest's final "N passed, N failed, N skipped, N error" line
+  local line n
+  line=$(grep -E '^=*.* in [0-9.]+s' "$1" | tail -1)
+  [[ -z $line ]] && { failed=$((failed + 1)); return; }
+  n=$(echo "$line" | grep -Eo '[0-9]+ passed' | awk '{print $1}'); passed=$((passed + ${n:-0}))
+  n=$(echo "$line" | grep -Eo '[0-9]+ failed' | awk '{print $1}'); failed=$((failed + ${n:-0}))
+  n=$(echo "$line" | grep -Eo '[0-9]+ errors?' | awk '{print $1}'); failed=$((failed + ${n:-0}))
+  n=$(echo "$line" | grep -Eo '[0-9]+ skipped' | awk '{print $1}'); skipped=$((skipped + ${n:-0}))
+}
+if python3 -c 'import pytest, pyarrow, numpy' 2>/dev/null; then
+  python3 -m pytest -rs -p no:cacheprovider interop/python 2>&1 | tee "$log/py.txt"
+  count_pytest "$log/py.txt"
+else
+  echo "Python suite: needs pytest, pyarrow and numpy (python3 -m pip install pytest pyarrow numpy)"; failed=$((failed + 1))
+fi
 
 echo "== GPU suite =="
 npx ava --tap --config ava.gpu.config.js 2>&1 | tee "$log/gpu.txt"

@@ -1,0 +1,107 @@
+"""Python producers and consumers in separate processes: delivery, crash
+recovery and damaged segments."""
+import os
+import signal
+import struct
+
+import pyarrow as pa
+import pytest
+
+from conftest import python_child
+from gpuring import Consumer, GpuringError, Producer, Ring
+from gpuring import layout as L
+
+
+def test_child_producer_delivers_every_frame_in_order(ring_name):
+    Ring.create(ring_name, slots=8).close()
+    child = python_child("produce", ring_name, "300")
+    with Consumer.open(ring_name) as consumer:
+        for seq in range(300):
+            with consumer.next(timeout=30) as frame:
+                t = frame.to_arrow().to_pydict()
+                assert t == {"seq": [seq], "text": [f"frame {seq} " + "x" * (seq % 7)]}
+                del t
+    out, err = child.communicate(timeout=30)
+    assert child.returncode == 0, err
+    assert out.strip() == "drained"
+
+
+def test_leases_of_a_killed_consumer_are_released_for_it(ring_name):
+    ring = Ring.create(ring_name, slots=4)
+    with Producer.open(ring_name) as producer:
+        for i in range(3):
+            producer.publish(pa.table({"i": [i]}))
+        child = python_child("hold", ring_name, "2")
+        assert child.stdout.readline().split() == ["held", "1", "2"]
+        assert ring.inspect()["slotStates"]["LEASED"] == 2
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        report = ring.sweep()
+        assert (report.found_dead, report.released) == (1, 2)
+        assert producer.reap() == 2 and producer.in_flight == 1
+        with Consumer.open(ring_name) as consumer, consumer.next(timeout=5) as frame:
+            assert frame.to_arrow().column("i").to_pylist() == [2]
+        producer.drain(timeout=5)
+    ring.close()
+
+
+def _write_segment(name: str, data: bytes) -> None:
+    with open(f"/dev/shm/gpuring.{name}", "wb") as f:
+        f.write(data)
+
+
+@pytest.mark.parametrize("damage, code", [
+    (lambda b: b"not a segment at all" + bytes(300), "SEGMENT_FOREIGN"),
+    (lambda b: b[:200], "SEGMENT_TRUNCATED"),
+    (lambda b: b[:8] + struct.pack("<I", 2 << 16) + b[12:], "SEGMENT_VERSION"),
+    (lambda b: b[:16] + struct.pack("<Q", 1) + b[24:], "SEGMENT_LAYOUT"),
+    (lambda b: b[:4096], "SEGMENT_TRUNCATED"),
+    (lambda b: b[:8] + bytes(4) + b[12:], "SEGMENT_NOT_READY"),
+])
+def test_damaged_segments_are_refused_with_their_code(ring_name, damage, code):
+    Ring.create(ring_name, slots=64).close()
+    with open(f"/dev/shm/gpuring.{ring_name}", "rb") as f:
+        good = f.read()
+    os.unlink(f"/dev/shm/gpuring.{ring_name}")
+    _write_segment(ring_name, damage(good))
+    with pytest.raises(GpuringError) as e:
+        Ring.open(ring_name, timeout=0.05)
+    assert e.value.code == code
+
+
+def test_garbage_slot_reference_is_rejected_and_the_ring_moves_on(ring_name):
+    ring = Ring.create(ring_name, slots=4)
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        producer.publish(pa.table({"i": [1]}))
+        producer.publish(pa.table({"i": [2]}))
+        seg = ring.segment
+        ref_at = seg.slot(0) + L.SLOT["ref"] + L.FRAME_REF["body_offset"]
+        seg.mem.store64(ref_at, 1 << 40)
+        with pytest.raises(GpuringError) as e:
+            consumer.next(timeout=1)
+        assert e.value.code == "FRAME_BOUNDS"
+        with consumer.next(timeout=1) as frame:
+            assert frame.to_arrow().column("i").to_pylist() == [2]
+        producer.drain(timeout=5)
+    ring.close()
+
+
+def test_errors_have_stable_codes(ring_name):
+    with pytest.raises(GpuringError) as e:
+        Ring.open(ring_name)
+    assert e.value.code == "SEGMENT_NOT_FOUND"
+    with pytest.raises(GpuringError) as e:
+        Ring.create("bad name!")
+    assert e.value.code == "INVALID_ARGUMENT"
+    Ring.create(ring_name).close()
+    with pytest.raises(GpuringError) as e:
+        Ring.create(ring_name)
+    assert e.value.code == "SEGMENT_EXISTS"
+    with Producer.open(ring_name) as p:
+        with pytest.raises(GpuringError) as e:
+            p.publish(object())
+        assert e.value.code == "INVALID_ARGUMENT"
+    with Consumer.open(ring_name) as c:
+        with pytest.raises(GpuringError) as e:
+            c.next(timeout=0.05)
+        assert e.value.code == "TIMEOUT"
