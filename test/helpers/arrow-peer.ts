@@ -5,11 +5,12 @@
  * with their own IPC readers.
  *   publish NAME ROWS IPC      writes the every-type table and a slice of it as IPC batches, publishes both, drains
  *   compare NAME IPC COUNT     takes COUNT frames; frame i must equal IPC batch i; prints {"frames": n, "differences": [...]}
+ *   columns NAME               takes one frame (host or device) and prints {"columns": {name: [values]}}
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { RecordBatchFileWriter, Table, tableFromIPC } from 'apache-arrow';
 import { Consumer, Producer } from '../../lib/index.js';
-import { tableDifference } from '../../lib/arrow/compare.js';
+import { plainValue, tableDifference } from '../../lib/arrow/compare.js';
 import { allTypesTable } from './all-types.js';
 
 const [role, name, ...args] = process.argv.slice(2);
@@ -39,6 +40,16 @@ async function compare(ipc: string, count: number): Promise<void> {
   say({ frames: count, differences });
 }
 
-if (role === 'publish') await publish(Number(args[0]), args[1]!);
+async function columns(): Promise<void> {
+  const consumer = Consumer.open(name!);
+  const frame = await consumer.next({ timeout: 30_000 });
+  const table = frame.toTable();
+  say({ columns: Object.fromEntries(table.schema.fields.map((f) => [f.name, Array.from(table.getChild(f.name)!, plainValue)])) });
+  frame.release();
+  consumer.close();
+}
+
+if (role === 'columns') await columns();
+else if (role === 'publish') await publish(Number(args[0]), args[1]!);
 else if (role === 'compare') await compare(args[0]!, Number(args[1]));
 else throw new Error(`unknown role ${role}`);

@@ -13,12 +13,13 @@ format as the Node package and interop/include/gpuring.h.
 """
 from .codec import decode_frame, encode_frame
 from .consumer import Consumer
+from .device_columns import DeviceColumn
 from .description import BufferDescriptor, ColumnDescriptor, FrameDescription, from_json, to_json
 from .errors import ERROR_CODES, GpuringError
 from .frame import Frame
 from .producer import Producer
 from .ring import Ring
 
-__all__ = ["Ring", "Producer", "Consumer", "Frame", "GpuringError", "ERROR_CODES", "encode_frame",
+__all__ = ["Ring", "Producer", "Consumer", "Frame", "DeviceColumn", "GpuringError", "ERROR_CODES", "encode_frame",
            "decode_frame", "FrameDescription", "ColumnDescriptor", "BufferDescriptor", "to_json", "from_json"]
 __version__ = "0.1.0"

@@ -31,6 +31,7 @@ class Consumer:
         self._maps = ArenaMaps(seg)
         self._lock = threading.Lock()
         self._held: set[int] = set()
+        self._device = None
         sweep(seg)
 
     @classmethod
@@ -87,19 +88,28 @@ class Consumer:
     def _record_batch(self, description, lease: Lease):
         return record_batch(description, self._maps.address, lease)
 
+    def _device_mappings(self):
+        if self._device is None:
+            from .device_columns import DeviceMappings
+            self._device = DeviceMappings()
+        return self._device
+
     def _check_open(self) -> None:
         if self._seg is None:
             raise GpuringError("CLOSED", "the consumer is closed")
 
     def close(self) -> None:
-        """Leaves the ring; frames still held are released (arrays stay readable
-        while their host arenas are mapped here)."""
+        """Leaves the ring; frames still held are released. Host arrays stay
+        readable (their arenas stay mapped while they live); device arrays from
+        this consumer must be gone first, as their IPC mappings close here."""
         with self._lock:
             if self._seg is None:
                 return
             seg, self._seg = self._seg, None
         detach(seg, self.index, self.generation)
         seg.close()
+        if self._device is not None:
+            self._device.close()
 
     def __enter__(self) -> "Consumer":
         return self

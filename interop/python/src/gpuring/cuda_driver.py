@@ -1,0 +1,139 @@
+"""The CUDA driver API through ctypes, loaded at first use from libcuda.so.1 (never
+linked), so the package imports and runs host frames on machines without a GPU.
+Every call runs inside the device's primary context, which CuPy and PyTorch share."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+
+from .errors import GpuringError
+
+CU_POINTER_ATTRIBUTE_BUFFER_ID = 7
+CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
+CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
+CU_EVENT_DISABLE_TIMING_INTERPROCESS = 0x2 | 0x4
+_lib = None
+
+
+class _IpcHandle(ctypes.Structure):
+    """CUipcMemHandle / CUipcEventHandle: 64 bytes, passed *by value* to the open
+    calls. Filled by memmove: a c_char array would stop copying at the first NUL."""
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]
+
+    def __init__(self, handle: bytes) -> None:
+        super().__init__()
+        ctypes.memmove(ctypes.addressof(self), handle, 64)
+
+
+def driver() -> ctypes.CDLL:
+    global _lib
+    if _lib is None:
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as e:
+            raise GpuringError("CUDA_UNAVAILABLE", f"no CUDA driver on this machine (libcuda.so.1: {e}); "
+                               "device columns need an NVIDIA GPU and driver") from None
+        check(lib.cuInit(0), "cuInit")
+        _lib = lib
+    return _lib
+
+
+def check(rc: int, what: str) -> None:
+    if rc != 0:
+        name = ctypes.c_char_p()
+        if _lib is not None:
+            _lib.cuGetErrorName(rc, ctypes.byref(name))
+        code = "NOT_EXPORTABLE" if what == "cuIpcGetMemHandle" else "CUDA"
+        raise GpuringError(code, f"{what} failed: {(name.value or b'?').decode()} ({rc})")
+
+
+def call(fn: str, *args) -> None:
+    check(getattr(driver(), fn)(*args), fn)
+
+
+_contexts: dict[int, ctypes.c_void_p] = {}
+
+
+@contextlib.contextmanager
+def primary_context(ordinal: int):
+    """Makes the device's primary context current for the block. It is retained
+    once and never released: releasing the last reference destroys the context
+    and every IPC mapping and event in it, even if CuPy opens it again later."""
+    ctx = _contexts.get(ordinal)
+    if ctx is None:
+        dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+        call("cuDeviceGet", ctypes.byref(dev), ordinal)
+        call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
+        _contexts[ordinal] = ctx
+    call("cuCtxPushCurrent_v2", ctx)
+    try:
+        yield
+    finally:
+        driver().cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+
+
+def device_count() -> int:
+    n = ctypes.c_int()
+    call("cuDeviceGetCount", ctypes.byref(n))
+    return n.value
+
+
+def device_uuid(ordinal: int) -> bytes:
+    dev, uuid = ctypes.c_int(), (ctypes.c_ubyte * 16)()
+    call("cuDeviceGet", ctypes.byref(dev), ordinal)
+    call("cuDeviceGetUuid_v2", uuid, dev)
+    return bytes(uuid)
+
+
+def ordinal_of_uuid(uuid: bytes) -> int:
+    for i in range(device_count()):
+        if device_uuid(i) == uuid:
+            return i
+    raise GpuringError("DEVICE_NOT_FOUND", f"no visible CUDA device has UUID {uuid.hex()}; "
+                       "the producer's GPU must be visible here too (CUDA_VISIBLE_DEVICES)")
+
+
+def pointer_attribute(ptr: int, attribute: int, ctype) -> int:
+    out = ctype()
+    call("cuPointerGetAttribute", ctypes.byref(out), attribute, ctypes.c_uint64(ptr))
+    return out.value
+
+
+def ipc_mem_handle(base: int) -> bytes:
+    handle = (ctypes.c_ubyte * 64)()
+    call("cuIpcGetMemHandle", handle, ctypes.c_uint64(base))
+    return bytes(handle)
+
+
+def ipc_open(handle: bytes) -> int:
+    ptr = ctypes.c_uint64()
+    call("cuIpcOpenMemHandle_v2", ctypes.byref(ptr), _IpcHandle(handle), CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+    return ptr.value
+
+
+def ipc_close(ptr: int) -> None:
+    driver().cuIpcCloseMemHandle(ctypes.c_uint64(ptr))
+
+
+def record_ipc_event(stream: int) -> tuple[ctypes.c_void_p, bytes]:
+    """An interprocess event recorded on ``stream``, and its 64-byte handle."""
+    event, handle = ctypes.c_void_p(), (ctypes.c_ubyte * 64)()
+    call("cuEventCreate", ctypes.byref(event), CU_EVENT_DISABLE_TIMING_INTERPROCESS)
+    call("cuEventRecord", event, ctypes.c_void_p(stream))
+    call("cuIpcGetEventHandle", handle, event)
+    return event, bytes(handle)
+
+
+def destroy_event(event: ctypes.c_void_p) -> None:
+    driver().cuEventDestroy_v2(event)
+
+
+def wait_ipc_event(handle: bytes) -> None:
+    """Blocks until the producer's work before its event is done."""
+    event = ctypes.c_void_p()
+    call("cuIpcOpenEventHandle", ctypes.byref(event), _IpcHandle(handle))
+    try:
+        call("cuEventSynchronize", event)
+    finally:
+        driver().cuEventDestroy_v2(event)

@@ -1,0 +1,240 @@
+"""Device columns: CUDA arrays into frame descriptions (producer side) and frame
+buffers back into CuPy arrays or torch tensors (consumer side).
+
+Producers accept anything with ``__cuda_array_interface__`` (CuPy, numba,
+PyTorch), objects with ``__dlpack__`` (converted by CuPy), and
+:class:`DeviceColumn` for cuDF-style columns (data, null mask, offsets). A 1-D
+array becomes a primitive column; a 2-D C-contiguous (rows, cols) array a
+``fixed_size_list<cols>`` column, the layout of a rows x cols tensor.
+PyTorch's caching allocator hands out pieces of larger blocks: each buffer is
+described as (handle of the whole block, byte offset inside it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import cuda_driver as cu
+from .description import BufferDescriptor, ColumnDescriptor, FrameDescription
+from .errors import GpuringError
+from .layout import SYNC_CUDA_EVENT
+
+_FORMATS = {"i1": "c", "u1": "C", "i2": "s", "u2": "S", "i4": "i", "u4": "I", "i8": "l", "u8": "L",
+            "f2": "e", "f4": "f", "f8": "g"}
+_TYPESTRS = {v: "<" + k if k[1] != "1" else "|" + k for k, v in _FORMATS.items()}
+
+
+@dataclass
+class DeviceColumn:
+    """A column given buffer by buffer, the way cuDF holds one: ``format`` is the
+    Arrow C data interface format (``"u"`` for strings: offsets int32 plus
+    characters uint8); each buffer is a device array or None."""
+    format: str
+    length: int
+    data: object = None
+    mask: object = None
+    offsets: object = None
+    null_count: int = 0
+    offset: int = 0
+    children: list = field(default_factory=list)
+
+
+def _interface(obj) -> dict:
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is None and hasattr(obj, "__dlpack__"):
+        import cupy
+        cai = cupy.from_dlpack(obj).__cuda_array_interface__
+    if cai is None:
+        raise GpuringError("INVALID_ARGUMENT", f"{type(obj).__name__} is not a device array "
+                           "(no __cuda_array_interface__ or __dlpack__)")
+    return cai
+
+
+def _contiguous(cai: dict) -> bool:
+    strides = cai.get("strides")
+    if strides is None:
+        return True
+    itemsize = int(cai["typestr"][2:])
+    expected, acc = [], itemsize
+    for n in reversed(cai["shape"]):
+        expected.insert(0, acc)
+        acc *= n
+    return tuple(strides) == tuple(expected)
+
+
+class _Exporter:
+    """Turns device pointers into buffer descriptors; remembers the streams to sync."""
+
+    def __init__(self) -> None:
+        self.streams: set[int] = set()
+        self.ordinal: int | None = None
+
+    def buffer(self, obj) -> tuple[BufferDescriptor, int]:
+        """(descriptor, element count) of one device array."""
+        if obj is None:
+            return BufferDescriptor(), 0
+        cai = _interface(obj)
+        if not _contiguous(cai):
+            raise GpuringError("INVALID_ARGUMENT", "device arrays must be C-contiguous; call .contiguous() or cupy.ascontiguousarray first")
+        if cai.get("stream") not in (None, 0):
+            self.streams.add(int(cai["stream"]))
+        ptr = int(cai["data"][0])
+        count = 1
+        for n in cai["shape"]:
+            count *= n
+        size = count * int(cai["typestr"][2:])
+        if size == 0:
+            return BufferDescriptor(), 0
+        ordinal = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, cu.ctypes.c_int)
+        with cu.primary_context(ordinal):
+            base = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, cu.ctypes.c_uint64)
+            alloc_id = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_BUFFER_ID, cu.ctypes.c_uint64)
+            handle = cu.ipc_mem_handle(base)
+        self.ordinal = ordinal
+        return BufferDescriptor("cuda-ipc", ordinal, cu.device_uuid(ordinal), ptr - base, size, alloc_id, handle), count
+
+    def column(self, name: str, obj) -> ColumnDescriptor:
+        if isinstance(obj, DeviceColumn):
+            return self.device_column(name, obj)
+        cai = _interface(obj)
+        fmt = _FORMATS.get(cai["typestr"][1:])
+        if fmt is None:
+            raise GpuringError("INVALID_ARGUMENT", f"column {name!r}: element type {cai['typestr']} has no Arrow "
+                               "equivalent gpuring carries (booleans: cast to uint8)")
+        shape = tuple(cai["shape"])
+        data, count = self.buffer(obj)
+        if len(shape) == 1:
+            return ColumnDescriptor(name, fmt, shape[0], [BufferDescriptor(), data], False, null_count=0)
+        if len(shape) == 2:
+            child = ColumnDescriptor("item", fmt, count, [BufferDescriptor(), data], False, null_count=0)
+            return ColumnDescriptor(name, f"+w:{shape[1]}", shape[0], [BufferDescriptor()], False,
+                                    null_count=0, children=[child])
+        raise GpuringError("INVALID_ARGUMENT", f"column {name!r}: {len(shape)}-D arrays are not columns; reshape to 1-D or 2-D")
+
+    def device_column(self, name: str, c: DeviceColumn) -> ColumnDescriptor:
+        buffers = [self.buffer(c.mask)[0]]
+        if c.offsets is not None:
+            buffers.append(self.buffer(c.offsets)[0])
+        if c.data is not None or c.format not in ("+s", "+l", "+L") and not c.format.startswith("+w:"):
+            buffers.append(self.buffer(c.data)[0])
+        children = [self.column(f"{name}.{i}", k) for i, k in enumerate(c.children)]
+        return ColumnDescriptor(name, c.format, c.length, buffers, True, null_count=c.null_count,
+                                offset=c.offset, children=children)
+
+
+def describe_device(data: dict, stream=None) -> tuple[FrameDescription, object]:
+    """A description of device columns, and what the producer must keep alive
+    until the frame is released (the arrays and the event)."""
+    if not isinstance(data, dict) or not data:
+        raise GpuringError("INVALID_ARGUMENT", "device columns are published as a non-empty dict of name: array")
+    ex = _Exporter()
+    columns = [ex.column(name, obj) for name, obj in data.items()]
+    rows = {c.length for c in columns}
+    if len(rows) != 1:
+        raise GpuringError("INVALID_ARGUMENT", f"columns have different lengths: {sorted(rows)}")
+    if stream is not None:
+        ex.streams.add(int(getattr(stream, "ptr", getattr(stream, "cuda_stream", stream))))
+    description = FrameDescription(rows.pop(), columns)
+    events = []
+    if ex.ordinal is not None:
+        # Readers wait on one event that follows the work queued on every stream
+        # the data came from (the legacy default stream, 1, when none was named).
+        with cu.primary_context(ex.ordinal):
+            streams = sorted(ex.streams) or [1]
+            for s in streams[:-1]:
+                events.append(cu.record_ipc_event(s)[0])
+                cu.call("cuStreamWaitEvent", cu.ctypes.c_void_p(streams[-1]), events[-1], 0)
+            event, handle = cu.record_ipc_event(streams[-1])
+            events.append(event)
+        description.sync_kind, description.sync_handle = SYNC_CUDA_EVENT, handle
+    return description, _KeepAlive(list(data.values()), events)
+
+
+class _KeepAlive:
+    def __init__(self, arrays: list, events: list) -> None:
+        self.arrays, self.events = arrays, events
+
+    def __del__(self) -> None:
+        for e in self.events:
+            cu.destroy_event(e)
+
+
+class _DeviceView:
+    """Exposes one mapped buffer through __cuda_array_interface__; CuPy and
+    PyTorch keep it (and with it the frame's lease) alive as long as their array."""
+
+    def __init__(self, ptr: int, shape: tuple, typestr: str, lease) -> None:
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False),
+                                         "version": 3, "strides": None, "stream": None}
+        self._lease = lease
+
+
+def _views(frame, lease) -> tuple[dict, int]:
+    d = frame.description
+    mapper = frame._consumer._device_mappings()
+    if d.sync_kind == SYNC_CUDA_EVENT:
+        ordinal = next((cu.ordinal_of_uuid(b.device_uuid) for b in d.buffers() if b.kind == "cuda-ipc"), 0)
+        with cu.primary_context(ordinal):
+            cu.wait_ipc_event(d.sync_handle)
+    views = {}
+    for c in d.columns:
+        leaf, shape = c, (c.length,)
+        if c.format.startswith("+w:") and c.children:
+            leaf, shape = c.children[0], (c.length, int(c.format[3:]))
+        typestr = _TYPESTRS.get(leaf.format)
+        data = leaf.buffers[-1] if leaf.buffers else None
+        if typestr is None or data is None or data.kind != "cuda-ipc" or leaf.buffers[0].kind != "absent":
+            raise GpuringError("UNSUPPORTED", f"column {c.name!r} ({c.format}) is not a dense numeric device column; "
+                               "read it from Node or as host memory")
+        itemsize = int(typestr[2:])
+        need = (leaf.offset + leaf.length) * itemsize
+        if data.length < need:
+            raise GpuringError("FRAME_BOUNDS", f"column {c.name!r}: buffer of {data.length} bytes, {need} needed")
+        ptr = mapper.map(data) + leaf.offset * itemsize
+        views[c.name] = _DeviceView(ptr, shape, typestr, lease)
+    return views, cu.ordinal_of_uuid(next(b.device_uuid for b in d.buffers() if b.kind == "cuda-ipc")) if views else 0
+
+
+def to_cupy(frame, lease) -> dict:
+    """Built from explicit UnownedMemory: asking the runtime which device an IPC
+    mapping lives on can answer 'none', and cupy.asarray then tries to copy."""
+    import cupy
+    views, ordinal = _views(frame, lease)
+    arrays = {}
+    for name, v in views.items():
+        cai = v.__cuda_array_interface__
+        dtype = cupy.dtype(cai["typestr"])
+        size = dtype.itemsize
+        for n in cai["shape"]:
+            size *= n
+        mem = cupy.cuda.UnownedMemory(cai["data"][0], size, owner=v, device_id=ordinal)
+        arrays[name] = cupy.ndarray(cai["shape"], dtype, cupy.cuda.MemoryPointer(mem, 0))
+    return arrays
+
+
+def to_torch(frame, lease) -> dict:
+    import torch
+    views, ordinal = _views(frame, lease)
+    return {name: torch.as_tensor(v, device=f"cuda:{ordinal}") for name, v in views.items()}
+
+
+class DeviceMappings:
+    """A consumer's opened IPC handles, keyed by (handle, allocation id) so a
+    recycled allocation is never served from a stale mapping. Closed with the consumer."""
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[bytes, int], tuple[int, int]] = {}
+
+    def map(self, b: BufferDescriptor) -> int:
+        key = (b.handle, b.allocation_id)
+        hit = self.open.get(key)
+        if hit is None:
+            ordinal = cu.ordinal_of_uuid(b.device_uuid)
+            with cu.primary_context(ordinal):
+                hit = self.open[key] = (cu.ipc_open(b.handle), ordinal)
+        return hit[0] + b.offset
+
+    def close(self) -> None:
+        for ptr, ordinal in self.open.values():
+            with cu.primary_context(ordinal):
+                cu.ipc_close(ptr)
+        self.open = {}

@@ -1,0 +1,91 @@
+"""Device columns across processes, on a machine with an NVIDIA GPU (skipped,
+with the reason, elsewhere): CuPy and PyTorch producers to a Node consumer,
+a Node producer to CuPy and PyTorch consumers, Python to Python."""
+import json
+
+import pytest
+
+from conftest import node_available, node_child, python_child
+from gpuring import Consumer, GpuringError, Producer, Ring
+
+cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+
+
+def _gpu_reason():
+    try:
+        from gpuring import cuda_driver
+        return None if cuda_driver.device_count() > 0 else "no CUDA device"
+    except GpuringError as e:
+        return str(e)
+
+
+pytestmark = pytest.mark.skipif(_gpu_reason() is not None, reason=f"needs an NVIDIA GPU: {_gpu_reason()}")
+ROWS = 1000
+
+
+def _expected():
+    return [i * 0.5 for i in range(ROWS)], [[10 * i + j for j in range(3)] for i in range(ROWS)]
+
+
+@pytest.mark.parametrize("library", ["cupy", "torch"])
+def test_python_device_producer_to_python_consumer(ring_name, library):
+    if library == "torch":
+        pytest.importorskip("torch")
+    Ring.create(ring_name).close()
+    child = python_child("device_produce", ring_name, library, str(ROWS))
+    assert json.loads(child.stdout.readline())["published"] == 1
+    with Consumer.open(ring_name) as consumer:
+        with consumer.next(timeout=30) as frame:
+            assert frame.on_device
+            cols = frame.to_cupy()
+            x, m = _expected()
+            assert cols["x"].dtype == cupy.float32 and cols["x"].tolist() == x
+            assert cols["m"].shape == (ROWS, 3) and cols["m"].tolist() == m
+            del cols
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+
+
+@pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
+@pytest.mark.parametrize("library", ["cupy", "torch"])
+def test_python_device_producer_to_node_consumer(ring_name, library):
+    if library == "torch":
+        pytest.importorskip("torch")
+    Ring.create(ring_name).close()
+    producer = python_child("device_produce", ring_name, library, str(ROWS))
+    assert json.loads(producer.stdout.readline())["published"] == 1
+    node = node_child("arrow-peer.ts", "columns", ring_name)
+    out, err = node.communicate(timeout=60)
+    assert node.returncode == 0, err
+    cols = json.loads(out.strip().splitlines()[-1])["columns"]
+    x, m = _expected()
+    assert cols["x"] == x and cols["m"] == m
+    _, err = producer.communicate(timeout=60)
+    assert producer.returncode == 0, err
+
+
+@pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
+def test_node_device_producer_to_cupy_and_torch_consumers(ring_name):
+    torch = pytest.importorskip("torch")
+    Ring.create(ring_name).close()
+    node = node_child("device-child.ts", "big", ring_name, str(4 * 1_000_000))
+    with Consumer.open(ring_name) as consumer:
+        with consumer.next(timeout=60) as frame:
+            (name,) = frame.column_names
+            values = frame.to_cupy()[name]
+            assert values.dtype == cupy.float32 and values.size == 1_000_000
+            assert bool((values == cupy.arange(1_000_000, dtype=cupy.float32)).all())
+            tensor = frame.to_torch()[name]
+            assert tensor.is_cuda and float(tensor[999_999]) == 999_999.0
+            del values, tensor
+        out, err = node.communicate(timeout=60)
+    assert node.returncode == 0, err
+
+
+def test_non_contiguous_and_boolean_device_arrays_are_refused(ring_name):
+    Ring.create(ring_name).close()
+    with Producer.open(ring_name) as producer:
+        for bad in (cupy.arange(10, dtype=cupy.float32)[::2], cupy.zeros(4, dtype=cupy.bool_)):
+            with pytest.raises(GpuringError) as e:
+                producer.publish({"bad": bad})
+            assert e.value.code == "INVALID_ARGUMENT"
