@@ -27,13 +27,19 @@ def _expected():
     return [i * 0.5 for i in range(ROWS)], [[10 * i + j for j in range(3)] for i in range(ROWS)]
 
 
-@pytest.mark.parametrize("library", ["cupy", "torch"])
-def test_python_device_producer_to_python_consumer(ring_name, library):
+def _device_producer(ring_name, library):
+    """A child process that published one device frame from ``library``."""
     if library == "torch":
         pytest.importorskip("torch")
     Ring.create(ring_name).close()
     child = python_child("device_produce", ring_name, library, str(ROWS))
     assert json.loads(child.stdout.readline())["published"] == 1
+    return child
+
+
+@pytest.mark.parametrize("library", ["cupy", "torch"])
+def test_python_device_producer_to_python_consumer(ring_name, library):
+    child = _device_producer(ring_name, library)
     with Consumer.open(ring_name) as consumer:
         with consumer.next(timeout=30) as frame:
             assert frame.on_device
@@ -49,11 +55,7 @@ def test_python_device_producer_to_python_consumer(ring_name, library):
 @pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
 @pytest.mark.parametrize("library", ["cupy", "torch"])
 def test_python_device_producer_to_node_consumer(ring_name, library):
-    if library == "torch":
-        pytest.importorskip("torch")
-    Ring.create(ring_name).close()
-    producer = python_child("device_produce", ring_name, library, str(ROWS))
-    assert json.loads(producer.stdout.readline())["published"] == 1
+    producer = _device_producer(ring_name, library)
     node = node_child("arrow-peer.ts", "columns", ring_name)
     out, err = node.communicate(timeout=60)
     assert node.returncode == 0, err

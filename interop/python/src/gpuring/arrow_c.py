@@ -49,9 +49,10 @@ def metadata_bytes(address: int | None) -> bytes:
 
 
 @dataclass
-class ExportedNode:
-    """One node of an exported array: what a frame body needs, plus the buffers'
-    host addresses and the byte length each one must have."""
+class ArrowNode:
+    """One node of an array in C data interface terms. ``buffers`` holds
+    (address or 0, byte length) pairs when read from an export, and plain
+    addresses (0 for absent) when built for an import."""
     name: str
     format: str
     flags: int
@@ -59,13 +60,9 @@ class ExportedNode:
     length: int
     null_count: int
     offset: int
-    buffers: list[tuple[int, int]]  # (address or 0, bytes)
-    children: list["ExportedNode"] = field(default_factory=list)
-    dictionary: "ExportedNode | None" = None
-
-    @property
-    def nullable(self) -> bool:
-        return bool(self.flags & _FLAG_NULLABLE)
+    buffers: list
+    children: list["ArrowNode"] = field(default_factory=list)
+    dictionary: "ArrowNode | None" = None
 
 
 def _buffer_sizes(fmt: str, arr: ArrowArray) -> list[int]:
@@ -87,12 +84,12 @@ def _buffer_sizes(fmt: str, arr: ArrowArray) -> list[int]:
     return sizes
 
 
-def read_exported(schema: ArrowSchema, arr: ArrowArray) -> ExportedNode:
-    """Walks an exported (schema, array) pair into ExportedNodes."""
+def read_exported(schema: ArrowSchema, arr: ArrowArray) -> ArrowNode:
+    """Walks an exported (schema, array) pair into ArrowNodes."""
     fmt = schema.format.decode()
     sizes = _buffer_sizes(fmt, arr)
     buffers = [(arr.buffers[i] or 0, sizes[i] if arr.buffers[i] else 0) for i in range(arr.n_buffers)]
-    node = ExportedNode((schema.name or b"").decode(), fmt, schema.flags, metadata_bytes(schema.metadata),
+    node = ArrowNode((schema.name or b"").decode(), fmt, schema.flags, metadata_bytes(schema.metadata),
                         arr.length, arr.null_count, arr.offset, buffers)
     node.children = [read_exported(schema.children[i][0], arr.children[i][0]) for i in range(arr.n_children)]
     if schema.dictionary:
@@ -137,22 +134,7 @@ _root_array_cb = _ArrayRelease(_root_array_release)
 _root_schema_cb = _SchemaRelease(_root_schema_release)
 
 
-@dataclass
-class ImportNode:
-    """What to hand pyarrow for one node: buffer addresses are already resolved."""
-    name: str
-    format: str
-    flags: int
-    metadata: bytes
-    length: int
-    null_count: int
-    offset: int
-    buffers: list[int]
-    children: list["ImportNode"] = field(default_factory=list)
-    dictionary: "ImportNode | None" = None
-
-
-def _build(node: ImportNode, keep: _Imported, root: bool) -> tuple[ArrowSchema, ArrowArray]:
+def _build(node: ArrowNode, keep: _Imported, root: bool) -> tuple[ArrowSchema, ArrowArray]:
     s, a = ArrowSchema(), ArrowArray()
     strings = [node.format.encode(), node.name.encode(), node.metadata]
     keep.objects += [s, a, strings]
@@ -175,7 +157,7 @@ def _build(node: ImportNode, keep: _Imported, root: bool) -> tuple[ArrowSchema, 
     return s, a
 
 
-def import_record_batch(root: ImportNode, owner: object):
+def import_record_batch(root: ArrowNode, owner: object):
     """A pyarrow RecordBatch over the memory ``root`` points at, with no copy.
     ``owner`` stays referenced until pyarrow drops the last buffer."""
     import pyarrow as pa

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 
 from .arena import Allocation, ArenaPool, open_arena
-from .arrow_c import ArrowArray, ArrowSchema, ExportedNode, ImportNode, import_record_batch, read_exported
+from .arrow_c import ArrowArray, ArrowNode, ArrowSchema, import_record_batch, read_exported
 from .description import BufferDescriptor, ColumnDescriptor, FrameDescription
 from .errors import GpuringError
 from .layout import ARENA_ALIGN
@@ -28,7 +28,7 @@ def as_record_batch(data):
                        "pass a pyarrow Table, RecordBatch or dict of arrays")
 
 
-def _export(batch) -> ExportedNode:
+def _export(batch) -> ArrowNode:
     s, a = ArrowSchema(), ArrowArray()
     batch._export_to_c(ctypes.addressof(a), ctypes.addressof(s))
     try:
@@ -62,7 +62,7 @@ class _Copier:
         return alloc
 
 
-def _column(node: ExportedNode, copier: _Copier, dictionaries: list, fixups: list) -> ColumnDescriptor:
+def _column(node: ArrowNode, copier: _Copier, dictionaries: list, fixups: list) -> ColumnDescriptor:
     nullable, ordered, keys_sorted = _flags(node.flags)
     buffers = []
     for address, size in node.buffers:
@@ -119,9 +119,9 @@ class ArenaMaps:
         self.maps = {}
 
 
-def _import_node(c: ColumnDescriptor, address, dictionaries: list[ColumnDescriptor]) -> ImportNode:
+def _import_node(c: ColumnDescriptor, address, dictionaries: list[ColumnDescriptor]) -> ArrowNode:
     flags = (2 if c.nullable else 0) | (1 if c.dictionary_ordered else 0) | (4 if c.map_keys_sorted else 0)
-    node = ImportNode(c.name, c.format, flags, encode_metadata(c.metadata), c.length, c.null_count, c.offset,
+    node = ArrowNode(c.name, c.format, flags, encode_metadata(c.metadata), c.length, c.null_count, c.offset,
                       [0 if b.kind == "absent" else address(b) for b in c.buffers],
                       [_import_node(k, address, dictionaries) for k in c.children])
     if c.dictionary >= 0:
@@ -132,7 +132,7 @@ def _import_node(c: ColumnDescriptor, address, dictionaries: list[ColumnDescript
 def record_batch(d: FrameDescription, address, owner: object):
     """A pyarrow RecordBatch over a frame's buffers; ``address(buffer)`` gives
     each buffer's host address. ``owner`` lives as long as any of its arrays."""
-    root = ImportNode("", "+s", 0, encode_metadata(d.metadata), d.row_count, 0, 0, [0],
+    root = ArrowNode("", "+s", 0, encode_metadata(d.metadata), d.row_count, 0, 0, [0],
                       [_import_node(c, address, d.dictionaries) for c in d.columns])
     return import_record_batch(root, owner)
 
