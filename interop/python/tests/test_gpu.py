@@ -68,7 +68,7 @@ def test_python_device_producer_to_node_consumer(ring_name, library):
 
 @pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
 def test_node_device_producer_to_cupy_and_torch_consumers(ring_name):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     Ring.create(ring_name).close()
     node = node_child("device-child.ts", "big", ring_name, str(4 * 1_000_000))
     with Consumer.open(ring_name) as consumer:

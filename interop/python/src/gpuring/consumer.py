@@ -12,7 +12,6 @@ import threading
 
 from . import layout as L
 from . import slot_protocol as ring
-from .arena import open_arena
 from .codec import decode_frame
 from .errors import GpuringError
 from .frame import Frame, Lease
@@ -70,7 +69,7 @@ class Consumer:
         if ref.producer >= self._seg.participant_capacity or ref.body_length > L.MAX_BODY_BYTES:
             raise GpuringError("FRAME_INVALID", f"slot reference names producer {ref.producer}, body {ref.body_length} bytes")
         name = f"/gpuring.{self._seg.name}.p{ref.producer}g{ref.producer_gen}.a{ref.body_arena}"
-        mem = self._maps.maps.get(name) or self._maps.maps.setdefault(name, open_arena(self._seg, name))
+        mem = self._maps.memory(name)
         if ref.body_offset + ref.body_length > mem.size:
             raise GpuringError("FRAME_BOUNDS", f"frame body [{ref.body_offset}, +{ref.body_length}) outside its arena")
         return mem.read(ref.body_offset, ref.body_length)

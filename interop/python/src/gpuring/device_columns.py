@@ -171,8 +171,9 @@ class _DeviceView:
 def _views(frame, lease) -> tuple[dict, int]:
     d = frame.description
     mapper = frame._consumer._device_mappings()
+    device = next((b for b in d.buffers() if b.kind == "cuda-ipc"), None)
+    ordinal = cu.ordinal_of_uuid(device.device_uuid) if device else 0
     if d.sync_kind == SYNC_CUDA_EVENT:
-        ordinal = next((cu.ordinal_of_uuid(b.device_uuid) for b in d.buffers() if b.kind == "cuda-ipc"), 0)
         with cu.primary_context(ordinal):
             cu.wait_ipc_event(d.sync_handle)
     views = {}
@@ -191,7 +192,7 @@ def _views(frame, lease) -> tuple[dict, int]:
             raise GpuringError("FRAME_BOUNDS", f"column {c.name!r}: buffer of {data.length} bytes, {need} needed")
         ptr = mapper.map(data) + leaf.offset * itemsize
         views[c.name] = _DeviceView(ptr, shape, typestr, lease)
-    return views, cu.ordinal_of_uuid(next(b.device_uuid for b in d.buffers() if b.kind == "cuda-ipc")) if views else 0
+    return views, ordinal
 
 
 def to_cupy(frame, lease) -> dict:

@@ -106,17 +106,18 @@ class ArenaMaps:
     def __init__(self, seg: Segment) -> None:
         self.seg, self.maps = seg, {}
 
-    def address(self, b: BufferDescriptor) -> int:
-        name = b.arena_name
+    def memory(self, name: str):
         mem = self.maps.get(name)
         if mem is None:
             mem = self.maps[name] = open_arena(self.seg, name)
+        return mem
+
+    def address(self, b: BufferDescriptor) -> int:
+        name = b.arena_name
+        mem = self.memory(name)
         if b.offset + b.length > mem.size:
             raise GpuringError("FRAME_BOUNDS", f"buffer [{b.offset}, +{b.length}) outside arena {name} ({mem.size} bytes)")
         return mem.base + b.offset
-
-    def clear(self) -> None:
-        self.maps = {}
 
 
 def _import_node(c: ColumnDescriptor, address, dictionaries: list[ColumnDescriptor]) -> ArrowNode:

@@ -1,8 +1,6 @@
 """A named ring: create, open, remove, inspect and repair it."""
 from __future__ import annotations
 
-import os
-
 from . import layout as L
 from .recovery import SweepReport, sweep
 from .segment import Segment
@@ -63,7 +61,3 @@ class Ring:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    @staticmethod
-    def exists(name: str) -> bool:
-        return os.path.exists(f"/dev/shm/gpuring.{name}")

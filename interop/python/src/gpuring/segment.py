@@ -104,7 +104,7 @@ class Segment:
     def __init__(self, name: str, fd: int, slots: int, parts: int) -> None:
         self.name, self.fd = name, fd
         self.slot_count, self.mask, self.participant_capacity = slots, slots - 1, parts
-        p_at, self.slots_at, self.size = L.segment_size(slots, parts)
+        _, self.slots_at, self.size = L.segment_size(slots, parts)
         self.mem = SharedMemory(fd, self.size)
 
     @classmethod
