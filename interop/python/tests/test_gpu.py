@@ -91,3 +91,16 @@ def test_non_contiguous_and_boolean_device_arrays_are_refused(ring_name):
             with pytest.raises(GpuringError) as e:
                 producer.publish({"bad": bad})
             assert e.value.code == "INVALID_ARGUMENT"
+
+
+@pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
+def test_cudf_style_columns_with_null_mask_and_strings_to_node(ring_name):
+    producer = _device_producer(ring_name, "cudf-style")
+    node = node_child("arrow-peer.ts", "columns", ring_name)
+    out, err = node.communicate(timeout=60)
+    assert node.returncode == 0, err
+    cols = json.loads(out.strip().splitlines()[-1])["columns"]
+    assert cols["id"] == [None if i % 3 == 1 else i for i in range(ROWS)]
+    assert cols["name"] == [f"n{i}" for i in range(ROWS)]
+    _, err = producer.communicate(timeout=60)
+    assert producer.returncode == 0, err

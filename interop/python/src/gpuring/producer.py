@@ -24,9 +24,10 @@ from .segment import Segment
 
 
 def _is_device(data) -> bool:
+    from .device_columns import DeviceColumn
     if isinstance(data, dict):
-        return any(hasattr(v, "__cuda_array_interface__") or hasattr(v, "__dlpack_device__") and
-                   _dlpack_on_cuda(v) for v in data.values())
+        return any(isinstance(v, DeviceColumn) or hasattr(v, "__cuda_array_interface__")
+                   or (hasattr(v, "__dlpack_device__") and _dlpack_on_cuda(v)) for v in data.values())
     return False
 
 

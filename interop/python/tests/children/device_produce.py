@@ -1,7 +1,9 @@
 """Child: publishes one frame of device columns from LIBRARY (cupy or torch),
 prints {"published": id}, drains, exits.
   x: float32 [0, 1, ..., ROWS-1] * 0.5     m: (ROWS, 3) int32, m[i, j] = 10 * i + j
-The torch columns are views into larger tensors (caching-allocator offsets)."""
+The torch columns are views into larger tensors (caching-allocator offsets).
+LIBRARY cudf-style: DeviceColumns the way cuDF holds them, ROWS rows:
+  id: int32 i, null where i % 3 == 1 (LSB-first null mask)   name: utf8 "n{i}" (offsets + characters)"""
 import json
 import sys
 
@@ -12,6 +14,21 @@ if library == "cupy":
     import cupy as xp
     x = xp.arange(rows, dtype=xp.float32) * 0.5
     m = (xp.arange(rows, dtype=xp.int32)[:, None] * 10 + xp.arange(3, dtype=xp.int32)[None, :])
+elif library == "cudf-style":
+    import cupy as xp
+    from gpuring import DeviceColumn
+    valid = [i % 3 != 1 for i in range(rows)]
+    mask = xp.asarray([sum(1 << b for b in range(8) if i + b < rows and valid[i + b]) for i in range(0, rows, 8)],
+                      dtype=xp.uint8)
+    names = [f"n{i}".encode() for i in range(rows)]
+    offsets = [0]
+    for n in names:
+        offsets.append(offsets[-1] + len(n))
+    columns = {
+        "id": DeviceColumn("i", rows, data=xp.arange(rows, dtype=xp.int32), mask=mask, null_count=valid.count(False)),
+        "name": DeviceColumn("u", rows, data=xp.asarray(list(b"".join(names)), dtype=xp.uint8),
+                             offsets=xp.asarray(offsets, dtype=xp.int32)),
+    }
 else:
     import torch
     pad = torch.zeros(1000, device="cuda")
@@ -19,6 +36,6 @@ else:
     x = big[7:] - 3.5  # starts 28 bytes into its block
     m = (torch.arange(rows, dtype=torch.int32, device="cuda")[:, None] * 10 + torch.arange(3, dtype=torch.int32, device="cuda")[None, :])
 with Producer.open(name) as producer:
-    frame_id = producer.publish({"x": x, "m": m})
+    frame_id = producer.publish(columns if library == "cudf-style" else {"x": x, "m": m})
     print(json.dumps({"published": frame_id}), flush=True)
     producer.drain(timeout=60)
