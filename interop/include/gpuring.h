@@ -4,8 +4,12 @@
  * This header is the normative byte layout (interop/SPEC.md explains it in
  * prose) and a complete header-only implementation of it: segment creation and
  * attachment, the participant table, the lock-free ring, dead-participant
- * recovery, host-memory arenas and the frame-body codec. The Node addon, the C
- * examples and the Python package all use this file; there is no second ring.
+ * recovery, host-memory arenas and the frame-body codec, and on top of them a
+ * producer (gpuring/producer.h), a consumer (gpuring/consumer.h) and an Arrow C
+ * data interface export of received frames (gpuring/arrow_export.h). The Node
+ * addon and the C examples use this file; the Python package is written from
+ * SPEC.md and checked against the same fixtures. Device memory: gpuring/cuda.h
+ * (opt-in, loads the CUDA driver at run time).
  *
  * C11 or C++17, Linux, x86-64 or aarch64 (little-endian). Every shared word is a
  * fixed-width little-endian integer at a fixed offset, checked by static asserts.
@@ -284,12 +288,15 @@ typedef struct gpr_body_header {
   uint64_t row_count;             /*  32 */
   uint32_t metadata_offset;       /*  40 schema metadata, in the string table */
   uint32_t metadata_length;       /*  44 */
-  uint16_t sync_kind;             /*  48 0 none, 1 cuda-ipc event in sync_handle */
+  uint16_t sync_kind;             /*  48 GPR_SYNC_NONE or GPR_SYNC_CUDA_EVENT */
   uint16_t reserved0;             /*  50 */
   uint32_t reserved1;             /*  52 */
   uint64_t reserved2;             /*  56 */
   uint8_t sync_handle[GPR_HANDLE_BYTES]; /* 64 */
 } gpr_body_header;
+
+/* sync_kind values; 1 is reserved (never written, accepted). */
+enum gpr_sync_kind { GPR_SYNC_NONE = 0, GPR_SYNC_CUDA_EVENT = 2 };
 
 enum gpr_node_flags {
   GPR_NODE_NULLABLE = 1u,
@@ -437,6 +444,9 @@ GPR_CHECK_OFFSET(gpr_body_buffer, handle, 64);
 #include "gpuring/arena.h"
 #include "gpuring/format.h"
 #include "gpuring/body.h"
+#include "gpuring/producer.h"
+#include "gpuring/consumer.h"
+#include "gpuring/arrow_export.h"
 
 #ifdef __cplusplus
 }

@@ -71,14 +71,26 @@ export function exitOf(proc: ChildProcess): Promise<{ code: number | null; signa
 
 let helperDir: string | undefined;
 
-/** Builds a C test helper from interop/tests (once per test process). */
-export function cProgram(name: string): string {
+/**
+ * Builds a C or C++ program of the repository once per test process:
+ * interop/tests/NAME.c, or DIR/NAME.c or .cc. Where no compiler is installed
+ * (the GPU machine), the CMake build of the C suite (build-c-plain) is used.
+ */
+export function cProgram(name: string, dir = 'interop/tests'): string {
   helperDir ??= mkdtempSync(join(tmpdir(), 'gpuring-c-'));
   const out = join(helperDir, name);
-  if (!existsSync(out)) {
-    execFileSync('cc', ['-std=c11', '-O1', '-Wall', '-Wextra', '-Werror', `-I${join(root, 'interop/include')}`, join(root, `interop/tests/${name}.c`), '-o', out, '-lrt']);
+  if (existsSync(out)) return out;
+  const source = ['.c', '.cc'].map((ext) => join(root, dir, name + ext)).find((f) => existsSync(f));
+  if (!source) throw new Error(`no source for ${dir}/${name}`);
+  const cxx = source.endsWith('.cc');
+  try {
+    execFileSync(cxx ? 'c++' : 'cc', [cxx ? '-std=c++17' : '-std=c11', '-O1', '-Wall', '-Wextra', '-Werror', `-I${join(root, 'interop/include')}`, source, '-o', out, '-lpthread', '-lrt', '-ldl']);
+    return out;
+  } catch (error) {
+    const built = join(root, 'build-c-plain', dir === 'interop/tests' ? '' : dir, name);
+    if ((error as { code?: string }).code === 'ENOENT' && existsSync(built)) return built;
+    throw error;
   }
-  return out;
 }
 
 export async function eventually(check: () => boolean, timeoutMs = 10_000): Promise<boolean> {

@@ -154,3 +154,22 @@ GPR_INLINE int gpr_participant_detach(gpr_segment *seg, uint32_t index, uint32_t
     return gpr_fail(err, GPR_E_FRAME_STATE, 0, "participant %u is not attached", index);
   return gpr_sweep(seg, NULL, err);
 }
+
+#define GPR_SWEEP_INTERVAL_NS 100000000ull
+
+/* gpr_wait_for for a whole timeout (< 0: forever), sweeping every 100 ms in
+ * between: a peer that died holding what we wait for (a lease, a slot) is only
+ * noticed by a sweep, and nobody else may be running one. */
+GPR_INLINE int gpr_wait_sweeping(gpr_segment *seg, uint32_t *seq, uint32_t *waiters,
+                                 int (*attempt)(void *), void *ctx, int again, int64_t timeout_ms) {
+  uint64_t start = gpr_monotonic_ns();
+  uint64_t total = timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
+  for (uint32_t spins = 64u;; spins = 0) {
+    uint64_t waited = gpr_monotonic_ns() - start;
+    uint64_t left = waited >= total ? 0 : total - waited;
+    int rc = gpr_wait_for(seq, waiters, attempt, ctx, again,
+                          left < GPR_SWEEP_INTERVAL_NS ? left : GPR_SWEEP_INTERVAL_NS, spins);
+    if (rc != -(int)GPR_E_TIMEOUT || left <= GPR_SWEEP_INTERVAL_NS) return rc;
+    gpr_sweep(seg, NULL, NULL);
+  }
+}

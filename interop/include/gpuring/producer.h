@@ -1,0 +1,278 @@
+/* gpuring/producer.h: a producer, the whole publishing side in a few calls.
+ *
+ *   gpr_producer *p;
+ *   gpr_producer_open("frames", NULL, &p, &err);
+ *   gpr_producer_alloc(p, bytes, &alloc, &err);          host column memory
+ *   ... fill alloc.ptr, describe the columns (gpr_producer_host_buffer) ...
+ *   gpr_producer_publish(p, &desc, &opts, &frame_id, &err);
+ *   gpr_producer_drain(p, -1, &err);                     until every frame is released
+ *   gpr_producer_close(p);
+ *
+ * Ownership. An allocation is the caller's until it is passed in
+ * gpr_publish_options.owned to a publish that succeeds; from then on it belongs
+ * to the frame and is freed when the frame is released (SPEC.md §10). If the
+ * publish fails, the allocations are still the caller's. Device memory is never
+ * owned by gpuring: the caller keeps it unchanged until `on_release` fires for
+ * the frame, which happens inside gpr_producer_reap, _publish, _drain or _alloc
+ * on the calling thread, never on another.
+ *
+ * Ordering. Frames are published in call order; `frame_id`s are dense from 1.
+ * A producer is for one thread at a time. Included by gpuring.h. */
+
+typedef void (*gpr_release_fn)(void *context, uint64_t frame_id);
+
+typedef struct gpr_producer_options {
+  uint64_t arena_size;           /* bytes per host arena; 0 = GPR_ARENA_DEFAULT_SIZE */
+  uint32_t open_timeout_ms;      /* wait for a creator to finish; 0 = 1000 */
+} gpr_producer_options;
+
+typedef struct gpr_publish_options {
+  uint64_t user_tag;             /* carried to the consumer untouched */
+  int64_t timeout_ms;            /* wait for a free slot: < 0 forever, 0 not at all */
+  const gpr_allocation *owned;   /* host allocations the frame takes over */
+  uint32_t owned_count;
+  gpr_release_fn on_release;     /* optional: the consumer released the frame */
+  void *context;                 /* passed to on_release */
+} gpr_publish_options;
+
+typedef struct gpr_inflight_frame {
+  uint64_t pos;
+  uint64_t frame_id;
+  gpr_allocation *allocs;        /* the body first, then the owned allocations */
+  uint32_t alloc_count;
+  gpr_release_fn on_release;
+  void *context;
+} gpr_inflight_frame;
+
+typedef struct gpr_producer {
+  gpr_segment seg;
+  uint32_t index;
+  uint32_t gen;
+  gpr_arena_pool pool;           /* points at seg: a producer never moves (heap only) */
+  uint64_t next_frame_id;
+  gpr_inflight_frame *inflight;
+  uint32_t inflight_count;
+  uint32_t inflight_capacity;
+} gpr_producer;
+
+/* Attaches to ring NAME (created beforehand with gpr_segment_create) and sweeps
+ * away what crashed participants left. */
+GPR_INLINE int gpr_producer_open(const char *name, const gpr_producer_options *opt,
+                                 gpr_producer **out, gpr_error *err) {
+  gpr_producer *p = (gpr_producer *)calloc(1, sizeof *p);
+  if (!p) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "producer: out of memory");
+  gpr_segment_options so = {0, 0, 0, opt ? opt->open_timeout_ms : 0u};
+  int rc = gpr_segment_open(&p->seg, name, &so, err);
+  if (rc == 0) rc = gpr_participant_attach(&p->seg, GPR_ROLE_PRODUCER, &p->index, &p->gen, err);
+  if (rc != 0) {
+    gpr_segment_close(&p->seg);
+    free(p);
+    return rc;
+  }
+  gpr_arena_pool_init(&p->pool, &p->seg, p->index, p->gen, opt ? opt->arena_size : 0u);
+  p->next_frame_id = 1;
+  gpr_sweep(&p->seg, NULL, NULL);
+  *out = p;
+  return 0;
+}
+
+/* Frees the memory of released frames and calls their on_release; returns how many. */
+GPR_INLINE uint32_t gpr_producer_reap(gpr_producer *p) {
+  uint32_t reaped = 0, kept = 0;
+  for (uint32_t i = 0; i < p->inflight_count; i++) {
+    gpr_inflight_frame f = p->inflight[i];
+    if (!gpr_ring_reap(&p->seg, p->index, f.pos)) {
+      p->inflight[kept++] = f;
+      continue;
+    }
+    for (uint32_t a = 0; a < f.alloc_count; a++) gpr_arena_free(&p->pool, &f.allocs[a]);
+    free(f.allocs);
+    if (f.on_release) f.on_release(f.context, f.frame_id);
+    reaped++;
+  }
+  p->inflight_count = kept;
+  return reaped;
+}
+
+/* Host column memory in this producer's arenas, 64-byte aligned. */
+GPR_INLINE int gpr_producer_alloc(gpr_producer *p, uint64_t bytes, gpr_allocation *out,
+                                  gpr_error *err) {
+  gpr_producer_reap(p);
+  return gpr_arena_alloc(&p->pool, bytes, out, err);
+}
+
+/* Gives back an allocation no published frame owns. */
+GPR_INLINE void gpr_producer_free(gpr_producer *p, const gpr_allocation *alloc) {
+  gpr_arena_free(&p->pool, alloc);
+}
+
+/* Describes bytes [offset, offset + length) of `alloc` as a host buffer. */
+GPR_INLINE int gpr_producer_host_buffer(const gpr_producer *p, const gpr_allocation *alloc,
+                                        uint64_t offset, uint64_t length, gpr_body_buffer *out,
+                                        gpr_error *err) {
+  if (offset > alloc->length || length > alloc->length - offset)
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0,
+                    "buffer [%llu, +%llu) does not fit its %llu-byte allocation",
+                    (unsigned long long)offset, (unsigned long long)length,
+                    (unsigned long long)alloc->length);
+  memset(out, 0, sizeof *out);
+  out->kind = GPR_MEM_HOST;
+  out->device_ordinal = -1;
+  out->offset = alloc->offset + offset;
+  out->length = length;
+  gpr_arena_shm_name(p->seg.name, p->index, p->gen, alloc->arena, (char *)out->handle);
+  return 0;
+}
+
+/* Every host buffer must lie inside one of this producer's arenas: a consumer
+ * would refuse anything else, so the mistake is reported here, to its author. */
+GPR_INLINE int gpr_producer_check_buffers(const gpr_producer *p, const gpr_frame_desc *d,
+                                          gpr_error *err) {
+  for (uint32_t b = 0; b < d->buffer_count; b++) {
+    const gpr_body_buffer *buf = &d->buffers[b];
+    if (buf->kind != GPR_MEM_HOST) continue;
+    uint32_t index, gen, arena;
+    char name[GPR_HANDLE_BYTES + 1];
+    memcpy(name, buf->handle, GPR_HANDLE_BYTES);
+    name[GPR_HANDLE_BYTES] = 0;
+    if (gpr_arena_name_parse(&p->seg, name, &index, &gen, &arena) != 0 || index != p->index ||
+        gen != p->gen || arena >= p->pool.count ||
+        !gpr_range_ok(buf->offset, buf->length, p->pool.arenas[arena].size))
+      return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0,
+                      "buffer %u is not inside an arena of this producer (use gpr_producer_host_buffer)",
+                      b);
+  }
+  return 0;
+}
+
+/* Encodes `d` into a fresh body allocation and checks it as a consumer will. */
+GPR_INLINE int gpr_producer_write_body(gpr_producer *p, const gpr_frame_desc *d,
+                                       gpr_allocation *body, gpr_error *err) {
+  uint64_t size = gpr_body_encoded_size(d);
+  if (size > GPR_MAX_BODY_BYTES)
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "frame body would be %llu bytes; the limit is %u",
+                    (unsigned long long)size, GPR_MAX_BODY_BYTES);
+  int rc = gpr_producer_alloc(p, size, body, err);
+  if (rc != 0) return rc;
+  rc = gpr_body_encode(d, body->ptr, (size_t)body->length, NULL, err);
+  if (rc == 0) rc = gpr_body_validate(body->ptr, (size_t)size, NULL, err);
+  if (rc != 0) gpr_arena_free(&p->pool, body);
+  return rc;
+}
+
+typedef struct gpr_publish_attempt {
+  gpr_producer *p;
+  const gpr_frame_ref *ref;
+  uint64_t pos;
+} gpr_publish_attempt;
+
+GPR_INLINE int gpr_producer_try_publish(void *ctx) {
+  gpr_publish_attempt *a = (gpr_publish_attempt *)ctx;
+  gpr_producer_reap(a->p);
+  return gpr_ring_try_publish(&a->p->seg, a->p->index, a->ref, &a->pos);
+}
+
+/* Records a published frame; the allocation list was made before publishing,
+ * so this cannot fail. */
+GPR_INLINE void gpr_producer_track(gpr_producer *p, uint64_t pos, uint64_t frame_id,
+                                   gpr_allocation *allocs, uint32_t count,
+                                   const gpr_publish_options *o) {
+  gpr_inflight_frame *f = &p->inflight[p->inflight_count++];
+  f->pos = pos;
+  f->frame_id = frame_id;
+  f->allocs = allocs;
+  f->alloc_count = count;
+  f->on_release = o ? o->on_release : NULL;
+  f->context = o ? o->context : NULL;
+}
+
+GPR_INLINE int gpr_producer_reserve(gpr_producer *p, gpr_error *err) {
+  if (p->inflight_count < p->inflight_capacity) return 0;
+  uint32_t cap = p->inflight_capacity ? p->inflight_capacity * 2u : 16u;
+  void *grown = realloc(p->inflight, cap * sizeof *p->inflight);
+  if (!grown) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "producer: out of memory");
+  p->inflight = (gpr_inflight_frame *)grown;
+  p->inflight_capacity = cap;
+  return 0;
+}
+
+/* Publishes one frame described by `d` (which the caller keeps) and returns its
+ * id. Waits up to o->timeout_ms for a free slot, then fails with RING_FULL
+ * (timeout 0) or TIMEOUT. On any failure nothing was published and the owned
+ * allocations are still the caller's. */
+GPR_INLINE int gpr_producer_publish(gpr_producer *p, const gpr_frame_desc *d,
+                                    const gpr_publish_options *o, uint64_t *frame_id,
+                                    gpr_error *err) {
+  uint32_t owned = o ? o->owned_count : 0u;
+  if (owned && !o->owned)
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "owned_count without owned allocations");
+  int rc = gpr_producer_check_buffers(p, d, err);
+  if (rc == 0) rc = gpr_producer_reserve(p, err);
+  if (rc != 0) return rc;
+  gpr_allocation *allocs = (gpr_allocation *)malloc((owned + 1u) * sizeof *allocs);
+  if (!allocs) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "producer: out of memory");
+  rc = gpr_producer_write_body(p, d, &allocs[0], err);
+  if (rc != 0) {
+    free(allocs);
+    return rc;
+  }
+  if (owned) memcpy(allocs + 1, o->owned, owned * sizeof *allocs);
+  gpr_frame_ref ref;
+  memset(&ref, 0, sizeof ref);
+  ref.frame_id = p->next_frame_id;
+  ref.producer = p->index;
+  ref.producer_gen = p->gen;
+  ref.body_arena = allocs[0].arena;
+  ref.body_length = (uint32_t)gpr_body_encoded_size(d);
+  ref.body_offset = allocs[0].offset;
+  ref.user_tag = o ? o->user_tag : 0u;
+  gpr_publish_attempt a = {p, &ref, 0};
+  int64_t timeout = o ? o->timeout_ms : -1;
+  rc = timeout == 0 ? gpr_producer_try_publish(&a)
+                    : gpr_wait_sweeping(&p->seg, &p->seg.control->space_seq,
+                                        &p->seg.control->space_waiters, gpr_producer_try_publish,
+                                        &a, -(int)GPR_E_RING_FULL, timeout);
+  if (rc != 0) {
+    gpr_arena_free(&p->pool, &allocs[0]);
+    free(allocs);
+    if (rc == -(int)GPR_E_TIMEOUT)
+      return gpr_fail(err, GPR_E_TIMEOUT, 0, "no free slot in ring '%s' within %lld ms", p->seg.name,
+                      (long long)timeout);
+    return gpr_fail(err, GPR_E_RING_FULL, 0, "ring '%s' is full (%u slots)", p->seg.name,
+                    p->seg.slot_count);
+  }
+  gpr_producer_track(p, a.pos, ref.frame_id, allocs, owned + 1u, o);
+  if (frame_id) *frame_id = ref.frame_id;
+  p->next_frame_id++;
+  return 0;
+}
+
+GPR_INLINE int gpr_producer_none_inflight(void *ctx) {
+  gpr_producer *p = (gpr_producer *)ctx;
+  gpr_producer_reap(p);
+  return p->inflight_count == 0 ? 0 : -(int)GPR_E_RING_FULL;
+}
+
+/* Waits until every published frame was released and reaped (TIMEOUT otherwise). */
+GPR_INLINE int gpr_producer_drain(gpr_producer *p, int64_t timeout_ms, gpr_error *err) {
+  int rc = gpr_wait_sweeping(&p->seg, &p->seg.control->space_seq, &p->seg.control->space_waiters,
+                             gpr_producer_none_inflight, p, -(int)GPR_E_RING_FULL, timeout_ms);
+  if (rc != 0)
+    return gpr_fail(err, GPR_E_TIMEOUT, 0, "%u frames still unreleased after %lld ms",
+                    p->inflight_count, (long long)timeout_ms);
+  return 0;
+}
+
+/* Leaves the ring. Frames still queued stay readable: host arenas outlive the
+ * producer until every frame naming them is released (SPEC.md §7). Their
+ * on_release callbacks are not called; device memory behind them must stay
+ * valid for as long as this process runs. */
+GPR_INLINE void gpr_producer_close(gpr_producer *p) {
+  if (!p) return;
+  gpr_participant_detach(&p->seg, p->index, p->gen, NULL);
+  gpr_arena_pool_destroy(&p->pool);
+  for (uint32_t i = 0; i < p->inflight_count; i++) free(p->inflight[i].allocs);
+  free(p->inflight);
+  gpr_segment_close(&p->seg);
+  free(p);
+}

@@ -1,0 +1,172 @@
+/* The producer and consumer of gpuring/producer.h and consumer.h in one
+ * process: ownership of allocations, release callbacks, full and empty
+ * rings, refused buffers, damaged frames, Arrow exports holding the lease,
+ * and frames outliving their consumer. Cross-process use: c_examples_host. */
+#include "gpuring.h"
+#include "check.h"
+
+static uint64_t released_id;
+static int released_calls;
+
+static void on_release(void *context, uint64_t frame_id) {
+  CHECK(context == &released_id);
+  released_id = frame_id;
+  released_calls++;
+}
+
+/* One int32 column "v" of `rows` values 0..rows-1 in one owned allocation. */
+static int publish_ints(gpr_producer *p, uint32_t rows, int64_t timeout_ms, gpr_error *err) {
+  gpr_allocation a;
+  CHECK(gpr_producer_alloc(p, 4ull * rows, &a, err) == 0);
+  for (uint32_t i = 0; i < rows; i++) memcpy(a.ptr + 4u * i, &i, 4);
+  gpr_node_desc n = {"v", 1, "i", 1, NULL, 0, 0, 0, -1, 2, rows, 0, 0};
+  gpr_body_buffer b[2];
+  memset(b, 0, sizeof b);
+  CHECK(gpr_producer_host_buffer(p, &a, 0, 4ull * rows, &b[1], err) == 0);
+  gpr_frame_desc d;
+  memset(&d, 0, sizeof d);
+  d.row_count = rows;
+  d.root_count = d.node_count = 1;
+  d.buffer_count = 2;
+  d.nodes = &n;
+  d.buffers = b;
+  gpr_publish_options o = {7u, timeout_ms, &a, 1, on_release, &released_id};
+  int rc = gpr_producer_publish(p, &d, &o, NULL, err);
+  if (rc != 0) gpr_producer_free(p, &a); /* still ours when publish fails */
+  return rc;
+}
+
+static void test_ownership_and_release(gpr_producer *p, gpr_consumer *c) {
+  gpr_error err;
+  gpr_frame *f = NULL;
+  released_calls = 0;
+  CHECK(publish_ints(p, 100, 0, &err) == 0);
+  CHECK(gpr_consumer_next(c, 1000, &f, &err) == 0);
+  CHECK(f->user_tag == 7 && f->desc.row_count == 100 && f->desc.node_count == 1);
+  const uint8_t *v = NULL;
+  CHECK(gpr_frame_host_buffer(f, 1, &v, &err) == 0);
+  int32_t last;
+  memcpy(&last, v + 396, 4);
+  CHECK(last == 99);
+  CHECK(gpr_frame_host_buffer(f, 0, &v, &err) == 0 && v == NULL); /* absent validity */
+  CHECK_CODE(gpr_frame_host_buffer(f, 2, &v, &err), GPR_E_INVALID_ARGUMENT);
+  CHECK(gpr_producer_reap(p) == 0 && released_calls == 0);
+  gpr_frame_release(f);
+  CHECK(gpr_producer_reap(p) == 1 && released_calls == 1 && released_id == 1);
+  CHECK(p->inflight_count == 0);
+}
+
+static void test_full_and_empty(gpr_producer *p, gpr_consumer *c, uint32_t slots) {
+  gpr_error err;
+  gpr_frame *f = NULL;
+  uint64_t free_before = gpr_arena_pool_free_bytes(&p->pool);
+  CHECK_CODE(gpr_consumer_next(c, 0, &f, &err), GPR_E_RING_EMPTY);
+  CHECK_CODE(gpr_consumer_next(c, 30, &f, &err), GPR_E_TIMEOUT);
+  for (uint32_t i = 0; i < slots; i++) CHECK(publish_ints(p, 10, 0, &err) == 0);
+  CHECK_CODE(publish_ints(p, 10, 0, &err), GPR_E_RING_FULL);
+  CHECK_CODE(publish_ints(p, 10, 30, &err), GPR_E_TIMEOUT);
+  for (uint32_t i = 0; i < slots; i++) {
+    CHECK(gpr_consumer_next(c, 0, &f, &err) == 0);
+    gpr_frame_release(f);
+  }
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  CHECK(gpr_arena_pool_free_bytes(&p->pool) == free_before); /* bodies and owned columns freed */
+}
+
+static void test_refused_buffers(gpr_producer *p) {
+  gpr_error err;
+  gpr_allocation a;
+  CHECK(gpr_producer_alloc(p, 64, &a, &err) == 0);
+  gpr_body_buffer b[2];
+  memset(b, 0, sizeof b);
+  CHECK_CODE(gpr_producer_host_buffer(p, &a, 32, 64, &b[1], &err), GPR_E_INVALID_ARGUMENT);
+  CHECK(gpr_producer_host_buffer(p, &a, 0, 64, &b[1], &err) == 0);
+  b[1].offset = 1ull << 40; /* outside every arena of this producer */
+  gpr_node_desc n = {"v", 1, "i", 1, NULL, 0, 0, 0, -1, 2, 16, 0, 0};
+  gpr_frame_desc d;
+  memset(&d, 0, sizeof d);
+  d.row_count = 16;
+  d.root_count = d.node_count = 1;
+  d.buffer_count = 2;
+  d.nodes = &n;
+  d.buffers = b;
+  CHECK_CODE(gpr_producer_publish(p, &d, NULL, NULL, &err), GPR_E_INVALID_ARGUMENT);
+  b[1].offset = a.offset;
+  n.length = 17; /* longer than row_count: the consumer's rule, checked here first */
+  CHECK_CODE(gpr_producer_publish(p, &d, NULL, NULL, &err), GPR_E_FRAME_BOUNDS);
+  gpr_producer_free(p, &a);
+}
+
+static void test_damaged_frame_is_dropped(gpr_producer *p, gpr_consumer *c) {
+  gpr_error err;
+  gpr_frame *f = NULL;
+  CHECK(publish_ints(p, 4, 0, &err) == 0);
+  CHECK(publish_ints(p, 5, 0, &err) == 0);
+  /* Break the first body in shared memory: its magic. */
+  gpr_slot *s = gpr_slot_at(&p->seg, p->inflight[p->inflight_count - 2u].pos);
+  p->pool.arenas[s->ref.body_arena].base[s->ref.body_offset] ^= 0xFF;
+  CHECK_CODE(gpr_consumer_next(c, 0, &f, &err), GPR_E_FRAME_INVALID);
+  CHECK(gpr_consumer_next(c, 0, &f, &err) == 0 && f->desc.row_count == 5);
+  gpr_frame_release(f);
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+}
+
+static void test_export_holds_the_lease(gpr_producer *p, gpr_consumer *c) {
+  gpr_error err;
+  gpr_frame *f = NULL;
+  struct ArrowSchema schema;
+  struct ArrowArray array;
+  CHECK(publish_ints(p, 50, 0, &err) == 0);
+  CHECK(gpr_consumer_next(c, 0, &f, &err) == 0);
+  CHECK(gpr_frame_export_arrow(f, &schema, &array, &err) == 0);
+  gpr_frame_release(f);
+  CHECK(strcmp(schema.format, "+s") == 0 && schema.n_children == 1);
+  CHECK(strcmp(schema.children[0]->format, "i") == 0 && strcmp(schema.children[0]->name, "v") == 0);
+  CHECK(array.length == 50 && array.n_children == 1 && array.children[0]->n_buffers == 2);
+  int32_t v;
+  memcpy(&v, (const uint8_t *)array.children[0]->buffers[1] + 4 * 49, 4);
+  CHECK(v == 49);
+  schema.release(&schema);
+  CHECK(gpr_producer_reap(p) == 0); /* the array still holds the frame */
+  array.release(&array);
+  CHECK(array.release == NULL && gpr_producer_reap(p) == 1);
+}
+
+static void test_frame_outlives_its_consumer(gpr_producer *p, const char *name) {
+  gpr_error err;
+  gpr_consumer *c = NULL;
+  gpr_frame *f = NULL;
+  CHECK(gpr_consumer_open(name, 0, &c, &err) == 0);
+  CHECK(publish_ints(p, 8, 0, &err) == 0);
+  CHECK(gpr_consumer_next(c, 0, &f, &err) == 0);
+  gpr_consumer_close(c); /* releases the lease; the mapping stays */
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  const uint8_t *v = NULL;
+  CHECK(gpr_frame_host_buffer(f, 1, &v, &err) == 0 && v != NULL);
+  gpr_frame_release(f); /* after close: frees, touches no slot */
+  CHECK_CODE(gpr_consumer_open("no-such-ring-xyz", 0, &c, &err), GPR_E_SEGMENT_NOT_FOUND);
+}
+
+int main(void) {
+  char name[32];
+  snprintf(name, sizeof name, "endpoints-%d", (int)getpid());
+  gpr_error err;
+  gpr_segment seg;
+  gpr_segment_options so = {4u, 8u, 0, 0};
+  CHECK(gpr_segment_create(&seg, name, &so, &err) == 0);
+  gpr_producer *p = NULL;
+  gpr_consumer *c = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  CHECK(gpr_consumer_open(name, 0, &c, &err) == 0);
+  test_ownership_and_release(p, c);
+  test_full_and_empty(p, c, 4);
+  test_refused_buffers(p);
+  test_damaged_frame_is_dropped(p, c);
+  test_export_holds_the_lease(p, c);
+  gpr_consumer_close(c);
+  test_frame_outlives_its_consumer(p, name);
+  gpr_producer_close(p);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, NULL);
+  return CHECK_DONE();
+}
