@@ -83,12 +83,13 @@ void OnRelease(void *context, uint64_t frame_id) {
   std::fflush(stdout);
 }
 
-gpr_node_desc Node(const char *name, const std::string &format, uint32_t buffers, uint64_t length) {
+// The strings must outlive the description (they are copied at publish).
+gpr_node_desc Node(const char *name, const char *format, uint32_t buffers, uint64_t length) {
   gpr_node_desc n{};
   n.name = name;
   n.name_length = static_cast<uint32_t>(std::strlen(name));
-  n.format = format.c_str();
-  n.format_length = static_cast<uint32_t>(format.size());
+  n.format = format;
+  n.format_length = static_cast<uint32_t>(std::strlen(format));
   n.dictionary = -1;
   n.buffer_count = buffers;
   n.length = length;
@@ -123,7 +124,8 @@ struct Stage {
     gpr_frame_desc d{};
     std::unique_ptr<Tensor> t = Make(k, d.sync_handle);
     std::string tensor_format = "+w:" + std::to_string(cols);
-    gpr_node_desc nodes[2] = {Node("tensor", tensor_format, 1, rows), Node("item", "f", 2, uint64_t{rows} * cols)};
+    gpr_node_desc nodes[2] = {Node("tensor", tensor_format.c_str(), 1, rows), Node("item", "f", 2, uint64_t{rows} * cols)};
+    nodes[0].child_count = 1;
     gpr_body_buffer buffers[3]{};  // tensor and item validity: absent (no nulls)
     Check("describe", gpr_cuda_describe(cuda, t->ptr, uint64_t{rows} * cols * 4, &buffers[2], &err), err);
     d.row_count = rows;
