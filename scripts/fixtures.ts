@@ -9,7 +9,9 @@
  * Refusing is the point: a changed golden byte means the wire format changed,
  * which every implementation must follow, not just the one that moved.
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { allTypesTable, wideTable } from '../test/helpers/all-types.js';
 import { describeBatch } from '../lib/arrow/table-writer.js';
@@ -19,6 +21,7 @@ import { absentBuffer, hostBuffer, type BufferDescriptor, type ColumnDescriptor,
 import { GpuringError } from '../lib/errors.js';
 import { descriptionToJson, descriptionToFlat } from '../test/helpers/fixture-forms.js';
 import { corruptions } from './fixture-corruptions.js';
+import { cProgram } from '../test/helpers/ring.js';
 
 const outAt = process.argv.indexOf('--out');
 const root = outAt > 0 ? process.argv[outAt + 1]! : join(import.meta.dirname, '..', 'fixtures');
@@ -107,6 +110,20 @@ function codeOf(bytes: Uint8Array): string {
   }
 }
 
+/** The segment images are made by the C implementation (interop/tests/segment_images.c). */
+function segmentImages(): number {
+  const made = mkdtempSync(join(tmpdir(), 'gpuring-images-'));
+  try {
+    execFileSync(cProgram('segment_images'), [made]);
+    mkdirSync(join(root, 'segments'), { recursive: true });
+    const files = readdirSync(made);
+    for (const f of files) put(join(root, 'segments', f), readFileSync(join(made, f)));
+    return files.filter((f) => f.endsWith('.expect')).length;
+  } finally {
+    rmSync(made, { recursive: true, force: true });
+  }
+}
+
 function main(): void {
   for (const dir of ['frames', 'corrupt']) mkdirSync(join(root, dir), { recursive: true });
   const bodies: Record<string, Uint8Array> = {};
@@ -125,11 +142,12 @@ function main(): void {
   }
   put(join(root, 'corrupt', 'index.json'), `${JSON.stringify(index, null, 1)}\n`);
   put(join(root, 'corrupt', 'codes.txt'), Object.entries(index).map(([n, v]) => `${n} ${v.code}\n`).join(''));
+  const images = segmentImages();
   if (changed.length) {
     console.error(`refusing to overwrite ${changed.length} fixture(s) whose bytes changed (rerun with --force if the wire format changed on purpose):\n  ${changed.join('\n  ')}`);
     process.exit(1);
   }
-  console.log(`fixtures: ${Object.keys(bodies).length} frames, ${Object.keys(index).length} corrupted variants in ${root}`);
+  console.log(`fixtures: ${Object.keys(bodies).length} frames, ${Object.keys(index).length} corrupted variants, ${images} segment images in ${root}`);
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) main();

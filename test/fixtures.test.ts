@@ -1,7 +1,8 @@
 /**
- * The golden fixtures (fixtures/), checked by the TypeScript codec. The C
- * (interop/tests/test_fixtures.c) and Python (interop/python/tests/test_fixtures.py)
- * suites check the same files the same way.
+ * The golden fixtures (fixtures/), checked by the TypeScript codec and API.
+ * The C (interop/tests/test_fixtures.c, test_segment_images.c) and Python
+ * (interop/python/tests/test_fixtures.py, test_segment_images.py) suites
+ * check the same files the same way.
  */
 import test from 'ava';
 import { spawnSync } from 'node:child_process';
@@ -12,6 +13,7 @@ import { decodeFrame } from '../lib/codec/decode.js';
 import { encodeFrame } from '../lib/codec/encode.js';
 import { GpuringError } from '../lib/errors.js';
 import { descriptionFromJson, descriptionToFlat, descriptionToJson } from './helpers/fixture-forms.js';
+import { loadImage, observeImage, unloadImage } from './helpers/segment-image.js';
 
 const root = join(import.meta.dirname, '..', 'fixtures');
 const frames = readdirSync(join(root, 'frames')).filter((f) => f.endsWith('.bin')).map((f) => f.slice(0, -4));
@@ -40,6 +42,28 @@ test('every corrupted variant is rejected with its recorded code', (t) => {
     t.is(e?.code, code, name);
   }
 });
+
+// Segment images (fresh, mid-stream, a dead participant, a garbage slot
+// record, damaged headers) are loaded under one ring name, because frame
+// bodies name their arenas; the generator below makes them under that name
+// too. Serial tests run before the others, so they never overlap.
+const imageDir = join(root, 'segments');
+const images = readdirSync(imageDir).filter((f) => f.endsWith('.expect')).map((f) => f.slice(0, -'.expect'.length));
+
+test('there are segment images: fresh, mid-stream, dead participant, damaged', (t) => {
+  for (const name of ['fresh', 'mid-stream', 'dead-participant', 'garbage-slot', 'corrupt-foreign', 'corrupt-namespace']) t.true(images.includes(name), name);
+});
+
+for (const image of images) {
+  test.serial(`segment image ${image} is observed as ${image}.expect says`, (t) => {
+    loadImage(imageDir, image);
+    try {
+      t.is(observeImage(), readFileSync(join(imageDir, `${image}.expect`), 'utf8'));
+    } finally {
+      unloadImage();
+    }
+  });
+}
 
 test('the generator reproduces the committed fixtures and refuses to overwrite changed bytes', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'gpuring-fixtures-'));

@@ -40,3 +40,19 @@ def node_child(script: str, *args: str) -> subprocess.Popen:
 
 def node_available() -> bool:
     return (REPO / "node_modules" / "tsx").exists() and any((REPO / "build").glob("**/gpuring.node"))
+
+
+def break_utf8_offsets(ring: str, producer, values: list[str]) -> None:
+    """Points the last value offset of the published utf8 column holding
+    ``values`` (written as 0, len(v0), ...) past its data, in shared memory."""
+    ends, at = [0], 0
+    for v in values:
+        at += len(v.encode())
+        ends.append(at)
+    pattern = b"".join(e.to_bytes(4, "little") for e in ends)
+    path = f"/dev/shm/gpuring.{ring}.p{producer.index}g{producer.generation}.a0"
+    with open(path, "r+b") as f:
+        found = f.read().find(pattern)
+        assert found > 0, "the offsets are not in the arena"
+        f.seek(found + 4 * len(values))
+        f.write((99).to_bytes(4, "little"))

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from all_types import all_types_table
-from conftest import REPO
+from conftest import REPO, break_utf8_offsets
 from gpuring import Producer, Ring
 
 CC = shutil.which("cc") or shutil.which("gcc")
@@ -102,14 +102,7 @@ def test_a_damaged_frame_is_refused_with_its_code_and_the_ring_moves_on(ring_nam
     with Producer.open(ring_name) as producer:
         producer.publish(pa.table({"s": pa.array(["ab", "cd"])}))
         producer.publish(pa.table({"i": pa.array([7], pa.int32())}))
-        # corrupt the first frame's last utf8 offset in shared memory: 4 -> 99
-        arena = f"/dev/shm/gpuring.{ring_name}.p{producer.index}g{producer.generation}.a0"
-        with open(arena, "r+b") as f:
-            data = f.read()
-            at = data.find((0).to_bytes(4, "little") + (2).to_bytes(4, "little") + (4).to_bytes(4, "little"))
-            assert at > 0
-            f.seek(at + 8)
-            f.write((99).to_bytes(4, "little"))
+        break_utf8_offsets(ring_name, producer, ["ab", "cd"])
         consumer = BridgeConsumer(bridge, ring_name)
         with pytest.raises(RuntimeError, match="^FRAME_BOUNDS: column 's'"):
             consumer.next()

@@ -7,7 +7,7 @@ import struct
 import pyarrow as pa
 import pytest
 
-from conftest import python_child
+from conftest import break_utf8_offsets, python_child
 from gpuring import Consumer, GpuringError, Producer, Ring
 from gpuring import layout as L
 
@@ -105,3 +105,15 @@ def test_errors_have_stable_codes(ring_name):
         with pytest.raises(GpuringError) as e:
             c.next(timeout=0.05)
         assert e.value.code == "TIMEOUT"
+
+
+def test_value_offsets_past_their_data_are_refused_before_pyarrow_reads_them(ring_name):
+    ring = Ring.create(ring_name, slots=4)
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        producer.publish(pa.table({"s": pa.array(["ab", "cd"])}))
+        break_utf8_offsets(ring_name, producer, ["ab", "cd"])
+        with consumer.next(timeout=5) as frame:
+            with pytest.raises(GpuringError) as e:
+                frame.to_arrow()
+            assert e.value.code == "FRAME_BOUNDS" and "value offsets [0, 99]" in str(e.value)
+    ring.close()

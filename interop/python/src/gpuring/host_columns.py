@@ -8,6 +8,7 @@ from .arena import Allocation, ArenaPool, open_arena
 from .arrow_c import ArrowArray, ArrowNode, ArrowSchema, import_record_batch, read_exported
 from .description import BufferDescriptor, ColumnDescriptor, FrameDescription
 from .errors import GpuringError
+from .format import parse_format
 from .layout import ARENA_ALIGN
 from .metadata import decode_metadata, encode_metadata
 from .segment import Segment
@@ -120,7 +121,21 @@ class ArenaMaps:
         return mem.base + b.offset
 
 
+def _check_value_offsets(c: ColumnDescriptor, address) -> None:
+    """Var-size values must stay inside their data (or child): pyarrow trusts
+    the offsets, and shared memory is untrusted (SPEC.md 8.2)."""
+    f = parse_format(c.format)
+    if c.length == 0 or c.dictionary >= 0 or f is None or f.layout not in ("varbin", "list"):
+        return
+    w, base = f.offset_bytes, address(c.buffers[1])
+    lo, hi = (int.from_bytes(ctypes.string_at(base + (c.offset + k) * w, w), "little", signed=True) for k in (0, c.length))
+    limit = c.buffers[2].length if f.layout == "varbin" else c.children[0].length
+    if lo < 0 or hi < lo or hi > limit:
+        raise GpuringError("FRAME_BOUNDS", f"column '{c.name}': value offsets [{lo}, {hi}] exceed its {limit} values")
+
+
 def _import_node(c: ColumnDescriptor, address, dictionaries: list[ColumnDescriptor]) -> ArrowNode:
+    _check_value_offsets(c, address)
     flags = (2 if c.nullable else 0) | (1 if c.dictionary_ordered else 0) | (4 if c.map_keys_sorted else 0)
     node = ArrowNode(c.name, c.format, flags, encode_metadata(c.metadata), c.length, c.null_count, c.offset,
                       [0 if b.kind == "absent" else address(b) for b in c.buffers],

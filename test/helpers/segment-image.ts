@@ -1,0 +1,90 @@
+/**
+ * Loads a golden segment image (fixtures/segments) into /dev/shm the way
+ * fixtures/README.md prescribes, and observes it through the public API as
+ * the lines NAME.expect holds.
+ */
+import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Consumer, GpuringError, Ring } from '../../lib/index.js';
+
+export const imageRing = 'gpr-fixture-image';
+const ALIVE = 0xfffffffe;
+const PARTICIPANT_BYTES = 128;
+
+/** Field 22 of /proc/self/stat: this process's start time in clock ticks since boot. */
+function selfStartTime(): bigint {
+  const stat = readFileSync('/proc/self/stat', 'utf8');
+  return BigInt(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]!);
+}
+
+export function loadImage(dir: string, image: string): void {
+  const seg = Buffer.from(readFileSync(join(dir, `${image}.segment.bin`)));
+  if (seg.length >= 256) {
+    if (seg.readBigUInt64LE(72) === 0n) seg.writeBigUInt64LE(statSync('/proc/self/ns/pid', { bigint: true }).ino, 72);
+    const capacity = seg.readUInt32LE(40);
+    const at = Number(seg.readBigUInt64LE(56));
+    for (let i = 0; i < capacity && at + PARTICIPANT_BYTES * (i + 1) <= seg.length; i++) {
+      const p = at + PARTICIPANT_BYTES * i;
+      if (seg.readUInt32LE(p + 8) !== ALIVE) continue;
+      seg.writeUInt32LE(process.pid, p + 8);
+      seg.writeBigUInt64LE(selfStartTime(), p + 16);
+    }
+  }
+  writeFileSync(`/dev/shm/gpuring.${imageRing}`, seg);
+  const arena = join(dir, `${image}.p0g1.a0.bin`);
+  if (existsSync(arena)) writeFileSync(`/dev/shm/gpuring.${imageRing}.p0g1.a0`, readFileSync(arena));
+}
+
+export function unloadImage(): void {
+  for (const f of [`gpuring.${imageRing}`, `gpuring.${imageRing}.p0g1.a0`]) rmSync(`/dev/shm/${f}`, { force: true });
+}
+
+function codeOf(error: unknown): string {
+  if (error instanceof GpuringError) return error.code;
+  throw error;
+}
+
+function observeFrames(lines: string[]): void {
+  const consumer = Consumer.open(imageRing);
+  try {
+    for (let i = 0; i < 20; i++) {
+      let f;
+      try {
+        f = consumer.tryNext();
+      } catch (error) {
+        lines.push(`error ${codeOf(error)}`);
+        continue;
+      }
+      if (!f) {
+        lines.push('empty');
+        break;
+      }
+      lines.push(`frame ${f.id} ${f.tag} ${f.toTable().getChild('seq')!.get(0)}`);
+      f.release();
+    }
+  } finally {
+    consumer.close();
+  }
+}
+
+export function observeImage(): string {
+  let ring: Ring;
+  try {
+    ring = Ring.open(imageRing, { openTimeout: 50 });
+  } catch (error) {
+    return `open ${codeOf(error)}\n`;
+  }
+  const lines = ['open OK'];
+  try {
+    const seen = ring.inspect();
+    const s = seen.slots;
+    lines.push(`states EMPTY=${s.empty} WRITING=${s.writing} READY=${s.ready} CLAIMED=${s.claimed} LEASED=${s.leased} RELEASED=${s.released}`);
+    for (const p of seen.participants) lines.push(`participant ${p.index} ${p.generation} ${p.state.toUpperCase()} ${p.alive ? 'alive' : 'dead'}`);
+    const r = ring.sweep();
+    lines.push(`sweep found_dead=${r.foundDead} released=${r.released} redelivered=${r.redelivered} recycled=${r.recycled}`);
+    observeFrames(lines);
+  } finally {
+    ring.close();
+  }
+  return `${lines.join('\n')}\n`;
+}
