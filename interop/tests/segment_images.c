@@ -18,6 +18,7 @@
  * Usage: segment_images DIR */
 #include "gpuring.h"
 #include "check.h"
+#include "int32_frame.h"
 
 #define GPR_IMAGE_ALIVE 0xFFFFFFFEu
 #define GPR_IMAGE_DEAD 0x7FFFFFF0u
@@ -92,22 +93,8 @@ static void write_expect(const char *image, const char *lines) {
 
 static void publish_seq(gpr_producer *p, int32_t seq) {
   gpr_error err;
-  gpr_allocation a;
-  CHECK(gpr_producer_alloc(p, 4, &a, &err) == 0);
-  memcpy(a.ptr, &seq, 4);
-  gpr_node_desc n = {"seq", 3, "i", 1, NULL, 0, 0, 0, -1, 2, 1, 0, 0};
-  gpr_body_buffer b[2];
-  memset(b, 0, sizeof b);
-  CHECK(gpr_producer_host_buffer(p, &a, 0, 4, &b[1], &err) == 0);
-  gpr_frame_desc d;
-  memset(&d, 0, sizeof d);
-  d.row_count = 1;
-  d.root_count = d.node_count = 1;
-  d.buffer_count = 2;
-  d.nodes = &n;
-  d.buffers = b;
-  gpr_publish_options o = {(uint64_t)seq, 0, &a, 1, NULL, NULL};
-  CHECK(gpr_producer_publish(p, &d, &o, NULL, &err) == 0);
+  gpr_publish_options o = {(uint64_t)seq, 0, NULL, 0, NULL, NULL};
+  CHECK(publish_int32_column(p, "seq", seq, 1, o, &err) == 0);
 }
 
 /* Frames 1..6 in the states the header comment lists. */

@@ -4,6 +4,7 @@
  * and frames outliving their consumer. Cross-process use: c_examples_host. */
 #include "gpuring.h"
 #include "check.h"
+#include "int32_frame.h"
 
 static uint64_t released_id;
 static int released_calls;
@@ -14,26 +15,10 @@ static void on_release(void *context, uint64_t frame_id) {
   released_calls++;
 }
 
-/* One int32 column "v" of `rows` values 0..rows-1 in one owned allocation. */
+/* One int32 column "v" of `rows` values 0..rows-1, tagged 7. */
 static int publish_ints(gpr_producer *p, uint32_t rows, int64_t timeout_ms, gpr_error *err) {
-  gpr_allocation a;
-  CHECK(gpr_producer_alloc(p, 4ull * rows, &a, err) == 0);
-  for (uint32_t i = 0; i < rows; i++) memcpy(a.ptr + 4u * i, &i, 4);
-  gpr_node_desc n = {"v", 1, "i", 1, NULL, 0, 0, 0, -1, 2, rows, 0, 0};
-  gpr_body_buffer b[2];
-  memset(b, 0, sizeof b);
-  CHECK(gpr_producer_host_buffer(p, &a, 0, 4ull * rows, &b[1], err) == 0);
-  gpr_frame_desc d;
-  memset(&d, 0, sizeof d);
-  d.row_count = rows;
-  d.root_count = d.node_count = 1;
-  d.buffer_count = 2;
-  d.nodes = &n;
-  d.buffers = b;
-  gpr_publish_options o = {7u, timeout_ms, &a, 1, on_release, &released_id};
-  int rc = gpr_producer_publish(p, &d, &o, NULL, err);
-  if (rc != 0) gpr_producer_free(p, &a); /* still ours when publish fails */
-  return rc;
+  gpr_publish_options o = {7u, timeout_ms, NULL, 0, on_release, &released_id};
+  return publish_int32_column(p, "v", 0, rows, o, err);
 }
 
 static void test_ownership_and_release(gpr_producer *p, gpr_consumer *c) {
