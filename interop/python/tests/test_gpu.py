@@ -2,10 +2,13 @@
 with the reason, elsewhere): CuPy and PyTorch producers to a Node consumer,
 a Node producer to CuPy and PyTorch consumers, Python to Python."""
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from conftest import node_available, node_child, python_child
+from conftest import REPO, node_available, node_child, python_child
 from gpuring import Consumer, GpuringError, Producer, Ring
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
@@ -91,6 +94,32 @@ def test_non_contiguous_and_boolean_device_arrays_are_refused(ring_name):
             with pytest.raises(GpuringError) as e:
                 producer.publish({"bad": bad})
             assert e.value.code == "INVALID_ARGUMENT"
+
+
+def test_memory_cuda_ipc_cannot_export_is_refused_naming_what_it_is(ring_name):
+    Ring.create(ring_name).close()
+    n = 1 << 16
+    managed = cupy.ndarray((n,), cupy.float32, cupy.cuda.malloc_managed(n * 4))
+    pooled = cupy.ndarray((n,), cupy.float32, cupy.cuda.MemoryAsyncPool().malloc(n * 4))
+    with Producer.open(ring_name) as producer:
+        for bad, what in ((managed, "managed"), (pooled, "stream-ordered pool")):
+            with pytest.raises(GpuringError) as e:
+                producer.publish({"bad": bad})
+            assert e.value.code == "NOT_EXPORTABLE" and what in str(e.value), str(e.value)
+            assert producer.in_flight == 0
+
+
+def test_pytorch_expandable_segments_are_refused_naming_them(ring_name):
+    pytest.importorskip("torch")
+    Ring.create(ring_name).close()
+    code = ("import torch, gpuring\n"
+            f"p = gpuring.Producer.open({ring_name!r})\n"
+            "try:\n    p.publish({'x': torch.ones(1 << 20, device='cuda')})\n"
+            "except gpuring.GpuringError as e:\n    print(e.code, e)\n")
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True",
+               PYTHONPATH=str(REPO / "interop/python/src"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("NOT_EXPORTABLE") and "expandable segments" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.mark.skipif(not node_available(), reason="the Node package is not built here")

@@ -8,9 +8,13 @@ import ctypes
 
 from .errors import GpuringError
 
+CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
 CU_POINTER_ATTRIBUTE_BUFFER_ID = 7
+CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE = 10
 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
+CU_MEMORYTYPE_DEVICE = 2
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 CU_EVENT_DISABLE_TIMING_INTERPROCESS = 0x2 | 0x4
 _lib = None
@@ -98,6 +102,29 @@ def pointer_attribute(ptr: int, attribute: int, ctype) -> int:
     out = ctype()
     call("cuPointerGetAttribute", ctypes.byref(out), attribute, ctypes.c_uint64(ptr))
     return out.value
+
+
+def check_exportable(ptr: int) -> None:
+    """Legacy CUDA IPC shares cudaMalloc / cuMemAlloc memory only (SPEC.md 9a):
+    refuse anything else up front, naming what it is."""
+    def refuse(what: str):
+        raise GpuringError("NOT_EXPORTABLE", f"{what} cannot be shared with CUDA IPC; allocate with cudaMalloc "
+                           "(CuPy's default pool, PyTorch's caching allocator without expandable segments)")
+    try:
+        kind = pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ctypes.c_uint)
+    except GpuringError:
+        refuse(f"{ptr:#x} is not memory CUDA knows and")
+    if pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_IS_MANAGED, ctypes.c_uint):
+        refuse("managed (unified) memory from cudaMallocManaged")
+    if kind != CU_MEMORYTYPE_DEVICE:
+        refuse("pinned host memory (cudaHostAlloc)")
+    try:
+        capable = pointer_attribute(ptr, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ctypes.c_uint)
+    except GpuringError:
+        capable = 1  # drivers before 11.3 do not know the attribute; cuIpcGetMemHandle decides
+    if not capable:
+        refuse("stream-ordered pool memory (cudaMallocAsync) or a virtual memory management allocation "
+               "(cuMemCreate, PyTorch expandable segments)")
 
 
 def ipc_mem_handle(base: int) -> bytes:

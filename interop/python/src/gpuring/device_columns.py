@@ -84,6 +84,7 @@ class _Exporter:
         size = count * int(cai["typestr"][2:])
         if size == 0:
             return BufferDescriptor(), 0
+        cu.check_exportable(ptr)
         ordinal = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, cu.ctypes.c_int)
         with cu.primary_context(ordinal):
             base = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, cu.ctypes.c_uint64)
