@@ -18,6 +18,7 @@
  * Usage: segment_images DIR */
 #include "gpuring.h"
 #include "check.h"
+#include "files.h"
 #include "int32_frame.h"
 
 #define GPR_IMAGE_ALIVE 0xFFFFFFFEu
@@ -31,22 +32,14 @@ static const char *out_dir;
 static void write_file(const char *image, const char *suffix, const void *data, size_t n) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s.%s", out_dir, image, suffix);
-  FILE *f = fopen(path, "wb");
-  CHECK(f && fwrite(data, 1, n, f) == n);
-  if (f) fclose(f);
+  CHECK(write_whole_file(path, data, n) == 0);
 }
 
 static uint8_t *read_shm(const char *name, size_t *n) {
   char path[128];
   snprintf(path, sizeof path, "/dev/shm%s", name);
-  FILE *f = fopen(path, "rb");
-  CHECK(f != NULL);
-  fseek(f, 0, SEEK_END);
-  *n = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = (uint8_t *)malloc(*n);
-  CHECK(fread(b, 1, *n, f) == *n);
-  fclose(f);
+  uint8_t *b = read_file(path, n);
+  CHECK(b != NULL);
   return b;
 }
 

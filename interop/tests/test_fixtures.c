@@ -7,6 +7,7 @@
  * Usage: test_fixtures FIXTURES_DIR */
 #include "gpuring.h"
 #include "check.h"
+#include "files.h"
 
 #include <dirent.h>
 
@@ -28,19 +29,6 @@ static void put(text *t, const char *fmt, ...) {
 static void put_hex(text *t, const uint8_t *b, size_t n, int dash_if_empty) {
   if (!n && dash_if_empty) { put(t, "-"); return; }
   for (size_t i = 0; i < n; i++) put(t, "%02x", b[i]);
-}
-
-static uint8_t *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  *len = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = (uint8_t *)malloc(*len + 1);
-  if (fread(b, 1, *len, f) != *len) *len = 0;
-  b[*len] = 0;
-  fclose(f);
-  return b;
 }
 
 /* Decodes hex ("-" is empty) into a new buffer; returns its length. */

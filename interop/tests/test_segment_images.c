@@ -6,6 +6,7 @@
  * Usage: test_segment_images FIXTURES_DIR */
 #include "gpuring.h"
 #include "check.h"
+#include "files.h"
 
 #include <dirent.h>
 
@@ -23,24 +24,10 @@ static void put(text *t, const char *fmt, ...) {
   if (n > 0) t->n += (size_t)n;
 }
 
-static uint8_t *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  *n = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = (uint8_t *)calloc(*n + 1, 1);
-  if (fread(b, 1, *n, f) != *n) *n = 0;
-  fclose(f);
-  return b;
-}
-
 static void spill(const char *shm, const uint8_t *b, size_t n) {
   char path[128];
   snprintf(path, sizeof path, "/dev/shm%s", shm);
-  FILE *f = fopen(path, "wb");
-  CHECK(f && fwrite(b, 1, n, f) == n);
-  if (f) fclose(f);
+  CHECK(write_whole_file(path, b, n) == 0);
 }
 
 /* Writes the image under RING: our PID namespace, our pid for ALIVE entries. */
@@ -48,7 +35,7 @@ static void load(const char *dir, const char *image) {
   char path[1024], shm[GPR_SHM_NAME_MAX];
   size_t n = 0;
   snprintf(path, sizeof path, "%s/%s.segment.bin", dir, image);
-  uint8_t *b = slurp(path, &n);
+  uint8_t *b = read_file(path, &n);
   CHECK(b != NULL);
   if (n >= sizeof(gpr_segment_header)) {
     gpr_segment_header *h = (gpr_segment_header *)b;
@@ -67,7 +54,7 @@ static void load(const char *dir, const char *image) {
   spill(shm, b, n);
   free(b);
   snprintf(path, sizeof path, "%s/%s.p0g1.a0.bin", dir, image);
-  if ((b = slurp(path, &n)) != NULL) {
+  if ((b = read_file(path, &n)) != NULL) {
     gpr_arena_shm_name(RING, 0, 1, 0, shm);
     spill(shm, b, n);
     free(b);
@@ -123,7 +110,7 @@ static void check_image(const char *dir, const char *image) {
   char path[1024], shm[GPR_SHM_NAME_MAX];
   size_t n = 0;
   snprintf(path, sizeof path, "%s/%s.expect", dir, image);
-  char *expect = (char *)slurp(path, &n);
+  char *expect = (char *)read_file(path, &n);
   load(dir, image);
   text t = {{0}, 0};
   gpr_error err;

@@ -108,6 +108,23 @@ GPR_INLINE int64_t gpr_export_flags(uint32_t flags) {
 }
 
 GPR_INLINE int gpr_export_schema_node(gpr_export_store *st, const gpr_frame_desc *d, uint32_t i,
+                                      struct ArrowSchema *out, gpr_error *err);
+
+/* out's children: the `count` subtrees that follow one another from node `first`. */
+GPR_INLINE int gpr_export_schema_children(gpr_export_store *st, const gpr_frame_desc *d,
+                                          uint32_t first, uint32_t count, struct ArrowSchema *out,
+                                          gpr_error *err) {
+  out->n_children = count;
+  out->children = (struct ArrowSchema **)gpr_export_alloc(st, count * sizeof(void *));
+  int rc = out->children ? 0 : gpr_export_oom(err);
+  for (uint32_t k = 0, j = first; rc == 0 && k < count; k++, j = gpr_subtree_end(d, j)) {
+    out->children[k] = (struct ArrowSchema *)gpr_export_alloc(st, sizeof(struct ArrowSchema));
+    rc = out->children[k] ? gpr_export_schema_node(st, d, j, out->children[k], err) : gpr_export_oom(err);
+  }
+  return rc;
+}
+
+GPR_INLINE int gpr_export_schema_node(gpr_export_store *st, const gpr_frame_desc *d, uint32_t i,
                                       struct ArrowSchema *out, gpr_error *err) {
   const gpr_node_desc *n = &d->nodes[i];
   out->format = gpr_export_string(st, n->format, n->format_length);
@@ -116,18 +133,11 @@ GPR_INLINE int gpr_export_schema_node(gpr_export_store *st, const gpr_frame_desc
                       ? gpr_export_string(st, (const char *)n->metadata, n->metadata_length)
                       : NULL;
   out->flags = gpr_export_flags(n->flags);
-  out->n_children = n->child_count;
-  out->children = (struct ArrowSchema **)gpr_export_alloc(st, n->child_count * sizeof(void *));
   out->release = gpr_export_child_schema_release;
-  if (!out->format || !out->name || (n->metadata_length && !out->metadata) || !out->children)
+  if (!out->format || !out->name || (n->metadata_length && !out->metadata))
     return gpr_export_oom(err);
-  for (uint32_t k = 0, j = i + 1u; k < n->child_count; k++, j = gpr_subtree_end(d, j)) {
-    out->children[k] = (struct ArrowSchema *)gpr_export_alloc(st, sizeof(struct ArrowSchema));
-    if (!out->children[k]) return gpr_export_oom(err);
-    int rc = gpr_export_schema_node(st, d, j, out->children[k], err);
-    if (rc != 0) return rc;
-  }
-  if (n->dictionary < 0) return 0;
+  int rc = gpr_export_schema_children(st, d, i + 1u, n->child_count, out, err);
+  if (rc != 0 || n->dictionary < 0) return rc;
   out->dictionary = (struct ArrowSchema *)gpr_export_alloc(st, sizeof(struct ArrowSchema));
   if (!out->dictionary) return gpr_export_oom(err);
   return gpr_export_schema_node(st, d, (uint32_t)n->dictionary, out->dictionary, err);
@@ -167,6 +177,23 @@ GPR_INLINE int gpr_export_check_offsets(const gpr_frame_desc *d, uint32_t i, con
 }
 
 GPR_INLINE int gpr_export_array_node(gpr_export_store *st, uint32_t i, struct ArrowArray *out,
+                                     gpr_error *err);
+
+/* out's children: the `count` subtrees that follow one another from node `first`. */
+GPR_INLINE int gpr_export_array_children(gpr_export_store *st, uint32_t first, uint32_t count,
+                                         struct ArrowArray *out, gpr_error *err) {
+  const gpr_frame_desc *d = &st->frame->desc;
+  out->n_children = count;
+  out->children = (struct ArrowArray **)gpr_export_alloc(st, count * sizeof(void *));
+  int rc = out->children ? 0 : gpr_export_oom(err);
+  for (uint32_t k = 0, j = first; rc == 0 && k < count; k++, j = gpr_subtree_end(d, j)) {
+    out->children[k] = (struct ArrowArray *)gpr_export_alloc(st, sizeof(struct ArrowArray));
+    rc = out->children[k] ? gpr_export_array_node(st, j, out->children[k], err) : gpr_export_oom(err);
+  }
+  return rc;
+}
+
+GPR_INLINE int gpr_export_array_node(gpr_export_store *st, uint32_t i, struct ArrowArray *out,
                                      gpr_error *err) {
   const gpr_frame_desc *d = &st->frame->desc;
   const gpr_node_desc *n = &d->nodes[i];
@@ -175,11 +202,9 @@ GPR_INLINE int gpr_export_array_node(gpr_export_store *st, uint32_t i, struct Ar
   out->null_count = n->null_count;
   out->offset = (int64_t)n->offset;
   out->n_buffers = n->buffer_count;
-  out->n_children = n->child_count;
   out->buffers = (const void **)gpr_export_alloc(st, n->buffer_count * sizeof(void *));
-  out->children = (struct ArrowArray **)gpr_export_alloc(st, n->child_count * sizeof(void *));
   out->release = gpr_export_child_array_release;
-  if (!out->buffers || !out->children) return gpr_export_oom(err);
+  if (!out->buffers) return gpr_export_oom(err);
   for (uint32_t b = 0; b < n->buffer_count; b++) {
     const uint8_t *p = NULL;
     int rc = gpr_frame_host_buffer(st->frame, first + b, &p, err);
@@ -187,10 +212,7 @@ GPR_INLINE int gpr_export_array_node(gpr_export_store *st, uint32_t i, struct Ar
     out->buffers[b] = p;
   }
   int rc = gpr_export_check_offsets(d, i, out->buffers, first, err);
-  for (uint32_t k = 0, j = i + 1u; rc == 0 && k < n->child_count; k++, j = gpr_subtree_end(d, j)) {
-    out->children[k] = (struct ArrowArray *)gpr_export_alloc(st, sizeof(struct ArrowArray));
-    rc = out->children[k] ? gpr_export_array_node(st, j, out->children[k], err) : gpr_export_oom(err);
-  }
+  if (rc == 0) rc = gpr_export_array_children(st, i + 1u, n->child_count, out, err);
   if (rc != 0 || n->dictionary < 0) return rc;
   out->dictionary = (struct ArrowArray *)gpr_export_alloc(st, sizeof(struct ArrowArray));
   if (!out->dictionary) return gpr_export_oom(err);
@@ -208,14 +230,8 @@ GPR_INLINE int gpr_export_root_schema(const gpr_frame_desc *d, struct ArrowSchem
   out->metadata = d->metadata_length
                       ? gpr_export_string(st, (const char *)d->metadata, d->metadata_length)
                       : NULL;
-  out->n_children = d->root_count;
-  out->children = (struct ArrowSchema **)gpr_export_alloc(st, d->root_count * sizeof(void *));
-  int rc = out->children && (!d->metadata_length || out->metadata) ? 0 : gpr_export_oom(err);
-  for (uint32_t k = 0, j = 0; rc == 0 && k < d->root_count; k++, j = gpr_subtree_end(d, j)) {
-    out->children[k] = (struct ArrowSchema *)gpr_export_alloc(st, sizeof(struct ArrowSchema));
-    rc = out->children[k] ? gpr_export_schema_node(st, d, j, out->children[k], err)
-                          : gpr_export_oom(err);
-  }
+  int rc = !d->metadata_length || out->metadata ? 0 : gpr_export_oom(err);
+  if (rc == 0) rc = gpr_export_schema_children(st, d, 0, d->root_count, out, err);
   if (rc != 0) {
     gpr_export_store_free(st);
     memset(out, 0, sizeof *out);
@@ -238,14 +254,9 @@ GPR_INLINE int gpr_export_root_array(gpr_frame *f, struct ArrowArray *out, gpr_e
   memset(out, 0, sizeof *out);
   out->length = (int64_t)d->row_count;
   out->n_buffers = 1;
-  out->n_children = d->root_count;
   out->buffers = (const void **)gpr_export_alloc(st, sizeof(void *));
-  out->children = (struct ArrowArray **)gpr_export_alloc(st, d->root_count * sizeof(void *));
-  int rc = first && out->buffers && out->children ? 0 : gpr_export_oom(err);
-  for (uint32_t k = 0, j = 0; rc == 0 && k < d->root_count; k++, j = gpr_subtree_end(d, j)) {
-    out->children[k] = (struct ArrowArray *)gpr_export_alloc(st, sizeof(struct ArrowArray));
-    rc = out->children[k] ? gpr_export_array_node(st, j, out->children[k], err) : gpr_export_oom(err);
-  }
+  int rc = first && out->buffers ? 0 : gpr_export_oom(err);
+  if (rc == 0) rc = gpr_export_array_children(st, 0, d->root_count, out, err);
   if (rc != 0) {
     gpr_export_store_free(st);
     memset(out, 0, sizeof *out);

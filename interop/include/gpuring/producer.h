@@ -145,10 +145,10 @@ GPR_INLINE int gpr_producer_check_buffers(const gpr_producer *p, const gpr_frame
   return 0;
 }
 
-/* Encodes `d` into a fresh body allocation and checks it as a consumer will. */
-GPR_INLINE int gpr_producer_write_body(gpr_producer *p, const gpr_frame_desc *d,
+/* Encodes `d` into a fresh body allocation of `size` bytes (its encoded size)
+ * and checks it as a consumer will. */
+GPR_INLINE int gpr_producer_write_body(gpr_producer *p, const gpr_frame_desc *d, uint64_t size,
                                        gpr_allocation *body, gpr_error *err) {
-  uint64_t size = gpr_body_encoded_size(d);
   if (size > GPR_MAX_BODY_BYTES)
     return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "frame body would be %llu bytes; the limit is %u",
                     (unsigned long long)size, GPR_MAX_BODY_BYTES);
@@ -211,7 +211,8 @@ GPR_INLINE int gpr_producer_publish(gpr_producer *p, const gpr_frame_desc *d,
   if (rc != 0) return rc;
   gpr_allocation *allocs = (gpr_allocation *)malloc((owned + 1u) * sizeof *allocs);
   if (!allocs) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "producer: out of memory");
-  rc = gpr_producer_write_body(p, d, &allocs[0], err);
+  uint64_t body_length = gpr_body_encoded_size(d);
+  rc = gpr_producer_write_body(p, d, body_length, &allocs[0], err);
   if (rc != 0) {
     free(allocs);
     return rc;
@@ -223,7 +224,7 @@ GPR_INLINE int gpr_producer_publish(gpr_producer *p, const gpr_frame_desc *d,
   ref.producer = p->index;
   ref.producer_gen = p->gen;
   ref.body_arena = allocs[0].arena;
-  ref.body_length = (uint32_t)gpr_body_encoded_size(d);
+  ref.body_length = (uint32_t)body_length;
   ref.body_offset = allocs[0].offset;
   ref.user_tag = o ? o->user_tag : 0u;
   gpr_publish_attempt a = {p, &ref, 0};
