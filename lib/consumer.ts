@@ -10,15 +10,16 @@
  * process exits even if `close()` was never called.
  */
 import { Frame, type FrameSource } from './frame.js';
-import { decodeFrame } from './codec/decode.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
 import { consumerOptions, nextOptions, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
 
 const MAX_CACHED_ARENAS = 256;
+/** Bytes before the body in what the native core hands over (see ReceivedRecord). */
+const RECORD_BYTES = 32;
 
 export type ConsumerOptions = Partial<typeof consumerOptions._input>;
-export type NextOptions = { timeout?: number; signal?: AbortSignal };
+export type NextOptions = { timeout?: number; signal?: AbortSignal; spin?: number };
 
 export class Consumer implements AsyncIterable<Frame> {
   readonly name: string;
@@ -65,12 +66,14 @@ export class Consumer implements AsyncIterable<Frame> {
    * `signal` aborts, CLOSED when the consumer closes, FRAME_INVALID /
    * FRAME_BOUNDS / ARENA_INVALID when the frame is malformed (it is then
    * dropped, and the next call goes on with the following frame).
+   * With `spin: µs` it first busy-polls for up to that long on this thread
+   * (the event loop is blocked meanwhile), then waits as usual.
    */
   async next(options?: NextOptions): Promise<Frame> {
     const o = parseOptions(nextOptions, options, 'next() options');
     this.#requireOpen();
     if (o.signal?.aborted) throw new GpuringError('ABORTED', 'the wait for a frame was aborted', { cause: o.signal.reason });
-    const ready = callNative(() => this.#core.tryNext());
+    const ready = callNative(() => this.#core.tryNext(Math.min(o.spin, o.timeout * 1000)));
     if (ready) return this.#frame(ready);
     const [request, promise] = callNative(() => this.#core.wait(toNativeTimeout(o.timeout)));
     const abort = () => this.#core.cancel(request);
@@ -124,13 +127,16 @@ export class Consumer implements AsyncIterable<Frame> {
     return arena;
   }
 
+  /** The native core validated the body (a malformed frame was dropped there). */
   #frame(record: ReceivedRecord): Frame {
-    try {
-      const description = decodeFrame(new Uint8Array(record.body));
-      return new Frame({ id: record.frameId, producer: record.producer, tag: record.tag, pos: record.pos, description, source: this.#source });
-    } catch (error) {
-      this.#core.release(record.pos); // a malformed frame is dropped, not left to wedge the ring
-      throw error;
-    }
+    const head = new DataView(record, 0, RECORD_BYTES);
+    return new Frame({
+      pos: head.getFloat64(0, true),
+      id: head.getFloat64(8, true),
+      producer: head.getUint32(16, true),
+      tag: head.getBigUint64(24, true),
+      body: new Uint8Array(record, RECORD_BYTES),
+      source: this.#source,
+    });
   }
 }

@@ -4,24 +4,61 @@
  * `description` describes the copy as cuda-ipc buffers of `memory`: read it
  * with `toTable()`, hand `memory` to other code, or publish the copy to
  * another ring with `producer.publishFrame(copy.description)` (keep the copy
- * alive until that frame is released). `free()` returns the memory.
+ * alive until that frame is released). `free()` returns the memory when the
+ * copy allocated it (not a caller's `into` buffer).
  */
 import type { Table } from 'apache-arrow';
 import { tableFromFrame } from './arrow/table-reader.js';
-import type { FrameDescription } from './codec/description.js';
-import type { DeviceBuffer } from './device-buffer.js';
+import { forEachBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
+import { deviceUuidOf, exportDeviceMemory, type DeviceBuffer } from './device-buffer.js';
 import { DeviceMappings } from './device-mappings.js';
 import { GpuringError } from './errors.js';
 
+const ALIGN = 256;
+
+/** Where each buffer goes in a copy (256-byte aligned), then the total bytes. */
+export function copyLayout(buffers: BufferDescriptor[]): number[] {
+  const at: number[] = [];
+  let total = 0;
+  for (const b of buffers) (at.push(total), (total += b.kind === 'absent' ? 0 : Math.ceil(b.length / ALIGN) * ALIGN));
+  return [...at, total];
+}
+
 export class DeviceFrameCopy implements Disposable {
-  readonly description: FrameDescription;
-  /** One allocation holding every buffer of the copy. */
+  /** One allocation (or the caller's buffer) holding every buffer of the copy. */
   readonly memory: DeviceBuffer;
+  readonly #source: FrameDescription;
+  readonly #at: number[];
+  readonly #owned: boolean;
+  #description: FrameDescription | undefined;
 
   /** @internal */
-  constructor(description: FrameDescription, memory: DeviceBuffer) {
-    this.description = description;
+  constructor(source: FrameDescription, at: number[], memory: DeviceBuffer, owned: boolean) {
+    this.#source = source;
+    this.#at = at;
     this.memory = memory;
+    this.#owned = owned;
+  }
+
+  /**
+   * The copy as cuda-ipc buffers of `memory`. Built on first use: exporting
+   * the memory (cuIpcGetMemHandle) is work a copy that is only read here
+   * should not pay for.
+   */
+  get description(): FrameDescription {
+    if (this.#description) return this.#description;
+    const copy = structuredClone(this.#source);
+    const exported = exportDeviceMemory(this.memory.ptr);
+    const uuid = deviceUuidOf(this.memory.device);
+    let i = 0;
+    forEachBuffer(copy, (b) => {
+      const at = this.#at[i++]!;
+      if (b.kind === 'absent') return;
+      Object.assign(b, { kind: 'cuda-ipc', deviceOrdinal: this.memory.device, deviceUuid: uuid, offset: exported.offset + at, allocationId: exported.allocationId, handle: exported.handle });
+    });
+    copy.syncKind = 0;
+    copy.syncHandle = new Uint8Array(this.#source.syncHandle.length);
+    return (this.#description = copy);
   }
 
   /** The copy as an apache-arrow Table in host memory (one device-to-host copy). */
@@ -36,7 +73,7 @@ export class DeviceFrameCopy implements Disposable {
   }
 
   free(): void {
-    this.memory.free();
+    if (this.#owned) this.memory.free();
   }
 
   [Symbol.dispose](): void {

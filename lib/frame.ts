@@ -17,9 +17,11 @@
 import type { Schema, Table } from 'apache-arrow';
 import type { BufferDescriptor, FrameDescription } from './codec/description.js';
 import { forEachBuffer, handleName } from './codec/description.js';
+import { decodeValidatedFrame } from './codec/decode.js';
+import { Header } from './codec/layout.js';
 import { schemaOfFrame, tableFromFrame } from './arrow/table-reader.js';
-import { DeviceBuffer, deviceOrdinalOf, deviceUuidOf, exportDeviceMemory } from './device-buffer.js';
-import { DeviceFrameCopy } from './device-frame-copy.js';
+import { DeviceBuffer, deviceOrdinalOf } from './device-buffer.js';
+import { copyLayout, DeviceFrameCopy } from './device-frame-copy.js';
 import { DeviceMappings } from './device-mappings.js';
 import { callNative, GpuringError } from './errors.js';
 import { native } from './native.js';
@@ -45,8 +47,8 @@ export class Frame implements Disposable {
   readonly producer: number;
   /** The number the producer attached to the frame. */
   readonly tag: bigint;
-  /** The decoded, validated frame body. */
-  readonly description: FrameDescription;
+  readonly #body: Uint8Array;
+  #description: FrameDescription | undefined;
   readonly #pos: number;
   readonly #source: FrameSource;
   #released = false;
@@ -54,17 +56,26 @@ export class Frame implements Disposable {
   readonly #devices = new DeviceMappings();
 
   /** @internal */
-  constructor(init: { id: number; producer: number; tag: bigint; pos: number; description: FrameDescription; source: FrameSource }) {
+  constructor(init: { id: number; producer: number; tag: bigint; pos: number; body: Uint8Array; source: FrameSource }) {
     this.id = init.id;
     this.producer = init.producer;
     this.tag = init.tag;
-    this.description = init.description;
+    this.#body = init.body;
     this.#pos = init.pos;
     this.#source = init.source;
   }
 
+  /**
+   * The frame body as columns and buffer descriptors. The body was validated
+   * when the frame was received; it is turned into objects on first use, so a
+   * frame that is only passed along or counted costs no decoding.
+   */
+  get description(): FrameDescription {
+    return (this.#description ??= decodeValidatedFrame(this.#body));
+  }
+
   get numRows(): number {
-    return this.description.rowCount;
+    return Number(new DataView(this.#body.buffer, this.#body.byteOffset).getBigUint64(Header.rowCount, true));
   }
 
   get schema(): Schema {
@@ -117,24 +128,25 @@ export class Frame implements Disposable {
   }
 
   /**
-   * Copies every buffer of the frame into one new allocation on `device` (by
-   * default the device of the frame's first device buffer, else 0): device
-   * buffers device-to-device after the producer's event, host buffers
-   * uploaded. The copy is this process's; release the frame whenever you like.
+   * Copies every buffer of the frame into device memory this process owns:
+   * device buffers device-to-device after the producer's event, host buffers
+   * uploaded. By default into one new allocation on `device` (default: the
+   * device of the frame's first device buffer, else 0), freed by the copy's
+   * `free()`; with `into`, into that buffer instead (it must be on the target
+   * device and hold `copyBytes()`; it stays the caller's). Complete on return:
+   * release the frame whenever you like.
    */
-  copyToDevice({ device }: { device?: number } = {}): DeviceFrameCopy {
+  copyToDevice({ device, into }: { device?: number; into?: DeviceBuffer } = {}): DeviceFrameCopy {
     this.#requireLeased();
-    const copy = structuredClone(this.description);
     const originals: BufferDescriptor[] = [];
-    const copies: BufferDescriptor[] = [];
     forEachBuffer(this.description, (b) => originals.push(b));
-    forEachBuffer(copy, (b) => copies.push(b));
     const first = originals.find((b) => b.kind === 'cuda-ipc');
-    const target = device ?? (first ? deviceOrdinalOf(first.deviceUuid) : 0);
-    const at: number[] = [];
-    let total = 0;
-    for (const b of originals) (at.push(total), (total += b.kind === 'absent' ? 0 : Math.ceil(b.length / 256) * 256));
-    const memory = DeviceBuffer.alloc(Math.max(total, 256), { device: target });
+    const target = device ?? into?.device ?? (first ? deviceOrdinalOf(first.deviceUuid) : 0);
+    const at = copyLayout(originals);
+    const total = at.pop()!;
+    if (into && (into.device !== target || into.byteLength < total || into.freed))
+      throw new GpuringError('INVALID_ARGUMENT', `copyToDevice({ into }) needs a live buffer of at least ${total} bytes on device ${target}`);
+    const memory = into ?? DeviceBuffer.alloc(Math.max(total, 256), { device: target });
     try {
       const event = this.description.syncKind === 2 ? this.description.syncHandle : null;
       originals.forEach((b, i) => {
@@ -143,19 +155,18 @@ export class Frame implements Disposable {
           callNative(() => native().copyDeviceToDevice(target, memory.ptr + BigInt(at[i]!), m.base + BigInt(b.offset), b.length, event));
         } else if (b.kind === 'host') memory.upload(this.#resolve(b), at[i]);
       });
-      const exported = exportDeviceMemory(memory.ptr);
-      const uuid = deviceUuidOf(target);
-      copies.forEach((b, i) => {
-        if (b.kind === 'absent') return;
-        Object.assign(b, { kind: 'cuda-ipc', deviceOrdinal: target, deviceUuid: uuid, offset: exported.offset + at[i]!, allocationId: exported.allocationId, handle: exported.handle });
-      });
-      copy.syncKind = 0;
-      copy.syncHandle = new Uint8Array(this.description.syncHandle.length);
-      return new DeviceFrameCopy(copy, memory);
+      return new DeviceFrameCopy(this.description, at, memory, !into);
     } catch (error) {
-      memory.free();
+      if (!into) memory.free();
       throw error;
     }
+  }
+
+  /** Bytes `copyToDevice({ into })` needs: every buffer, each 256-byte aligned. */
+  copyBytes(): number {
+    const buffers: BufferDescriptor[] = [];
+    forEachBuffer(this.description, (b) => buffers.push(b));
+    return copyLayout(buffers).pop()!;
   }
 
   /** Ends the lease. Calling it again does nothing. */

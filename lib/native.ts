@@ -81,19 +81,17 @@ export interface ProducerStats {
   arenaFreeBytes: number;
 }
 
-export interface ReceivedRecord {
-  pos: number;
-  frameId: number;
-  producer: number;
-  producerGeneration: number;
-  tag: bigint;
-  body: ArrayBuffer;
-}
+/**
+ * A received frame as the native consumer hands it over: a 32-byte record
+ * (pos f64, frame id f64, producer u32, producer generation u32, tag u64, all
+ * little-endian) followed by a private, already validated copy of the body.
+ */
+export type ReceivedRecord = ArrayBuffer;
 
 export interface NativeConsumerCore {
   readonly index: number;
   readonly generation: number;
-  tryNext(): ReceivedRecord | null;
+  tryNext(spinMicros?: number): ReceivedRecord | null;
   wait(timeoutMs: number): [number, Promise<ReceivedRecord>];
   cancel(request: number): void;
   release(pos: number): void;
@@ -113,6 +111,14 @@ export interface DeviceExport {
 }
 
 /** The consumer-side mapping cache (one open per allocation per process). */
+/** toTable()'s pinned host blocks (PinnedHostPool). */
+export interface PinnedHostStats {
+  pinnedBytes: number;
+  /** Of those, bytes in blocks no table uses now, ready for reuse. */
+  idleBytes: number;
+  limitBytes: number;
+}
+
 export interface IpcStats {
   entries: number;
   referenced: number;
@@ -163,6 +169,7 @@ export interface NativeAddon {
   ipcAcquire(handle: Uint8Array, allocationId: bigint, device: number): { base: bigint; bytes: number };
   ipcRelease(handle: Uint8Array): void;
   ipcStats(): IpcStats;
+  pinnedHostStats(): PinnedHostStats;
   ipcSetLimits(entries: number, bytes: number): void;
   recordEvent(device: number): { id: number; handle: Uint8Array };
   recycleEvent(id: number): void;

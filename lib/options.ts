@@ -55,12 +55,26 @@ export const nextOptions = z
     /** Milliseconds to wait for a frame; TIMEOUT after that. Default: forever. */
     timeout: z.number().nonnegative().default(Infinity),
     signal: z.instanceof(AbortSignal).optional(),
+    /**
+     * Microseconds to busy-poll on this thread before waiting. The event loop
+     * is blocked meanwhile; in exchange a frame published during the spin is
+     * received without a thread wake-up (the latency-critical path).
+     */
+    spin: z.number().nonnegative().max(1_000_000).default(0),
   })
   .strict();
 
-/** Parses options, turning a zod failure into INVALID_ARGUMENT that names each bad key. */
+/** Each schema's defaults, parsed once: hot calls (publish, next) mostly pass no options. */
+const defaults = new WeakMap<z.ZodType, unknown>();
+
+/**
+ * Parses options, turning a zod failure into INVALID_ARGUMENT that names each
+ * bad key. The result is shared between calls without options: read it only.
+ */
 export function parseOptions<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
+  if (value === undefined && defaults.has(schema)) return defaults.get(schema) as z.output<S>;
   const result = schema.safeParse(value ?? {});
+  if (value === undefined && result.success) defaults.set(schema, result.data);
   if (result.success) return result.data;
   const problems = result.error.issues
     .map((issue) => {

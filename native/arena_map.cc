@@ -42,8 +42,8 @@ BodyReader::~BodyReader() {
   for (auto &kv : views_) gpr_arena_view_close(&kv.second);
 }
 
-bool BodyReader::Read(Napi::Env env, const gpr_frame_ref &ref, Napi::ArrayBuffer *out,
-                      gpr_error *err) {
+bool BodyReader::Read(Napi::Env env, const gpr_frame_ref &ref, size_t prefix,
+                      Napi::ArrayBuffer *out, gpr_error *err) {
   if (ref.producer >= seg_->participant_capacity || ref.body_arena >= GPR_MAX_ARENAS ||
       ref.body_length < sizeof(gpr_body_header) || ref.body_length > GPR_MAX_BODY_BYTES) {
     gpr_fail(err, GPR_E_FRAME_INVALID, 0, "frame record is malformed (producer %u, arena %u, %u bytes)",
@@ -68,8 +68,8 @@ bool BodyReader::Read(Napi::Env env, const gpr_frame_ref &ref, Napi::ArrayBuffer
              (unsigned long long)ref.body_offset, ref.body_length, name);
     return false;
   }
-  *out = Napi::ArrayBuffer::New(env, ref.body_length);
-  memcpy(out->Data(), it->second.base + ref.body_offset, ref.body_length);
+  *out = Napi::ArrayBuffer::New(env, prefix + ref.body_length);
+  memcpy(static_cast<uint8_t *>(out->Data()) + prefix, it->second.base + ref.body_offset, ref.body_length);
   return true;
 }
 

@@ -23,9 +23,11 @@ class BodyReader {
  public:
   explicit BodyReader(const gpr_segment *seg) : seg_(seg) {}
   ~BodyReader();
-  // Copies the body `ref` points to into a new ArrayBuffer, after checking that
-  // it lies inside the arena. Returns false with `err` set if it does not.
-  bool Read(Napi::Env env, const gpr_frame_ref &ref, Napi::ArrayBuffer *out, gpr_error *err);
+  // Copies the body `ref` points to into a new ArrayBuffer at byte `prefix`
+  // (a multiple of 8, so the copy stays 8-aligned for the validator), after
+  // checking that it lies inside the arena. Returns false with `err` set if not.
+  bool Read(Napi::Env env, const gpr_frame_ref &ref, size_t prefix, Napi::ArrayBuffer *out,
+            gpr_error *err);
 
  private:
   static constexpr size_t kMaxViews = 64;
