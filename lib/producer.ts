@@ -50,6 +50,8 @@ export class Producer {
   readonly #core: NativeProducerCore;
   readonly #arenas: ArrayBuffer[] = [];
   readonly #names: string[] = [];
+  /** Per arena, a descriptor whose handle and UUID arrays every buffer in that arena shares (read only). */
+  readonly #arenaDescriptors: BufferDescriptor[] = [];
   readonly #arenaIndex = new Map<ArrayBuffer, number>();
   readonly #loose = new Map<string, Loose>();
   readonly #events = new EventEmitter();
@@ -327,7 +329,13 @@ export class Producer {
     const a = [...this.#loose.values()].find((l) => !l.internal && l.arena === arena && bytes.byteOffset >= l.offset && bytes.byteOffset + bytes.length <= l.offset + l.length);
     if (!a) return undefined;
     if (!used.includes(a)) used.push(a);
-    return hostBuffer(this.#arenaName(arena), bytes.byteOffset, bytes.length);
+    return this.#hostBuffer(arena, bytes.byteOffset, bytes.length);
+  }
+
+  /** Describes bytes in one of this producer's arenas without allocating handle bytes per buffer. */
+  #hostBuffer(arena: number, offset: number, length: number): BufferDescriptor {
+    const shared = (this.#arenaDescriptors[arena] ??= hostBuffer(this.#arenaName(arena), 0, 0));
+    return { ...shared, offset, length };
   }
 
   /** Copies a frame's remaining buffers into one allocation (one native call), filling in their descriptors. */
@@ -336,12 +344,11 @@ export class Producer {
     const total = copies.reduce((n, c) => n + align64(c.bytes.length), 0);
     const a = this.#allocate(total, true);
     used.push(a);
-    const name = this.#arenaName(a.arena);
     const arena = new Uint8Array(this.#arenaBuffer(a.arena));
     let at = a.offset;
     for (const c of copies) {
       arena.set(c.bytes, at);
-      Object.assign(c.desc, hostBuffer(name, at, c.bytes.length));
+      Object.assign(c.desc, this.#hostBuffer(a.arena, at, c.bytes.length));
       at += align64(c.bytes.length);
     }
   }
@@ -356,7 +363,7 @@ interface PendingCopy {
 const align64 = (n: number) => Math.ceil(n / 64) * 64;
 
 function deferCopy(bytes: Uint8Array, copies: PendingCopy[]): BufferDescriptor {
-  const desc = hostBuffer('', 0, bytes.length); // offset and arena filled in by #copyIn
+  const desc = {} as BufferDescriptor; // filled in by #copyIn
   copies.push({ bytes, desc });
   return desc;
 }

@@ -17,6 +17,9 @@ export interface BufferPlacer {
   place(bytes: Uint8Array): BufferDescriptor;
 }
 
+/** Absent buffers are all alike; describing a batch shares one (nothing writes to descriptors). */
+const ABSENT = absentBuffer();
+
 /** Zero-row columns built by apache-arrow may have no buffer at all. */
 function byteView(values: ArrayBufferView | undefined, byteLength: number): Uint8Array {
   if (!values) return new Uint8Array(0);
@@ -28,11 +31,11 @@ class Writer {
   constructor(readonly placer: BufferPlacer) {}
 
   place(bytes: Uint8Array, needed: boolean): BufferDescriptor {
-    return needed ? this.placer.place(bytes) : absentBuffer();
+    return needed ? this.placer.place(bytes) : ABSENT;
   }
 
   validity(data: Data): BufferDescriptor {
-    if (data.nullCount === 0 || !data.nullBitmap || data.nullBitmap.length === 0) return absentBuffer();
+    if (data.nullCount === 0 || !data.nullBitmap || data.nullBitmap.length === 0) return ABSENT;
     return this.placer.place(sliceBits(data.nullBitmap, data.offset, data.length));
   }
 

@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { HANDLE_BYTES, MAX_COUNT, MEMORY_KINDS, type MemoryKind } from './layout.js';
+import { utf8 } from './utf8.js';
 
 /** One buffer of a column, in Arrow order (validity, offsets, data). */
 export interface BufferDescriptor {
@@ -114,7 +115,7 @@ export function absentBuffer(): BufferDescriptor {
 /** A buffer descriptor for bytes in a host arena. */
 export function hostBuffer(arenaName: string, offset: number, length: number): BufferDescriptor {
   const handle = new Uint8Array(HANDLE_BYTES);
-  handle.set(new TextEncoder().encode(arenaName).subarray(0, HANDLE_BYTES - 1));
+  handle.set(utf8(arenaName).subarray(0, HANDLE_BYTES - 1));
   return { kind: 'host', deviceOrdinal: -1, deviceUuid: new Uint8Array(16), offset, length, allocationId: 0n, handle };
 }
 

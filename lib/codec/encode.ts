@@ -9,6 +9,13 @@ import type { ColumnDescriptor, FrameDescription } from './description.js';
 import { frameSchema } from './description.js';
 import { BODY_MAGIC, BODY_VERSION, bodySize, Buffer_, BUFFER_BYTES, Header, HEADER_BYTES, MAX_BODY_BYTES, MEMORY_KINDS, Node, NODE_BYTES, NodeFlags } from './layout.js';
 import { encodeMetadata } from './metadata.js';
+import { utf8 } from './utf8.js';
+
+/** Writes an integer of at most 2^53 (or -1) as 64 bits without a BigInt. */
+function setU64(view: DataView, at: number, n: number): void {
+  view.setUint32(at, n >>> 0, true);
+  view.setUint32(at + 4, n < 0 ? 0xffffffff : Math.floor(n / 0x100000000), true);
+}
 
 function flatten(columns: ColumnDescriptor[], out: ColumnDescriptor[]): void {
   for (const c of columns) {
@@ -32,10 +39,9 @@ export function encodeFrame(description: FrameDescription, { validate = true } =
     dictionaryRoots.push(nodes.length);
     flatten([dict], nodes);
   }
-  const enc = new TextEncoder();
   const strings: Uint8Array[] = [];
   const nodeStrings = nodes.map((n) => {
-    const parts = [enc.encode(n.name), enc.encode(n.format), encodeMetadata(n.metadata)];
+    const parts = [utf8(n.name), utf8(n.format), encodeMetadata(n.metadata)];
     strings.push(...parts);
     return parts;
   });
@@ -55,7 +61,7 @@ export function encodeFrame(description: FrameDescription, { validate = true } =
   view.setUint32(Header.rootCount, d.columns.length, true);
   view.setUint32(Header.dictionaryCount, d.dictionaries.length, true);
   view.setUint32(Header.stringsLength, stringsLength, true);
-  view.setBigUint64(Header.rowCount, BigInt(d.rowCount), true);
+  setU64(view, Header.rowCount, d.rowCount);
   view.setUint16(Header.syncKind, d.syncKind, true);
   out.set(d.syncHandle, Header.syncHandle);
   const stringsAt = HEADER_BYTES + nodes.length * NODE_BYTES + bufferCount * BUFFER_BYTES;
@@ -80,15 +86,15 @@ export function encodeFrame(description: FrameDescription, { validate = true } =
     view.setUint32(base + Node.flags, flags, true);
     view.setInt32(base + Node.dictionary, n.dictionary < 0 ? -1 : (dictionaryRoots[n.dictionary] ?? -1), true);
     view.setUint32(base + Node.bufferCount, n.buffers.length, true);
-    view.setBigUint64(base + Node.length, BigInt(n.length), true);
-    view.setBigInt64(base + Node.nullCount, BigInt(n.nullCount), true);
-    view.setBigUint64(base + Node.offset, BigInt(n.offset), true);
+    setU64(view, base + Node.length, n.length);
+    setU64(view, base + Node.nullCount, n.nullCount); // -1 (unknown) as two's complement
+    setU64(view, base + Node.offset, n.offset);
     for (const b of n.buffers) {
       view.setUint16(buffersAt + Buffer_.kind, MEMORY_KINDS.indexOf(b.kind), true);
       view.setInt32(buffersAt + Buffer_.deviceOrdinal, b.deviceOrdinal, true);
       out.set(b.deviceUuid, buffersAt + Buffer_.deviceUuid);
-      view.setBigUint64(buffersAt + Buffer_.offset, BigInt(b.offset), true);
-      view.setBigUint64(buffersAt + Buffer_.length, BigInt(b.length), true);
+      setU64(view, buffersAt + Buffer_.offset, b.offset);
+      setU64(view, buffersAt + Buffer_.length, b.length);
       view.setBigUint64(buffersAt + Buffer_.allocId, b.allocationId, true);
       out.set(b.handle, buffersAt + Buffer_.handle);
       buffersAt += BUFFER_BYTES;

@@ -3,8 +3,10 @@
  * per pair int32 key length, key bytes, int32 value length, value bytes (all
  * little-endian). Absent or empty metadata encodes as zero bytes.
  */
+const EMPTY = new Uint8Array(0);
+
 export function encodeMetadata(pairs: [string, string][] | null): Uint8Array {
-  if (!pairs || pairs.length === 0) return new Uint8Array(0);
+  if (!pairs || pairs.length === 0) return EMPTY;
   const enc = new TextEncoder();
   const parts = pairs.flatMap(([k, v]) => [enc.encode(k), enc.encode(v)]);
   const out = new Uint8Array(4 + parts.reduce((n, p) => n + 4 + p.length, 0));
