@@ -2,7 +2,7 @@
 // DEVELOPERS.md); elsewhere every test there reports skipped with the reason.
 export default {
   extensions: { ts: 'module' },
-  nodeArguments: ['--import=tsx'],
+  nodeArguments: ['--import=tsx', '--expose-gc'], // gc(): pinned-pool reuse is tested
   workerThreads: false,
   files: ['test/gpu/**/*.test.ts'],
   timeout: '5m',

@@ -12,6 +12,7 @@
     "native/cuda_driver.cc",
     "native/cuda_ipc.cc",
     "native/ipc_handle_cache.cc",
-    "native/parallel_copy.cc"
+    "native/parallel_copy.cc",
+    "native/pinned_host_pool.cc"
   ]
 }

@@ -12,6 +12,7 @@
 #include "js_values.h"
 #include "ipc_handle_cache.h"
 #include "parallel_copy.h"
+#include "pinned_host_pool.h"
 
 namespace gpuring::cuda {
 
@@ -72,7 +73,7 @@ Napi::Value ExportDeviceMemory(const Napi::CallbackInfo &info) {
   Check(env, rc, "cuPointerGetAttribute(BUFFER_ID)");
   IpcHandleCache::Get().RememberExport(h, alloc_id, base, device, size);
   Napi::Object o = Napi::Object::New(env);
-  o.Set("handle", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<uint8_t *>(h.reserved), sizeof h.reserved));
+  o.Set("handle", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t *>(h.reserved), sizeof h.reserved));
   o.Set("offset", static_cast<double>(p - base));
   o.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(base)));
   o.Set("allocationBytes", static_cast<double>(size));
@@ -99,6 +100,8 @@ Napi::Value IpcRelease(const Napi::CallbackInfo &info) {
 
 Napi::Value IpcStats(const Napi::CallbackInfo &info) { return IpcHandleCache::Get().Stats(info.Env()); }
 
+Napi::Value PinnedHostStats(const Napi::CallbackInfo &info) { return PinnedHostPool::Get().Stats(info.Env()); }
+
 // ipcSetLimits(entries, bytes): bounds on cached mappings; closes idle ones now if over.
 Napi::Value IpcSetLimits(const Napi::CallbackInfo &info) {
   IpcHandleCache::Get().SetLimits(info[0].As<Napi::Number>().Uint32Value(),
@@ -121,7 +124,12 @@ struct Staging {
 struct EventPool {
   std::mutex mu;
   std::map<int, Staging> staging;
-  std::vector<std::pair<int, CUevent>> events;  // (device, event), by id
+  struct Pooled {
+    int device;
+    CUevent event;
+    CUipcEventHandle handle;  // fixed for the event's life: fetched once
+  };
+  std::vector<Pooled> events;  // by id
   std::vector<uint32_t> idle;
   std::map<std::pair<int, std::string>, CUevent> opened;  // consumer side, by (device, handle)
   std::map<int, CUstream> streams;                        // one copy stream per device
@@ -142,26 +150,25 @@ Napi::Value RecordEvent(const Napi::CallbackInfo &info) {
   EventPool &pool = Events();
   std::lock_guard<std::mutex> lock(pool.mu);
   uint32_t id = 0;
-  auto free_one = std::find_if(pool.idle.begin(), pool.idle.end(), [&](uint32_t i) { return pool.events[i].first == device; });
+  auto free_one = std::find_if(pool.idle.begin(), pool.idle.end(), [&](uint32_t i) { return pool.events[i].device == device; });
   if (free_one != pool.idle.end()) {
     id = *free_one;
     pool.idle.erase(free_one);
   } else {
-    CUevent ev;
-    Check(env, ctx.driver().cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS), "cuEventCreate");
+    EventPool::Pooled e{device, nullptr, {}};
+    Check(env, ctx.driver().cuEventCreate(&e.event, CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS), "cuEventCreate");
+    Check(env, ctx.driver().cuIpcGetEventHandle(&e.handle, e.event), "cuIpcGetEventHandle");
+    // CUDA will not open a handle in the process that made it: a consumer in
+    // this process finds the event itself under its handle.
+    pool.opened[{device, std::string(e.handle.reserved, sizeof e.handle.reserved)}] = e.event;
     id = static_cast<uint32_t>(pool.events.size());
-    pool.events.emplace_back(device, ev);
+    pool.events.push_back(e);
   }
-  CUevent ev = pool.events[id].second;
-  Check(env, ctx.driver().cuEventRecord(ev, nullptr), "cuEventRecord");
-  CUipcEventHandle h;
-  Check(env, ctx.driver().cuIpcGetEventHandle(&h, ev), "cuIpcGetEventHandle");
-  // CUDA will not open a handle in the process that made it: a consumer in this
-  // process finds the event itself under its handle.
-  pool.opened[{device, std::string(h.reserved, sizeof h.reserved)}] = ev;
+  const CUipcEventHandle &h = pool.events[id].handle;
+  Check(env, ctx.driver().cuEventRecord(pool.events[id].event, nullptr), "cuEventRecord");
   Napi::Object o = Napi::Object::New(env);
   o.Set("id", id);
-  o.Set("handle", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<uint8_t *>(h.reserved), sizeof h.reserved));
+  o.Set("handle", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t *>(h.reserved), sizeof h.reserved));
   return o;
 }
 
@@ -225,10 +232,13 @@ CUevent OpenedEvent(Napi::Env env, const Driver &d, EventPool &pool, int device,
   return ev;
 }
 
-// Orders `stream` after a producer's interprocess event, on the device.
+// Orders `stream` after a producer's interprocess event, on the device. An
+// event already complete needs no wait, and a device-side wait on an
+// interprocess event costs more than this host-side check.
 void WaitForProducer(Napi::Env env, const Driver &d, EventPool &pool, CUstream stream, int device, const Napi::Value &handle) {
   if (!handle.IsTypedArray()) return;
   CUevent ev = OpenedEvent(env, d, pool, device, handle.As<Napi::Uint8Array>());
+  if (d.cuEventQuery(ev) == CUDA_SUCCESS) return;
   Check(env, d.cuStreamWaitEvent(stream, ev, 0), "cuStreamWaitEvent");
 }
 
@@ -263,7 +273,9 @@ Napi::ArrayBuffer LargeHostBuffer(Napi::Env env, size_t n) {
 
 // copyToHost(device, ptr, bytes, eventHandle | null) -> ArrayBuffer. The copy
 // is ordered after the producer's event on the device (cuStreamWaitEvent), not
-// by a host-side wait; the call returns when the copy is complete.
+// by a host-side wait; the call returns when the copy is complete. A large
+// result lands straight in a pinned block (PinnedHostPool); when the pool is
+// at its bound, it is staged through pinned chunks into pageable memory.
 Napi::Value CopyToHost(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   int device = info[0].As<Napi::Number>().Int32Value();
@@ -274,13 +286,15 @@ Napi::Value CopyToHost(const Napi::CallbackInfo &info) {
   std::lock_guard<std::mutex> lock(pool.mu);
   CUstream stream = CopyStream(env, d, pool, device);
   WaitForProducer(env, d, pool, stream, device, info[3]);
-  Napi::ArrayBuffer out = n > Staging::kMinStaged ? LargeHostBuffer(env, n) : Napi::ArrayBuffer::New(env, n);
-  if (n > Staging::kMinStaged) {
+  bool large = n > Staging::kMinStaged;
+  Napi::ArrayBuffer out = large ? PinnedHostPool::Get().Take(env, d, n) : Napi::ArrayBuffer::New(env, n);
+  if (out.IsEmpty()) {  // the pinned pool is at its bound
+    out = LargeHostBuffer(env, n);
     StagedCopy(env, d, StagingFor(env, d, pool, device), stream, static_cast<uint8_t *>(out.Data()), DevicePtr(info[1]), n);
-  } else {
-    if (n) Check(env, d.cuMemcpyDtoHAsync(out.Data(), DevicePtr(info[1]), n, stream), "cuMemcpyDtoHAsync");
-    Check(env, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+    return out;
   }
+  if (n) Check(env, d.cuMemcpyDtoHAsync(out.Data(), DevicePtr(info[1]), n, stream), "cuMemcpyDtoHAsync");
+  Check(env, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   return out;
 }
 
@@ -324,6 +338,7 @@ void DefineCudaIpc(Napi::Env env, Napi::Object exports) {
   exports.Set("ipcAcquire", Napi::Function::New(env, IpcAcquire));
   exports.Set("ipcRelease", Napi::Function::New(env, IpcRelease));
   exports.Set("ipcStats", Napi::Function::New(env, IpcStats));
+  exports.Set("pinnedHostStats", Napi::Function::New(env, PinnedHostStats));
   exports.Set("ipcSetLimits", Napi::Function::New(env, IpcSetLimits));
   exports.Set("recordEvent", Napi::Function::New(env, RecordEvent));
   exports.Set("recycleEvent", Napi::Function::New(env, RecycleEvent));

@@ -3,7 +3,8 @@
 // per allocation, and nothing leaked. Skipped, with the reason, without a GPU.
 import test from 'ava';
 import { tableDifference } from '../../lib/arrow/compare.js';
-import { Consumer, cudaInfo, exportDeviceMemory, GpuringError, Producer } from '../../lib/index.js';
+import { absentBuffer, Consumer, type Frame, cudaInfo, DeviceBuffer, deviceBufferDescriptor, exportDeviceMemory, GpuringError, Producer, type FrameDescription } from '../../lib/index.js';
+import { HANDLE_BYTES } from '../../lib/codec/layout.js';
 import { native } from '../../lib/native.js';
 import { allTypesTable } from '../helpers/all-types.js';
 import { child, deviceChild, eventually, exitOf, nextLine, withRing } from '../helpers/ring.js';
@@ -80,6 +81,68 @@ gpuTest('copyToDevice() of a host frame uploads it; the copy reads back equal', 
     using copy = f.copyToDevice({ device: 0 });
     f.release();
     t.is(tableDifference(table, copy.toTable()), null);
+    consumer.close();
+    producer.close();
+  });
+});
+
+/** One float32 column over `bytes` of device memory at `ptr` (the caller's). */
+function float32Column(ptr: bigint, bytes: number): FrameDescription {
+  const rows = bytes / 4;
+  const column = { name: 'x', format: 'f', nullable: false, dictionaryOrdered: false, mapKeysSorted: false, metadata: null, dictionary: -1, length: rows, nullCount: 0, offset: 0, buffers: [absentBuffer(), deviceBufferDescriptor(ptr, bytes)], children: [] };
+  return { rowCount: rows, metadata: null, columns: [column], dictionaries: [], syncKind: 0, syncHandle: new Uint8Array(HANDLE_BYTES) };
+}
+
+/** Publishes `buf` filled with `value` and hands the received frame to `fn`. */
+async function roundTrip<T>(producer: Producer, consumer: Consumer, buf: DeviceBuffer, value: number, fn: (f: Frame) => T): Promise<T> {
+  buf.upload(new Float32Array(buf.byteLength / 4).fill(value));
+  await producer.publishFrame(float32Column(buf.ptr, buf.byteLength));
+  const f = await consumer.next({ timeout: 5000 });
+  try {
+    return fn(f);
+  } finally {
+    f.release();
+  }
+}
+
+gpuTest('copyToDevice({ into }) copies into the caller\'s buffer, which the copy never frees; a wrong buffer is refused', async (t) => {
+  await withRing('gpu-into', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const buf = DeviceBuffer.alloc(1 << 20);
+    await roundTrip(producer, consumer, buf, 7, (f) => {
+      const into = DeviceBuffer.alloc(f.copyBytes());
+      const copy = f.copyToDevice({ into });
+      t.is(copy.memory, into);
+      t.true((copy.toTable().getChild('x')!.data[0]!.values as Float32Array).every((v) => v === 7));
+      copy.free();
+      t.false(into.freed, 'the caller\'s buffer stays allocated');
+      const small = DeviceBuffer.alloc(256);
+      t.is(t.throws(() => f.copyToDevice({ into: small }), { instanceOf: GpuringError })!.code, 'INVALID_ARGUMENT');
+      small.free();
+      into.free();
+    });
+    buf.free();
+    consumer.close();
+    producer.close();
+  });
+});
+
+gpuTest('large toTable results land in pinned memory, reused (and fully overwritten) once the table is collected', async (t) => {
+  await withRing('gpu-pinned', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const buf = DeviceBuffer.alloc(8 << 20);
+    const allEqual = (f: Frame, value: number) => (f.toTable().getChild('x')!.data[0]!.values as Float32Array).every((v) => v === value);
+    const before = native().pinnedHostStats(); // earlier tests may have left larger blocks idle
+    t.true(await roundTrip(producer, consumer, buf, 1, (f) => allEqual(f, 1)));
+    const pinned = native().pinnedHostStats().pinnedBytes;
+    t.true(pinned >= before.pinnedBytes + (8 << 20), 'the result was pinned');
+    const collect = () => ((globalThis as { gc?: () => void }).gc?.(), native().pinnedHostStats().idleBytes >= before.idleBytes + (8 << 20));
+    t.true(await eventually(collect), 'the collected table gave its block back');
+    t.true(await roundTrip(producer, consumer, buf, 2, (f) => allEqual(f, 2)), 'the reused block holds the new frame only');
+    t.is(native().pinnedHostStats().pinnedBytes, pinned, 'no new memory was pinned');
+    buf.free();
     consumer.close();
     producer.close();
   });
