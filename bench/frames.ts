@@ -1,7 +1,7 @@
 /** The small frame the latency benchmarks hand over: 8 int32 columns of one row. */
 import { makeVector, Table } from 'apache-arrow';
 import { describeBatch } from '../lib/arrow/table-writer.js';
-import { hostBuffer } from '../lib/codec/description.js';
+import { hostBuffer, type FrameDescription } from '../lib/codec/description.js';
 
 export function smallFrame(): Table {
   const columns: Record<string, ReturnType<typeof makeVector>> = {};
@@ -9,8 +9,15 @@ export function smallFrame(): Table {
   return new Table(columns);
 }
 
-/** The same frame's description as JSON: what users send over sockets today. */
-export function smallFrameJson(): string {
-  const d = describeBatch(smallFrame(), { place: (b) => hostBuffer('/gpuring.bench.p0g1.a0', 64, b.length) });
-  return JSON.stringify(d, (_k, v) => (v instanceof Uint8Array ? Array.from(v) : typeof v === 'bigint' ? String(v) : v));
+/** The same frame's description (names, types, lengths, buffer handles). */
+export function smallFrameDescription(): FrameDescription {
+  return describeBatch(smallFrame(), { place: (b) => hostBuffer('/gpuring.bench.p0g1.a0', 64, b.length) });
+}
+
+/**
+ * A description as JSON, handles as arrays of byte values: what users send
+ * over sockets today, serialized per frame because every frame's differs.
+ */
+export function toJson(value: unknown): string {
+  return JSON.stringify(value, (_k, v) => (v instanceof Uint8Array ? Array.from(v) : typeof v === 'bigint' ? String(v) : v));
 }

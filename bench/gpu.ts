@@ -6,15 +6,22 @@
  *    (pinned device-to-host, then host-to-device) of the same bytes.
  *  - copyToDevice() against raw cuMemcpyDtoDAsync of the same bytes.
  *  - toTable() against raw pinned cuMemcpyDtoHAsync of the same bytes.
+ *  - a Python CuPy producer to this Node consumer: latency and frames/s.
  */
+import { spawn, spawnSync } from 'node:child_process';
 import { cpus } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Consumer, cudaInfo, DeviceBuffer, deviceBufferDescriptor, absentBuffer, Producer, type FrameDescription } from '../lib/index.js';
 import { HANDLE_BYTES } from '../lib/codec/layout.js';
 import { native } from '../lib/native.js';
 import { deviceChild, exitOf, withRing } from '../test/helpers/ring.js';
 import { compare, median, microsSince, percentile, report, type BenchRecord } from './harness.js';
+import type { Chart, Series } from './plot.js';
 
 const json = process.argv.includes('--json');
+const root = fileURLToPath(new URL('..', import.meta.url));
+const hasCupy = () => spawnSync('python3', ['-c', 'import cupy'], { stdio: 'ignore' }).status === 0;
 const MiB = 1 << 20;
 const SIZES = [MiB, 16 * MiB, 256 * MiB, 1024 * MiB, 4096 * MiB];
 const COPY_SIZES = [16 * MiB, 256 * MiB, 1024 * MiB];
@@ -31,49 +38,138 @@ function deviceColumn(ptr: bigint, bytes: number): FrameDescription {
   };
 }
 
-async function publishToVisible(bytes: number, frames: number): Promise<BenchRecord[]> {
-  const latencies = await withRing('bench-ptv', { slots: 8 }, async (_ring, name) => {
+/**
+ * Publish (tag taken) to the consumer holding the buffer's device address.
+ * Frame 0 opens the allocation (cuIpcOpenMemHandle, timed on its own too);
+ * later frames of the same allocation hit the IpcHandleCache. `spin` is the
+ * consumer's busy-poll (µs; 0: it sleeps and is woken through its thread).
+ */
+async function publishToVisible(bytes: number, frames: number, spin: number): Promise<{ latencies: number[]; open: number }> {
+  return withRing('bench-ptv', { slots: 8 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
     const producer = deviceChild('stamp', name, bytes, frames);
-    const times: number[] = [];
+    const latencies: number[] = [];
+    let open = 0;
     for (let i = 0; i < frames; i++) {
-      const f = await consumer.next({ timeout: 60_000 });
+      const f = await consumer.next({ timeout: 60_000, spin: i ? spin : 0 });
+      const t = performance.now();
+      f.mapDevice();
+      if (i === 0) open = (performance.now() - t) * 1000;
+      latencies.push(microsSince(f.tag));
+      f.release();
+    }
+    consumer.close();
+    await exitOf(producer);
+    return { latencies, open };
+  });
+}
+
+async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
+  const asleep = await publishToVisible(bytes, 21, 0);
+  const spinning = await publishToVisible(bytes, 21, 20_000);
+  const staging = (native().rawCopySeconds('dtoh', 0, bytes, 3) + native().rawCopySeconds('htod', 0, bytes, 3)) * 1e6;
+  const label = `publish-to-visible ${bytes / MiB} MiB`;
+  const base = 'host staging (pinned DtoH + HtoD)';
+  return [
+    compare(label, 'first open', 'µs', asleep.latencies[0]!, base, staging, false),
+    compare(label, 'first open: cuIpcOpenMemHandle alone', 'µs', asleep.open, base, staging, false),
+    compare(label, 'cached p50, consumer asleep', 'µs', median(asleep.latencies.slice(1)), base, staging, false),
+    compare(label, 'cached p50, consumer spinning', 'µs', median(spinning.latencies.slice(1)), base, staging, false),
+    compare(label, 'cached p99, consumer spinning', 'µs', percentile(spinning.latencies.slice(1), 99), base, staging, false),
+  ];
+}
+
+/** A CuPy producer process (bench/cupy_producer.py) publishing `frames` frames of `bytes`. */
+function cupyProducer(mode: 'latency' | 'rate', name: string, frames: number, bytes: number) {
+  const env = { ...process.env, PYTHONPATH: join(root, 'interop/python/src') };
+  return spawn('python3', [join(root, 'bench/cupy_producer.py'), mode, name, String(frames), String(bytes)], { stdio: ['ignore', 'inherit', 'inherit'], env });
+}
+
+/** Python CuPy producer to this Node consumer: hand-off latency (spinning consumer) and frames/s. */
+async function cupyToNode(bytes: number): Promise<BenchRecord[]> {
+  const latencies = await withRing('bench-cupy', { slots: 64 }, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = cupyProducer('latency', name, 501, bytes);
+    const times: number[] = [];
+    for (let i = 0; i < 501; i++) {
+      const f = await consumer.next({ timeout: 60_000, spin: i ? 20_000 : 0 });
       f.mapDevice();
       times.push(microsSince(f.tag));
       f.release();
     }
     consumer.close();
-    await exitOf(producer);
-    return times;
+    await new Promise((r) => producer.on('exit', r));
+    return times.slice(1); // frame 0 opened the allocation
+  });
+  const frames = 20_000;
+  const seconds = await withRing('bench-cupy-rate', { slots: 1024 }, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = cupyProducer('rate', name, frames, bytes);
+    const first = await consumer.next({ timeout: 60_000 });
+    first.mapDevice();
+    first.release();
+    const started = performance.now();
+    for (let i = 1; i < frames; i++) {
+      const f = await consumer.next({ timeout: 60_000 });
+      f.mapDevice();
+      f.release();
+    }
+    const elapsed = (performance.now() - started) / 1000;
+    consumer.close();
+    await new Promise((r) => producer.on('exit', r));
+    return elapsed;
   });
   const staging = (native().rawCopySeconds('dtoh', 0, bytes, 3) + native().rawCopySeconds('htod', 0, bytes, 3)) * 1e6;
-  const label = `publish-to-visible ${bytes / MiB} MiB`;
-  const cached = latencies.slice(1);
+  const label = `CuPy producer to Node consumer, ${bytes / MiB} MiB column`;
+  const base = 'host staging (pinned DtoH + HtoD)';
   return [
-    compare(label, 'first open', 'µs', latencies[0]!, 'host staging (pinned DtoH + HtoD)', staging, false),
-    compare(label, 'cached p50', 'µs', median(cached), 'host staging (pinned DtoH + HtoD)', staging, false),
-    compare(label, 'cached p99', 'µs', percentile(cached, 99), 'host staging (pinned DtoH + HtoD)', staging, false),
+    compare(label, 'latency p50', 'µs', median(latencies), base, staging, false),
+    compare(label, 'latency p99', 'µs', percentile(latencies, 99), base, staging, false),
+    compare(label, 'rate', 'frames/s', (frames - 1) / seconds, `${base}, one frame at a time`, 1e6 / staging, true),
   ];
 }
 
+/** Lets V8 collect the last result and run its finalizers (pinned blocks go back to the pool). */
+async function collect(): Promise<void> {
+  (globalThis as { gc?: () => void }).gc?.();
+  await new Promise((r) => setImmediate(r));
+}
+
+/**
+ * copyToDevice into a buffer the consumer already has (what raw DtoD
+ * measures) and allocating its own; toTable on first use (pinning a fresh
+ * block) and in steady state (the block of a collected table reused).
+ */
 async function copies(bytes: number): Promise<BenchRecord[]> {
-  const dtod: number[] = [];
+  const into: number[] = [];
+  const allocating: number[] = [];
   const dtoh: number[] = [];
+  let firstDtoh = 0;
   await withRing('bench-copy', { slots: 8 }, async (_ring, name) => {
     const producer = Producer.open(name);
     const consumer = Consumer.open(name);
     const buf = DeviceBuffer.alloc(bytes);
     await producer.publishFrame(deviceColumn(buf.ptr, bytes));
     const f = await consumer.next();
-    for (let i = 0; i < 4; i++) {
-      let t = performance.now();
-      const copy = f.copyToDevice();
-      if (i) dtod.push((performance.now() - t) / 1000);
-      copy.free();
-      t = performance.now();
-      f.toTable();
-      if (i) dtoh.push((performance.now() - t) / 1000);
+    const target = DeviceBuffer.alloc(f.copyBytes());
+    const seconds = (fn: () => unknown) => {
+      const t = performance.now();
+      fn();
+      return (performance.now() - t) / 1000;
+    };
+    for (let i = 0; i < 6; i++) {
+      const s = seconds(() => f.copyToDevice({ into: target }));
+      if (i) into.push(s);
+      let copy: { free(): void } | undefined;
+      const a = seconds(() => (copy = f.copyToDevice()));
+      copy!.free();
+      if (i) allocating.push(a);
+      await collect();
+      const h = seconds(() => f.toTable());
+      if (i) dtoh.push(h);
+      else firstDtoh = h;
     }
+    target.free();
     f.release();
     await producer.drain();
     buf.free();
@@ -82,9 +178,13 @@ async function copies(bytes: number): Promise<BenchRecord[]> {
   });
   const gbps = (s: number) => bytes / s / 1e9;
   const label = `${bytes / MiB} MiB`;
+  const rawDtod = gbps(native().rawCopySeconds('dtod', 0, bytes, 5));
+  const rawDtoh = gbps(native().rawCopySeconds('dtoh', 0, bytes, 5));
   return [
-    compare(`copyToDevice ${label}`, 'bandwidth', 'GB/s', gbps(median(dtod)), 'raw cuMemcpyDtoDAsync', gbps(native().rawCopySeconds('dtod', 0, bytes, 5)), true),
-    compare(`toTable ${label}`, 'bandwidth', 'GB/s', gbps(median(dtoh)), 'raw pinned cuMemcpyDtoHAsync', gbps(native().rawCopySeconds('dtoh', 0, bytes, 5)), true),
+    compare(`copyToDevice ${label}`, 'bandwidth, into a buffer', 'GB/s', gbps(median(into)), 'raw cuMemcpyDtoDAsync', rawDtod, true),
+    compare(`copyToDevice ${label}`, 'bandwidth, allocating', 'GB/s', gbps(median(allocating)), 'raw cuMemcpyDtoDAsync', rawDtod, true),
+    compare(`toTable ${label}`, 'bandwidth, steady state', 'GB/s', gbps(median(dtoh)), 'raw pinned cuMemcpyDtoHAsync', rawDtoh, true),
+    compare(`toTable ${label}`, 'bandwidth, first call', 'GB/s', gbps(firstDtoh), 'raw pinned cuMemcpyDtoHAsync', rawDtoh, true),
   ];
 }
 
@@ -94,13 +194,27 @@ if (!info.available || info.devices.length === 0) {
   process.exit(1);
 }
 const records: BenchRecord[] = [];
+const series: Series[] = ['first open', 'cached p50, consumer asleep', 'cached p50, consumer spinning'].map((label) => ({ label, points: [] }));
+series.push({ label: 'host staging', points: [] });
 for (const bytes of SIZES) {
   progress(`publish-to-visible, ${bytes / MiB} MiB ...`);
-  records.push(...(await publishToVisible(bytes, 21)));
+  const rows = await publishToVisibleRecords(bytes);
+  records.push(...rows);
+  for (const s of series) {
+    const row = rows.find((r) => r.metric === s.label) ?? rows[0]!;
+    s.points.push([bytes / MiB, s.label === 'host staging' ? row.baselineValue! : row.value]);
+  }
 }
+const charts: Record<string, Chart> = {
+  'latency-vs-size': { title: 'Publish-to-visible, device column', x: { label: 'column size (MiB)', log: true }, y: { label: 'µs (log)', log: true }, series },
+};
+if (hasCupy()) {
+  progress('CuPy producer to Node consumer ...');
+  records.push(...(await cupyToNode(16 * MiB)));
+} else progress('CuPy producer benchmark skipped: python3 cannot import cupy');
 for (const bytes of COPY_SIZES) {
   progress(`copies, ${bytes / MiB} MiB ...`);
   records.push(...(await copies(bytes)));
 }
 const d = info.devices[0]!;
-report('gpuring GPU benchmarks', `${d.name}, CUDA driver ${info.driverVersion}, ${cpus().length} CPU cores`, 'npm run bench:gpu', 'bench-gpu.md', records, json);
+report('gpuring GPU benchmarks', `${d.name}, CUDA driver ${info.driverVersion}, ${cpus().length} CPU cores`, 'npm run bench:gpu', 'bench-gpu.md', records, json, charts);

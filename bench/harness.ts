@@ -1,10 +1,12 @@
 /**
  * Benchmark records and their reports: a human-readable table by default, an
- * array of records with --json, and a Markdown table written under docs/.
+ * array of records with --json, and a Markdown table and SVG charts written
+ * under docs/.
  * Every record names its baseline, measured in the same run, and the ratio.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { lineChart, type Chart } from './plot.js';
 
 export interface BenchRecord {
   name: string;
@@ -43,10 +45,19 @@ function markdown(title: string, machine: string, command: string, records: Benc
   return [`# ${title}`, '', `Machine: ${machine}. Reproduce: \`${command}\`.`, '', '| benchmark | metric | gpuring | baseline | baseline value | ratio |', '| --- | --- | ---: | --- | ---: | ---: |', ...rows, ''].join('\n');
 }
 
-export function report(title: string, machine: string, command: string, file: string, records: BenchRecord[], json: boolean): void {
-  const md = markdown(title, machine, command, records);
-  const docs = fileURLToPath(new URL('../docs/', import.meta.url));
-  mkdirSync(docs, { recursive: true });
-  writeFileSync(`${docs}${file}`, md);
-  process.stdout.write(json ? `${JSON.stringify(records, null, 2)}\n` : `${md}\n(written to docs/${file})\n`);
+/**
+ * Prints the records; writes docs/FILE and each chart as docs/NAME.svg (linked
+ * from the Markdown) unless `file` is null: a partial run must not replace the
+ * full report.
+ */
+export function report(title: string, machine: string, command: string, file: string | null, records: BenchRecord[], json: boolean, charts: Record<string, Chart> = {}): void {
+  const images = Object.entries(charts).map(([name, c]) => `![${c.title}](${name}.svg)`);
+  const md = markdown(title, machine, command, records) + (images.length ? `\n${images.join('\n\n')}\n` : '');
+  if (file) {
+    const docs = fileURLToPath(new URL('../docs/', import.meta.url));
+    mkdirSync(docs, { recursive: true });
+    writeFileSync(`${docs}${file}`, md);
+    for (const [name, chart] of Object.entries(charts)) writeFileSync(`${docs}${name}.svg`, lineChart(chart));
+  }
+  process.stdout.write(json ? `${JSON.stringify(records, null, 2)}\n` : `${md}\n${file ? `(written to docs/${file})\n` : ''}`);
 }

@@ -2,19 +2,21 @@
  * The other process of the host benchmarks (bench/host.ts).
  *   gpuring NAME N GAP_MS     publishes N small frames one at a time, each tagged with its publish
  *                             time (CLOCK_MONOTONIC), waiting for its release (and GAP_MS) before the next
- *   socket PATH N GAP_MS      sends the same frame's description as a JSON line, waits for an ack
+ *   socket PATH N GAP_MS      sends the same frame's description as a JSON line (serialized per frame,
+ *                             as each frame's differs), waits for an ack
  *   big NAME BYTES            writes a BYTES float64 column into arena memory, then publishes it once
  *   ipc PATH BYTES            builds the same table, sends it with tableToIPC over a Unix socket
  *   flood NAME N              publishes N small frames as fast as backpressure allows, then drains
  *   sink NAME BATCH           consumes until told 'stop' (IPC); with BATCH=1 takes every frame already
  *                             waiting (tryNext) after each wake-up; prints the count
- *   stream PATH N             sends N small frame descriptions as JSON lines, as fast as the socket takes them
+ *   stream PATH N             sends N small frame descriptions as JSON lines (serialized per frame), as fast
+ *                             as the socket takes them
  */
 import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { Float64, makeData, makeVector, Table, tableToIPC } from 'apache-arrow';
 import { Producer } from '../lib/index.js';
-import { smallFrame, smallFrameJson } from './frames.js';
+import { smallFrame, smallFrameDescription, toJson } from './frames.js';
 
 const [role, target, count, gap] = process.argv.slice(2);
 const n = Number(count);
@@ -34,9 +36,9 @@ async function gpuring(): Promise<void> {
 async function socket(): Promise<void> {
   const s = connect(target!);
   const acks = createInterface({ input: s })[Symbol.asyncIterator]();
-  const json = smallFrameJson();
+  const frame = smallFrameDescription();
   for (let i = 0; i < n; i++) {
-    s.write(`{"t":"${process.hrtime.bigint()}","frame":${json}}\n`);
+    s.write(`${toJson({ t: process.hrtime.bigint(), frame })}\n`);
     await acks.next();
     if (Number(gap)) await pause(Number(gap));
   }
@@ -91,8 +93,8 @@ async function sink(): Promise<void> {
 
 async function stream(): Promise<void> {
   const s = connect(target!);
-  const line = `${smallFrameJson()}\n`;
-  for (let i = 0; i < n; i++) if (!s.write(line)) await new Promise((r) => s.once('drain', r));
+  const frame = smallFrameDescription();
+  for (let i = 0; i < n; i++) if (!s.write(`${toJson(frame)}\n`)) await new Promise((r) => s.once('drain', r));
   s.end();
   await new Promise((r) => s.on('close', r));
 }

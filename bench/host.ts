@@ -2,7 +2,8 @@
  * `npm run bench` (any Linux machine): gpuring on host memory against what
  * users do today, baselines measured in the same run.
  *  1. hand-off latency of one small frame, producer process to consumer
- *     process, spin path (frames back to back) and futex path (2 ms apart);
+ *     process, spin path (frames back to back, the consumer busy-polling) and
+ *     futex path (2 ms apart, the consumer asleep);
  *     baselines: its description as JSON over a Unix socket, and a MessagePort
  *     between worker threads (the in-process reference)
  *  2. the C ring alone across two processes: one-way latency and records/s
@@ -24,8 +25,12 @@ import { tableFromIPC } from 'apache-arrow';
 import { Consumer } from '../lib/index.js';
 import { withRing } from '../test/helpers/ring.js';
 import { compare, microsSince, percentile, report, type BenchRecord } from './harness.js';
+import type { Chart, Series } from './plot.js';
 
 const json = process.argv.includes('--json');
+/** `--only WORD`: run the sections whose name contains WORD (ring, hand-off, throughput, table). */
+const only = process.argv.includes('--only') ? process.argv[process.argv.indexOf('--only') + 1]! : '';
+const want = (section: string) => section.includes(only);
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'gpuring-bench-'));
 const progress = (line: string) => !json && process.stderr.write(`${line}\n`);
@@ -35,13 +40,19 @@ function child(role: string, ...args: (string | number)[]) {
 }
 const exited = (p: ReturnType<typeof child>) => new Promise((r) => p.on('exit', r));
 
-async function gpuringHandOff(n: number, gapMs: number): Promise<number[]> {
+/**
+ * Spin path: the consumer busy-polls on its JS thread (`next({ spin })`), so a
+ * frame is taken with no thread wake-up. Futex path: it sleeps in `next()`; the
+ * producer's futex wake reaches its waiter thread, which hands the frame to
+ * the event loop.
+ */
+async function gpuringHandOff(n: number, gapMs: number, spin: number): Promise<number[]> {
   return withRing('bench-ho', { slots: 64 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
     const producer = child('gpuring', name, n, gapMs);
     const latencies: number[] = [];
     for (let i = 0; i < n; i++) {
-      const f = await consumer.next({ timeout: 30_000 });
+      const f = await consumer.next({ timeout: 30_000, spin });
       latencies.push(microsSince(f.tag));
       f.release();
     }
@@ -74,8 +85,8 @@ async function messagePortHandOff(n: number): Promise<number[]> {
     const send = () => parentPort.postMessage({ t: process.hrtime.bigint(), frame: JSON.parse(workerData.frame) });
     parentPort.on('message', () => (++i < workerData.n ? send() : parentPort.close()));
     send();`;
-  const { smallFrameJson } = await import('./frames.js');
-  const worker = new Worker(code, { eval: true, workerData: { n, frame: smallFrameJson() } });
+  const { smallFrameDescription, toJson } = await import('./frames.js');
+  const worker = new Worker(code, { eval: true, workerData: { n, frame: toJson(smallFrameDescription()) } });
   const latencies: number[] = [];
   worker.on('message', (m: { t: bigint }) => (latencies.push(microsSince(m.t)), worker.postMessage('ok')));
   await new Promise((r) => worker.on('exit', r));
@@ -170,29 +181,42 @@ async function socketThroughput(frames: number): Promise<number> {
 
 try {
   const records: BenchRecord[] = [];
-  progress('C ring alone ...');
-  records.push(...cRing());
-  progress('hand-off latency, spin path ...');
-  const spin = await gpuringHandOff(3000, 0);
-  const socket = await socketHandOff(3000, 0);
-  const port = await messagePortHandOff(3000);
-  records.push(...handOffRecords('spin path', spin, 'JSON over a Unix socket', socket));
-  records.push(...handOffRecords('spin path', spin, 'MessagePort between worker threads', port));
-  progress('hand-off latency, futex path (2 ms between frames) ...');
-  const futex = await gpuringHandOff(500, 2);
-  const socketGap = await socketHandOff(500, 2);
-  records.push(...handOffRecords('futex path', futex, 'JSON over a Unix socket', socketGap));
-  progress('throughput ...');
-  const baselineRate = await socketThroughput(20000);
-  for (const consumers of [1, 2, 4])
-    for (const batch of [false, true]) {
-      const rate = await throughput(20000, consumers, batch);
-      records.push(compare(`throughput, 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''}${batch ? ', batched' : ''}`, 'rate', 'frames/s', rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
-    }
-  progress('1 GiB table ...');
-  records.push(...(await bigTable(1 << 30)));
+  if (want('ring')) {
+    progress('C ring alone ...');
+    records.push(...cRing());
+  }
+  if (want('hand-off')) {
+    progress('hand-off latency, spin path ...');
+    const spin = await gpuringHandOff(3000, 0, 10_000);
+    const socket = await socketHandOff(3000, 0);
+    const port = await messagePortHandOff(3000);
+    records.push(...handOffRecords('spin path', spin, 'JSON over a Unix socket', socket));
+    records.push(...handOffRecords('spin path', spin, 'MessagePort between worker threads', port));
+    progress('hand-off latency, futex path (2 ms between frames) ...');
+    const futex = await gpuringHandOff(500, 2, 0);
+    const socketGap = await socketHandOff(500, 2);
+    records.push(...handOffRecords('futex path', futex, 'JSON over a Unix socket', socketGap));
+  }
+  const charts: Record<string, Chart> = {};
+  if (want('throughput')) {
+    progress('throughput ...');
+    const baselineRate = await socketThroughput(20000);
+    const series: Series[] = [{ label: 'gpuring', points: [] }, { label: 'gpuring, batched', points: [] }, { label: 'JSON lines, socket', points: [] }];
+    for (const consumers of [1, 2, 4])
+      for (const batch of [false, true]) {
+        const rate = await throughput(20000, consumers, batch);
+        series[batch ? 1 : 0]!.points.push([consumers, rate]);
+        if (batch) series[2]!.points.push([consumers, baselineRate]); // measured with 1 consumer
+        records.push(compare(`throughput, 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''}${batch ? ', batched' : ''}`, 'rate', 'frames/s', rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
+      }
+    charts['throughput-vs-consumers'] = { title: 'Throughput, 8-column frames, one Node producer', x: { label: 'consumer processes' }, y: { label: 'frames per second' }, series };
+  }
+  if (want('table')) {
+    progress('1 GiB table ...');
+    records.push(...(await bigTable(1 << 30)));
+  }
   const machine = `${cpus()[0]?.model ?? 'unknown CPU'}, ${cpus().length} cores, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
-  report('gpuring host benchmarks', machine, 'npm run bench', 'bench-host.md', records, json);
+  report('gpuring host benchmarks', machine, 'npm run bench', only ? null : 'bench-host.md', records, json, charts);
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

@@ -1,0 +1,24 @@
+"""The Python side of `npm run bench:gpu`: a CuPy producer.
+  latency NAME N BYTES   publishes one float32 CuPy column of BYTES N times, one at
+                         a time, tagged with time.monotonic_ns() (the clock of Node's
+                         process.hrtime), waiting for each release before the next
+  rate NAME N BYTES      publishes N frames of that column as fast as the ring takes
+                         them, then waits for every release
+Each publish describes the array afresh (export, event record), as a producer
+of new arrays would; the allocation stays the same, as in a caching allocator."""
+import sys
+import time
+
+import cupy as cp
+
+from gpuring import Producer
+
+mode, name, n, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+x = cp.arange(size // 4, dtype=cp.float32)
+cp.cuda.Device().synchronize()
+with Producer.open(name) as producer:
+    for _ in range(n):
+        producer.publish({"x": x}, user_tag=time.monotonic_ns())
+        if mode == "latency":
+            producer.drain()
+    producer.drain()
