@@ -27,8 +27,9 @@ export function cConsumerReport(ring: string, frames: number): Promise<FrameRepo
   let stderr = '';
   proc.stderr!.on('data', (d) => (stderr += d));
   createInterface({ input: proc.stdout! }).on('line', (l) => lines.push(JSON.parse(l) as FrameReport));
+  // 'close', not 'exit': the process can exit before its last lines are read from the pipe.
   return new Promise((resolve, reject) =>
-    proc.once('exit', (code) => (code === 0 ? resolve(lines) : reject(new Error(`C consumer exited ${code}: ${stderr}`)))),
+    proc.once('close', (code) => (code === 0 ? resolve(lines) : reject(new Error(`C consumer exited ${code}: ${stderr}`)))),
   );
 }
 
