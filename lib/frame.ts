@@ -138,8 +138,7 @@ export class Frame implements Disposable {
    */
   copyToDevice({ device, into }: { device?: number; into?: DeviceBuffer } = {}): DeviceFrameCopy {
     this.#requireLeased();
-    const originals: BufferDescriptor[] = [];
-    forEachBuffer(this.description, (b) => originals.push(b));
+    const originals = this.#buffers();
     const first = originals.find((b) => b.kind === 'cuda-ipc');
     const target = device ?? into?.device ?? (first ? deviceOrdinalOf(first.deviceUuid) : 0);
     const at = copyLayout(originals);
@@ -164,9 +163,14 @@ export class Frame implements Disposable {
 
   /** Bytes `copyToDevice({ into })` needs: every buffer, each 256-byte aligned. */
   copyBytes(): number {
+    return copyLayout(this.#buffers()).pop()!;
+  }
+
+  /** Every buffer of the frame, in wire order. */
+  #buffers(): BufferDescriptor[] {
     const buffers: BufferDescriptor[] = [];
     forEachBuffer(this.description, (b) => buffers.push(b));
-    return copyLayout(buffers).pop()!;
+    return buffers;
   }
 
   /** Ends the lease. Calling it again does nothing. */
