@@ -13,6 +13,7 @@
     "native/cuda_ipc.cc",
     "native/ipc_handle_cache.cc",
     "native/parallel_copy.cc",
-    "native/pinned_host_pool.cc"
+    "native/pinned_host_pool.cc",
+    "native/stream_release.cc"
   ]
 }

@@ -34,6 +34,7 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#source = {
       arena: (arenaName) => this.#arena(arenaName),
       release: (pos) => callNative(() => this.#core.release(pos)),
+      releaseAfter: (pos, device, stream, mappings) => callNative(() => this.#core.releaseAfter(pos, device, stream, mappings)),
     };
   }
 

@@ -40,6 +40,16 @@ export class DeviceMappings {
     return new Uint8Array(callNative(() => native().copyToHost(m.device, m.base + BigInt(b.offset), b.length, event)));
   }
 
+  /** The handles of every mapping held, 64 bytes each, for a release the native side completes. */
+  handles(): Uint8Array {
+    return Buffer.concat([...this.#mapped.values()].map((m) => m.handle));
+  }
+
+  /** Forgets the references without dropping them (the native side drops them). */
+  forget(): void {
+    this.#mapped.clear();
+  }
+
   releaseAll(): void {
     for (const m of this.#mapped.values()) native().ipcRelease(m.handle);
     this.#mapped.clear();

@@ -13,6 +13,11 @@
  * on the device after the producer's event (no host wait for the producer's
  * GPU work). Each allocation is mapped once per process and the frame holds a
  * reference to its mappings until release.
+ *
+ * Asynchronous consumers: GPU work that reads the frame's buffers and is still
+ * queued when the lease ends would read memory the producer is reusing. Queue
+ * it on a stream and release with `release({ stream })`: the lease then ends
+ * when the stream has completed that work, not when release() returns.
  */
 import type { Schema, Table } from 'apache-arrow';
 import type { BufferDescriptor, FrameDescription } from './codec/description.js';
@@ -23,6 +28,7 @@ import { schemaOfFrame, tableFromFrame } from './arrow/table-reader.js';
 import { DeviceBuffer, deviceOrdinalOf } from './device-buffer.js';
 import { copyLayout, DeviceFrameCopy } from './device-frame-copy.js';
 import { DeviceMappings } from './device-mappings.js';
+import { DeviceStream } from './device-stream.js';
 import { callNative, GpuringError } from './errors.js';
 import { native } from './native.js';
 
@@ -38,6 +44,8 @@ export interface DeviceView {
 export interface FrameSource {
   arena(name: string): ArrayBuffer;
   release(pos: number): void;
+  /** Ends the lease once `stream` completes the work queued so far; drops `mappings` (64-byte handles) then. */
+  releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;
 }
 
 export class Frame implements Disposable {
@@ -135,12 +143,19 @@ export class Frame implements Disposable {
    * `free()`; with `into`, into that buffer instead (it must be on the target
    * device and hold `copyBytes()`; it stays the caller's). Complete on return:
    * release the frame whenever you like.
+   *
+   * With `stream` (on the target device), the device-to-device copies are only
+   * queued there and the call returns at once; the copy is complete when the
+   * stream gets to it. Release the frame with `release({ stream })` so that
+   * the lease outlasts the queued copies.
    */
-  copyToDevice({ device, into }: { device?: number; into?: DeviceBuffer } = {}): DeviceFrameCopy {
+  copyToDevice({ device, into, stream }: { device?: number; into?: DeviceBuffer; stream?: DeviceStream | bigint } = {}): DeviceFrameCopy {
     this.#requireLeased();
     const originals = this.#buffers();
-    const first = originals.find((b) => b.kind === 'cuda-ipc');
-    const target = device ?? into?.device ?? (first ? deviceOrdinalOf(first.deviceUuid) : 0);
+    const target = device ?? into?.device ?? (stream instanceof DeviceStream ? stream.device : this.#firstDevice(originals));
+    const queue = stream === undefined ? undefined : DeviceStream.handleOf(stream);
+    if (stream instanceof DeviceStream && stream.device !== target)
+      throw new GpuringError('INVALID_ARGUMENT', `copyToDevice({ stream }) needs a stream on the target device ${target}, not device ${stream.device}`);
     const at = copyLayout(originals);
     const total = at.pop()!;
     if (into && (into.device !== target || into.byteLength < total || into.freed))
@@ -151,7 +166,7 @@ export class Frame implements Disposable {
       originals.forEach((b, i) => {
         if (b.kind === 'cuda-ipc') {
           const m = this.#devices.acquire(b);
-          callNative(() => native().copyDeviceToDevice(target, memory.ptr + BigInt(at[i]!), m.base + BigInt(b.offset), b.length, event));
+          callNative(() => native().copyDeviceToDevice(target, memory.ptr + BigInt(at[i]!), m.base + BigInt(b.offset), b.length, event, queue));
         } else if (b.kind === 'host') memory.upload(this.#resolve(b), at[i]);
       });
       return new DeviceFrameCopy(this.description, at, memory, !into);
@@ -166,6 +181,12 @@ export class Frame implements Disposable {
     return copyLayout(this.#buffers()).pop()!;
   }
 
+  /** This process's ordinal of the device of the frame's first device buffer, else 0. */
+  #firstDevice(buffers = this.#buffers()): number {
+    const first = buffers.find((b) => b.kind === 'cuda-ipc');
+    return first ? deviceOrdinalOf(first.deviceUuid) : 0;
+  }
+
   /** Every buffer of the frame, in wire order. */
   #buffers(): BufferDescriptor[] {
     const buffers: BufferDescriptor[] = [];
@@ -173,12 +194,30 @@ export class Frame implements Disposable {
     return buffers;
   }
 
-  /** Ends the lease. Calling it again does nothing. */
-  release(): void {
+  /**
+   * Ends the lease. Calling it again does nothing.
+   *
+   * With `stream` (a DeviceStream, or a CUstream of another library as a
+   * bigint, 0n for the legacy default stream), returns at once but the lease
+   * ends only when the stream has completed the work queued on it before this
+   * call: the producer cannot reuse the memory under reads still in flight.
+   * No host thread waits for it (the driver runs the release when the stream
+   * gets there). `consumer.close()` waits for such releases still pending.
+   * The frame's own methods must not be used after either kind of release.
+   */
+  release({ stream }: { stream?: DeviceStream | bigint } = {}): void {
     if (this.#released) return;
+    if (stream === undefined) {
+      this.#released = true;
+      this.#devices.releaseAll();
+      this.#source.release(this.#pos);
+      return;
+    }
+    const device = stream instanceof DeviceStream ? stream.device : this.#firstDevice();
+    const handle = DeviceStream.handleOf(stream);
+    this.#source.releaseAfter(this.#pos, device, handle, this.#devices.handles());
     this.#released = true;
-    this.#devices.releaseAll();
-    this.#source.release(this.#pos);
+    this.#devices.forget();
   }
 
   [Symbol.dispose](): void {

@@ -9,4 +9,5 @@ export { absentBuffer, hostBuffer } from './codec/description.js';
 export { encodeFrame } from './codec/encode.js';
 export { decodeFrame } from './codec/decode.js';
 export type { CudaInfo, DeviceInfo, ParticipantInfo, ProducerStats, SweepReport } from './native.js';
+export { DeviceStream } from './device-stream.js';
 export { cudaInfo, DeviceBuffer, deviceBufferDescriptor, exportDeviceMemory } from './device-buffer.js';

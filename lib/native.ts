@@ -95,6 +95,7 @@ export interface NativeConsumerCore {
   wait(timeoutMs: number): [number, Promise<ReceivedRecord>];
   cancel(request: number): void;
   release(pos: number): void;
+  releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;
   openArena(name: string): ArrayBuffer;
   close(): void;
 }
@@ -110,7 +111,6 @@ export interface DeviceExport {
   allocationId: bigint;
 }
 
-/** The consumer-side mapping cache (one open per allocation per process). */
 /** toTable()'s pinned host blocks (PinnedHostPool). */
 export interface PinnedHostStats {
   pinnedBytes: number;
@@ -119,6 +119,7 @@ export interface PinnedHostStats {
   limitBytes: number;
 }
 
+/** The consumer-side mapping cache (one open per allocation per process). */
 export interface IpcStats {
   entries: number;
   referenced: number;
@@ -164,7 +165,7 @@ export interface NativeAddon {
   deviceDownload(ordinal: number, ptr: bigint, bytes: number): ArrayBuffer;
   deviceUuids(): Uint8Array[];
   rawCopySeconds(kind: 'dtoh' | 'htod' | 'dtod', device: number, bytes: number, iterations: number): number;
-  allocOtherMemory(kind: 'pinned' | 'managed' | 'pool', bytes: number): bigint;
+  allocOtherMemory(kind: 'pinned' | 'managed' | 'pool' | 'vmm', bytes: number): bigint;
   exportDeviceMemory(ptr: bigint): DeviceExport;
   ipcAcquire(handle: Uint8Array, allocationId: bigint, device: number): { base: bigint; bytes: number };
   ipcRelease(handle: Uint8Array): void;
@@ -174,7 +175,10 @@ export interface NativeAddon {
   recordEvent(device: number): { id: number; handle: Uint8Array };
   recycleEvent(id: number): void;
   copyToHost(device: number, ptr: bigint, bytes: number, event: Uint8Array | null): ArrayBuffer;
-  copyDeviceToDevice(device: number, dst: bigint, src: bigint, bytes: number, event: Uint8Array | null): void;
+  copyDeviceToDevice(device: number, dst: bigint, src: bigint, bytes: number, event: Uint8Array | null, stream?: bigint): void;
+  streamCreate(device: number): bigint;
+  streamSynchronize(device: number, stream: bigint): void;
+  streamDestroy(device: number, stream: bigint): void;
   synchronizeEvent(device: number, event: Uint8Array): void;
   deviceMemsetAsync(device: number, ptr: bigint, value: number, bytes: number, times: number): void;
   errorCodes: string[];

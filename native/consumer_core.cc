@@ -1,4 +1,5 @@
 #include "consumer_core.h"
+#include "cuda_context.h"
 #include "errors.h"
 
 namespace gpuring {
@@ -112,12 +113,14 @@ void ConsumerState::Loop() {
     }
     if (front.id) WaitForFront(front);
     if (sweeps.Due()) gpr_sweep(&seg, nullptr, nullptr);
+    stream_releases.Collect();
   }
 }
 
 void ConsumerState::Shutdown() {
   thread.Stop([this] { gpr_kick(&seg.control->data_seq); });
   bodies.reset();
+  stream_releases.WaitAll();
   Detach();  // hands back claims, releases leases
 }
 
@@ -129,6 +132,7 @@ Napi::Function ConsumerCore::Define(Napi::Env env) {
                       InstanceMethod<&ConsumerCore::Wait>("wait"),
                       InstanceMethod<&ConsumerCore::Cancel>("cancel"),
                       InstanceMethod<&ConsumerCore::Release>("release"),
+                      InstanceMethod<&ConsumerCore::ReleaseAfter>("releaseAfter"),
                       InstanceMethod<&ConsumerCore::OpenArena>("openArena"),
                       InstanceMethod<&ConsumerCore::Close>("close")});
 }
@@ -221,6 +225,27 @@ Napi::Value ConsumerCore::Release(const Napi::CallbackInfo &info) {
   uint64_t pos = static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue());
   if (gpr_ring_release(&s_->seg, s_->me, pos) != 0)
     Throw(env, GPR_E_FRAME_STATE, "the frame is not leased by this consumer (already released?)");
+  return env.Undefined();
+}
+
+// releaseAfter(pos, device, stream, mappings): ends the lease when `stream`
+// (a CUstream on `device`, 0n for the legacy default stream) completes the
+// work queued on it so far; returns at once. `mappings` holds the 64-byte IPC
+// handles the frame took references on, dropped at the same moment. Closing
+// the consumer waits for these releases.
+Napi::Value ConsumerCore::ReleaseAfter(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  if (closed_) return env.Undefined();  // detach already released everything
+  uint64_t pos = static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue());
+  uint64_t w = gpr_slot_load(gpr_slot_at(&s_->seg, pos));
+  if (gpr_word_seq(w) != (pos & GPR_SEQ_MASK) || gpr_word_state(w) != GPR_SLOT_LEASED || gpr_word_owner(w) != s_->me + 1u)
+    Throw(env, GPR_E_FRAME_STATE, "the frame is not leased by this consumer (already released?)");
+  auto bytes = info[3].As<Napi::Uint8Array>();
+  std::vector<cuda::CUipcMemHandle> mappings(bytes.ByteLength() / sizeof(cuda::CUipcMemHandle));
+  memcpy(mappings.data(), bytes.Data(), mappings.size() * sizeof(cuda::CUipcMemHandle));
+  s_->stream_releases.Collect();
+  s_->stream_releases.Queue(env, &s_->seg, s_->me, pos, info[1].As<Napi::Number>().Int32Value(), cuda::StreamOf(info[2]),
+                            std::move(mappings));
   return env.Undefined();
 }
 

@@ -13,6 +13,7 @@
 #include "attachment.h"
 #include "core_thread.h"
 #include "gpuring.h"
+#include "stream_release.h"
 
 namespace gpuring {
 
@@ -20,6 +21,7 @@ struct ConsumerState : Attachment, std::enable_shared_from_this<ConsumerState> {
   CoreThread thread;
   SweepClock sweeps{250000000ull};
   std::unique_ptr<BodyReader> bodies;
+  StreamReleases stream_releases;
 
   struct Request {
     uint64_t id;
@@ -49,6 +51,7 @@ class ConsumerCore : public Napi::ObjectWrap<ConsumerCore> {
   Napi::Value Wait(const Napi::CallbackInfo &info);
   Napi::Value Cancel(const Napi::CallbackInfo &info);
   Napi::Value Release(const Napi::CallbackInfo &info);
+  Napi::Value ReleaseAfter(const Napi::CallbackInfo &info);
   Napi::Value OpenArena(const Napi::CallbackInfo &info);
   Napi::Value Close(const Napi::CallbackInfo &info);
   void RequireOpen(Napi::Env env) const;

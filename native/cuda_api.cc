@@ -134,13 +134,34 @@ Napi::Value DeviceDownload(const Napi::CallbackInfo &info) {
   return out;
 }
 
-// allocOtherMemory(kind: 'pinned' | 'managed' | 'pool', bytes) -> bigint. Memory CUDA
-// IPC cannot export, for showing that it is refused by name. Freed at exit.
+// Device memory from the virtual memory management API (what PyTorch's
+// expandable segments use): physical memory mapped at a reserved range.
+CUdeviceptr AllocVmm(Napi::Env env, const Driver &d, size_t n) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  size_t granularity = 0;
+  Check(env, d.cuMemGetAllocationGranularity(&granularity, &prop, 0), "cuMemGetAllocationGranularity");
+  n = (n + granularity - 1) / granularity * granularity;
+  CUmemGenericAllocationHandle physical = 0;
+  CUdeviceptr p = 0;
+  Check(env, d.cuMemCreate(&physical, n, &prop, 0), "cuMemCreate");
+  Check(env, d.cuMemAddressReserve(&p, n, 0, 0, 0), "cuMemAddressReserve");
+  Check(env, d.cuMemMap(p, n, 0, physical, 0), "cuMemMap");
+  CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  Check(env, d.cuMemSetAccess(p, n, &access, 1), "cuMemSetAccess");
+  return p;
+}
+
+// allocOtherMemory(kind: 'pinned' | 'managed' | 'pool' | 'vmm', bytes) -> bigint.
+// Memory CUDA IPC cannot export, for showing that it is refused by name. Freed
+// at exit.
 Napi::Value AllocOtherMemory(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   ScopedContext ctx(env, 0);
   std::string kind = info[0].As<Napi::String>();
   size_t n = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
+  if (kind == "vmm") return Napi::BigInt::New(env, static_cast<uint64_t>(AllocVmm(env, ctx.driver(), n)));
   if (kind == "pinned") {
     void *p = nullptr;
     Check(env, ctx.driver().cuMemHostAlloc(&p, n, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
@@ -190,6 +211,32 @@ Napi::Value RawCopySeconds(const Napi::CallbackInfo &info) {
   return Napi::Number::New(env, seconds / iterations);
 }
 
+// streamCreate(ordinal) -> bigint: a non-blocking stream on the device's
+// primary context (it does not synchronize with the legacy default stream).
+Napi::Value StreamCreate(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
+  CUstream s = nullptr;
+  Check(env, ctx.driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  return Napi::BigInt::New(env, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(s)));
+}
+
+// streamSynchronize(ordinal, stream)
+Napi::Value StreamSynchronize(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
+  Check(env, ctx.driver().cuStreamSynchronize(StreamOf(info[1])), "cuStreamSynchronize");
+  return env.Undefined();
+}
+
+// streamDestroy(ordinal, stream): work already queued still completes.
+Napi::Value StreamDestroy(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
+  Check(env, ctx.driver().cuStreamDestroy(StreamOf(info[1])), "cuStreamDestroy");
+  return env.Undefined();
+}
+
 }  // namespace
 
 void DefineCudaApi(Napi::Env env, Napi::Object exports) {
@@ -201,6 +248,9 @@ void DefineCudaApi(Napi::Env env, Napi::Object exports) {
   exports.Set("deviceFree", Napi::Function::New(env, DeviceFree));
   exports.Set("deviceUpload", Napi::Function::New(env, DeviceUpload));
   exports.Set("deviceDownload", Napi::Function::New(env, DeviceDownload));
+  exports.Set("streamCreate", Napi::Function::New(env, StreamCreate));
+  exports.Set("streamSynchronize", Napi::Function::New(env, StreamSynchronize));
+  exports.Set("streamDestroy", Napi::Function::New(env, StreamDestroy));
 }
 
 }  // namespace gpuring::cuda

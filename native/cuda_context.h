@@ -9,6 +9,8 @@ namespace gpuring::cuda {
 
 // A device pointer passed from JS as a BigInt.
 inline CUdeviceptr DevicePtr(const Napi::Value &v) { return static_cast<CUdeviceptr>(ToU64(v)); }
+// A CUstream passed from JS as a BigInt (0n: the legacy default stream).
+inline CUstream StreamOf(const Napi::Value &v) { return reinterpret_cast<CUstream>(static_cast<uintptr_t>(ToU64(v))); }
 
 // The driver, or a CUDA_UNAVAILABLE error saying why there is none.
 const Driver &Require(Napi::Env env);

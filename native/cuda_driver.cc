@@ -66,6 +66,12 @@ Driver Load() {
   GPR_RESOLVE(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
   GPR_RESOLVE(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
   GPR_RESOLVE(cuMemsetD8Async, "cuMemsetD8Async");
+  GPR_RESOLVE(cuLaunchHostFunc, "cuLaunchHostFunc");
+  GPR_RESOLVE(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity");
+  GPR_RESOLVE(cuMemCreate, "cuMemCreate");
+  GPR_RESOLVE(cuMemAddressReserve, "cuMemAddressReserve");
+  GPR_RESOLVE(cuMemMap, "cuMemMap");
+  GPR_RESOLVE(cuMemSetAccess, "cuMemSetAccess");
 #undef GPR_RESOLVE
   if (!missing.empty()) {
     d.error = "libcuda.so.1 lacks " + missing + " (driver too old)";

@@ -21,6 +21,21 @@ using CUevent = CUevent_st *;
 struct CUipcMemHandle { char reserved[64]; };
 struct CUipcEventHandle { char reserved[64]; };
 struct CUuuid { unsigned char bytes[16]; };
+using CUhostFn = void (*)(void *);
+using CUmemGenericAllocationHandle = unsigned long long;
+// Virtual memory management (cuMemCreate): only to show that such memory is
+// refused by legacy IPC, so only the fields that path sets.
+struct CUmemLocation { int type; int id; };
+struct CUmemAllocationProp {
+  int type;                  // CU_MEM_ALLOCATION_TYPE_PINNED
+  int requestedHandleTypes;  // 0: none
+  CUmemLocation location;
+  void *win32HandleMetaData;
+  unsigned char allocFlags[8];
+};
+struct CUmemAccessDesc { CUmemLocation location; int flags; };
+static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp is 32 bytes in the driver ABI");
+static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc is 12 bytes in the driver ABI");
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_NOT_READY = 600;
@@ -38,6 +53,9 @@ constexpr int CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE = 10;
 constexpr int CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE = 17;
 constexpr unsigned CU_MEMORYTYPE_HOST = 1;
 constexpr unsigned CU_MEMORYTYPE_DEVICE = 2;
+constexpr int CU_MEM_ALLOCATION_TYPE_PINNED = 1;
+constexpr int CU_MEM_LOCATION_TYPE_DEVICE = 1;
+constexpr int CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3;
 
 struct Driver {
   bool loaded = false;
@@ -86,6 +104,12 @@ struct Driver {
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream) = nullptr;
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = nullptr;
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream) = nullptr;
+  CUresult (*cuLaunchHostFunc)(CUstream, CUhostFn, void *) = nullptr;
+  CUresult (*cuMemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int) = nullptr;
+  CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long) = nullptr;
+  CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
+  CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
+  CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t) = nullptr;
 
   // The process-wide driver, loaded and initialized on first use.
   static const Driver &Get();

@@ -298,9 +298,10 @@ Napi::Value CopyToHost(const Napi::CallbackInfo &info) {
   return out;
 }
 
-// copyDeviceToDevice(device, dst, src, bytes, eventHandle | null): dst on
-// `device` (this process's memory), src a mapped frame buffer; ordered after
-// the producer's event, complete on return.
+// copyDeviceToDevice(device, dst, src, bytes, eventHandle | null, stream?):
+// dst on `device` (this process's memory), src a mapped frame buffer; ordered
+// after the producer's event. Without `stream`, complete on return; with it,
+// queued on that stream and complete when the stream gets there.
 Napi::Value CopyDeviceToDevice(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   int device = info[0].As<Napi::Number>().Int32Value();
@@ -308,11 +309,12 @@ Napi::Value CopyDeviceToDevice(const Napi::CallbackInfo &info) {
   const Driver &d = ctx.driver();
   EventPool &pool = Events();
   std::lock_guard<std::mutex> lock(pool.mu);
-  CUstream stream = CopyStream(env, d, pool, device);
+  bool queued = info.Length() > 5 && info[5].IsBigInt();
+  CUstream stream = queued ? StreamOf(info[5]) : CopyStream(env, d, pool, device);
   WaitForProducer(env, d, pool, stream, device, info[4]);
   size_t n = static_cast<size_t>(info[3].As<Napi::Number>().DoubleValue());
   if (n) Check(env, d.cuMemcpyDtoDAsync(DevicePtr(info[1]), DevicePtr(info[2]), n, stream), "cuMemcpyDtoDAsync");
-  Check(env, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  if (!queued) Check(env, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   return env.Undefined();
 }
 

@@ -186,6 +186,35 @@ gpuTest('the same allocation in many frames is opened once', async (t) => {
   t.true(after.hits - before.hits >= 49);
 });
 
+gpuTest('release({ stream }): the lease lasts until the consumer\'s queued reads finish, so the producer\'s reuse cannot corrupt them', async (t) => {
+  const bytes = 256 << 20;
+  await withRing('gpu-stream-release', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const buffers = new Map<number, DeviceBuffer>();
+    const overwrite = new Uint8Array(bytes).fill(0x22);
+    // The producer reuses each buffer the moment its frame is released, as a
+    // producer with a memory pool would.
+    producer.on('release', (id) => buffers.get(id)?.upload(overwrite));
+    for (const value of [0x11, 0x33]) {
+      const buf = DeviceBuffer.alloc(bytes);
+      buf.upload(new Uint8Array(bytes).fill(value));
+      buffers.set(await producer.publishFrame(float32Column(buf.ptr, bytes), { tag: BigInt(value) }), buf);
+    }
+    const consumer = deviceChild('stream-release', name, 400);
+    const report = await nextLine<{ leasedAfterRelease: number[]; leasedAfterSync: number; leasedAfterClose: number; closeMs: number; intact: boolean[] }>(consumer);
+    t.log(JSON.stringify(report));
+    t.deepEqual(report.leasedAfterRelease, [1, 1], 'release({ stream }) returned with the lease still held');
+    t.is(report.leasedAfterSync, 0, 'the lease ended once the stream completed');
+    t.is(report.leasedAfterClose, 0, 'close() waited for the pending release, then left');
+    t.deepEqual(report.intact, [true, true], 'every queued copy read the frame as published');
+    t.is((await exitOf(consumer)).code, 0);
+    await producer.drain();
+    for (const buf of buffers.values()) t.true(buf.download(0, 4096).every((b) => b === 0x22), 'the producer reused each buffer after release');
+    for (const buf of buffers.values()) buf.free();
+    producer.close();
+  });
+});
+
 /** Closes every idle mapping, then restores the cache's bounds. */
 function trimIpcCache(): void {
   native().ipcSetLimits(0, 0);
@@ -227,6 +256,10 @@ gpuTest('memory CUDA IPC cannot export is refused up front, naming the reason', 
   const e3 = t.throws(() => exportDeviceMemory(pool), { instanceOf: GpuringError })!;
   t.is(e3.code, 'NOT_EXPORTABLE');
   t.regex(e3.message, /stream-ordered pool/);
+  const vmm = native().allocOtherMemory('vmm', 1 << 20);
+  const e4 = t.throws(() => exportDeviceMemory(vmm), { instanceOf: GpuringError })!;
+  t.is(e4.code, 'NOT_EXPORTABLE');
+  t.regex(e4.message, /virtual memory management/);
   t.is(t.throws(() => exportDeviceMemory(12345n), { instanceOf: GpuringError })!.code, 'NOT_EXPORTABLE');
 });
 

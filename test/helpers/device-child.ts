@@ -8,12 +8,16 @@
  *   many NAME FRAMES        FRAMES small tables uploaded to the device, frame i all i
  *   on-device NAME ORDINAL  the every-type table (13 rows) uploaded to device ORDINAL
  *   read NAME               (a consumer) reads one frame and prints its rows, or its error code
+ *   stream-release NAME N   (a consumer) for each of two frames, queues N device copies of it
+ *                           on a stream and releases it with release({ stream }): the first on
+ *                           a DeviceStream, the second on a bare CUstream, then closes at once;
+ *                           prints whether each lease outlived the release call, and each copy
  *   stamp NAME BYTES N      one allocation published N times, one at a time, tagged with the
  *                           publish time (process.hrtime, CLOCK_MONOTONIC: comparable across processes)
  * Each prints {"published": n} once published, drains, and exits.
  */
 import { makeVector, Table } from 'apache-arrow';
-import { Consumer, cudaInfo, Producer, DeviceBuffer, deviceBufferDescriptor, absentBuffer, type FrameDescription } from '../../lib/index.js';
+import { Consumer, cudaInfo, Producer, DeviceBuffer, deviceBufferDescriptor, absentBuffer, DeviceStream, Ring, type DeviceFrameCopy, type FrameDescription } from '../../lib/index.js';
 import { native } from '../../lib/native.js';
 import { HANDLE_BYTES } from '../../lib/codec/layout.js';
 import { allTypesTable } from './all-types.js';
@@ -31,6 +35,41 @@ if (role === 'read') {
   }
   f.release();
   consumer.close();
+  process.exit(0);
+}
+
+/** Whether every byte of the copy's column `x` equals `value`. */
+function allBytes(copy: DeviceFrameCopy, value: number): boolean {
+  const x = copy.toTable().getChild('x')!.data[0]!.values as Float32Array;
+  return new Uint8Array(x.buffer, x.byteOffset, x.byteLength).every((b) => b === value);
+}
+
+if (role === 'stream-release') {
+  const copies = Number(arg);
+  const ring = Ring.open(name!);
+  const consumer = Consumer.open(name!);
+  const own = DeviceStream.create();
+  const foreign = DeviceStream.create(); // passed as a bare CUstream, as another library's would be
+  const results: { copy: DeviceFrameCopy; value: number }[] = [];
+  const leasedAfterRelease: number[] = [];
+  let leasedAfterSync = -1;
+  for (const stream of [own, foreign.ptr]) {
+    const f = await consumer.next({ timeout: 30_000 });
+    const scratch = DeviceBuffer.alloc(f.copyBytes());
+    for (let k = 0; k < copies; k++) f.copyToDevice({ into: scratch, stream }); // keeps the stream busy reading the frame
+    results.push({ copy: f.copyToDevice({ stream }), value: Number(f.tag) });
+    f.release({ stream });
+    leasedAfterRelease.push(ring.inspect().slots.leased);
+    if (stream === own) {
+      own.synchronize();
+      leasedAfterSync = ring.inspect().slots.leased;
+    }
+  }
+  const closing = performance.now();
+  consumer.close(); // the second release is still queued: close waits for it
+  const closeMs = performance.now() - closing;
+  foreign.synchronize();
+  say({ leasedAfterRelease, leasedAfterSync, leasedAfterClose: ring.inspect().slots.leased, closeMs, intact: results.map((r) => allBytes(r.copy, r.value)) });
   process.exit(0);
 }
 
