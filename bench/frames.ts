@@ -1,7 +1,7 @@
 /** The small frame the latency benchmarks hand over: 8 int32 columns of one row. */
 import { makeVector, Table } from 'apache-arrow';
-import { describeBatch } from '../lib/arrow/table-writer.js';
-import { hostBuffer, type FrameDescription } from '../lib/codec/description.js';
+import { describeBatch } from '../dist/arrow/table-writer.js';
+import { hostBuffer, type FrameDescription } from '../dist/codec/description.js';
 
 export function smallFrame(): Table {
   const columns: Record<string, ReturnType<typeof makeVector>> = {};

@@ -1,6 +1,7 @@
 /**
  * `npm run bench:gpu` (on a machine with an NVIDIA GPU): device columns
- * against what users do without IPC, baselines measured in the same run.
+ * against what users do without IPC, baselines measured in the same run, on
+ * the compiled package (dist/), as users run it.
  *  - publish-to-visible: a producer process publishes a device column, this
  *    process maps it (first open, then cached); baseline: host staging
  *    (pinned device-to-host, then host-to-device) of the same bytes.
@@ -12,10 +13,10 @@ import { spawn, spawnSync } from 'node:child_process';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Consumer, cudaInfo, DeviceBuffer, deviceBufferDescriptor, absentBuffer, Producer, type FrameDescription } from '../lib/index.js';
-import { HANDLE_BYTES } from '../lib/codec/layout.js';
-import { native } from '../lib/native.js';
-import { deviceChild, exitOf, withRing } from '../test/helpers/ring.js';
+import { Consumer, cudaInfo, DeviceBuffer, deviceBufferDescriptor, absentBuffer, Producer, type FrameDescription } from '../dist/index.js';
+import { HANDLE_BYTES } from '../dist/codec/layout.js';
+import { native } from '../dist/native.js';
+import { exitOf, withRing } from '../test/helpers/ring.js';
 import { compare, median, microsSince, percentile, report, type BenchRecord } from './harness.js';
 import type { Chart, Series } from './plot.js';
 
@@ -47,7 +48,7 @@ function deviceColumn(ptr: bigint, bytes: number): FrameDescription {
 async function publishToVisible(bytes: number, frames: number, spin: number): Promise<{ latencies: number[]; open: number }> {
   return withRing('bench-ptv', { slots: 8 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const producer = deviceChild('stamp', name, bytes, frames);
+    const producer = spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/stamp-producer.ts'), name, String(bytes), String(frames)], { stdio: ['ignore', 'inherit', 'inherit'] });
     const latencies: number[] = [];
     let open = 0;
     for (let i = 0; i < frames; i++) {

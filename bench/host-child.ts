@@ -15,7 +15,7 @@
 import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { Float64, makeData, makeVector, Table, tableToIPC } from 'apache-arrow';
-import { Producer } from '../lib/index.js';
+import { Producer } from '../dist/index.js';
 import { smallFrame, smallFrameDescription, toJson } from './frames.js';
 
 const [role, target, count, gap] = process.argv.slice(2);
@@ -77,7 +77,7 @@ async function flood(): Promise<void> {
 }
 
 async function sink(): Promise<void> {
-  const { Consumer } = await import('../lib/index.js');
+  const { Consumer } = await import('../dist/index.js');
   const consumer = Consumer.open(target!);
   const batch = Number(count) === 1;
   let frames = 0;

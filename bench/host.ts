@@ -1,6 +1,8 @@
 /**
  * `npm run bench` (any Linux machine): gpuring on host memory against what
- * users do today, baselines measured in the same run.
+ * users do today, baselines measured in the same run. Like every benchmark it
+ * runs the compiled package (dist/, which the npm script builds first): what
+ * users run, without the test loader's per-function wrappers.
  *  1. hand-off latency of one small frame, producer process to consumer
  *     process, spin path (frames back to back, the consumer busy-polling) and
  *     futex path (2 ms apart, the consumer asleep);
@@ -22,7 +24,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { tableFromIPC } from 'apache-arrow';
-import { Consumer } from '../lib/index.js';
+import { Consumer } from '../dist/index.js';
 import { withRing } from '../test/helpers/ring.js';
 import { compare, microsSince, percentile, report, type BenchRecord } from './harness.js';
 import type { Chart, Series } from './plot.js';

@@ -12,8 +12,6 @@
  *                           on a stream and releases it with release({ stream }): the first on
  *                           a DeviceStream, the second on a bare CUstream, then closes at once;
  *                           prints whether each lease outlived the release call, and each copy
- *   stamp NAME BYTES N      one allocation published N times, one at a time, tagged with the
- *                           publish time (process.hrtime, CLOCK_MONOTONIC: comparable across processes)
  * Each prints {"published": n} once published, drains, and exits.
  */
 import { makeVector, Table } from 'apache-arrow';
@@ -128,15 +126,6 @@ async function main(): Promise<number> {
       buf.upload(Int32Array.from({ length: 16 }, (_, i) => i));
       for (let i = 0; i < Number(arg); i++) await producer.publishFrame(column('i', 16, [absentBuffer(), deviceBufferDescriptor(buf.ptr, 64)]));
       return Number(arg);
-    }
-    case 'stamp': {
-      const bytes = Number(arg);
-      const buf = DeviceBuffer.alloc(bytes);
-      for (let i = 0; i < Number(process.argv[5]); i++) {
-        await producer.publishFrame(column('C', bytes, [absentBuffer(), deviceBufferDescriptor(buf.ptr, bytes)]), { tag: process.hrtime.bigint() });
-        await producer.drain();
-      }
-      return Number(process.argv[5]);
     }
     case 'on-device': {
       await producer.publish(allTypesTable(13), { device: Number(arg) });
