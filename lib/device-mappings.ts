@@ -17,8 +17,32 @@ export interface Mapped {
   bytes: number;
 }
 
+/** A frame buffer's address in this process (see Frame.mapDevice()). */
+export interface DeviceView {
+  ptr: bigint;
+  byteLength: number;
+  /** Device ordinal in this process. */
+  device: number;
+}
+
 export class DeviceMappings {
   readonly #mapped = new Map<string, Mapped>();
+  /** Handles of references mapAll() took, 64 bytes each, one array per call. */
+  readonly #bulk: Uint8Array[] = [];
+
+  /**
+   * Maps every device buffer of a validated body in one native call: per
+   * buffer in wire order, its view, or null for host and absent buffers.
+   */
+  mapAll(body: Uint8Array): (DeviceView | null)[] {
+    const { views, handles } = callNative(() => native().mapFrame(body));
+    this.#bulk.push(handles);
+    const data = new DataView(views);
+    const out: (DeviceView | null)[] = [];
+    for (let at = 0; at < views.byteLength; at += 24)
+      out.push(data.getUint32(at + 20, true) ? { ptr: data.getBigUint64(at, true), byteLength: Number(data.getBigUint64(at + 8, true)), device: data.getInt32(at + 16, true) } : null);
+    return out;
+  }
 
   /** The mapping of `b`'s allocation, bounds-checked for `b`. */
   acquire(b: BufferDescriptor): Mapped {
@@ -42,16 +66,18 @@ export class DeviceMappings {
 
   /** The handles of every mapping held, 64 bytes each, for a release the native side completes. */
   handles(): Uint8Array {
-    return Buffer.concat([...this.#mapped.values()].map((m) => m.handle));
+    return Buffer.concat([...[...this.#mapped.values()].map((m) => m.handle), ...this.#bulk]);
   }
 
   /** Forgets the references without dropping them (the native side drops them). */
   forget(): void {
     this.#mapped.clear();
+    this.#bulk.length = 0;
   }
 
   releaseAll(): void {
     for (const m of this.#mapped.values()) native().ipcRelease(m.handle);
-    this.#mapped.clear();
+    for (const handles of this.#bulk) native().ipcReleaseAll(handles);
+    this.forget();
   }
 }

@@ -1,8 +1,8 @@
 /**
  * Uploading an apache-arrow batch to a CUDA device for publishing: every buffer
  * goes into one device allocation (256-byte aligned pieces), exported once, and
- * an interprocess event is recorded after the upload so consumers order their
- * reads after it. The allocation belongs to the frame until it is released.
+ * an interprocess event is recorded after the upload (if it is still under way)
+ * so consumers order their reads after it. The allocation belongs to the frame until it is released.
  */
 import type { RecordBatch, Table } from 'apache-arrow';
 import { describeBatch } from './arrow/table-writer.js';
@@ -18,7 +18,7 @@ export interface DeviceFrame {
   description: FrameDescription;
   /** Owns the columns' device memory; free once the frame is released. */
   memory: DeviceBuffer;
-  /** Pooled event, recycled once the frame is released. */
+  /** Pooled event, recycled once the frame is released; -1 for none. */
   eventId: number;
 }
 
@@ -39,19 +39,22 @@ export function uploadBatch(source: RecordBatch | Table, device: number): Device
     for (const p of pieces) if (p.bytes.length) memory.upload(p.bytes, p.desc.offset);
     const exported = exportDeviceMemory(memory.ptr);
     for (const p of pieces) (p.desc.handle = exported.handle), (p.desc.offset += exported.offset), (p.desc.allocationId = exported.allocationId);
-    const event = callNative(() => native().recordEvent(device));
-    description.syncKind = 2;
-    description.syncHandle = new Uint8Array(event.handle);
-    return { description, memory, eventId: event.id };
+    return { description, memory, eventId: recordFrameEvent(description, device) };
   } catch (error) {
     memory.free();
     throw error;
   }
 }
 
-/** Records an event on `device` for a hand-described frame of device buffers. */
+/**
+ * Orders a frame's readers after the work queued on `device`'s legacy default
+ * stream: records a pooled event there and puts it in the description. When
+ * that stream is idle the buffers are complete already and the frame goes
+ * without one (syncKind 0). Returns the event's id, or -1 for none.
+ */
 export function recordFrameEvent(description: FrameDescription, device: number): number {
-  const event = callNative(() => native().recordEvent(device));
+  const event = callNative(() => native().recordEvent(device, true));
+  if (!event) return -1;
   description.syncKind = 2;
   description.syncHandle = new Uint8Array(event.handle);
   return event.id;

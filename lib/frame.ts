@@ -27,18 +27,10 @@ import { Header } from './codec/layout.js';
 import { schemaOfFrame, tableFromFrame } from './arrow/table-reader.js';
 import { DeviceBuffer, deviceOrdinalOf } from './device-buffer.js';
 import { copyLayout, DeviceFrameCopy } from './device-frame-copy.js';
-import { DeviceMappings } from './device-mappings.js';
+import { DeviceMappings, type DeviceView } from './device-mappings.js';
 import { DeviceStream } from './device-stream.js';
 import { callNative, GpuringError } from './errors.js';
 import { native } from './native.js';
-
-/** A device buffer of a frame, mapped in this process. */
-export interface DeviceView {
-  ptr: bigint;
-  byteLength: number;
-  /** Device ordinal in this process. */
-  device: number;
-}
 
 /** What a Frame needs from its consumer: mapped arenas and the release call. */
 export interface FrameSource {
@@ -62,6 +54,7 @@ export class Frame implements Disposable {
   #released = false;
   /** Device allocations this frame mapped (references into the IpcHandleCache). */
   readonly #devices = new DeviceMappings();
+  #views: (DeviceView | null)[] | undefined;
 
   /** @internal */
   constructor(init: { id: number; producer: number; tag: bigint; pos: number; body: Uint8Array; source: FrameSource }) {
@@ -112,13 +105,8 @@ export class Frame implements Disposable {
    */
   mapDevice(): (DeviceView | null)[] {
     this.#requireLeased();
-    const views: (DeviceView | null)[] = [];
-    forEachBuffer(this.description, (b) => {
-      if (b.kind !== 'cuda-ipc') return void views.push(null);
-      const m = this.#devices.acquire(b);
-      views.push({ ptr: m.base + BigInt(b.offset), byteLength: b.length, device: m.device });
-    });
-    return views;
+    this.#views ??= this.#devices.mapAll(this.#body);
+    return [...this.#views];
   }
 
   /**

@@ -1,7 +1,8 @@
 export { Ring, type CreateOptions, type OpenOptions, type RingInspection } from './ring.js';
 export { Producer, type HostAllocation, type ProducerOptions, type PublishOptions } from './producer.js';
 export { Consumer, type ConsumerOptions, type NextOptions } from './consumer.js';
-export { Frame, type DeviceView } from './frame.js';
+export { Frame } from './frame.js';
+export type { DeviceView } from './device-mappings.js';
 export { DeviceFrameCopy } from './device-frame-copy.js';
 export { GpuringError, ERROR_CODES, type ErrorCode } from './errors.js';
 export type { BufferDescriptor, ColumnDescriptor, FrameDescription } from './codec/description.js';

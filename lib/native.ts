@@ -169,10 +169,12 @@ export interface NativeAddon {
   exportDeviceMemory(ptr: bigint): DeviceExport;
   ipcAcquire(handle: Uint8Array, allocationId: bigint, device: number): { base: bigint; bytes: number };
   ipcRelease(handle: Uint8Array): void;
+  ipcReleaseAll(handles: Uint8Array): void;
+  mapFrame(body: Uint8Array): { views: ArrayBuffer; handles: Uint8Array };
   ipcStats(): IpcStats;
   pinnedHostStats(): PinnedHostStats;
   ipcSetLimits(entries: number, bytes: number): void;
-  recordEvent(device: number): { id: number; handle: Uint8Array };
+  recordEvent(device: number, onlyIfBusy?: boolean): { id: number; handle: Uint8Array } | null;
   recycleEvent(id: number): void;
   copyToHost(device: number, ptr: bigint, bytes: number, event: Uint8Array | null): ArrayBuffer;
   copyDeviceToDevice(device: number, dst: bigint, src: bigint, bytes: number, event: Uint8Array | null, stream?: bigint): void;

@@ -131,7 +131,7 @@ export class Producer {
       this.#unuse(used);
       throw error;
     }
-    return this.#send(description, used, o.timeout, o.tag, false);
+    return this.#send(description, used, o.timeout, o.tag);
   }
 
   /**
@@ -140,10 +140,11 @@ export class Producer {
    * zero-copy path for producers that lay out Arrow buffers themselves,
    * including non-zero offsets and validity bits at any bit offset.
    * cuda-ipc buffers (see deviceBufferDescriptor) stay the caller's: keep them
-   * alive and unchanged until the frame is released. An event is recorded on
-   * the legacy default stream of `options.device` (default 0) when the frame has
-   * device buffers and no event of its own: work queued on other streams must
-   * be complete before publishing.
+   * alive and unchanged until the frame is released. When the frame has device
+   * buffers and no event of its own, consumers are ordered after the work still
+   * queued on the legacy default stream of `options.device` (default 0): an
+   * event is recorded there if that stream is busy (none is needed if it is
+   * idle). Work queued on other streams must be complete before publishing.
    */
   async publishFrame(description: FrameDescription, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
@@ -157,7 +158,7 @@ export class Producer {
     };
     let hasDevice = false;
     forEachBuffer(description, (b) => (claim(b), (hasDevice ||= b.kind === 'cuda-ipc')));
-    if (!hasDevice || description.syncKind !== 0) return this.#send(description, used, o.timeout, o.tag, true);
+    if (!hasDevice || description.syncKind !== 0) return this.#send(description, used, o.timeout, o.tag);
     const eventId = recordFrameEvent(description, o.device ?? 0);
     return this.#sendDevice(description, { eventId }, o.timeout, o.tag);
   }
@@ -254,10 +255,10 @@ export class Producer {
     if (ids.length && this.#inFlight.size === 0) this.#events.emit('drained');
   }
 
-  async #send(description: FrameDescription, used: Loose[], timeout: number, tag: bigint, validate: boolean): Promise<number> {
+  async #send(description: FrameDescription, used: Loose[], timeout: number, tag: bigint): Promise<number> {
     let body: Uint8Array;
     try {
-      body = encodeFrame(description, { validate });
+      body = encodeFrame(description);
     } catch (error) {
       this.#unuse(used);
       throw error;
@@ -279,7 +280,7 @@ export class Producer {
 
   async #sendDevice(description: FrameDescription, owned: { memory?: DeviceBuffer; eventId: number }, timeout: number, tag: bigint): Promise<number> {
     try {
-      const id = await this.#send(description, [], timeout, tag, true);
+      const id = await this.#send(description, [], timeout, tag);
       this.#deviceFrames.set(id, owned);
       return id;
     } catch (error) {
@@ -290,7 +291,7 @@ export class Producer {
 
   #freeDevice(owned: { memory?: DeviceBuffer; eventId: number }): void {
     owned.memory?.free();
-    callNative(() => native().recycleEvent(owned.eventId));
+    if (owned.eventId >= 0) callNative(() => native().recycleEvent(owned.eventId));
   }
 
   /** Frees the allocations a failed publish made for itself; the caller's stay theirs. */

@@ -60,6 +60,7 @@ Driver Load() {
   GPR_RESOLVE(cuStreamDestroy, "cuStreamDestroy_v2");
   GPR_RESOLVE(cuStreamWaitEvent, "cuStreamWaitEvent");
   GPR_RESOLVE(cuStreamSynchronize, "cuStreamSynchronize");
+  GPR_RESOLVE(cuStreamQuery, "cuStreamQuery");
   GPR_RESOLVE(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   GPR_RESOLVE(cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   GPR_RESOLVE(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");

@@ -3,6 +3,7 @@
 #include "cuda_ipc.h"
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <map>
 #include <sys/mman.h>
 #include <mutex>
@@ -93,6 +94,92 @@ Napi::Value IpcAcquire(const Napi::CallbackInfo &info) {
   return o;
 }
 
+// This process's ordinal of the device with `uuid`; throws DEVICE_NOT_FOUND.
+// Ordinals differ between processes (CUDA_VISIBLE_DEVICES); UUIDs do not.
+int OrdinalOfUuid(Napi::Env env, const Driver &d, const uint8_t *uuid) {
+  static const std::vector<CUuuid> uuids = [&d] {
+    std::vector<CUuuid> all;
+    int count = 0;
+    d.cuDeviceGetCount(&count);
+    for (int i = 0; i < count; i++) {
+      CUdevice dev;
+      CUuuid u{};
+      if (d.cuDeviceGet(&dev, i) == CUDA_SUCCESS) d.cuDeviceGetUuid(&u, dev);
+      all.push_back(u);
+    }
+    return all;
+  }();
+  for (size_t i = 0; i < uuids.size(); i++)
+    if (memcmp(uuids[i].bytes, uuid, 16) == 0) return static_cast<int>(i);
+  char hex[33];
+  for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", uuid[i]);
+  Throw(env, GPR_E_DEVICE_NOT_FOUND,
+        std::string("the frame's device (UUID ") + hex + ") is not visible in this process; check CUDA_VISIBLE_DEVICES");
+}
+
+// mapFrame(body) -> { views: ArrayBuffer, handles: Buffer }. Maps every
+// cuda-ipc buffer of a validated frame body in one call: per buffer in wire
+// order, 24 bytes `ptr u64 | length u64 | device i32 | mapped u32` (mapped 0:
+// host or absent); `handles` holds the 64-byte handle of each reference taken
+// (one per distinct allocation), for ipcReleaseAll at release. On any error
+// the references already taken are dropped.
+Napi::Value MapFrame(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  const Driver &d = Require(env);
+  auto body = info[0].As<Napi::Uint8Array>();
+  gpr_body_view view{};
+  gpr_error err{};
+  if (gpr_body_validate(body.Data(), body.ByteLength(), &view, &err) != 0) throw MakeError(env, err);
+  uint32_t n = view.header->buffer_count;
+  Napi::ArrayBuffer views = Napi::ArrayBuffer::New(env, static_cast<size_t>(n) * 24);
+  auto *out = static_cast<uint8_t *>(views.Data());
+  memset(out, 0, views.ByteLength());
+  std::vector<CUipcMemHandle> taken;
+  IpcHandleCache &cache = IpcHandleCache::Get();
+  try {
+    for (uint32_t i = 0; i < n; i++) {
+      gpr_body_buffer b;
+      memcpy(&b, &view.buffers[i], sizeof b);
+      if (b.kind != GPR_MEM_CUDA_IPC) continue;
+      CUipcMemHandle h;
+      memcpy(h.reserved, b.handle, sizeof h.reserved);
+      int device = OrdinalOfUuid(env, d, b.device_uuid);
+      auto same = [&](const CUipcMemHandle &t) { return memcmp(t.reserved, h.reserved, sizeof h.reserved) == 0; };
+      bool held = std::any_of(taken.begin(), taken.end(), same);
+      Mapping m = cache.Acquire(env, h, b.alloc_id, device);
+      if (held) cache.Release(h);  // one reference per allocation per frame
+      else taken.push_back(h);
+      if (!gpr_range_ok(b.offset, b.length, m.bytes))
+        Throw(env, GPR_E_FRAME_BOUNDS, "a device buffer [" + std::to_string(b.offset) + ", +" + std::to_string(b.length) +
+                                           ") lies outside its " + std::to_string(m.bytes) + "-byte allocation");
+      uint64_t ptr = m.base + b.offset;
+      uint32_t mapped = 1;
+      memcpy(out + i * 24, &ptr, 8);
+      memcpy(out + i * 24 + 8, &b.length, 8);
+      memcpy(out + i * 24 + 16, &device, 4);
+      memcpy(out + i * 24 + 20, &mapped, 4);
+    }
+  } catch (...) {
+    for (const auto &h : taken) cache.Release(h);
+    throw;
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("views", views);
+  o.Set("handles", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t *>(taken.data()), taken.size() * sizeof(CUipcMemHandle)));
+  return o;
+}
+
+// ipcReleaseAll(handles): drops one reference per 64-byte handle.
+Napi::Value IpcReleaseAll(const Napi::CallbackInfo &info) {
+  auto bytes = info[0].As<Napi::Uint8Array>();
+  for (size_t at = 0; at + sizeof(CUipcMemHandle) <= bytes.ByteLength(); at += sizeof(CUipcMemHandle)) {
+    CUipcMemHandle h;
+    memcpy(h.reserved, bytes.Data() + at, sizeof h.reserved);
+    IpcHandleCache::Get().Release(h);
+  }
+  return info.Env().Undefined();
+}
+
 Napi::Value IpcRelease(const Napi::CallbackInfo &info) {
   IpcHandleCache::Get().Release(MemHandle(info[0]));
   return info.Env().Undefined();
@@ -140,13 +227,17 @@ EventPool &Events() {
   return pool;
 }
 
-// recordEvent(device) -> { id, handle }: an interprocess event recorded on the
-// legacy default stream, after all work queued there so far. Events are reused
-// only after recycleEvent(id) (when the frame carrying it was released).
+// recordEvent(device, onlyIfBusy = false) -> { id, handle } | null: an
+// interprocess event recorded on the legacy default stream, after all work
+// queued there so far. With onlyIfBusy, null when that stream has nothing left
+// to do: then the buffers are complete already and a frame needs no event
+// (recording one and waiting on it cost both sides microseconds). Events are
+// reused only after recycleEvent(id) (when the frame carrying it was released).
 Napi::Value RecordEvent(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   int device = info[0].As<Napi::Number>().Int32Value();
   ScopedContext ctx(env, device);
+  if (info.Length() > 1 && info[1].ToBoolean() && ctx.driver().cuStreamQuery(nullptr) == CUDA_SUCCESS) return env.Null();
   EventPool &pool = Events();
   std::lock_guard<std::mutex> lock(pool.mu);
   uint32_t id = 0;
@@ -339,6 +430,8 @@ void DefineCudaIpc(Napi::Env env, Napi::Object exports) {
   exports.Set("exportDeviceMemory", Napi::Function::New(env, ExportDeviceMemory));
   exports.Set("ipcAcquire", Napi::Function::New(env, IpcAcquire));
   exports.Set("ipcRelease", Napi::Function::New(env, IpcRelease));
+  exports.Set("ipcReleaseAll", Napi::Function::New(env, IpcReleaseAll));
+  exports.Set("mapFrame", Napi::Function::New(env, MapFrame));
   exports.Set("ipcStats", Napi::Function::New(env, IpcStats));
   exports.Set("pinnedHostStats", Napi::Function::New(env, PinnedHostStats));
   exports.Set("ipcSetLimits", Napi::Function::New(env, IpcSetLimits));

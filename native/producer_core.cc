@@ -219,10 +219,15 @@ Napi::Value ProducerCore::ArenaName(const Napi::CallbackInfo &info) {
 
 // publish(body: Uint8Array, allocs: Float64Array [arena, offset, length]..., tag: bigint,
 //         timeoutMs: number (-1 forever, 0 fail fast)) -> number | Promise<number>
+// The body is validated here by the C validator, as every consumer will: a
+// frame no consumer could accept fails now, with the consumer's error code,
+// instead of being dropped at the other end.
 Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
   auto body = info[0].As<Napi::Uint8Array>();
+  gpr_error invalid{};
+  if (gpr_body_validate(body.Data(), body.ByteLength(), nullptr, &invalid) != 0) throw MakeError(env, invalid);
   auto list = info[1].As<Napi::Float64Array>();
   uint64_t tag = ToU64(info[2]);
   double timeout_ms = info[3].As<Napi::Number>().DoubleValue();

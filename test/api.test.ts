@@ -200,6 +200,14 @@ test('publishFrame(): a hand-laid column with offset 3 and validity bits startin
     f.release();
     const bad = { ...description, columns: [{ ...description.columns[0]!, buffers: [absentBuffer(), hostBuffer(arena, 1 << 20, 40)] }] };
     t.is((await t.throwsAsync(producer.publishFrame(bad), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
+    // Well-formed, but no consumer could read it: the data buffer holds 4 of the 9 int32s
+    // that offset 3 + length 6 needs. The producer's own C validation refuses it.
+    const short = producer.allocate(16);
+    const tooShort = { ...description, columns: [{ ...description.columns[0]!, buffers: [absentBuffer(), hostBuffer(arena, short.offset, 16)] }] };
+    const e = (await t.throwsAsync(producer.publishFrame(tooShort), { instanceOf: GpuringError }))!;
+    t.is(e.code, 'FRAME_INVALID');
+    t.regex(e.message, /buffer/);
+    t.is(consumer.tryNext(), null, 'nothing was published');
     consumer.close();
     producer.close();
   });

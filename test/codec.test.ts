@@ -4,7 +4,7 @@ import { spawnSync } from 'node:child_process';
 import test from 'ava';
 import { tableDifference } from '../lib/arrow/compare.js';
 import { describeBatch } from '../lib/arrow/table-writer.js';
-import { hostBuffer } from '../lib/codec/description.js';
+import { hostBuffer, type FrameDescription } from '../lib/codec/description.js';
 import { decodeFrame } from '../lib/codec/decode.js';
 import { encodeFrame } from '../lib/codec/encode.js';
 import { HEADER_BYTES, Node, NODE_BYTES } from '../lib/codec/layout.js';
@@ -131,4 +131,29 @@ test('random damage: both codecs give the same verdict (and canonical bytes) on 
   }
   t.true(rejected > 100, `most mutations are caught (${rejected}/400)`);
   t.log(`${rejected} of 400 mutated bodies rejected, identically in both codecs`);
+});
+
+test('the encoder refuses any value it cannot write exactly, naming the field', (t) => {
+  const table = allTypesTable(5).selectAt([0, 1]);
+  const valid = () => describeBatch(table, { place: (b: Uint8Array) => hostBuffer('/gpuring.codec.p0g1.a0', 64, b.length) });
+  t.true(encodeFrame(valid()).length > 0);
+  const cases: [string, (d: FrameDescription) => void, RegExp][] = [
+    ['a fractional row count', (d) => (d.rowCount = 1.5), /^invalid frame description: rowCount: must be an integer/],
+    ['a length given as a string', (d) => ((d.columns[0] as unknown as { length: string }).length = '5'), /columns\[0\]\.length/],
+    ['a 10-byte handle', (d) => (d.columns[1]!.buffers[1]!.handle = new Uint8Array(10)), /columns\[1\]\.buffers\[1\]\.handle: must be a Uint8Array of 64 bytes/],
+    ['an unknown memory kind', (d) => ((d.columns[0]!.buffers[1] as unknown as { kind: string }).kind = 'gpu'), /buffers\[1\]\.kind/],
+    ['a truthy number for a boolean', (d) => ((d.columns[0] as unknown as { nullable: number }).nullable = 1), /columns\[0\]\.nullable: must be a boolean/],
+    ['a dictionary that is not there', (d) => (d.columns[0]!.dictionary = 0), /columns\[0\]\.dictionary/],
+    ['an allocation id as a number', (d) => ((d.columns[0]!.buffers[0] as unknown as { allocationId: number }).allocationId = 5), /allocationId: must be a bigint/],
+    ['a column name that is not a string', (d) => ((d.columns[0] as unknown as { name: number }).name = 7), /columns\[0\]\.name: must be a string/],
+    ['metadata that is not pairs', (d) => ((d as unknown as { metadata: string[][] }).metadata = [['k']]), /^invalid frame description: metadata/],
+    ['a column that contains itself', (d) => d.columns[0]!.children.push(d.columns[0]!), /nests deeper than 64 levels/],
+  ];
+  for (const [what, damage, message] of cases) {
+    const d = valid();
+    damage(d);
+    const e = t.throws(() => encodeFrame(d), { instanceOf: GpuringError }, what);
+    t.is(e?.code, 'INVALID_ARGUMENT', what);
+    t.regex(e?.message ?? '', message, what);
+  }
 });

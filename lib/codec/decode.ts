@@ -10,10 +10,8 @@ import { GpuringError } from '../errors.js';
 import type { BufferDescriptor, ColumnDescriptor, FrameDescription } from './description.js';
 import { frameSchema } from './description.js';
 import { parseFormat, type FormatInfo } from './format.js';
-import { BODY_MAGIC, BODY_VERSION, bodySize, Buffer_, BUFFER_BYTES, Header, HANDLE_BYTES, HEADER_BYTES, MAX_BUFFERS, MAX_COUNT, MAX_NODES, MEMORY_KINDS, Node, NODE_BYTES, NodeFlags } from './layout.js';
+import { BODY_MAGIC, BODY_VERSION, bodySize, Buffer_, BUFFER_BYTES, Header, HANDLE_BYTES, HEADER_BYTES, MAX_BUFFERS, MAX_COUNT, MAX_DEPTH, MAX_NODES, MEMORY_KINDS, Node, NODE_BYTES, NodeFlags } from './layout.js';
 import { decodeMetadata } from './metadata.js';
-
-export const MAX_DEPTH = 64;
 
 interface RawNode {
   nameOffset: number;

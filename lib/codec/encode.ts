@@ -6,10 +6,53 @@
  */
 import { GpuringError } from '../errors.js';
 import type { ColumnDescriptor, FrameDescription } from './description.js';
-import { frameSchema } from './description.js';
-import { BODY_MAGIC, BODY_VERSION, bodySize, Buffer_, BUFFER_BYTES, Header, HEADER_BYTES, MAX_BODY_BYTES, MEMORY_KINDS, Node, NODE_BYTES, NodeFlags } from './layout.js';
+import { BODY_MAGIC, BODY_VERSION, bodySize, Buffer_, BUFFER_BYTES, HANDLE_BYTES, Header, HEADER_BYTES, MAX_BODY_BYTES, MAX_COUNT, MAX_DEPTH, MAX_NODES, MEMORY_KINDS, Node, NODE_BYTES, NodeFlags } from './layout.js';
 import { encodeMetadata } from './metadata.js';
 import { utf8 } from './utf8.js';
+
+const MAX_U64 = 2n ** 64n - 1n;
+
+function refuse(path: string, what: string): never {
+  throw new GpuringError('INVALID_ARGUMENT', `invalid frame description: ${path}: ${what}`);
+}
+
+/**
+ * The encoder checks every value as it writes it and refuses what the body
+ * cannot carry exactly (a fraction, a string for a number, a 10-byte handle),
+ * so the bytes always say what the description says. Whether they make a
+ * valid frame (formats, buffer counts and sizes) is the C validator's call,
+ * which the producer runs on every body before publishing it.
+ */
+function int(path: string, n: unknown, min: number, max: number): number {
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) refuse(path, `must be an integer in [${min}, ${max}]`);
+  return n;
+}
+
+function bool(path: string, b: unknown): boolean {
+  if (typeof b !== 'boolean') refuse(path, 'must be a boolean');
+  return b;
+}
+
+function bytes(path: string, b: unknown, n: number): Uint8Array {
+  if (!(b instanceof Uint8Array) || b.length !== n) refuse(path, `must be a Uint8Array of ${n} bytes`);
+  return b;
+}
+
+function text(path: string, s: unknown): Uint8Array {
+  if (typeof s !== 'string') refuse(path, 'must be a string');
+  return utf8(s);
+}
+
+function list<T>(path: string, a: T[]): T[] {
+  if (!Array.isArray(a)) refuse(path, 'must be an array');
+  return a;
+}
+
+function metadata(path: string, pairs: [string, string][] | null): Uint8Array {
+  if (pairs !== null && !(Array.isArray(pairs) && pairs.every((p) => Array.isArray(p) && p.length === 2 && typeof p[0] === 'string' && typeof p[1] === 'string')))
+    refuse(path, 'must be null or an array of [key, value] string pairs');
+  return encodeMetadata(pairs);
+}
 
 /** Writes an integer of at most 2^53 (or -1) as 64 bits without a BigInt. */
 function setU64(view: DataView, at: number, n: number): void {
@@ -17,38 +60,44 @@ function setU64(view: DataView, at: number, n: number): void {
   view.setUint32(at + 4, n < 0 ? 0xffffffff : Math.floor(n / 0x100000000), true);
 }
 
-function flatten(columns: ColumnDescriptor[], out: ColumnDescriptor[]): void {
-  for (const c of columns) {
-    out.push(c);
-    flatten(c.children, out);
-  }
+function object(path: string, o: unknown): void {
+  if (typeof o !== 'object' || o === null) refuse(path, 'must be an object');
 }
 
-/**
- * Encodes a description. `validate: false` skips the zod check, for
- * descriptions this library built itself from apache-arrow data.
- */
-export function encodeFrame(description: FrameDescription, { validate = true } = {}): Uint8Array {
-  const parsed = validate ? frameSchema.safeParse(description) : { success: true as const };
-  if (!parsed.success) throw new GpuringError('INVALID_ARGUMENT', `invalid frame description: ${parsed.error.issues[0]?.path.join('.')}: ${parsed.error.issues[0]?.message}`);
+/** Lists `c` and its descendants in pre-order, as the body does; `paths` names each for errors. */
+function visit(c: ColumnDescriptor, path: string, depth: number, out: ColumnDescriptor[], paths: string[]): void {
+  object(path, c);
+  if (depth > MAX_DEPTH) refuse(path, `nests deeper than ${MAX_DEPTH} levels`);
+  if (out.length >= MAX_NODES) refuse(path, `is past the limit of ${MAX_NODES} columns in all`);
+  out.push(c);
+  paths.push(path);
+  list(`${path}.children`, c.children).forEach((child, i) => visit(child, `${path}.children[${i}]`, depth + 1, out, paths));
+}
+
+/** Encodes a description, refusing with INVALID_ARGUMENT (naming the field) any value it cannot write exactly. */
+export function encodeFrame(description: FrameDescription): Uint8Array {
   const d = description;
   const nodes: ColumnDescriptor[] = [];
-  flatten(d.columns, nodes);
+  const paths: string[] = [];
+  object('description', d);
+  list('columns', d.columns).forEach((c, i) => visit(c, `columns[${i}]`, 1, nodes, paths));
   const dictionaryRoots: number[] = [];
-  for (const dict of d.dictionaries) {
+  list('dictionaries', d.dictionaries).forEach((dict, i) => {
     dictionaryRoots.push(nodes.length);
-    flatten([dict], nodes);
-  }
+    visit(dict, `dictionaries[${i}]`, 1, nodes, paths);
+  });
   const strings: Uint8Array[] = [];
-  const nodeStrings = nodes.map((n) => {
-    const parts = [utf8(n.name), utf8(n.format), encodeMetadata(n.metadata)];
+  const nodeStrings = nodes.map((n, i) => {
+    const format = text(`${paths[i]}.format`, n.format);
+    if (format.length === 0) refuse(`${paths[i]}.format`, 'must not be empty');
+    const parts = [text(`${paths[i]}.name`, n.name), format, metadata(`${paths[i]}.metadata`, n.metadata)];
     strings.push(...parts);
     return parts;
   });
-  const schemaMetadata = encodeMetadata(d.metadata);
+  const schemaMetadata = metadata('metadata', d.metadata);
   strings.push(schemaMetadata);
   const stringsLength = strings.reduce((n, s) => n + s.length, 0);
-  const bufferCount = nodes.reduce((n, c) => n + c.buffers.length, 0);
+  const bufferCount = nodes.reduce((n, c, i) => n + list(`${paths[i]}.buffers`, c.buffers).length, 0);
   const size = bodySize(nodes.length, bufferCount, stringsLength);
   if (size > MAX_BODY_BYTES) throw new GpuringError('INVALID_ARGUMENT', `frame body would be ${size} bytes; the limit is ${MAX_BODY_BYTES}`);
   const out = new Uint8Array(size);
@@ -61,9 +110,9 @@ export function encodeFrame(description: FrameDescription, { validate = true } =
   view.setUint32(Header.rootCount, d.columns.length, true);
   view.setUint32(Header.dictionaryCount, d.dictionaries.length, true);
   view.setUint32(Header.stringsLength, stringsLength, true);
-  setU64(view, Header.rowCount, d.rowCount);
-  view.setUint16(Header.syncKind, d.syncKind, true);
-  out.set(d.syncHandle, Header.syncHandle);
+  setU64(view, Header.rowCount, int('rowCount', d.rowCount, 0, MAX_COUNT));
+  view.setUint16(Header.syncKind, int('syncKind', d.syncKind, 0, 2), true);
+  out.set(bytes('syncHandle', d.syncHandle, HANDLE_BYTES), Header.syncHandle);
   const stringsAt = HEADER_BYTES + nodes.length * NODE_BYTES + bufferCount * BUFFER_BYTES;
   let at = 0;
   const put = (s: Uint8Array): number => {
@@ -74,6 +123,7 @@ export function encodeFrame(description: FrameDescription, { validate = true } =
   let buffersAt = HEADER_BYTES + nodes.length * NODE_BYTES;
   nodes.forEach((n, i) => {
     const base = HEADER_BYTES + i * NODE_BYTES;
+    const path = paths[i]!;
     const [name, format, meta] = nodeStrings[i]!;
     view.setUint32(base + Node.nameOffset, put(name!), true);
     view.setUint32(base + Node.nameLength, name!.length, true);
@@ -82,23 +132,32 @@ export function encodeFrame(description: FrameDescription, { validate = true } =
     view.setUint32(base + Node.metadataOffset, put(meta!), true);
     view.setUint32(base + Node.metadataLength, meta!.length, true);
     view.setUint32(base + Node.childCount, n.children.length, true);
-    const flags = (n.nullable ? NodeFlags.nullable : 0) | (n.dictionaryOrdered ? NodeFlags.dictionaryOrdered : 0) | (n.mapKeysSorted ? NodeFlags.mapKeysSorted : 0);
+    const flags =
+      (bool(`${path}.nullable`, n.nullable) ? NodeFlags.nullable : 0) |
+      (bool(`${path}.dictionaryOrdered`, n.dictionaryOrdered) ? NodeFlags.dictionaryOrdered : 0) |
+      (bool(`${path}.mapKeysSorted`, n.mapKeysSorted) ? NodeFlags.mapKeysSorted : 0);
     view.setUint32(base + Node.flags, flags, true);
-    view.setInt32(base + Node.dictionary, n.dictionary < 0 ? -1 : (dictionaryRoots[n.dictionary] ?? -1), true);
+    const dictionary = int(`${path}.dictionary`, n.dictionary, -1, dictionaryRoots.length - 1);
+    view.setInt32(base + Node.dictionary, dictionary < 0 ? -1 : dictionaryRoots[dictionary]!, true);
     view.setUint32(base + Node.bufferCount, n.buffers.length, true);
-    setU64(view, base + Node.length, n.length);
-    setU64(view, base + Node.nullCount, n.nullCount); // -1 (unknown) as two's complement
-    setU64(view, base + Node.offset, n.offset);
-    for (const b of n.buffers) {
-      view.setUint16(buffersAt + Buffer_.kind, MEMORY_KINDS.indexOf(b.kind), true);
-      view.setInt32(buffersAt + Buffer_.deviceOrdinal, b.deviceOrdinal, true);
-      out.set(b.deviceUuid, buffersAt + Buffer_.deviceUuid);
-      setU64(view, buffersAt + Buffer_.offset, b.offset);
-      setU64(view, buffersAt + Buffer_.length, b.length);
+    setU64(view, base + Node.length, int(`${path}.length`, n.length, 0, MAX_COUNT));
+    setU64(view, base + Node.nullCount, int(`${path}.nullCount`, n.nullCount, -1, MAX_COUNT)); // -1 (unknown) as two's complement
+    setU64(view, base + Node.offset, int(`${path}.offset`, n.offset, 0, MAX_COUNT));
+    n.buffers.forEach((b, k) => {
+      const at = `${path}.buffers[${k}]`;
+      object(at, b);
+      const kind = MEMORY_KINDS.indexOf(b.kind);
+      if (kind < 0) refuse(`${at}.kind`, `must be one of ${MEMORY_KINDS.join(', ')}`);
+      view.setUint16(buffersAt + Buffer_.kind, kind, true);
+      view.setInt32(buffersAt + Buffer_.deviceOrdinal, int(`${at}.deviceOrdinal`, b.deviceOrdinal, -1, 0x7fffffff), true);
+      out.set(bytes(`${at}.deviceUuid`, b.deviceUuid, 16), buffersAt + Buffer_.deviceUuid);
+      setU64(view, buffersAt + Buffer_.offset, int(`${at}.offset`, b.offset, 0, MAX_COUNT));
+      setU64(view, buffersAt + Buffer_.length, int(`${at}.length`, b.length, 0, MAX_COUNT));
+      if (typeof b.allocationId !== 'bigint' || b.allocationId < 0n || b.allocationId > MAX_U64) refuse(`${at}.allocationId`, 'must be a bigint in [0, 2^64)');
       view.setBigUint64(buffersAt + Buffer_.allocId, b.allocationId, true);
-      out.set(b.handle, buffersAt + Buffer_.handle);
+      out.set(bytes(`${at}.handle`, b.handle, HANDLE_BYTES), buffersAt + Buffer_.handle);
       buffersAt += BUFFER_BYTES;
-    }
+    });
   });
   view.setUint32(Header.metadataOffset, put(schemaMetadata), true);
   view.setUint32(Header.metadataLength, schemaMetadata.length, true);

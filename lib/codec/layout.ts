@@ -12,6 +12,7 @@ export const HANDLE_BYTES = 64;
 export const MAX_BODY_BYTES = 64 << 20;
 export const MAX_NODES = 1 << 20;
 export const MAX_BUFFERS = 3 << 20;
+export const MAX_DEPTH = 64;
 /** Every count fits a double exactly: the protocol's limit in all languages. */
 export const MAX_COUNT = Number.MAX_SAFE_INTEGER;
 

@@ -34,7 +34,6 @@ gpuTest('every type published to the device in one process reads back equal in a
     for (const want of [full, full.slice(3, 27)]) {
       const f = await consumer.next({ timeout: 30_000 });
       t.true(f.description.columns.every((c) => c.buffers.every((b) => b.kind !== 'host')), 'every buffer is device memory');
-      t.is(f.description.syncKind, 2, 'an event orders the reads after the upload');
       t.is(tableDifference(want, f.toTable()), null);
       f.release();
     }
@@ -105,6 +104,30 @@ async function roundTrip<T>(producer: Producer, consumer: Consumer, buf: DeviceB
   }
 }
 
+gpuTest('a frame carries an event only while the producer\'s stream still has work queued', async (t) => {
+  await withRing('gpu-event', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const buf = DeviceBuffer.alloc(64 << 20);
+    buf.download(0, 4); // a synchronous copy: the legacy stream is idle afterwards
+    await producer.publishFrame(float32Column(buf.ptr, buf.byteLength));
+    const idle = await consumer.next({ timeout: 5000 });
+    t.is(idle.description.syncKind, 0, 'nothing was queued: no event');
+    idle.release();
+    native().deviceMemsetAsync(0, buf.ptr, 0x3c, buf.byteLength, 20);
+    await producer.publishFrame(float32Column(buf.ptr, buf.byteLength));
+    const busy = await consumer.next({ timeout: 5000 });
+    t.is(busy.description.syncKind, 2, 'memsets were queued: an event orders the reads after them');
+    const x = busy.toTable().getChild('x')!.data[0]!.values as Float32Array;
+    t.true(new Uint8Array(x.buffer, x.byteOffset, x.byteLength).every((b) => b === 0x3c), 'the reads saw the last memset');
+    busy.release();
+    await producer.drain();
+    buf.free();
+    consumer.close();
+    producer.close();
+  });
+});
+
 gpuTest('copyToDevice({ into }) copies into the caller\'s buffer, which the copy never frees; a wrong buffer is refused', async (t) => {
   await withRing('gpu-into', { slots: 8 }, async (_ring, name) => {
     const producer = Producer.open(name);
@@ -163,6 +186,7 @@ gpuTest('ordering: published while device writes are still queued, the consumer 
   const bytes = 1 << 30;
   await fromDeviceProducer('ordering', [bytes, 128], async (consumer) => {
     const f = await consumer.next({ timeout: 60_000 });
+    t.is(f.description.syncKind, 2, 'the writes were still queued: the frame carries an event');
     f.synchronize(); // a host-side wait on the producer's event; toTable() would order itself anyway
     const x = f.toTable().getChild('x')!.data[0]!.values as Uint8Array;
     let bad = -1;

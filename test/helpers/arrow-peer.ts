@@ -23,7 +23,7 @@ async function publish(rows: number, ipc: string): Promise<void> {
   const producer = Producer.open(name!);
   for (const t of tables) await producer.publish(t);
   say({ published: tables.length });
-  await producer.drain({ timeout: 30_000 });
+  await producer.drain();
   producer.close();
 }
 
