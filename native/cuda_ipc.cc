@@ -57,29 +57,41 @@ int CheckExportable(Napi::Env env, const Driver &d, CUdeviceptr p) {
   return device;
 }
 
-// exportDeviceMemory(ptr) -> { handle, offset, base, allocationBytes, device }
+// The export of the allocation containing `p`, from this process's earlier
+// exports when the allocation there is still the one exported (same buffer id:
+// one attribute query instead of eight driver calls), else made now.
+Mapping Export(Napi::Env env, const Driver &d, CUdeviceptr p, CUipcMemHandle *h) {
+  Mapping m;
+  CUresult rc;
+  if (IpcHandleCache::Get().FindExport(p, h, &m) &&
+      Attribute<unsigned long long>(d, CU_POINTER_ATTRIBUTE_BUFFER_ID, p, &rc) == m.alloc_id && rc == CUDA_SUCCESS)
+    return m;
+  m.device = CheckExportable(env, d, p);
+  ScopedContext ctx(env, m.device);
+  size_t size = 0;
+  Check(env, d.cuMemGetAddressRange(&m.base, &size, p), "cuMemGetAddressRange");
+  m.bytes = size;
+  Check(env, d.cuIpcGetMemHandle(h, m.base), "cuIpcGetMemHandle");
+  m.alloc_id = Attribute<unsigned long long>(d, CU_POINTER_ATTRIBUTE_BUFFER_ID, m.base, &rc);
+  Check(env, rc, "cuPointerGetAttribute(BUFFER_ID)");
+  IpcHandleCache::Get().RememberExport(*h, m.alloc_id, m.base, m.device, m.bytes);
+  return m;
+}
+
+// exportDeviceMemory(ptr) -> { handle, offset, base, allocationBytes, device, allocationId }
 Napi::Value ExportDeviceMemory(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   const Driver &d = Require(env);
   CUdeviceptr p = DevicePtr(info[0]);
-  int device = CheckExportable(env, d, p);
-  ScopedContext ctx(env, device);
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  Check(env, d.cuMemGetAddressRange(&base, &size, p), "cuMemGetAddressRange");
   CUipcMemHandle h;
-  Check(env, d.cuIpcGetMemHandle(&h, base), "cuIpcGetMemHandle");
-  CUresult rc;
-  auto alloc_id = Attribute<unsigned long long>(d, CU_POINTER_ATTRIBUTE_BUFFER_ID, base, &rc);
-  Check(env, rc, "cuPointerGetAttribute(BUFFER_ID)");
-  IpcHandleCache::Get().RememberExport(h, alloc_id, base, device, size);
+  Mapping m = Export(env, d, p, &h);
   Napi::Object o = Napi::Object::New(env);
   o.Set("handle", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t *>(h.reserved), sizeof h.reserved));
-  o.Set("offset", static_cast<double>(p - base));
-  o.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(base)));
-  o.Set("allocationBytes", static_cast<double>(size));
-  o.Set("device", device);
-  o.Set("allocationId", Napi::BigInt::New(env, static_cast<uint64_t>(alloc_id)));
+  o.Set("offset", static_cast<double>(p - m.base));
+  o.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(m.base)));
+  o.Set("allocationBytes", static_cast<double>(m.bytes));
+  o.Set("device", m.device);
+  o.Set("allocationId", Napi::BigInt::New(env, static_cast<uint64_t>(m.alloc_id)));
   return o;
 }
 

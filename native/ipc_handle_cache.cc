@@ -21,6 +21,19 @@ void IpcHandleCache::RememberExport(const CUipcMemHandle &h, uint64_t alloc_id, 
   m.device = device;
   m.bytes = bytes;
   m.own = true;
+  exports_[base] = Key{h};
+}
+
+bool IpcHandleCache::FindExport(CUdeviceptr p, CUipcMemHandle *h, Mapping *m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = exports_.upper_bound(p);
+  if (it == exports_.begin()) return false;
+  --it;
+  auto e = entries_.find(it->second);
+  if (e == entries_.end() || !e->second.own || p >= e->second.base + e->second.bytes) return false;
+  *h = e->first.h;
+  *m = e->second;
+  return true;
 }
 
 bool IpcHandleCache::PendingLocked(const CUipcMemHandle &h) const {

@@ -35,6 +35,11 @@ class IpcHandleCache {
 
   // Remembers a handle this process exported (base pointer and device).
   void RememberExport(const CUipcMemHandle &h, uint64_t alloc_id, CUdeviceptr base, int device, uint64_t bytes);
+  // The export of an allocation containing `p`, made earlier by this process:
+  // the handle and mapping (own = true). A producer exports the same memory for
+  // frame after frame; the caller must confirm the allocation is still the
+  // one exported (its buffer id), since addresses are reused.
+  bool FindExport(CUdeviceptr p, CUipcMemHandle *h, Mapping *m);
   // Maps `h` on `device` (opening it if needed) and takes a reference. A cached
   // mapping of the same handle but another allocation id is stale (the exporter
   // freed and reallocated at the same address): it is closed and reopened.
@@ -63,6 +68,7 @@ class IpcHandleCache {
   Entry current_{};
   bool closer_started_ = false;
   std::map<Key, Mapping> entries_;
+  std::map<CUdeviceptr, Key> exports_;  // by base address
   uint64_t clock_ = 0, opens_ = 0, closes_ = 0, hits_ = 0, mapped_bytes_ = 0;
   size_t max_entries_ = 256;
   uint64_t max_bytes_ = 64ull << 30;
