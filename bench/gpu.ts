@@ -50,10 +50,10 @@ function deviceColumn(ptr: bigint, bytes: number): FrameDescription {
  * Returns the measured allocation's latencies, [0] its first open.
  */
 const WARM_UP = 100;
-async function publishToVisible(bytes: number, frames: number, spin: number): Promise<{ cold: number; coldMap: number; latencies: number[]; open: number }> {
+async function publishToVisible(bytes: number, frames: number, spin: number, mode = 'describe'): Promise<{ cold: number; coldMap: number; latencies: number[]; open: number }> {
   return withRing('bench-ptv', { slots: 8 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const producer = spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/stamp-producer.ts'), name, String(bytes), String(WARM_UP), String(frames)], { stdio: ['ignore', 'inherit', 'inherit'] });
+    const producer = spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/stamp-producer.ts'), name, String(bytes), String(WARM_UP), String(frames), mode], { stdio: ['ignore', 'inherit', 'inherit'] });
     const latencies: number[] = [];
     const maps: number[] = [];
     for (let i = 0; i < WARM_UP + frames; i++) {
@@ -73,6 +73,7 @@ async function publishToVisible(bytes: number, frames: number, spin: number): Pr
 async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
   const asleep = await publishToVisible(bytes, 201, 0);
   const spinning = await publishToVisible(bytes, 201, 20_000);
+  const prepared = await publishToVisible(bytes, 201, 20_000, 'prepared');
   const staging = stagingMicros(bytes);
   const label = `publish-to-visible ${bytes / MiB} MiB`;
   const base = 'host staging (pinned DtoH + HtoD)';
@@ -84,6 +85,8 @@ async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
     compare(label, 'cached p50, consumer asleep', 'µs', median(asleep.latencies.slice(1)), base, staging, false),
     compare(label, 'cached p50, consumer spinning', 'µs', median(spinning.latencies.slice(1)), base, staging, false),
     compare(label, 'cached p99, consumer spinning', 'µs', percentile(spinning.latencies.slice(1), 99), base, staging, false),
+    compare(label, 'cached p50, prepared frame, consumer spinning', 'µs', median(prepared.latencies.slice(1)), base, staging, false),
+    compare(label, 'cached p99, prepared frame, consumer spinning', 'µs', percentile(prepared.latencies.slice(1), 99), base, staging, false),
   ];
 }
 
@@ -207,7 +210,7 @@ if (!info.available || info.devices.length === 0) {
   process.exit(1);
 }
 const records: BenchRecord[] = [];
-const series: Series[] = ['first open', 'cached p50, consumer asleep', 'cached p50, consumer spinning'].map((label) => ({ label, points: [] }));
+const series: Series[] = ['first open', 'cached p50, consumer asleep', 'cached p50, consumer spinning', 'cached p50, prepared frame, consumer spinning'].map((label) => ({ label, points: [] }));
 series.push({ label: 'host staging', points: [] });
 for (const bytes of SIZES) {
   progress(`publish-to-visible, ${bytes / MiB} MiB ...`);

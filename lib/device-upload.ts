@@ -6,7 +6,7 @@
  */
 import type { RecordBatch, Table } from 'apache-arrow';
 import { describeBatch } from './arrow/table-writer.js';
-import type { BufferDescriptor, FrameDescription } from './codec/description.js';
+import { forEachBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
 import { HANDLE_BYTES } from './codec/layout.js';
 import { DeviceBuffer, deviceUuidOf, exportDeviceMemory } from './device-buffer.js';
 import { callNative } from './errors.js';
@@ -44,6 +44,18 @@ export function uploadBatch(source: RecordBatch | Table, device: number): Device
     memory.free();
     throw error;
   }
+}
+
+/**
+ * The device on whose legacy default stream a hand-described frame's readers
+ * are ordered: `option`, else that of its first device buffer; -1 when it needs
+ * no event from us (no device buffers, or an event of its own).
+ */
+export function eventDevice(description: FrameDescription, option: number | undefined): number {
+  if (description.syncKind !== 0) return -1;
+  let first = -1;
+  forEachBuffer(description, (b) => b.kind === 'cuda-ipc' && first < 0 && (first = b.deviceOrdinal));
+  return first < 0 ? -1 : (option ?? first);
 }
 
 /**

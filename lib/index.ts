@@ -1,5 +1,6 @@
 export { Ring, type CreateOptions, type OpenOptions, type RingInspection } from './ring.js';
 export { Producer, type HostAllocation, type ProducerOptions, type PublishOptions } from './producer.js';
+export { PreparedFrame, type PreparedPublishOptions } from './prepared-frame.js';
 export { Consumer, type ConsumerOptions, type NextOptions } from './consumer.js';
 export { Frame } from './frame.js';
 export type { DeviceView } from './device-mappings.js';

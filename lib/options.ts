@@ -50,6 +50,11 @@ export const publishOptions = z
   })
   .strict();
 
+/** PreparedFrame.publish(): the device was fixed at prepare(). */
+export const preparedPublishOptions = publishOptions.omit({ device: true });
+
+export const prepareOptions = z.object({ device: z.number().int().min(0).optional() }).strict();
+
 export const nextOptions = z
   .object({
     /** Milliseconds to wait for a frame; TIMEOUT after that. Default: forever. */

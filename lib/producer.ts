@@ -14,12 +14,14 @@ import { EventEmitter } from 'node:events';
 import type { RecordBatch, Table } from 'apache-arrow';
 import { describeBatch, type BufferPlacer } from './arrow/table-writer.js';
 import { forEachBuffer, handleName, hostBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
+import { decodeFrame } from './codec/decode.js';
 import { encodeFrame } from './codec/encode.js';
-import { recordFrameEvent, uploadBatch } from './device-upload.js';
+import { eventDevice, recordFrameEvent, uploadBatch } from './device-upload.js';
+import { PreparedFrame, type SendBody } from './prepared-frame.js';
 import type { DeviceBuffer } from './device-buffer.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeProducerCore, type ProducerStats } from './native.js';
-import { parseOptions, parseSegmentName, producerOptions, publishOptions, toNativeTimeout } from './options.js';
+import { parseOptions, parseSegmentName, prepareOptions, producerOptions, publishOptions, toNativeTimeout } from './options.js';
 
 export type ProducerOptions = Partial<typeof producerOptions._input>;
 export type PublishOptions = { timeout?: number; tag?: bigint; device?: number };
@@ -142,9 +144,11 @@ export class Producer {
    * cuda-ipc buffers (see deviceBufferDescriptor) stay the caller's: keep them
    * alive and unchanged until the frame is released. When the frame has device
    * buffers and no event of its own, consumers are ordered after the work still
-   * queued on the legacy default stream of `options.device` (default 0): an
-   * event is recorded there if that stream is busy (none is needed if it is
-   * idle). Work queued on other streams must be complete before publishing.
+   * queued on the legacy default stream of `options.device` (default: the
+   * device of the first device buffer): an event is recorded there if that
+   * stream is busy (none is needed if it is idle). Work queued on other streams
+   * must be complete before publishing. For the same layout published again
+   * and again, prepare() it once.
    */
   async publishFrame(description: FrameDescription, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
@@ -156,11 +160,29 @@ export class Producer {
       if (!a) throw new GpuringError('INVALID_ARGUMENT', 'a host buffer does not lie inside an unpublished allocation of this producer');
       if (!used.includes(a)) used.push(a);
     };
-    let hasDevice = false;
-    forEachBuffer(description, (b) => (claim(b), (hasDevice ||= b.kind === 'cuda-ipc')));
-    if (!hasDevice || description.syncKind !== 0) return this.#send(description, used, o.timeout, o.tag);
-    const eventId = recordFrameEvent(description, o.device ?? 0);
+    forEachBuffer(description, claim);
+    const device = eventDevice(description, o.device);
+    if (device < 0) return this.#send(description, used, o.timeout, o.tag);
+    const eventId = recordFrameEvent(description, device);
     return this.#sendDevice(description, { eventId }, o.timeout, o.tag);
+  }
+
+  /**
+   * Validates and encodes a description of device (cuda-ipc) and absent
+   * buffers once, for publishing again and again with `prepared.publish()`
+   * (see PreparedFrame). Invalid descriptions fail here, with the codes a
+   * consumer would give them. `device` as for publishFrame().
+   */
+  prepare(description: FrameDescription, options?: { device?: number }): PreparedFrame {
+    const o = parseOptions(prepareOptions, options, 'prepare() options');
+    this.#requireOpen();
+    forEachBuffer(description, (b) => {
+      if (b.kind === 'host') throw new GpuringError('INVALID_ARGUMENT', 'prepare() takes device (cuda-ipc) and absent buffers only: arena allocations belong to a single frame');
+    });
+    const body = encodeFrame(description);
+    decodeFrame(body); // every check a consumer makes, with its codes
+    const send: SendBody = (bytes, eventId, timeout, tag) => this.#sendDevice(bytes, { eventId }, timeout, tag);
+    return new PreparedFrame(body, eventDevice(description, o.device), send);
   }
 
   /** Frame ids as their memory is released, until the producer closes. */
@@ -263,6 +285,10 @@ export class Producer {
       this.#unuse(used);
       throw error;
     }
+    return this.#sendBody(body, used, timeout, tag);
+  }
+
+  async #sendBody(body: Uint8Array, used: Loose[], timeout: number, tag: bigint): Promise<number> {
     const list = new Float64Array(used.flatMap((a) => [a.arena, a.offset, a.length]));
     for (const a of used) this.#loose.delete(`${a.arena}:${a.offset}`);
     try {
@@ -278,9 +304,9 @@ export class Producer {
     }
   }
 
-  async #sendDevice(description: FrameDescription, owned: { memory?: DeviceBuffer; eventId: number }, timeout: number, tag: bigint): Promise<number> {
+  async #sendDevice(frame: FrameDescription | Uint8Array, owned: { memory?: DeviceBuffer; eventId: number }, timeout: number, tag: bigint): Promise<number> {
     try {
-      const id = await this.#send(description, [], timeout, tag);
+      const id = await (frame instanceof Uint8Array ? this.#sendBody(frame, [], timeout, tag) : this.#send(frame, [], timeout, tag));
       this.#deviceFrames.set(id, owned);
       return id;
     } catch (error) {

@@ -2,7 +2,7 @@
 // zero-copy allocation, explicit offsets, lifetime.
 import test from 'ava';
 import { Field, Float32, Int32, makeData, makeVector, Table, vectorFromArray } from 'apache-arrow';
-import { absentBuffer, Consumer, ERROR_CODES, GpuringError, hostBuffer, Producer, Ring, type FrameDescription } from '../lib/index.js';
+import { absentBuffer, Consumer, ERROR_CODES, GpuringError, hostBuffer, Producer, Ring, type BufferDescriptor, type FrameDescription } from '../lib/index.js';
 import { native } from '../lib/native.js';
 import { HANDLE_BYTES } from '../lib/codec/layout.js';
 import { uniqueName, withRing } from './helpers/ring.js';
@@ -237,5 +237,38 @@ test('an arena larger than /dev/shm can hold fails with NO_SPACE and a message t
     t.is(e!.code, 'NO_SPACE');
     t.regex(e!.message, /\/dev\/shm.*(enlarge|shm-size)/);
     producer.close();
+  });
+});
+
+test('prepare(): a description validated and encoded once, published again and again; host buffers and invalid frames are refused up front', async (t) => {
+  await withRing('prepared', {}, async (_ring, name) => {
+    using producer = Producer.open(name);
+    using consumer = Consumer.open(name);
+    // A struct column with no fields needs no memory at all, so this runs without a GPU.
+    const frame = (format: string, buffers: BufferDescriptor[]): FrameDescription => ({
+      rowCount: 5,
+      metadata: null,
+      columns: [{ name: 's', format, nullable: true, dictionaryOrdered: false, mapKeysSorted: false, metadata: null, dictionary: -1, length: 5, nullCount: 0, offset: 0, buffers, children: [] }],
+      dictionaries: [],
+      syncKind: 0,
+      syncHandle: new Uint8Array(HANDLE_BYTES),
+    });
+    const prepared = producer.prepare(frame('+s', [absentBuffer()]));
+    const ids = [];
+    for (const tag of [7n, 8n, 9n]) ids.push(await prepared.publish({ tag }));
+    t.is(new Set(ids).size, 3, 'each publish is a frame of its own');
+    for (const tag of [7n, 8n, 9n]) {
+      const f = await consumer.next({ timeout: 5000 });
+      t.is(f.tag, tag);
+      t.is(f.toTable().getChild('s')!.length, 5);
+      f.release();
+    }
+    const code = (fn: () => unknown) => t.throws(fn, { instanceOf: GpuringError })!.code;
+    const host = frame('i', [absentBuffer(), hostBuffer(`/gpuring.${name}.p0g1.a0`, 0, 20)]);
+    t.is(code(() => producer.prepare(host)), 'INVALID_ARGUMENT', 'arena memory belongs to one frame');
+    t.is(code(() => producer.prepare(frame('i', [absentBuffer()]))), 'FRAME_INVALID', 'an int32 column has two buffers');
+    t.is((await t.throwsAsync(prepared.publish({ device: 0 } as never), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
+    producer.close();
+    t.is((await t.throwsAsync(prepared.publish(), { instanceOf: GpuringError }))!.code, 'CLOSED');
   });
 });

@@ -128,6 +128,36 @@ gpuTest('a frame carries an event only while the producer\'s stream still has wo
   });
 });
 
+gpuTest('a prepared device frame published again and again: each frame ordered after the work queued before it', async (t) => {
+  await withRing('gpu-prepared', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const buf = DeviceBuffer.alloc(16 << 20);
+    const prepared = producer.prepare(float32Column(buf.ptr, buf.byteLength));
+    const opens = native().ipcStats().opens;
+    for (let i = 1; i <= 20; i++) {
+      native().deviceMemsetAsync(0, buf.ptr, i, buf.byteLength, 200); // about a millisecond of device work
+      await prepared.publish({ tag: BigInt(i) });
+      const f = await consumer.next({ timeout: 5000 });
+      t.is(f.description.syncKind, 2, 'memsets were queued: the frame carries an event');
+      const x = f.toTable().getChild('x')!.data[0]!.values as Float32Array;
+      if (!new Uint8Array(x.buffer, x.byteOffset, x.byteLength).every((b) => b === i)) t.fail(`frame ${i} did not see its last memset`);
+      f.release();
+      await producer.drain(); // the caller may write the buffer again only after release
+    }
+    buf.download(0, 4);
+    await prepared.publish();
+    const idle = await consumer.next({ timeout: 5000 });
+    t.is(idle.description.syncKind, 0, 'nothing queued: no event');
+    idle.release();
+    t.is(native().ipcStats().opens - opens, 0, 'one allocation, mapped by this process already (its own export)');
+    await producer.drain();
+    buf.free();
+    consumer.close();
+    producer.close();
+  });
+});
+
 gpuTest('copyToDevice({ into }) copies into the caller\'s buffer, which the copy never frees; a wrong buffer is refused', async (t) => {
   await withRing('gpu-into', { slots: 8 }, async (_ring, name) => {
     const producer = Producer.open(name);

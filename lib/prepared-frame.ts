@@ -1,0 +1,62 @@
+/**
+ * PreparedFrame: a frame description validated and encoded once, published
+ * as often as you like (Producer.prepare()). For producers with a fixed set
+ * of device buffers, a ring of output tensors or double buffering, which
+ * otherwise describe, encode and validate the same layout for every frame.
+ *
+ * Ownership is publishFrame()'s: the device buffers stay the caller's, alive
+ * and unchanged from each publish until that frame is released (the
+ * producer's 'release' event names it). Only device (cuda-ipc) and absent
+ * buffers can be prepared: arena allocations belong to a single frame.
+ *
+ * Ordering: each publish orders its readers after the work queued on the
+ * legacy default stream of the frame's device, recording a pooled event when
+ * that stream is busy (none when idle), unless the description carries an
+ * event of its own.
+ */
+import { HANDLE_BYTES, Header } from './codec/layout.js';
+import { parseOptions, preparedPublishOptions } from './options.js';
+import { native } from './native.js';
+import { callNative } from './errors.js';
+
+/** How the producer sends a prepared body: with the event id to recycle on release (-1: none). */
+export type SendBody = (body: Uint8Array, eventId: number, timeout: number, tag: bigint) => Promise<number>;
+
+export type PreparedPublishOptions = { timeout?: number; tag?: bigint };
+
+const NO_EVENT = new Uint8Array(HANDLE_BYTES);
+
+export class PreparedFrame {
+  readonly #body: Uint8Array;
+  /** Device whose legacy stream orders the frame, or -1 when the description brings its own event. */
+  readonly #eventDevice: number;
+  readonly #send: SendBody;
+
+  /** @internal Producer.prepare() makes these. */
+  constructor(body: Uint8Array, eventDevice: number, send: SendBody) {
+    this.#body = body;
+    this.#eventDevice = eventDevice;
+    this.#send = send;
+  }
+
+  /** Bytes of the encoded description. */
+  get byteLength(): number {
+    return this.#body.length;
+  }
+
+  /**
+   * Publishes the frame again; resolves to the new frame's id. Options as for
+   * publish(): `timeout` for space in the ring, `tag` carried with the frame.
+   */
+  async publish(options?: PreparedPublishOptions): Promise<number> {
+    const o = parseOptions(preparedPublishOptions, options, 'publish() options');
+    // The native publish copies the body before it returns, so the header can
+    // be patched for every frame without a copy here.
+    const event = this.#eventDevice < 0 ? null : callNative(() => native().recordEvent(this.#eventDevice, true));
+    if (this.#eventDevice >= 0) {
+      new DataView(this.#body.buffer, this.#body.byteOffset).setUint16(Header.syncKind, event ? 2 : 0, true);
+      this.#body.set(event ? event.handle : NO_EVENT, Header.syncHandle);
+    }
+    return this.#send(this.#body, event ? event.id : -1, o.timeout, o.tag);
+  }
+}
