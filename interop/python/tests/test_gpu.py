@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -133,3 +134,53 @@ def test_cudf_style_columns_with_null_mask_and_strings_to_node(ring_name):
     assert cols["name"] == [f"n{i}" for i in range(ROWS)]
     _, err = producer.communicate(timeout=60)
     assert producer.returncode == 0, err
+
+
+def _leased(ring_name: str) -> int:
+    """Slots of the ring in state LEASED, read from the segment itself."""
+    from gpuring import layout as L
+    from gpuring.segment import Segment
+    seg = Segment.open(ring_name)
+    try:
+        return sum(L.word_state(seg.mem.load64(seg.slot(i))) == L.LEASED for i in range(seg.slot_count))
+    finally:
+        seg.close()
+
+
+SPIN = r'''extern "C" __global__ void spin(long long cycles) {
+  long long t0 = clock64();
+  while (clock64() - t0 < cycles) {}
+}'''
+
+
+def test_release_with_a_stream_holds_the_lease_until_the_stream_is_done(ring_name):
+    child = _device_producer(ring_name, "cupy")
+    spin = cupy.RawKernel(SPIN, "spin")
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:  # compiles both kernels now: compiling later would stall the host past the spin
+        spin((1,), (1,), (cupy.int64(0),))
+        cupy.zeros(8, dtype=cupy.float32).sum()
+    stream.synchronize()
+    with Consumer.open(ring_name) as consumer:
+        frame = consumer.next(timeout=30)
+        cols = frame.to_cupy()
+        with stream:
+            spin((1,), (1,), (cupy.int64(1_000_000_000),))  # about half a second of device time
+            total = cols["x"].sum()  # reads the frame, queued behind the spin
+        assert not stream.done, "the reads are still queued"
+        del cols
+        with pytest.raises(GpuringError) as e:
+            frame.release(stream="not a stream")
+        assert e.value.code == "INVALID_ARGUMENT"
+        frame.release(stream=stream)
+        assert _leased(ring_name) == 1, "release(stream=...) returned with the lease held"
+        assert child.poll() is None, "the producer is still waiting for its frame"
+        stream.synchronize()
+        for _ in range(200):
+            if _leased(ring_name) == 0:
+                break
+            time.sleep(0.01)
+        assert _leased(ring_name) == 0, "the lease ended once the stream was done"
+        assert float(total) == sum(_expected()[0])
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err

@@ -31,6 +31,7 @@ class Consumer:
         self._lock = threading.Lock()
         self._held: set[int] = set()
         self._device = None
+        self._stream_releases = None
         sweep(seg)
 
     @classmethod
@@ -87,6 +88,12 @@ class Consumer:
     def _record_batch(self, description, lease: Lease):
         return record_batch(description, self._maps.address, lease)
 
+    def _release_after(self, ordinal: int, stream: int, lease: Lease) -> None:
+        if self._stream_releases is None:
+            from .stream_releases import StreamReleases
+            self._stream_releases = StreamReleases()
+        self._stream_releases.add(ordinal, stream, lease)
+
     def _device_mappings(self):
         if self._device is None:
             from .device_columns import DeviceMappings
@@ -98,9 +105,12 @@ class Consumer:
             raise GpuringError("CLOSED", "the consumer is closed")
 
     def close(self) -> None:
-        """Leaves the ring; frames still held are released. Host arrays stay
+        """Leaves the ring, once the leases of frames released with a stream
+        have ended; frames still held are released. Host arrays stay
         readable (their arenas stay mapped while they live); device arrays from
         this consumer must be gone first, as their IPC mappings close here."""
+        if self._stream_releases is not None:
+            self._stream_releases.wait_all()
         with self._lock:
             if self._seg is None:
                 return

@@ -16,7 +16,9 @@ CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE = 10
 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
 CU_MEMORYTYPE_DEVICE = 2
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
+CU_EVENT_DISABLE_TIMING = 0x2
 CU_EVENT_DISABLE_TIMING_INTERPROCESS = 0x2 | 0x4
+CUDA_ERROR_NOT_READY = 600
 _lib = None
 
 
@@ -150,6 +152,37 @@ def record_ipc_event(stream: int) -> tuple[ctypes.c_void_p, bytes]:
     call("cuEventRecord", event, ctypes.c_void_p(stream))
     call("cuIpcGetEventHandle", handle, event)
     return event, bytes(handle)
+
+
+def record_event(stream: int) -> ctypes.c_void_p:
+    """A process-local event recorded on ``stream``, after the work queued there so far."""
+    event = ctypes.c_void_p()
+    call("cuEventCreate", ctypes.byref(event), CU_EVENT_DISABLE_TIMING)
+    try:
+        call("cuEventRecord", event, ctypes.c_void_p(stream))
+    except GpuringError:
+        destroy_event(event)
+        raise
+    return event
+
+
+def event_complete(event: ctypes.c_void_p) -> bool:
+    rc = driver().cuEventQuery(event)
+    if rc == CUDA_ERROR_NOT_READY:
+        return False
+    check(rc, "cuEventQuery")
+    return True
+
+
+def stream_handle(stream) -> int:
+    """The CUstream of ``stream``: an int, a CuPy stream (``.ptr``) or a PyTorch
+    stream (``.cuda_stream``); 0 is the legacy default stream."""
+    for attribute in ("ptr", "cuda_stream"):
+        if hasattr(stream, attribute):
+            return int(getattr(stream, attribute))
+    if isinstance(stream, int) and stream >= 0:
+        return stream
+    raise GpuringError("INVALID_ARGUMENT", f"not a CUDA stream: {stream!r} (pass a CuPy or PyTorch stream, or a CUstream as an int)")
 
 
 def destroy_event(event: ctypes.c_void_p) -> None:

@@ -8,6 +8,7 @@ the memory. Releasing early is always safe; arrays never dangle.
 """
 from __future__ import annotations
 
+from . import cuda_driver as cu
 from .description import FrameDescription
 from .errors import GpuringError
 
@@ -67,8 +68,20 @@ class Frame:
         from .device_columns import to_torch
         return to_torch(self, self._held())
 
-    def release(self) -> None:
-        """Gives the frame back. Arrays built from it keep the lease until they go."""
+    def release(self, stream=None) -> None:
+        """Gives the frame back. Arrays built from it keep the lease until they go.
+
+        With ``stream`` (a CuPy or PyTorch stream, or a CUstream as an int; 0
+        for the legacy default stream), the lease also lasts until that stream
+        completes the work queued on it so far: release right after queueing
+        GPU work that reads the frame, without waiting for it. ``close()``
+        waits for such releases."""
+        if stream is None or self._lease is None:
+            self._lease = None
+            return
+        handle = cu.stream_handle(stream)
+        device = next((b.device_uuid for b in self.description.buffers() if b.kind == "cuda-ipc"), None)
+        self._consumer._release_after(0 if device is None else cu.ordinal_of_uuid(device), handle, self._lease)
         self._lease = None
 
     def __enter__(self) -> "Frame":
