@@ -14,13 +14,22 @@ async function publish(producer: Producer, from: number, to: number): Promise<vo
 }
 
 /** Takes frames until none arrives for 300 ms; returns their tags (released). */
-async function drainTags(consumer: Consumer): Promise<number[]> {
+/**
+ * Takes `count` frames (each may be slow to come on a loaded machine), then
+ * whatever else arrives within 300 ms: a frame delivered twice shows up as an
+ * extra tag, a lost one as a timeout. Tags sorted.
+ */
+async function drainTags(consumer: Consumer, count: number): Promise<number[]> {
   const tags: number[] = [];
+  const take = async (timeout: number) => {
+    const f = await consumer.next({ timeout });
+    tags.push(Number(f.tag));
+    f.release();
+  };
+  while (tags.length < count) await take(30_000);
   for (;;) {
     try {
-      const f = await consumer.next({ timeout: 300 });
-      tags.push(Number(f.tag));
-      f.release();
+      await take(300);
     } catch {
       return tags.sort((a, b) => a - b);
     }
@@ -57,9 +66,9 @@ test('a consumer killed while holding leases: its leases are released to the pro
     t.true(await eventually(() => [1, 2, 3, 4].every((id) => released.includes(id))), `leases of the dead consumer released (got ${released})`);
     t.false(participants(ring).some((p) => p.index === index), 'its participant entry was freed');
     const consumer = Consumer.open(name);
-    t.deepEqual(await drainTags(consumer), [4, 5, 6, 7, 8, 9], 'the frames it did not take are still delivered, once');
+    t.deepEqual(await drainTags(consumer, 6), [4, 5, 6, 7, 8, 9], 'the frames it did not take are still delivered, once');
     // The ring keeps working, for more than a full lap of its 16 slots.
-    const [, more] = await Promise.all([publish(producer, 10, 40), drainTags(consumer)]);
+    const [, more] = await Promise.all([publish(producer, 10, 40), drainTags(consumer, 30)]);
     t.deepEqual(more, Array.from({ length: 30 }, (_, i) => 10 + i));
     await producer.drain();
     consumer.close();
@@ -78,7 +87,7 @@ test('a consumer killed between taking a frame and handing it over: the frame go
     const consumer = Consumer.open(name);
     ring.sweep(); // the producer's own thread may have repaired it already; either way it is counted
     t.is(ring.inspect().redelivered, 1, 'the claimed frame was handed back once');
-    t.deepEqual(await drainTags(consumer), [0, 1, 2], 'all three delivered, the claimed one too, none twice');
+    t.deepEqual(await drainTags(consumer, 3), [0, 1, 2], 'all three delivered, the claimed one too, none twice');
     await producer.drain();
     consumer.close();
     producer.close();
@@ -102,7 +111,7 @@ test('a producer killed between claiming a slot and publishing: the slot is skip
     t.true(ring.inspect().recovered >= 1, 'the repair is counted');
     consumer.close();
     const c2 = Consumer.open(name);
-    const [, more] = await Promise.all([publish(producer, 2, 12), drainTags(c2)]); // laps of a 4-slot ring
+    const [, more] = await Promise.all([publish(producer, 2, 12), drainTags(c2, 10)]); // laps of a 4-slot ring
     t.deepEqual(more, [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     c2.close();
     producer.close();
