@@ -92,6 +92,29 @@ function float32Column(ptr: bigint, bytes: number): FrameDescription {
   return { rowCount: rows, metadata: null, columns: [column], dictionaries: [], syncKind: 0, syncHandle: new Uint8Array(HANDLE_BYTES) };
 }
 
+/** A producer, a consumer and `bytes` of device memory in this process; all drained, freed and closed after `fn`. */
+async function inProcess(prefix: string, bytes: number, fn: (producer: Producer, consumer: Consumer, buf: DeviceBuffer) => Promise<void>): Promise<void> {
+  await withRing(prefix, { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const buf = DeviceBuffer.alloc(bytes);
+    try {
+      await fn(producer, consumer, buf);
+      await producer.drain();
+    } finally {
+      buf.free();
+      consumer.close();
+      producer.close();
+    }
+  });
+}
+
+/** Whether every byte of the frame's column `x` (copied to the host) is `value`. */
+function everyByteIs(f: Frame, value: number): boolean {
+  const x = f.toTable().getChild('x')!.data[0]!.values as Float32Array;
+  return new Uint8Array(x.buffer, x.byteOffset, x.byteLength).every((b) => b === value);
+}
+
 /** Publishes `buf` filled with `value` and hands the received frame to `fn`. */
 async function roundTrip<T>(producer: Producer, consumer: Consumer, buf: DeviceBuffer, value: number, fn: (f: Frame) => T): Promise<T> {
   buf.upload(new Float32Array(buf.byteLength / 4).fill(value));
@@ -105,10 +128,7 @@ async function roundTrip<T>(producer: Producer, consumer: Consumer, buf: DeviceB
 }
 
 gpuTest('a frame carries an event only while the producer\'s stream still has work queued', async (t) => {
-  await withRing('gpu-event', { slots: 8 }, async (_ring, name) => {
-    const producer = Producer.open(name);
-    const consumer = Consumer.open(name);
-    const buf = DeviceBuffer.alloc(64 << 20);
+  await inProcess('gpu-event', 64 << 20, async (producer, consumer, buf) => {
     buf.download(0, 4); // a synchronous copy: the legacy stream is idle afterwards
     await producer.publishFrame(float32Column(buf.ptr, buf.byteLength));
     const idle = await consumer.next({ timeout: 5000 });
@@ -118,21 +138,13 @@ gpuTest('a frame carries an event only while the producer\'s stream still has wo
     await producer.publishFrame(float32Column(buf.ptr, buf.byteLength));
     const busy = await consumer.next({ timeout: 5000 });
     t.is(busy.description.syncKind, 2, 'memsets were queued: an event orders the reads after them');
-    const x = busy.toTable().getChild('x')!.data[0]!.values as Float32Array;
-    t.true(new Uint8Array(x.buffer, x.byteOffset, x.byteLength).every((b) => b === 0x3c), 'the reads saw the last memset');
+    t.true(everyByteIs(busy, 0x3c), 'the reads saw the last memset');
     busy.release();
-    await producer.drain();
-    buf.free();
-    consumer.close();
-    producer.close();
   });
 });
 
 gpuTest('a prepared device frame published again and again: each frame ordered after the work queued before it', async (t) => {
-  await withRing('gpu-prepared', { slots: 8 }, async (_ring, name) => {
-    const producer = Producer.open(name);
-    const consumer = Consumer.open(name);
-    const buf = DeviceBuffer.alloc(16 << 20);
+  await inProcess('gpu-prepared', 16 << 20, async (producer, consumer, buf) => {
     const prepared = producer.prepare(float32Column(buf.ptr, buf.byteLength));
     const opens = native().ipcStats().opens;
     for (let i = 1; i <= 20; i++) {
@@ -140,8 +152,7 @@ gpuTest('a prepared device frame published again and again: each frame ordered a
       await prepared.publish({ tag: BigInt(i) });
       const f = await consumer.next({ timeout: 5000 });
       t.is(f.description.syncKind, 2, 'memsets were queued: the frame carries an event');
-      const x = f.toTable().getChild('x')!.data[0]!.values as Float32Array;
-      if (!new Uint8Array(x.buffer, x.byteOffset, x.byteLength).every((b) => b === i)) t.fail(`frame ${i} did not see its last memset`);
+      if (!everyByteIs(f, i)) t.fail(`frame ${i} did not see its last memset`);
       f.release();
       await producer.drain(); // the caller may write the buffer again only after release
     }
@@ -151,18 +162,11 @@ gpuTest('a prepared device frame published again and again: each frame ordered a
     t.is(idle.description.syncKind, 0, 'nothing queued: no event');
     idle.release();
     t.is(native().ipcStats().opens - opens, 0, 'one allocation, mapped by this process already (its own export)');
-    await producer.drain();
-    buf.free();
-    consumer.close();
-    producer.close();
   });
 });
 
 gpuTest('copyToDevice({ into }) copies into the caller\'s buffer, which the copy never frees; a wrong buffer is refused', async (t) => {
-  await withRing('gpu-into', { slots: 8 }, async (_ring, name) => {
-    const producer = Producer.open(name);
-    const consumer = Consumer.open(name);
-    const buf = DeviceBuffer.alloc(1 << 20);
+  await inProcess('gpu-into', 1 << 20, async (producer, consumer, buf) => {
     await roundTrip(producer, consumer, buf, 7, (f) => {
       const into = DeviceBuffer.alloc(f.copyBytes());
       const copy = f.copyToDevice({ into });
@@ -175,17 +179,11 @@ gpuTest('copyToDevice({ into }) copies into the caller\'s buffer, which the copy
       small.free();
       into.free();
     });
-    buf.free();
-    consumer.close();
-    producer.close();
   });
 });
 
 gpuTest('large toTable results land in pinned memory, reused (and fully overwritten) once the table is collected', async (t) => {
-  await withRing('gpu-pinned', { slots: 8 }, async (_ring, name) => {
-    const producer = Producer.open(name);
-    const consumer = Consumer.open(name);
-    const buf = DeviceBuffer.alloc(8 << 20);
+  await inProcess('gpu-pinned', 8 << 20, async (producer, consumer, buf) => {
     const allEqual = (f: Frame, value: number) => (f.toTable().getChild('x')!.data[0]!.values as Float32Array).every((v) => v === value);
     const before = native().pinnedHostStats(); // earlier tests may have left larger blocks idle
     t.true(await roundTrip(producer, consumer, buf, 1, (f) => allEqual(f, 1)));
@@ -195,9 +193,6 @@ gpuTest('large toTable results land in pinned memory, reused (and fully overwrit
     t.true(await eventually(collect), 'the collected table gave its block back');
     t.true(await roundTrip(producer, consumer, buf, 2, (f) => allEqual(f, 2)), 'the reused block holds the new frame only');
     t.is(native().pinnedHostStats().pinnedBytes, pinned, 'no new memory was pinned');
-    buf.free();
-    consumer.close();
-    producer.close();
   });
 });
 
