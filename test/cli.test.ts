@@ -3,6 +3,7 @@ import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { promisify } from 'node:util';
 import test from 'ava';
+import { cudaInfo } from '../lib/index.js';
 import { root, uniqueName } from './helpers/ring.js';
 
 const run = async (...args: string[]) => {
@@ -45,6 +46,22 @@ test('demo streams verified frames between two processes', async (t) => {
   const human = await run('demo', '--frames', '10', '--rows', '8');
   t.regex(human.stdout, /every value matched: ok/);
   t.regex(human.stderr, /10\/10 frames received and verified|producer process -> consumer process/);
+});
+
+test('demo --device needs a usable GPU and says so at once; with one, device columns cross verified', async (t) => {
+  const r = await run('demo', '--frames', '20', '--rows', '64', '--device', '0', '--json');
+  const s = JSON.parse(r.stdout);
+  if (cudaInfo().available && cudaInfo().devices.length > 0) {
+    t.is(r.code, 0, r.stderr);
+    t.true(s.ok);
+    t.is(s.memory, 'device memory on GPU 0');
+    t.is(s.received, 20);
+  } else {
+    t.is(r.code, 2);
+    t.is(s.error.code, 'CUDA_UNAVAILABLE');
+  }
+  const bad = await run('demo', '--device', 'x', '--json');
+  t.is(JSON.parse(bad.stdout).error.code, 'INVALID_ARGUMENT');
 });
 
 test('doctor reports shared memory, limits, the addon and the CUDA driver', async (t) => {

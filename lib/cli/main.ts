@@ -15,17 +15,20 @@ const USAGE = `usage: gpuring <command> [options]
   create NAME [--slots N] [--participants N] [--mode 0600]   create a ring
   inspect NAME                                               header, participants, occupancy, leases
   rm NAME                                                    remove a ring and its arenas
-  demo [--frames N] [--rows N]                               stream verified tables between two processes
+  demo [--frames N] [--rows N] [--device N]                  stream verified tables between two processes
+                                                             (--device: as device columns on GPU N)
   doctor                                                     check shared memory, limits and the CUDA driver
 
   --json    machine-readable output`;
 
-function positiveInt(value: string | undefined, fallback: number, what: string): number {
+function integer(value: string | undefined, fallback: number, what: string, min: 0 | 1): number {
   if (value === undefined) return fallback;
   const n = Number(value);
-  if (!Number.isSafeInteger(n) || n < 1) throw new GpuringError('INVALID_ARGUMENT', `${what} must be a positive integer, not '${value}'`);
+  if (!Number.isSafeInteger(n) || n < min) throw new GpuringError('INVALID_ARGUMENT', `${what} must be a ${min ? 'positive' : 'non-negative'} integer, not '${value}'`);
   return n;
 }
+
+const positiveInt = (value: string | undefined, fallback: number, what: string) => integer(value, fallback, what, 1);
 
 /** Removes the segment and every arena named after it. */
 function removeRing(name: string, out: Output): void {
@@ -60,9 +63,9 @@ async function dispatch(command: string | undefined, args: string[], out: Output
     case 'doctor':
       return doctorCommand(out);
     case 'demo':
-      return demoCommand(positiveInt(str('frames'), 1000, '--frames'), positiveInt(str('rows'), 1000, '--rows'), out);
+      return demoCommand(positiveInt(str('frames'), 1000, '--frames'), positiveInt(str('rows'), 1000, '--rows'), integer(str('device'), -1, '--device', 0), out);
     case 'demo-producer':
-      await demoProducer(args[0]!, Number(args[1]), Number(args[2]));
+      await demoProducer(args[0]!, Number(args[1]), Number(args[2]), Number(args[3]));
       return true;
     case 'demo-consumer':
       await demoConsumer(args[0]!, Number(args[1]), Number(args[2]));
@@ -87,6 +90,7 @@ export async function run(argv: string[]): Promise<number> {
         mode: { type: 'string' },
         frames: { type: 'string' },
         rows: { type: 'string' },
+        device: { type: 'string' },
       },
     });
     json = values.json ?? false;

@@ -1,7 +1,10 @@
 // GPU suite (npm run test:gpu). Every test here needs an NVIDIA GPU and its
 // driver; where there is none each test is reported as skipped, with the reason.
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import test from 'ava';
 import { cudaInfo, DeviceBuffer, GpuringError } from '../../lib/index.js';
+import { root } from '../helpers/ring.js';
 
 const info = cudaInfo();
 const gpu = info.available && info.devices.length > 0;
@@ -34,4 +37,14 @@ gpuTest('CUDA errors carry the CUDA error name and number; unknown devices are D
   const e = t.throws(() => DeviceBuffer.alloc(2 ** 52), { instanceOf: GpuringError })!;
   t.is(e.code, 'CUDA');
   t.regex(e.message, /cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY \(2\)/);
+});
+
+gpuTest('gpuring demo --device 0: the Node-to-Node device example runs, every value checked', async (t) => {
+  const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'lib/cli/main.ts', 'demo', '--device', '0', '--frames', '200', '--json'], { cwd: root });
+  const s = JSON.parse(stdout);
+  t.true(s.ok, stdout);
+  t.is(s.memory, 'device memory on GPU 0');
+  t.is(s.received, 200);
+  t.is(s.mismatches, 0);
+  t.log(`${s.received} device frames, ${Math.round(s.framesPerSecond)} frames/s`);
 });
