@@ -38,6 +38,7 @@ static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp is 32 byte
 static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc is 12 bytes in the driver ABI");
 
 constexpr CUresult CUDA_SUCCESS = 0;
+constexpr CUresult CUDA_ERROR_ALREADY_MAPPED = 208;
 constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 constexpr unsigned CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1;
 constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;

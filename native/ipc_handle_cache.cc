@@ -71,7 +71,15 @@ Mapping IpcHandleCache::Acquire(Napi::Env env, const CUipcMemHandle &h, uint64_t
     Mapping m;
     m.device = device;
     m.alloc_id = alloc_id;
-    Check(env, ctx.driver().cuIpcOpenMemHandle(&m.base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle");
+    CUresult rc = ctx.driver().cuIpcOpenMemHandle(&m.base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (rc == CUDA_ERROR_ALREADY_MAPPED) {
+      // The exporter freed memory that an idle mapping here still maps, and
+      // this allocation reuses it: the driver refuses to map it twice. No
+      // frame uses idle mappings, so close them all and try again.
+      CloseIdleLocked(lock);
+      rc = ctx.driver().cuIpcOpenMemHandle(&m.base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    }
+    Check(env, rc, "cuIpcOpenMemHandle");
     CUdeviceptr base = 0;
     size_t size = 0;
     if (ctx.driver().cuMemGetAddressRange(&base, &size, m.base) == CUDA_SUCCESS) m.bytes = size;
@@ -89,6 +97,15 @@ void IpcHandleCache::Release(const CUipcMemHandle &h) {
   auto it = entries_.find(Key{h});
   if (it == entries_.end() || it->second.refs == 0) return;
   if (--it->second.refs == 0) EvictLocked();
+}
+
+// Closes every unreferenced mapping and waits until they are closed.
+void IpcHandleCache::CloseIdleLocked(std::unique_lock<std::mutex> &lock) {
+  std::vector<std::map<Key, Mapping>::iterator> idle;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it)
+    if (it->second.refs == 0 && !it->second.own) idle.push_back(it);
+  for (auto it : idle) ScheduleCloseLocked(it);
+  done_cv_.wait(lock, [&] { return closing_.empty() && !closing_current_; });
 }
 
 // Closes unreferenced mappings, oldest first, until within bounds.

@@ -55,6 +55,7 @@ class IpcHandleCache {
   };
   using Entry = std::pair<Key, Mapping>;
   void EvictLocked();
+  void CloseIdleLocked(std::unique_lock<std::mutex> &lock);
   void ScheduleCloseLocked(std::map<Key, Mapping>::iterator it);
   // Takes back a pending close of `h` for the same allocation, or waits out one
   // for another allocation. Returns the taken-back mapping's entry, or end().

@@ -18,6 +18,7 @@ CU_MEMORYTYPE_DEVICE = 2
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 CU_EVENT_DISABLE_TIMING = 0x2
 CU_EVENT_DISABLE_TIMING_INTERPROCESS = 0x2 | 0x4
+CUDA_ERROR_ALREADY_MAPPED = 208
 CUDA_ERROR_NOT_READY = 600
 _lib = None
 
@@ -135,9 +136,15 @@ def ipc_mem_handle(base: int) -> bytes:
     return bytes(handle)
 
 
-def ipc_open(handle: bytes) -> int:
+def ipc_open(handle: bytes) -> int | None:
+    """The mapping's address, or None when the driver says this process maps
+    that memory already (CUDA_ERROR_ALREADY_MAPPED: a stale mapping of freed and
+    reused memory is still open here)."""
     ptr = ctypes.c_uint64()
-    call("cuIpcOpenMemHandle_v2", ctypes.byref(ptr), _IpcHandle(handle), CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+    rc = driver().cuIpcOpenMemHandle_v2(ctypes.byref(ptr), _IpcHandle(handle), CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+    if rc == CUDA_ERROR_ALREADY_MAPPED:
+        return None
+    check(rc, "cuIpcOpenMemHandle_v2")
     return ptr.value
 
 

@@ -11,6 +11,8 @@ described as (handle of the whole block, byte offset inside it).
 """
 from __future__ import annotations
 
+import threading
+
 from dataclasses import dataclass, field
 
 from . import cuda_driver as cu
@@ -191,7 +193,7 @@ def _views(frame, lease) -> tuple[dict, int]:
         need = (leaf.offset + leaf.length) * itemsize
         if data.length < need:
             raise GpuringError("FRAME_BOUNDS", f"column {c.name!r}: buffer of {data.length} bytes, {need} needed")
-        ptr = mapper.map(data) + leaf.offset * itemsize
+        ptr = mapper.map(data, lease) + leaf.offset * itemsize
         views[c.name] = _DeviceView(ptr, shape, typestr, lease)
     return views, ordinal
 
@@ -221,19 +223,47 @@ def to_torch(frame, lease) -> dict:
 
 class DeviceMappings:
     """A consumer's opened IPC handles, keyed by (handle, allocation id) so a
-    recycled allocation is never served from a stale mapping. Closed with the consumer."""
+    recycled allocation is never served from a stale mapping, and counted by
+    the leases whose arrays use them. Idle mappings stay open for the next
+    frame; when the exporter reuses freed memory that one of them still maps,
+    the driver refuses the new mapping, and the idle ones are closed. All are
+    closed with the consumer."""
 
     def __init__(self) -> None:
         self.open: dict[tuple[bytes, int], tuple[int, int]] = {}
+        self.refs: dict[tuple[bytes, int], int] = {}
+        self._lock = threading.Lock()  # leases end on any thread
 
-    def map(self, b: BufferDescriptor) -> int:
+    def map(self, b: BufferDescriptor, lease) -> int:
+        """The buffer's address here; the mapping is held until ``lease`` ends."""
         key = (b.handle, b.allocation_id)
         hit = self.open.get(key)
         if hit is None:
             ordinal = cu.ordinal_of_uuid(b.device_uuid)
             with cu.primary_context(ordinal):
-                hit = self.open[key] = (cu.ipc_open(b.handle), ordinal)
+                ptr = cu.ipc_open(b.handle)
+                if ptr is None:
+                    self.close_idle()
+                    ptr = cu.ipc_open(b.handle)
+                if ptr is None:
+                    raise GpuringError("CUDA", "cuIpcOpenMemHandle: the memory is mapped here already, by a frame still held")
+            hit = self.open[key] = (ptr, ordinal)
+        with self._lock:
+            self.refs[key] = self.refs.get(key, 0) + 1
+        lease.on_end(lambda: self._unref(key))
         return hit[0] + b.offset
+
+    def _unref(self, key) -> None:
+        with self._lock:
+            self.refs[key] -= 1
+
+    def close_idle(self) -> None:
+        with self._lock:
+            idle = [k for k in self.open if self.refs.get(k, 0) == 0]
+        for key in idle:
+            ptr, ordinal = self.open.pop(key)
+            with cu.primary_context(ordinal):
+                cu.ipc_close(ptr)
 
     def close(self) -> None:
         for ptr, ordinal in self.open.values():

@@ -14,15 +14,22 @@ from .errors import GpuringError
 
 
 class Lease:
-    """Ends the lease when the last reference to it goes (frame or arrays)."""
+    """Ends the lease when the last reference to it goes (frame or arrays),
+    then runs what was registered with on_end (dropping mapping references)."""
 
     def __init__(self, end) -> None:
         self._end = end
+        self._after: list = []
+
+    def on_end(self, fn) -> None:
+        self._after.append(fn)
 
     def __del__(self) -> None:
         end, self._end = self._end, None
         if end is not None:
             end()
+        for fn in self._after:
+            fn()
 
 
 class Frame:

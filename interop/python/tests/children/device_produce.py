@@ -2,6 +2,9 @@
 prints {"published": id}, drains, exits.
   x: float32 [0, 1, ..., ROWS-1] * 0.5     m: (ROWS, 3) int32, m[i, j] = 10 * i + j
 The torch columns are views into larger tensors (caching-allocator offsets).
+LIBRARY recycled: ROWS frames, frame i a fresh int32 column of 1000 + 4096 * (i % 7)
+  values all i, allocated with cudaMalloc (no CuPy pool) and freed once released, so
+  later allocations reuse the memory of frames consumers have seen (many in flight).
 LIBRARY cudf-style: DeviceColumns the way cuDF holds them, ROWS rows:
   id: int32 i, null where i % 3 == 1 (LSB-first null mask)   name: utf8 "n{i}" (offsets + characters)"""
 import json
@@ -10,6 +13,16 @@ import sys
 from gpuring import Producer
 
 name, library, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if library == "recycled":
+    import cupy as xp
+    xp.cuda.set_allocator(None)
+    with Producer.open(name) as producer:
+        for i in range(rows):
+            producer.publish({"x": xp.full(1000 + 4096 * (i % 7), i, dtype=xp.int32)})
+            if i == 0:
+                print(json.dumps({"published": 1}), flush=True)
+        producer.drain(timeout=60)
+    sys.exit(0)
 if library == "cupy":
     import cupy as xp
     x = xp.arange(rows, dtype=xp.float32) * 0.5
