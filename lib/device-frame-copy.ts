@@ -9,9 +9,9 @@
  */
 import type { Table } from 'apache-arrow';
 import { tableFromFrame } from './arrow/table-reader.js';
-import { forEachBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
+import { bufferIndex, forEachBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
 import { deviceUuidOf, exportDeviceMemory, type DeviceBuffer } from './device-buffer.js';
-import { DeviceMappings } from './device-mappings.js';
+import { deviceToHost } from './device-mappings.js';
 import { GpuringError } from './errors.js';
 
 const ALIGN = 256;
@@ -64,12 +64,9 @@ export class DeviceFrameCopy implements Disposable {
   /** The copy as an apache-arrow Table in host memory (one device-to-host copy). */
   toTable(): Table {
     if (this.memory.freed) throw new GpuringError('FRAME_STATE', 'the device copy was freed');
-    const mappings = new DeviceMappings();
-    try {
-      return tableFromFrame(this.description, (b) => mappings.toHost(b, null));
-    } finally {
-      mappings.releaseAll();
-    }
+    const index = bufferIndex(this.#source);
+    const { ptr, device } = this.memory;
+    return tableFromFrame(this.#source, (b) => deviceToHost({ ptr: ptr + BigInt(this.#at[index.get(b)!]!), byteLength: b.length, device }, null));
   }
 
   free(): void {

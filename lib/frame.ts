@@ -21,13 +21,13 @@
  */
 import type { Schema, Table } from 'apache-arrow';
 import type { BufferDescriptor, FrameDescription } from './codec/description.js';
-import { forEachBuffer, handleName } from './codec/description.js';
+import { bufferIndex, forEachBuffer, handleName } from './codec/description.js';
 import { decodeValidatedFrame } from './codec/decode.js';
 import { Header } from './codec/layout.js';
 import { schemaOfFrame, tableFromFrame } from './arrow/table-reader.js';
 import { DeviceBuffer, deviceOrdinalOf } from './device-buffer.js';
 import { copyLayout, DeviceFrameCopy } from './device-frame-copy.js';
-import { DeviceMappings, type DeviceView } from './device-mappings.js';
+import { DeviceMappings, deviceToHost, type DeviceView } from './device-mappings.js';
 import { DeviceStream } from './device-stream.js';
 import { callNative, GpuringError } from './errors.js';
 import { native } from './native.js';
@@ -55,6 +55,7 @@ export class Frame implements Disposable {
   /** Device allocations this frame mapped (references into the IpcHandleCache). */
   readonly #devices = new DeviceMappings();
   #views: (DeviceView | null)[] | undefined;
+  #index: Map<BufferDescriptor, number> | undefined;
 
   /** @internal */
   constructor(init: { id: number; producer: number; tag: bigint; pos: number; body: Uint8Array; source: FrameSource }) {
@@ -105,8 +106,12 @@ export class Frame implements Disposable {
    */
   mapDevice(): (DeviceView | null)[] {
     this.#requireLeased();
-    this.#views ??= this.#devices.mapAll(this.#body);
-    return [...this.#views];
+    return [...this.#deviceViews()];
+  }
+
+  /** Every device buffer mapped, once per frame; per buffer in wire order. */
+  #deviceViews(): (DeviceView | null)[] {
+    return (this.#views ??= this.#devices.mapAll(this.#body));
   }
 
   /**
@@ -117,10 +122,8 @@ export class Frame implements Disposable {
    */
   synchronize(): void {
     this.#requireLeased();
-    if (this.description.syncKind !== 2) return;
-    let device = 0;
-    forEachBuffer(this.description, (b) => b.kind === 'cuda-ipc' && (device = deviceOrdinalOf(b.deviceUuid)));
-    callNative(() => native().synchronizeEvent(device, this.description.syncHandle));
+    const event = this.#event();
+    if (event) callNative(() => native().synchronizeEvent(this.#firstDevice(), event));
   }
 
   /**
@@ -150,12 +153,11 @@ export class Frame implements Disposable {
       throw new GpuringError('INVALID_ARGUMENT', `copyToDevice({ into }) needs a live buffer of at least ${total} bytes on device ${target}`);
     const memory = into ?? DeviceBuffer.alloc(Math.max(total, 256), { device: target });
     try {
-      const event = this.description.syncKind === 2 ? this.description.syncHandle : null;
+      const views = this.#deviceViews();
       originals.forEach((b, i) => {
-        if (b.kind === 'cuda-ipc') {
-          const m = this.#devices.acquire(b);
-          callNative(() => native().copyDeviceToDevice(target, memory.ptr + BigInt(at[i]!), m.base + BigInt(b.offset), b.length, event, queue));
-        } else if (b.kind === 'host') memory.upload(this.#resolve(b), at[i]);
+        const view = views[i];
+        if (view) callNative(() => native().copyDeviceToDevice(target, memory.ptr + BigInt(at[i]!), view.ptr, b.length, this.#event(), queue));
+        else if (b.kind === 'host') memory.upload(this.#resolve(b), at[i]);
       });
       return new DeviceFrameCopy(this.description, at, memory, !into);
     } catch (error) {
@@ -212,8 +214,13 @@ export class Frame implements Disposable {
     this.release();
   }
 
+  /** The producer's event, when the frame carries one. */
+  #event(): Uint8Array | null {
+    return this.description.syncKind === 2 ? this.description.syncHandle : null;
+  }
+
   #resolve(b: BufferDescriptor): Uint8Array {
-    if (b.kind === 'cuda-ipc') return this.#devices.toHost(b, this.description.syncKind === 2 ? this.description.syncHandle : null);
+    if (b.kind === 'cuda-ipc') return deviceToHost(this.#deviceViews()[(this.#index ??= bufferIndex(this.description)).get(b)!]!, this.#event());
     const arena = this.#source.arena(handleName(b.handle));
     if (b.offset + b.length > arena.byteLength)
       throw new GpuringError('FRAME_BOUNDS', `a buffer [${b.offset}, +${b.length}) lies outside its ${arena.byteLength}-byte arena`);

@@ -167,8 +167,6 @@ export interface NativeAddon {
   rawCopySeconds(kind: 'dtoh' | 'htod' | 'dtod', device: number, bytes: number, iterations: number): number;
   allocOtherMemory(kind: 'pinned' | 'managed' | 'pool' | 'vmm', bytes: number): bigint;
   exportDeviceMemory(ptr: bigint): DeviceExport;
-  ipcAcquire(handle: Uint8Array, allocationId: bigint, device: number): { base: bigint; bytes: number };
-  ipcRelease(handle: Uint8Array): void;
   ipcReleaseAll(handles: Uint8Array): void;
   mapFrame(body: Uint8Array): { views: ArrayBuffer; handles: Uint8Array };
   ipcStats(): IpcStats;

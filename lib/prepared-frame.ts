@@ -28,6 +28,7 @@ const NO_EVENT = new Uint8Array(HANDLE_BYTES);
 
 export class PreparedFrame {
   readonly #body: Uint8Array;
+  readonly #header: DataView;
   /** Device whose legacy stream orders the frame, or -1 when the description brings its own event. */
   readonly #eventDevice: number;
   readonly #send: SendBody;
@@ -35,6 +36,7 @@ export class PreparedFrame {
   /** @internal Producer.prepare() makes these. */
   constructor(body: Uint8Array, eventDevice: number, send: SendBody) {
     this.#body = body;
+    this.#header = new DataView(body.buffer, body.byteOffset);
     this.#eventDevice = eventDevice;
     this.#send = send;
   }
@@ -54,7 +56,7 @@ export class PreparedFrame {
     // be patched for every frame without a copy here.
     const event = this.#eventDevice < 0 ? null : callNative(() => native().recordEvent(this.#eventDevice, true));
     if (this.#eventDevice >= 0) {
-      new DataView(this.#body.buffer, this.#body.byteOffset).setUint16(Header.syncKind, event ? 2 : 0, true);
+      this.#header.setUint16(Header.syncKind, event ? 2 : 0, true);
       this.#body.set(event ? event.handle : NO_EVENT, Header.syncHandle);
     }
     return this.#send(this.#body, event ? event.id : -1, o.timeout, o.tag);

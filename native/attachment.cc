@@ -4,13 +4,7 @@
 namespace gpuring {
 
 void Attachment::Attach(Napi::Env env, const std::string &name, uint32_t open_timeout_ms, uint32_t roles) {
-  gpr_segment_options opt{0, 0, 0, open_timeout_ms};
-  Check(env, [&](gpr_error *e) { return gpr_segment_open(&seg, name.c_str(), &opt, e); });
-  gpr_error err{};
-  if (gpr_participant_attach(&seg, roles, &me, &gen, &err) != 0) {
-    gpr_segment_close(&seg);
-    Throw(env, err);
-  }
+  Check(env, [&](gpr_error *e) { return gpr_segment_join(&seg, name.c_str(), open_timeout_ms, roles, &me, &gen, e); });
   attached = true;
 }
 

@@ -19,13 +19,6 @@ namespace gpuring::cuda {
 
 namespace {
 
-CUipcMemHandle MemHandle(const Napi::Value &v) {
-  auto b = v.As<Napi::Uint8Array>();
-  CUipcMemHandle h{};
-  memcpy(h.reserved, b.Data(), std::min<size_t>(b.ByteLength(), sizeof h.reserved));
-  return h;
-}
-
 [[noreturn]] void NotExportable(Napi::Env env, const std::string &why) {
   Throw(env, GPR_E_NOT_EXPORTABLE, "this memory cannot be shared with CUDA IPC: " + why);
 }
@@ -92,17 +85,6 @@ Napi::Value ExportDeviceMemory(const Napi::CallbackInfo &info) {
   o.Set("allocationBytes", static_cast<double>(m.bytes));
   o.Set("device", m.device);
   o.Set("allocationId", Napi::BigInt::New(env, static_cast<uint64_t>(m.alloc_id)));
-  return o;
-}
-
-// ipcAcquire(handle, allocationId, device) -> { base: bigint in this process, bytes: allocation size }
-Napi::Value IpcAcquire(const Napi::CallbackInfo &info) {
-  Napi::Env env = info.Env();
-  Require(env);
-  Mapping m = IpcHandleCache::Get().Acquire(env, MemHandle(info[0]), ToU64(info[1]), info[2].As<Napi::Number>().Int32Value());
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(m.base)));
-  o.Set("bytes", static_cast<double>(m.bytes));
   return o;
 }
 
@@ -192,10 +174,6 @@ Napi::Value IpcReleaseAll(const Napi::CallbackInfo &info) {
   return info.Env().Undefined();
 }
 
-Napi::Value IpcRelease(const Napi::CallbackInfo &info) {
-  IpcHandleCache::Get().Release(MemHandle(info[0]));
-  return info.Env().Undefined();
-}
 
 Napi::Value IpcStats(const Napi::CallbackInfo &info) { return IpcHandleCache::Get().Stats(info.Env()); }
 
@@ -440,8 +418,6 @@ Napi::Value DeviceMemsetAsync(const Napi::CallbackInfo &info) {
 
 void DefineCudaIpc(Napi::Env env, Napi::Object exports) {
   exports.Set("exportDeviceMemory", Napi::Function::New(env, ExportDeviceMemory));
-  exports.Set("ipcAcquire", Napi::Function::New(env, IpcAcquire));
-  exports.Set("ipcRelease", Napi::Function::New(env, IpcRelease));
   exports.Set("ipcReleaseAll", Napi::Function::New(env, IpcReleaseAll));
   exports.Set("mapFrame", Napi::Function::New(env, MapFrame));
   exports.Set("ipcStats", Napi::Function::New(env, IpcStats));

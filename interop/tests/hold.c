@@ -9,8 +9,7 @@ int main(int argc, char **argv) {
   gpr_segment seg;
   gpr_error err;
   uint32_t me = 0, gen = 0;
-  if (gpr_segment_open(&seg, argv[1], NULL, &err) != 0 ||
-      gpr_participant_attach(&seg, GPR_ROLE_PRODUCER | GPR_ROLE_CONSUMER, &me, &gen, &err) != 0) {
+  if (gpr_segment_join(&seg, argv[1], 0, GPR_ROLE_PRODUCER | GPR_ROLE_CONSUMER, &me, &gen, &err) != 0) {
     fprintf(stderr, "%s: %s\n", gpr_code_name(err.code), err.message);
     return 1;
   }

@@ -88,8 +88,7 @@ static void *run_worker(void *arg) {
   gpr_segment seg;
   gpr_error err;
   uint32_t me = 0, gen = 0;
-  if (gpr_segment_open(&seg, w->name, NULL, &err) != 0 ||
-      gpr_participant_attach(&seg, w->producer ? GPR_ROLE_PRODUCER : GPR_ROLE_CONSUMER, &me, &gen, &err) != 0) {
+  if (gpr_segment_join(&seg, w->name, 0, w->producer ? GPR_ROLE_PRODUCER : GPR_ROLE_CONSUMER, &me, &gen, &err) != 0) {
     fprintf(stderr, "worker: %s\n", err.message);
     gpr_checks_failed++;
     return NULL;

@@ -126,6 +126,13 @@ export function handleName(handle: Uint8Array): string {
 }
 
 /** Calls `fn` for every buffer of every column and dictionary, in wire order. */
+/** Each buffer descriptor of `description` to its position in wire order (as forEachBuffer visits them). */
+export function bufferIndex(description: FrameDescription): Map<BufferDescriptor, number> {
+  const index = new Map<BufferDescriptor, number>();
+  forEachBuffer(description, (b) => index.set(b, index.size));
+  return index;
+}
+
 export function forEachBuffer(description: FrameDescription, fn: (buffer: BufferDescriptor) => void): void {
   const visit = (columns: ColumnDescriptor[]): void => {
     for (const c of columns) {

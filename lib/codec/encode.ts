@@ -12,8 +12,14 @@ import { utf8 } from './utf8.js';
 
 const MAX_U64 = 2n ** 64n - 1n;
 
-function refuse(path: string, what: string): never {
-  throw new GpuringError('INVALID_ARGUMENT', `invalid frame description: ${path}: ${what}`);
+/**
+ * Where a bad value is: a node's path (`columns[0].children[1]`, or '' for the
+ * description itself), a field, and for a buffer's field its index. Built into
+ * a string only when refusing: encoding valid frames makes no strings.
+ */
+function refuse(path: string, field: string, what: string, buffer = -1): never {
+  const at = [path, buffer >= 0 ? `buffers[${buffer}]` : '', field].filter(Boolean).join('.');
+  throw new GpuringError('INVALID_ARGUMENT', `invalid frame description: ${at}: ${what}`);
 }
 
 /**
@@ -23,34 +29,34 @@ function refuse(path: string, what: string): never {
  * valid frame (formats, buffer counts and sizes) is the C validator's call,
  * which the producer runs on every body before publishing it.
  */
-function int(path: string, n: unknown, min: number, max: number): number {
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) refuse(path, `must be an integer in [${min}, ${max}]`);
+function int(n: unknown, min: number, max: number, path: string, field: string, buffer = -1): number {
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) refuse(path, field, `must be an integer in [${min}, ${max}]`, buffer);
   return n;
 }
 
-function bool(path: string, b: unknown): boolean {
-  if (typeof b !== 'boolean') refuse(path, 'must be a boolean');
+function bool(b: unknown, path: string, field: string): boolean {
+  if (typeof b !== 'boolean') refuse(path, field, 'must be a boolean');
   return b;
 }
 
-function bytes(path: string, b: unknown, n: number): Uint8Array {
-  if (!(b instanceof Uint8Array) || b.length !== n) refuse(path, `must be a Uint8Array of ${n} bytes`);
+function bytes(b: unknown, n: number, path: string, field: string, buffer = -1): Uint8Array {
+  if (!(b instanceof Uint8Array) || b.length !== n) refuse(path, field, `must be a Uint8Array of ${n} bytes`, buffer);
   return b;
 }
 
-function text(path: string, s: unknown): Uint8Array {
-  if (typeof s !== 'string') refuse(path, 'must be a string');
+function text(s: unknown, path: string, field: string): Uint8Array {
+  if (typeof s !== 'string') refuse(path, field, 'must be a string');
   return utf8(s);
 }
 
-function list<T>(path: string, a: T[]): T[] {
-  if (!Array.isArray(a)) refuse(path, 'must be an array');
+function list<T>(a: T[], path: string, field: string): T[] {
+  if (!Array.isArray(a)) refuse(path, field, 'must be an array');
   return a;
 }
 
-function metadata(path: string, pairs: [string, string][] | null): Uint8Array {
+function metadata(pairs: [string, string][] | null, path: string): Uint8Array {
   if (pairs !== null && !(Array.isArray(pairs) && pairs.every((p) => Array.isArray(p) && p.length === 2 && typeof p[0] === 'string' && typeof p[1] === 'string')))
-    refuse(path, 'must be null or an array of [key, value] string pairs');
+    refuse(path, 'metadata', 'must be null or an array of [key, value] string pairs');
   return encodeMetadata(pairs);
 }
 
@@ -60,18 +66,18 @@ function setU64(view: DataView, at: number, n: number): void {
   view.setUint32(at + 4, n < 0 ? 0xffffffff : Math.floor(n / 0x100000000), true);
 }
 
-function object(path: string, o: unknown): void {
-  if (typeof o !== 'object' || o === null) refuse(path, 'must be an object');
+function object(o: unknown, path: string, buffer = -1): void {
+  if (typeof o !== 'object' || o === null) refuse(path, '', 'must be an object', buffer);
 }
 
 /** Lists `c` and its descendants in pre-order, as the body does; `paths` names each for errors. */
 function visit(c: ColumnDescriptor, path: string, depth: number, out: ColumnDescriptor[], paths: string[]): void {
-  object(path, c);
-  if (depth > MAX_DEPTH) refuse(path, `nests deeper than ${MAX_DEPTH} levels`);
-  if (out.length >= MAX_NODES) refuse(path, `is past the limit of ${MAX_NODES} columns in all`);
+  object(c, path);
+  if (depth > MAX_DEPTH) refuse(path, '', `nests deeper than ${MAX_DEPTH} levels`);
+  if (out.length >= MAX_NODES) refuse(path, '', `is past the limit of ${MAX_NODES} columns in all`);
   out.push(c);
   paths.push(path);
-  list(`${path}.children`, c.children).forEach((child, i) => visit(child, `${path}.children[${i}]`, depth + 1, out, paths));
+  list(c.children, path, 'children').forEach((child, i) => visit(child, `${path}.children[${i}]`, depth + 1, out, paths));
 }
 
 /** Encodes a description, refusing with INVALID_ARGUMENT (naming the field) any value it cannot write exactly. */
@@ -79,25 +85,25 @@ export function encodeFrame(description: FrameDescription): Uint8Array {
   const d = description;
   const nodes: ColumnDescriptor[] = [];
   const paths: string[] = [];
-  object('description', d);
-  list('columns', d.columns).forEach((c, i) => visit(c, `columns[${i}]`, 1, nodes, paths));
+  if (typeof d !== 'object' || d === null) refuse('description', '', 'must be an object');
+  list(d.columns, '', 'columns').forEach((c, i) => visit(c, `columns[${i}]`, 1, nodes, paths));
   const dictionaryRoots: number[] = [];
-  list('dictionaries', d.dictionaries).forEach((dict, i) => {
+  list(d.dictionaries, '', 'dictionaries').forEach((dict, i) => {
     dictionaryRoots.push(nodes.length);
     visit(dict, `dictionaries[${i}]`, 1, nodes, paths);
   });
   const strings: Uint8Array[] = [];
   const nodeStrings = nodes.map((n, i) => {
-    const format = text(`${paths[i]}.format`, n.format);
-    if (format.length === 0) refuse(`${paths[i]}.format`, 'must not be empty');
-    const parts = [text(`${paths[i]}.name`, n.name), format, metadata(`${paths[i]}.metadata`, n.metadata)];
+    const format = text(n.format, paths[i]!, 'format');
+    if (format.length === 0) refuse(paths[i]!, 'format', 'must not be empty');
+    const parts = [text(n.name, paths[i]!, 'name'), format, metadata(n.metadata, paths[i]!)];
     strings.push(...parts);
     return parts;
   });
-  const schemaMetadata = metadata('metadata', d.metadata);
+  const schemaMetadata = metadata(d.metadata, '');
   strings.push(schemaMetadata);
   const stringsLength = strings.reduce((n, s) => n + s.length, 0);
-  const bufferCount = nodes.reduce((n, c, i) => n + list(`${paths[i]}.buffers`, c.buffers).length, 0);
+  const bufferCount = nodes.reduce((n, c, i) => n + list(c.buffers, paths[i]!, 'buffers').length, 0);
   const size = bodySize(nodes.length, bufferCount, stringsLength);
   if (size > MAX_BODY_BYTES) throw new GpuringError('INVALID_ARGUMENT', `frame body would be ${size} bytes; the limit is ${MAX_BODY_BYTES}`);
   const out = new Uint8Array(size);
@@ -110,9 +116,9 @@ export function encodeFrame(description: FrameDescription): Uint8Array {
   view.setUint32(Header.rootCount, d.columns.length, true);
   view.setUint32(Header.dictionaryCount, d.dictionaries.length, true);
   view.setUint32(Header.stringsLength, stringsLength, true);
-  setU64(view, Header.rowCount, int('rowCount', d.rowCount, 0, MAX_COUNT));
-  view.setUint16(Header.syncKind, int('syncKind', d.syncKind, 0, 2), true);
-  out.set(bytes('syncHandle', d.syncHandle, HANDLE_BYTES), Header.syncHandle);
+  setU64(view, Header.rowCount, int(d.rowCount, 0, MAX_COUNT, '', 'rowCount'));
+  view.setUint16(Header.syncKind, int(d.syncKind, 0, 2, '', 'syncKind'), true);
+  out.set(bytes(d.syncHandle, HANDLE_BYTES, '', 'syncHandle'), Header.syncHandle);
   const stringsAt = HEADER_BYTES + nodes.length * NODE_BYTES + bufferCount * BUFFER_BYTES;
   let at = 0;
   const put = (s: Uint8Array): number => {
@@ -133,29 +139,28 @@ export function encodeFrame(description: FrameDescription): Uint8Array {
     view.setUint32(base + Node.metadataLength, meta!.length, true);
     view.setUint32(base + Node.childCount, n.children.length, true);
     const flags =
-      (bool(`${path}.nullable`, n.nullable) ? NodeFlags.nullable : 0) |
-      (bool(`${path}.dictionaryOrdered`, n.dictionaryOrdered) ? NodeFlags.dictionaryOrdered : 0) |
-      (bool(`${path}.mapKeysSorted`, n.mapKeysSorted) ? NodeFlags.mapKeysSorted : 0);
+      (bool(n.nullable, path, 'nullable') ? NodeFlags.nullable : 0) |
+      (bool(n.dictionaryOrdered, path, 'dictionaryOrdered') ? NodeFlags.dictionaryOrdered : 0) |
+      (bool(n.mapKeysSorted, path, 'mapKeysSorted') ? NodeFlags.mapKeysSorted : 0);
     view.setUint32(base + Node.flags, flags, true);
-    const dictionary = int(`${path}.dictionary`, n.dictionary, -1, dictionaryRoots.length - 1);
+    const dictionary = int(n.dictionary, -1, dictionaryRoots.length - 1, path, 'dictionary');
     view.setInt32(base + Node.dictionary, dictionary < 0 ? -1 : dictionaryRoots[dictionary]!, true);
     view.setUint32(base + Node.bufferCount, n.buffers.length, true);
-    setU64(view, base + Node.length, int(`${path}.length`, n.length, 0, MAX_COUNT));
-    setU64(view, base + Node.nullCount, int(`${path}.nullCount`, n.nullCount, -1, MAX_COUNT)); // -1 (unknown) as two's complement
-    setU64(view, base + Node.offset, int(`${path}.offset`, n.offset, 0, MAX_COUNT));
+    setU64(view, base + Node.length, int(n.length, 0, MAX_COUNT, path, 'length'));
+    setU64(view, base + Node.nullCount, int(n.nullCount, -1, MAX_COUNT, path, 'nullCount')); // -1 (unknown) as two's complement
+    setU64(view, base + Node.offset, int(n.offset, 0, MAX_COUNT, path, 'offset'));
     n.buffers.forEach((b, k) => {
-      const at = `${path}.buffers[${k}]`;
-      object(at, b);
+      object(b, path, k);
       const kind = MEMORY_KINDS.indexOf(b.kind);
-      if (kind < 0) refuse(`${at}.kind`, `must be one of ${MEMORY_KINDS.join(', ')}`);
+      if (kind < 0) refuse(path, 'kind', `must be one of ${MEMORY_KINDS.join(', ')}`, k);
       view.setUint16(buffersAt + Buffer_.kind, kind, true);
-      view.setInt32(buffersAt + Buffer_.deviceOrdinal, int(`${at}.deviceOrdinal`, b.deviceOrdinal, -1, 0x7fffffff), true);
-      out.set(bytes(`${at}.deviceUuid`, b.deviceUuid, 16), buffersAt + Buffer_.deviceUuid);
-      setU64(view, buffersAt + Buffer_.offset, int(`${at}.offset`, b.offset, 0, MAX_COUNT));
-      setU64(view, buffersAt + Buffer_.length, int(`${at}.length`, b.length, 0, MAX_COUNT));
-      if (typeof b.allocationId !== 'bigint' || b.allocationId < 0n || b.allocationId > MAX_U64) refuse(`${at}.allocationId`, 'must be a bigint in [0, 2^64)');
+      view.setInt32(buffersAt + Buffer_.deviceOrdinal, int(b.deviceOrdinal, -1, 0x7fffffff, path, 'deviceOrdinal', k), true);
+      out.set(bytes(b.deviceUuid, 16, path, 'deviceUuid', k), buffersAt + Buffer_.deviceUuid);
+      setU64(view, buffersAt + Buffer_.offset, int(b.offset, 0, MAX_COUNT, path, 'offset', k));
+      setU64(view, buffersAt + Buffer_.length, int(b.length, 0, MAX_COUNT, path, 'length', k));
+      if (typeof b.allocationId !== 'bigint' || b.allocationId < 0n || b.allocationId > MAX_U64) refuse(path, 'allocationId', 'must be a bigint in [0, 2^64)', k);
       view.setBigUint64(buffersAt + Buffer_.allocId, b.allocationId, true);
-      out.set(bytes(`${at}.handle`, b.handle, HANDLE_BYTES), buffersAt + Buffer_.handle);
+      out.set(bytes(b.handle, HANDLE_BYTES, path, 'handle', k), buffersAt + Buffer_.handle);
       buffersAt += BUFFER_BYTES;
     });
   });

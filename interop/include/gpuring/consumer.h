@@ -62,11 +62,8 @@ GPR_INLINE int gpr_consumer_open(const char *name, uint32_t open_timeout_ms, gpr
                                  gpr_error *err) {
   gpr_consumer *c = (gpr_consumer *)calloc(1, sizeof *c);
   if (!c) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "consumer: out of memory");
-  gpr_segment_options so = {0, 0, 0, open_timeout_ms};
-  int rc = gpr_segment_open(&c->seg, name, &so, err);
-  if (rc == 0) rc = gpr_participant_attach(&c->seg, GPR_ROLE_CONSUMER, &c->index, &c->gen, err);
+  int rc = gpr_segment_join(&c->seg, name, open_timeout_ms, GPR_ROLE_CONSUMER, &c->index, &c->gen, err);
   if (rc != 0) {
-    gpr_segment_close(&c->seg);
     free(c);
     return rc;
   }

@@ -61,11 +61,8 @@ GPR_INLINE int gpr_producer_open(const char *name, const gpr_producer_options *o
                                  gpr_producer **out, gpr_error *err) {
   gpr_producer *p = (gpr_producer *)calloc(1, sizeof *p);
   if (!p) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "producer: out of memory");
-  gpr_segment_options so = {0, 0, 0, opt ? opt->open_timeout_ms : 0u};
-  int rc = gpr_segment_open(&p->seg, name, &so, err);
-  if (rc == 0) rc = gpr_participant_attach(&p->seg, GPR_ROLE_PRODUCER, &p->index, &p->gen, err);
+  int rc = gpr_segment_join(&p->seg, name, opt ? opt->open_timeout_ms : 0u, GPR_ROLE_PRODUCER, &p->index, &p->gen, err);
   if (rc != 0) {
-    gpr_segment_close(&p->seg);
     free(p);
     return rc;
   }

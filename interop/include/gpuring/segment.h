@@ -339,6 +339,19 @@ GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t
                   seg->name, seg->participant_capacity);
 }
 
+/* Opens segment `name` (waiting up to open_timeout_ms for its creator; 0 is
+ * 1000 ms, as for gpr_segment_open) and
+ * takes a participant entry with `roles`, as every producer and consumer does
+ * first. On failure nothing stays open. */
+GPR_INLINE int gpr_segment_join(gpr_segment *seg, const char *name, uint32_t open_timeout_ms, uint32_t roles,
+                                uint32_t *index, uint32_t *gen, gpr_error *err) {
+  gpr_segment_options so = {0, 0, 0, open_timeout_ms};
+  int rc = gpr_segment_open(seg, name, &so, err);
+  if (rc == 0) rc = gpr_participant_attach(seg, roles, index, gen, err);
+  if (rc != 0) gpr_segment_close(seg);
+  return rc;
+}
+
 /* Is entry `index` (owner field = index + 1) held by a live process? */
 GPR_INLINE int gpr_participant_alive(const gpr_segment *seg, uint32_t index) {
   if (index >= seg->participant_capacity) return 0;
