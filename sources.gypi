@@ -6,6 +6,7 @@
     "native/segment_handle.cc",
     "native/producer_core.cc",
     "native/consumer_core.cc",
+    "native/doorbell.cc",
     "native/arena_map.cc",
     "native/cuda_api.cc",
     "native/cuda_context.cc",

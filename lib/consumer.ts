@@ -2,17 +2,22 @@
  * Consumer: takes frames from a ring. Each frame goes to exactly one consumer.
  *
  * Ordering: frames are taken in publication order (per ring, across all
- * producers), except that a frame handed back (its waiter aborted or timed out,
- * or its consumer died before receiving it) is redelivered later.
- * Waiting happens on a native thread owned by this consumer; the event loop and
- * the libuv thread pool are never blocked. A pending `next()` keeps the process
+ * producers), except that a frame handed back (its consumer died before its
+ * user received it, or an iteration stopped with frames still buffered) is
+ * redelivered later. Waiting requests are served in the order they were made.
+ *
+ * Waking: a consumer that finds the ring empty sleeps on its doorbell, a socket
+ * that Node's event loop polls (SPEC.md §6.1): a producer's publish wakes the
+ * loop directly, with no thread in between; a busy stream costs no system call
+ * at all. Neither the event loop nor the libuv thread pool is ever blocked
+ * (except by `next({ spin })`, on request). A pending `next()` keeps the process
  * alive; an idle consumer does not, and its leases are released when the
  * process exits even if `close()` was never called.
  */
 import { Frame, type FrameSource } from './frame.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
-import { consumerOptions, nextOptions, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
+import { batchOptions, consumerOptions, nextOptions, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
 
 const MAX_CACHED_ARENAS = 256;
 /** Bytes before the body in what the native core hands over (see ReceivedRecord). */
@@ -20,6 +25,7 @@ const RECORD_BYTES = 32;
 
 export type ConsumerOptions = Partial<typeof consumerOptions._input>;
 export type NextOptions = { timeout?: number; signal?: AbortSignal; spin?: number };
+export type BatchOptions = NextOptions & { max?: number };
 
 export class Consumer implements AsyncIterable<Frame> {
   readonly name: string;
@@ -34,6 +40,7 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#source = {
       arena: (arenaName) => this.#arena(arenaName),
       release: (pos) => callNative(() => this.#core.release(pos)),
+      handBack: (pos) => callNative(() => this.#core.handBack(pos)),
       releaseAfter: (pos, device, stream, mappings) => callNative(() => this.#core.releaseAfter(pos, device, stream, mappings)),
     };
   }
@@ -42,7 +49,7 @@ export class Consumer implements AsyncIterable<Frame> {
   static open(name: string, options?: ConsumerOptions): Consumer {
     const n = parseSegmentName(name);
     const o = parseOptions(consumerOptions, options, 'consumer options');
-    const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout));
+    const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout, o.sweepInterval));
     return new Consumer(n, core);
   }
 
@@ -71,7 +78,10 @@ export class Consumer implements AsyncIterable<Frame> {
    * (the event loop is blocked meanwhile), then waits as usual.
    */
   async next(options?: NextOptions): Promise<Frame> {
-    const o = parseOptions(nextOptions, options, 'next() options');
+    return this.#next(parseOptions(nextOptions, options, 'next() options'));
+  }
+
+  async #next(o: { timeout: number; signal?: AbortSignal | undefined; spin: number }): Promise<Frame> {
     this.#requireOpen();
     if (o.signal?.aborted) throw new GpuringError('ABORTED', 'the wait for a frame was aborted', { cause: o.signal.reason });
     const ready = callNative(() => this.#core.tryNext(Math.min(o.spin, o.timeout * 1000)));
@@ -86,15 +96,46 @@ export class Consumer implements AsyncIterable<Frame> {
     }
   }
 
-  /** Frames until the consumer closes. Release each frame when done with it. */
+  /**
+   * Every frame ready now (at least one: waits for the first as `next()` does),
+   * up to `max` (default 1024), in order, from one native call per wake-up.
+   * Each frame is leased and must be released. A malformed frame met after
+   * good ones is dropped and reported by the next call.
+   */
+  async nextBatch(options?: BatchOptions): Promise<Frame[]> {
+    const o = parseOptions(batchOptions, options, 'nextBatch() options');
+    this.#requireOpen();
+    const ready = callNative(() => this.#core.tryNextMany(o.max));
+    if (ready.length) return ready.map((r) => this.#frame(r));
+    const first = await this.#next(o);
+    if (o.max === 1 || this.#closed) return [first];
+    return [first, ...callNative(() => this.#core.tryNextMany(o.max - 1)).map((r) => this.#frame(r))];
+  }
+
+  /**
+   * Frames until the consumer closes. Release each frame when done with it.
+   * Frames are taken in batches (one native call per wake-up); those not yet
+   * yielded when the loop stops (`break`, `return`, a throw) go back to the
+   * ring for any consumer, never lost and never seen twice.
+   */
   async *[Symbol.asyncIterator](): AsyncIterator<Frame> {
-    while (!this.#closed) {
-      try {
-        yield await this.next();
-      } catch (error) {
-        if (error instanceof GpuringError && error.code === 'CLOSED') return;
-        throw error;
+    let batch: Frame[] = [];
+    let at = 0;
+    try {
+      while (!this.#closed) {
+        if (at === batch.length) {
+          try {
+            batch = await this.nextBatch();
+          } catch (error) {
+            if (error instanceof GpuringError && error.code === 'CLOSED') return;
+            throw error;
+          }
+          at = 0;
+        }
+        yield batch[at++]!;
       }
+    } finally {
+      for (; at < batch.length; at++) batch[at]!.handBack();
     }
   }
 

@@ -36,6 +36,8 @@ import { native } from './native.js';
 export interface FrameSource {
   arena(name: string): ArrayBuffer;
   release(pos: number): void;
+  /** Returns a frame its user never saw to the ring, for redelivery. */
+  handBack(pos: number): void;
   /** Ends the lease once `stream` completes the work queued so far; drops `mappings` (64-byte handles) then. */
   releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;
 }
@@ -212,6 +214,13 @@ export class Frame implements Disposable {
 
   [Symbol.dispose](): void {
     this.release();
+  }
+
+  /** @internal A frame taken in a batch but never given to the user goes back to the ring. */
+  handBack(): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.#source.handBack(this.#pos);
   }
 
   /** The producer's event, when the frame carries one. */

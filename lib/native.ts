@@ -27,12 +27,16 @@ export interface RawInspection {
   participants: ParticipantInfo[];
   recovered: number;
   redelivered: number;
+  /** Participants asleep on their doorbells, by what they wait for (the control block's counts). */
+  doorbells: { data: number; space: number };
 }
 
 export interface ParticipantInfo {
   index: number;
   generation: number;
-  state: 'active' | 'dead' | 'attaching';
+  state: 'active' | 'dead' | 'attaching' | 'freeing' | 'damaged';
+  /** What this participant sleeps on its doorbell for (SPEC.md §6.1): nothing while awake. */
+  asleep: ('data' | 'space')[];
   alive: boolean;
   pid: number;
   roles: ('producer' | 'consumer')[];
@@ -92,9 +96,13 @@ export interface NativeConsumerCore {
   readonly index: number;
   readonly generation: number;
   tryNext(spinMicros?: number): ReceivedRecord | null;
+  /** Every frame ready now, up to `max`; never waits. */
+  tryNextMany(max: number): ReceivedRecord[];
   wait(timeoutMs: number): [number, Promise<ReceivedRecord>];
   cancel(request: number): void;
   release(pos: number): void;
+  /** Gives a leased frame its user never saw back to the ring, for redelivery. */
+  handBack(pos: number): void;
   releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;
   openArena(name: string): ArrayBuffer;
   close(): void;
@@ -157,7 +165,7 @@ export interface NativeAddon {
     unlink(name: string): void;
   };
   ProducerCore: new (name: string, arenaBytes: number, openTimeoutMs: number) => NativeProducerCore;
-  ConsumerCore: new (name: string, openTimeoutMs: number) => NativeConsumerCore;
+  ConsumerCore: new (name: string, openTimeoutMs: number, sweepIntervalMs: number) => NativeConsumerCore;
   cudaInfo(): CudaInfo;
   deviceAlloc(ordinal: number, bytes: number): bigint;
   deviceFree(ordinal: number, ptr: bigint): void;

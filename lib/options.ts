@@ -37,7 +37,17 @@ export const producerOptions = z
   })
   .strict();
 
-export const consumerOptions = z.object({ openTimeout: milliseconds.default(1000) }).strict();
+export const consumerOptions = z
+  .object({
+    openTimeout: milliseconds.default(1000),
+    /**
+     * Milliseconds a consumer waiting in next() sleeps at most before it sweeps
+     * for dead participants (whose unfinished claims would hold the ring up).
+     * Frames wake it at once whatever this is.
+     */
+    sweepInterval: z.number().int().min(1).max(2 ** 31).default(250),
+  })
+  .strict();
 
 export const publishOptions = z
   .object({
@@ -66,6 +76,13 @@ export const nextOptions = z
      * received without a thread wake-up (the latency-critical path).
      */
     spin: z.number().nonnegative().max(1_000_000).default(0),
+  })
+  .strict();
+
+export const batchOptions = nextOptions
+  .extend({
+    /** The most frames one call returns. */
+    max: z.number().int().min(1).max(1 << 20).default(1024),
   })
   .strict();
 

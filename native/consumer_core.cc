@@ -4,25 +4,6 @@
 
 namespace gpuring {
 
-namespace {
-constexpr uint64_t kSliceNs = 100000000ull;  // wake at least this often to sweep and check deadlines
-constexpr uint32_t kSpins = 2000;            // busy-poll before sleeping on the futex
-
-struct ClaimAttempt {
-  ConsumerState *state;
-  uint64_t epoch;
-  gpr_frame_ref ref;
-  uint64_t pos;
-};
-
-int TryClaim(void *ctx) {
-  auto *a = static_cast<ClaimAttempt *>(ctx);
-  if (a->state->thread.Stopping() || a->state->cancel_epoch.load() != a->epoch)
-    return -static_cast<int>(GPR_E_ABORTED);
-  return gpr_ring_try_claim(&a->state->seg, a->state->me, &a->ref, &a->pos);
-}
-}  // namespace
-
 // What JS receives for a frame: one ArrayBuffer, a fixed record (kRecordBytes)
 // followed by a private copy of the body, validated here by the C validator so
 // every language rejects the same bodies with the same codes. A body that
@@ -48,77 +29,75 @@ Napi::Value ConsumerState::Receive(Napi::Env env, uint64_t pos, const gpr_frame_
   return out;
 }
 
-void ConsumerState::Deliver(Napi::Env env, uint64_t request, uint64_t pos, const gpr_frame_ref &ref) {
-  if (!attached) return;  // closed meanwhile: detaching already handed the frame back
-  auto it = deferred.find(request);
-  if (it == deferred.end()) {  // aborted or timed out meanwhile: hand the frame back
-    gpr_ring_unclaim(&seg, me, pos);
-    return;
-  }
-  Napi::Promise::Deferred d = it->second;
-  deferred.erase(it);
-  thread.Drop(env);
-  try {
-    d.Resolve(Receive(env, pos, ref));
-  } catch (const Napi::Error &e) {
-    d.Reject(e.Value());
-  }
-}
-
-void ConsumerState::Fail(uint64_t request, gpr_code code, std::string why) {
-  auto self = shared_from_this();
-  thread.Post([self, request, code, why](Napi::Env env) {
-    auto it = self->deferred.find(request);
-    if (it == self->deferred.end()) return;
-    it->second.Reject(MakeError(env, code, why).Value());
-    self->deferred.erase(it);
-    self->thread.Drop(env);
-  });
-}
-
-// Waits for a frame for the oldest request; true if one was claimed and posted.
-bool ConsumerState::WaitForFront(const Request &front) {
+void ConsumerState::Expire(Napi::Env env) {
   uint64_t now = gpr_monotonic_ns();
-  uint64_t slice = front.deadline_ns - now < kSliceNs ? front.deadline_ns - now : kSliceNs;
-  ClaimAttempt a{this, cancel_epoch.load(), {}, 0};
-  int rc = gpr_wait_for(&seg.control->data_seq, &seg.control->data_waiters, TryClaim, &a,
-                        -static_cast<int>(GPR_E_RING_EMPTY), slice, kSpins);
-  if (rc != 0) return false;
-  {
-    std::lock_guard<std::mutex> lock(thread.mu);
-    if (!pending.empty() && pending.front().id == front.id) pending.pop_front();
+  for (auto it = pending.begin(); it != pending.end();) {
+    if (it->deadline_ns > now) {
+      ++it;
+      continue;
+    }
+    it->deferred.Reject(MakeError(env, GPR_E_TIMEOUT, "no frame arrived before the timeout").Value());
+    it = pending.erase(it);
   }
-  auto self = shared_from_this();
-  uint64_t pos = a.pos;
-  gpr_frame_ref ref = a.ref;
-  uint64_t request = front.id;
-  thread.Post([self, request, pos, ref](Napi::Env env) { self->Deliver(env, request, pos, ref); });
-  return true;
 }
 
-void ConsumerState::Loop() {
-  while (!thread.Stopping()) {
-    Request front{0, 0};
-    {
-      std::unique_lock<std::mutex> lock(thread.mu);
-      if (pending.empty())
-        thread.cv_.wait_for(lock, std::chrono::milliseconds(250),
-                            [&] { return thread.Stopping() || !pending.empty(); });
-      if (!pending.empty()) front = pending.front();
-      if (front.id && front.deadline_ns <= gpr_monotonic_ns()) {
-        pending.pop_front();
-        Fail(front.id, GPR_E_TIMEOUT, "no frame arrived before the timeout");
-        continue;
-      }
+uint64_t ConsumerState::NextWakeMs() const {
+  uint64_t now = gpr_monotonic_ns(), wake = tick_ms;
+  for (const Request &r : pending)
+    if (r.deadline_ns != UINT64_MAX) wake = std::min(wake, (r.deadline_ns - now + 999999) / 1000000);
+  return wake;
+}
+
+// The doorbell protocol's sleeper side (gpuring/doorbell.h): look, arm, look
+// once more, and only then sleep; a publish between the two looks rings us.
+void ConsumerState::Service(Napi::Env env) {
+  for (;;) {
+    Expire(env);
+    if (pending.empty()) {
+      bell->Disarm();
+      bell->Stop();
+      return;
     }
-    if (front.id) WaitForFront(front);
-    if (sweeps.Due()) gpr_sweep(&seg, nullptr, nullptr);
-    stream_releases.Collect();
+    gpr_frame_ref ref{};
+    uint64_t pos = 0;
+    int rc = gpr_ring_try_claim(&seg, me, &ref, &pos);
+    if (rc != 0) {
+      bell->Arm(GPR_BELL_DATA);
+      rc = gpr_ring_try_claim(&seg, me, &ref, &pos);
+      if (rc != 0) {
+        bell->Sleep(NextWakeMs());
+        return;
+      }
+      bell->Disarm();  // woke on our own: spare the producer a ring
+    }
+    Request r = pending.front();
+    pending.pop_front();
+    try {
+      r.deferred.Resolve(Receive(env, pos, ref));
+    } catch (const Napi::Error &e) {
+      r.deferred.Reject(e.Value());
+    }
   }
+}
+
+// Runs on the event loop when the bell rang or the tick passed. The callback
+// scope makes the promises resolved here run their continuations at once.
+void ConsumerState::OnWake() {
+  Napi::Env e(env);
+  Napi::HandleScope handles(e);
+  Napi::CallbackScope scope(e, *async);
+  if (gpr_monotonic_ns() - last_sweep_ns >= tick_ms * 1000000ull) {
+    last_sweep_ns = gpr_monotonic_ns();
+    gpr_sweep(&seg, nullptr, nullptr);
+  }
+  stream_releases.Collect();
+  Service(e);
 }
 
 void ConsumerState::Shutdown() {
-  thread.Stop([this] { gpr_kick(&seg.control->data_seq); });
+  if (shut) return;
+  shut = true;
+  bell.reset();  // disarmed: nobody rings a participant that left
   bodies.reset();
   stream_releases.WaitAll();
   Detach();  // hands back claims, releases leases
@@ -129,23 +108,36 @@ void ConsumerState::Shutdown() {
 Napi::Function ConsumerCore::Define(Napi::Env env) {
   return DefineClass(env, "ConsumerCore",
                      {InstanceMethod<&ConsumerCore::TryNext>("tryNext"),
+                      InstanceMethod<&ConsumerCore::TryNextMany>("tryNextMany"),
                       InstanceMethod<&ConsumerCore::Wait>("wait"),
                       InstanceMethod<&ConsumerCore::Cancel>("cancel"),
                       InstanceMethod<&ConsumerCore::Release>("release"),
                       InstanceMethod<&ConsumerCore::ReleaseAfter>("releaseAfter"),
+                      InstanceMethod<&ConsumerCore::HandBack>("handBack"),
                       InstanceMethod<&ConsumerCore::OpenArena>("openArena"),
                       InstanceMethod<&ConsumerCore::Close>("close")});
 }
 
-// new ConsumerCore(segmentName, openTimeoutMs)
+// new ConsumerCore(segmentName, openTimeoutMs, sweepIntervalMs)
 ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<ConsumerCore>(info) {
   Napi::Env env = info.Env();
   std::string name = info[0].As<Napi::String>();
   s_ = std::make_shared<ConsumerState>();
   ConsumerState &s = *s_;
   s.Attach(env, name, info[1].As<Napi::Number>().Uint32Value(), GPR_ROLE_CONSUMER);
-  s.bodies = std::make_unique<BodyReader>(&s.seg);
-  StartCore(env, s_, "gpuring-consumer");
+  try {
+    s.env = env;
+    s.tick_ms = std::max<uint32_t>(1, info[2].As<Napi::Number>().Uint32Value());
+    s.async = std::make_unique<Napi::AsyncContext>(env, "gpuring-consumer");
+    s.bodies = std::make_unique<BodyReader>(&s.seg);
+    ConsumerState *raw = s_.get();
+    s.bell = std::make_unique<Doorbell>(env, &s.seg, s.me, [raw] { raw->OnWake(); });
+  } catch (...) {
+    s.Shutdown();
+    throw;
+  }
+  std::shared_ptr<ConsumerState> state = s_;
+  env.AddCleanupHook([state] { state->Shutdown(); });  // process exit without close()
   Value().Set("index", Napi::Number::New(env, s.me));
   Value().Set("generation", Napi::Number::New(env, s.gen));
 }
@@ -158,6 +150,14 @@ void ConsumerCore::RequireOpen(Napi::Env env) const {
   if (closed_) Throw(env, GPR_E_CLOSED, "the consumer is closed");
 }
 
+// A malformed frame met after good ones in a batch is reported by the next call.
+void ConsumerCore::ThrowHeldError(Napi::Env env) {
+  if (!s_->held_error) return;
+  Napi::Error e = *s_->held_error;
+  s_->held_error.reset();
+  throw e;
+}
+
 // tryNext(spinMicros = 0): a frame now, or null. With spinMicros it busy-polls
 // the ring on the calling (JS) thread for up to that long first: the caller
 // trades a blocked event loop for a wake-up in well under a microsecond.
@@ -165,7 +165,8 @@ void ConsumerCore::RequireOpen(Napi::Env env) const {
 Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
-  if (!s_->deferred.empty()) return env.Null();
+  ThrowHeldError(env);
+  if (!s_->pending.empty()) return env.Null();
   double spin_us = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : 0;
   uint64_t until = gpr_monotonic_ns() + static_cast<uint64_t>(spin_us > 0 ? spin_us * 1e3 : 0);
   gpr_frame_ref ref{};
@@ -177,6 +178,31 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   return s_->Receive(env, pos, ref);
 }
 
+// tryNextMany(max): every frame ready now, up to max, as an array of records
+// (possibly empty). Never waits, never overtakes a waiting request.
+Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  RequireOpen(env);
+  ThrowHeldError(env);
+  uint32_t max = info[0].As<Napi::Number>().Uint32Value();
+  Napi::Array out = Napi::Array::New(env);
+  if (!s_->pending.empty()) return out;
+  gpr_frame_ref ref{};
+  uint64_t pos = 0;
+  uint32_t n = 0;
+  while (n < max && gpr_ring_try_claim(&s_->seg, s_->me, &ref, &pos) == 0) {
+    try {
+      out.Set(n, s_->Receive(env, pos, ref));
+      n++;
+    } catch (const Napi::Error &e) {
+      if (n == 0) throw;
+      s_->held_error = e;
+      break;
+    }
+  }
+  return out;
+}
+
 // wait(timeoutMs: number, -1 = forever) -> [requestId, Promise]
 Napi::Value ConsumerCore::Wait(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
@@ -185,37 +211,29 @@ Napi::Value ConsumerCore::Wait(const Napi::CallbackInfo &info) {
   uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : gpr_monotonic_ns() + static_cast<uint64_t>(timeout_ms * 1e6);
   uint64_t id = s_->next_request++;
   auto deferred = Napi::Promise::Deferred::New(env);
-  s_->deferred.emplace(id, deferred);
-  s_->thread.Retain(env);
-  {
-    std::lock_guard<std::mutex> lock(s_->thread.mu);
-    s_->pending.push_back(ConsumerState::Request{id, deadline});
-  }
-  s_->thread.cv_.notify_all();
+  s_->pending.push_back(ConsumerState::Request{id, deadline, deferred});
+  s_->Service(env);
   Napi::Array out = Napi::Array::New(env, 2);
   out.Set(0u, Napi::Number::New(env, static_cast<double>(id)));
   out.Set(1u, deferred.Promise());
   return out;
 }
 
-// cancel(requestId, reason): rejects the request with ABORTED.
+// cancel(requestId): rejects the request with ABORTED.
 Napi::Value ConsumerCore::Cancel(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   uint64_t id = static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue());
-  auto it = s_->deferred.find(id);
-  if (it == s_->deferred.end()) return env.Undefined();
-  it->second.Reject(MakeError(env, GPR_E_ABORTED, "the wait for a frame was aborted").Value());
-  s_->deferred.erase(it);
-  s_->thread.Drop(env);
-  {
-    std::lock_guard<std::mutex> lock(s_->thread.mu);
-    for (auto p = s_->pending.begin(); p != s_->pending.end(); ++p)
-      if (p->id == id) {
-        s_->pending.erase(p);
-        break;
-      }
+  auto &pending = s_->pending;
+  for (auto it = pending.begin(); it != pending.end(); ++it)
+    if (it->id == id) {
+      it->deferred.Reject(MakeError(env, GPR_E_ABORTED, "the wait for a frame was aborted").Value());
+      pending.erase(it);
+      break;
+    }
+  if (pending.empty() && s_->bell) {
+    s_->bell->Disarm();
+    s_->bell->Stop();
   }
-  s_->cancel_epoch++;
   return env.Undefined();
 }
 
@@ -225,6 +243,17 @@ Napi::Value ConsumerCore::Release(const Napi::CallbackInfo &info) {
   uint64_t pos = static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue());
   if (gpr_ring_release(&s_->seg, s_->me, pos) != 0)
     Throw(env, GPR_E_FRAME_STATE, "the frame is not leased by this consumer (already released?)");
+  return env.Undefined();
+}
+
+// handBack(pos): a frame this consumer took but never gave its user (a batch
+// cut short) goes back to the ring, to be redelivered to any consumer.
+Napi::Value ConsumerCore::HandBack(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  if (closed_) return env.Undefined();  // detach already handed everything back
+  uint64_t pos = static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue());
+  if (gpr_ring_unclaim_as(&s_->seg, s_->me, pos, GPR_SLOT_LEASED) != 0)
+    Throw(env, GPR_E_FRAME_STATE, "the frame is not leased by this consumer");
   return env.Undefined();
 }
 
@@ -260,9 +289,8 @@ Napi::Value ConsumerCore::Close(const Napi::CallbackInfo &info) {
   if (closed_) return env.Undefined();
   closed_ = true;
   s_->Shutdown();
-  for (auto &kv : s_->deferred)
-    kv.second.Reject(MakeError(env, GPR_E_CLOSED, "the consumer was closed").Value());
-  s_->deferred.clear();
+  for (auto &r : s_->pending) r.deferred.Reject(MakeError(env, GPR_E_CLOSED, "the consumer was closed").Value());
+  s_->pending.clear();
   return env.Undefined();
 }
 

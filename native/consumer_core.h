@@ -1,41 +1,55 @@
-// ConsumerCore: one consumer participant. A frame is taken from the ring
-// (CLAIMED), its body copied out of the producer's arena, and only when the JS
-// side actually receives it does the slot become LEASED. A frame taken for a
-// request that was meanwhile aborted or timed out is handed back for another
-// consumer (or this one) to take: nothing is lost and nothing delivered twice.
+// ConsumerCore: one consumer participant, driven entirely from the JS thread.
+//
+// A frame is taken from the ring (CLAIMED), its body copied out of the
+// producer's arena and validated, and it becomes LEASED as it is handed to JS.
+// Requests that find the ring empty wait in order; the consumer then sleeps on
+// its Doorbell, which the event loop polls: a producer's publish wakes the loop
+// directly (one wake-up, no waiter thread), and the callback hands frames to
+// the waiting requests in order. A request that times out or is aborted simply
+// leaves the queue: no frame is ever taken for it.
 #pragma once
 #include <napi.h>
 #include <deque>
-#include <map>
 #include <memory>
-#include <string>
+#include <optional>
 #include "arena_map.h"
 #include "attachment.h"
 #include "core_thread.h"
+#include "doorbell.h"
 #include "gpuring.h"
 #include "stream_release.h"
 
 namespace gpuring {
 
-struct ConsumerState : Attachment, std::enable_shared_from_this<ConsumerState> {
-  CoreThread thread;
-  SweepClock sweeps{250000000ull};
-  std::unique_ptr<BodyReader> bodies;
-  StreamReleases stream_releases;
-
+struct ConsumerState : Attachment {
   struct Request {
     uint64_t id;
     uint64_t deadline_ns;
+    Napi::Promise::Deferred deferred;
   };
-  std::deque<Request> pending;                           // guarded by thread.mu
-  std::atomic<uint64_t> cancel_epoch{0};                 // bumped when a request goes away
-  std::map<uint64_t, Napi::Promise::Deferred> deferred;  // JS thread only
-  uint64_t next_request = 1;
 
-  void Loop();
-  bool WaitForFront(const Request &front);
-  void Deliver(Napi::Env env, uint64_t request, uint64_t pos, const gpr_frame_ref &ref);
-  void Fail(uint64_t request, gpr_code code, std::string why);
+  napi_env env = nullptr;
+  std::unique_ptr<Napi::AsyncContext> async;
+  std::unique_ptr<Doorbell> bell;
+  // A sleeping consumer still wakes this often: to sweep for dead producers
+  // (whose unpublished claims block the ring until a sweep skips them), and so
+  // that a ring lost to a peer outside our network namespace costs one tick.
+  uint64_t tick_ms = 250;
+  uint64_t last_sweep_ns = 0;
+  std::unique_ptr<BodyReader> bodies;
+  StreamReleases stream_releases;
+  std::deque<Request> pending;
+  uint64_t next_request = 1;
+  std::optional<Napi::Error> held_error;  // a bad frame met after good ones in a batch
+  bool shut = false;
+
+  // Serves waiting requests from the ring in order; sleeps if any remain.
+  void Service(Napi::Env env);
+  void OnWake();
+  void Expire(Napi::Env env);
+  uint64_t NextWakeMs() const;
+  // Copies, validates and leases the frame at `pos`; throws (having released
+  // the frame) if it is malformed.
   Napi::Value Receive(Napi::Env env, uint64_t pos, const gpr_frame_ref &ref);
   void Shutdown();
 };
@@ -48,13 +62,16 @@ class ConsumerCore : public Napi::ObjectWrap<ConsumerCore> {
 
  private:
   Napi::Value TryNext(const Napi::CallbackInfo &info);
+  Napi::Value TryNextMany(const Napi::CallbackInfo &info);
   Napi::Value Wait(const Napi::CallbackInfo &info);
   Napi::Value Cancel(const Napi::CallbackInfo &info);
   Napi::Value Release(const Napi::CallbackInfo &info);
   Napi::Value ReleaseAfter(const Napi::CallbackInfo &info);
+  Napi::Value HandBack(const Napi::CallbackInfo &info);
   Napi::Value OpenArena(const Napi::CallbackInfo &info);
   Napi::Value Close(const Napi::CallbackInfo &info);
   void RequireOpen(Napi::Env env) const;
+  void ThrowHeldError(Napi::Env env);
 
   std::shared_ptr<ConsumerState> s_;
   bool closed_ = false;

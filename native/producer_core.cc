@@ -37,7 +37,14 @@ bool ProducerState::PublishPendingLocked() {
     Pending &p = pending.front();
     uint64_t pos = 0;
     p.ref.frame_id = next_frame_id;  // ids are dense, in publication order
-    if (gpr_ring_try_publish(&seg, me, &p.ref, &pos) != 0) break;
+    int rc = gpr_ring_try_publish(&seg, me, &p.ref, &pos);
+    if (rc == -static_cast<int>(GPR_E_FRAME_STATE)) {  // a sweeper took our claim back: fail, never wedge
+      ReturnAllocsLocked(p.allocs);
+      FinishPending(p.request, 0, GPR_E_FRAME_STATE, "the ring took this producer's slot back (was it judged dead?)");
+      pending.pop_front();
+      continue;
+    }
+    if (rc != 0) break;
     next_frame_id++;
     inflight.push_back(Frame{p.ref.frame_id, pos, std::move(p.allocs)});
     FinishPending(p.request, p.ref.frame_id, GPR_E_OK, "");

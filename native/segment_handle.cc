@@ -18,14 +18,19 @@ Napi::Array Roles(Napi::Env env, uint32_t roles) {
 Napi::Object Participant(Napi::Env env, const gpr_segment &seg, uint32_t i, uint64_t leases) {
   const gpr_participant &p = seg.participants[i];
   uint64_t w = gpr_participant_word(&seg, i);
-  static const char *const states[] = {"free", "active", "dead", "attaching"};
+  static const char *const states[] = {"free", "active", "dead", "attaching", "freeing", "damaged", "damaged", "damaged"};
   Napi::Object o = Napi::Object::New(env);
   o.Set("index", Num(env, i));
   o.Set("generation", Num(env, gpr_pgen(w)));
-  o.Set("state", Napi::String::New(env, states[gpr_pstate(w) & 3u]));
+  o.Set("state", Napi::String::New(env, states[gpr_pstate(w)]));
   o.Set("alive", Napi::Boolean::New(env, gpr_participant_alive(&seg, i)));
   o.Set("pid", Num(env, __atomic_load_n(&p.pid, __ATOMIC_ACQUIRE)));
   o.Set("roles", Roles(env, p.roles));
+  uint32_t bell = __atomic_load_n(&p.doorbell, __ATOMIC_ACQUIRE);
+  Napi::Array asleep = Napi::Array::New(env);
+  if (bell & GPR_BELL_DATA) asleep.Set(asleep.Length(), Napi::String::New(env, "data"));
+  if (bell & GPR_BELL_SPACE) asleep.Set(asleep.Length(), Napi::String::New(env, "space"));
+  o.Set("asleep", asleep);
   o.Set("attachedUnixMs", Num(env, p.attached_unix_ns / 1000000ull));
   o.Set("arenas", Num(env, p.arena_count));
   o.Set("leases", Num(env, leases));
@@ -107,6 +112,10 @@ Napi::Value SegmentHandle::Inspect(const Napi::CallbackInfo &info) {
   o.Set("participants", parts);
   o.Set("recovered", Num(env, __atomic_load_n(&seg.control->recovered, __ATOMIC_RELAXED)));
   o.Set("redelivered", Num(env, __atomic_load_n(&seg.control->redelivered, __ATOMIC_RELAXED)));
+  Napi::Object bells = Napi::Object::New(env);
+  bells.Set("data", Num(env, __atomic_load_n(&seg.control->data_doorbells, __ATOMIC_RELAXED)));
+  bells.Set("space", Num(env, __atomic_load_n(&seg.control->space_doorbells, __ATOMIC_RELAXED)));
+  o.Set("doorbells", bells);
   return o;
 }
 

@@ -55,7 +55,7 @@ test('a foreign file under the segment name is refused as SEGMENT_FOREIGN', (t) 
 
 for (const [what, offset, bytes, code] of [
   ['wrong magic', 0, new TextEncoder().encode('NOTARING'), 'SEGMENT_FOREIGN'],
-  ['a newer major version', 8, u32(2 << 16), 'SEGMENT_VERSION'],
+  ['a newer major version', 8, u32(3 << 16), 'SEGMENT_VERSION'],
   ['a different layout hash', 16, u64(0x1234n), 'SEGMENT_LAYOUT'],
   ['impossible slot count', 32, u32(3), 'SEGMENT_LAYOUT'],
   ['a creator that never finished', 8, u32(0), 'SEGMENT_NOT_READY'],

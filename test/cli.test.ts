@@ -22,7 +22,7 @@ test('create, inspect (human and --json), rm', async (t) => {
   t.is(created.code, 0, created.stderr);
   t.is(JSON.parse(created.stdout).slotCount, 16);
   const human = await run('inspect', name);
-  t.regex(human.stdout, new RegExp(`ring ${name}: format 1\\.0`));
+  t.regex(human.stdout, new RegExp(`ring ${name}: format 2\\.0`));
   t.regex(human.stdout, /slots: 16 \(empty 16/);
   const json = JSON.parse((await run('inspect', name, '--json')).stdout);
   t.deepEqual(json.participants, []);

@@ -37,7 +37,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,7 +63,7 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
 /* Versions and constants                                                    */
 /* ------------------------------------------------------------------------ */
 
-#define GPR_VERSION_MAJOR 1u
+#define GPR_VERSION_MAJOR 2u
 #define GPR_VERSION_MINOR 0u
 /* "GPURING\0" read as a little-endian u64. */
 #define GPR_SEGMENT_MAGIC 0x00474E4952555047ull
@@ -74,9 +76,10 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
 /* FNV-1a 64 of GPR_LAYOUT_STRING; a test checks that the two agree. Any change
  * to a struct below must change the string, and so the hash. */
 #define GPR_LAYOUT_STRING \
-  "gpuring-layout-1;header=256;control=768;participant=128;slot=128;ref=48;" \
-  "slotword=seq48.state3.owner13;arena=64;body=128;node=64;buffer=128;buffer.alloc_id@40"
-#define GPR_LAYOUT_HASH 0x3d14ea87d4dd6943ull
+  "gpuring-layout-2;header=256;control=768;participant=128;slot=128;ref=48;" \
+  "slotword=seq48.state3.owner13;arena=64;body=128;node=64;buffer=128;buffer.alloc_id@40;" \
+  "pword=gen32.pid29.state3;control.doorbells@264,392;participant.doorbell@64.key@72"
+#define GPR_LAYOUT_HASH 0xddb92fd56ec23d52ull
 
 #define GPR_CACHE_LINE 128u
 #define GPR_NAME_MAX 32u            /* segment name: [A-Za-z0-9_-]{1,32} */
@@ -198,10 +201,12 @@ typedef struct gpr_control {
   uint8_t pad1[120];
   uint32_t data_seq;              /* 256 futex: bumped when a frame becomes READY */
   uint32_t data_waiters;          /* 260 consumers sleeping on data_seq */
-  uint8_t pad2[120];
+  uint32_t data_doorbells;        /* 264 participants with a DATA doorbell armed (gpuring/doorbell.h) */
+  uint8_t pad2[116];
   uint32_t space_seq;             /* 384 futex: bumped on release and recycle */
   uint32_t space_waiters;         /* 388 producers sleeping on space_seq */
-  uint8_t pad3[120];
+  uint32_t space_doorbells;       /* 392 participants with a SPACE doorbell armed */
+  uint8_t pad3[116];
   uint64_t redeliver;             /* 512 lowest redelivered position (48) | gen (16) */
   uint8_t pad4[120];
   uint64_t recovered;             /* 640 slots repaired after a participant died */
@@ -212,14 +217,18 @@ typedef struct gpr_control {
 enum gpr_participant_state {
   GPR_PARTICIPANT_FREE = 0,
   GPR_PARTICIPANT_ACTIVE = 1,
-  GPR_PARTICIPANT_DEAD = 2 /* gone (crashed or detached) with frames still referencing it */
+  GPR_PARTICIPANT_DEAD = 2, /* gone (crashed or detached) with frames still referencing it */
+  GPR_PARTICIPANT_ATTACHING = 3, /* being taken; the word names the attaching pid */
+  GPR_PARTICIPANT_FREEING = 4    /* being freed by one sweeper; the word names its pid */
 };
 
 enum gpr_role { GPR_ROLE_PRODUCER = 1u, GPR_ROLE_CONSUMER = 2u };
 
-/* Participant entry. `state` packs (generation << 32 | state); the generation
- * grows on every attach so that arenas of an earlier occupant are never
- * mistaken for the current one's. */
+/* Participant entry. `state` packs (generation << 32 | pid << 3 | state); the
+ * generation grows on every attach so that arenas of an earlier occupant are
+ * never mistaken for the current one's. The pid part is non-zero only in the
+ * transient states ATTACHING and FREEING: it names the process doing the
+ * transition, so that a survivor can finish or undo it if that process dies. */
 typedef struct gpr_participant {
   uint64_t state;                 /*   0 gen:32 | state:32 */
   uint32_t pid;                   /*   8 */
@@ -231,7 +240,10 @@ typedef struct gpr_participant {
   uint64_t published;             /*  40 frames published (written by owner) */
   uint64_t leased;                /*  48 frames taken (written by owner) */
   uint64_t released;              /*  56 frames released (written by owner) */
-  uint8_t reserved[64];           /*  64 */
+  uint32_t doorbell;              /*  64 GPR_BELL_* bits: asleep, ring me (gpuring/doorbell.h) */
+  uint32_t reserved1;             /*  68 */
+  uint64_t doorbell_key;          /*  72 names the owner's doorbell socket; 0 = none */
+  uint8_t reserved[48];           /*  80 */
 } gpr_participant;
 
 enum gpr_slot_state {
@@ -366,7 +378,9 @@ GPR_CHECK_OFFSET(gpr_control, head, 128);
 GPR_CHECK_OFFSET(gpr_control, data_seq, 256);
 GPR_CHECK_OFFSET(gpr_control, data_waiters, 260);
 GPR_CHECK_OFFSET(gpr_control, space_seq, 384);
+GPR_CHECK_OFFSET(gpr_control, data_doorbells, 264);
 GPR_CHECK_OFFSET(gpr_control, space_waiters, 388);
+GPR_CHECK_OFFSET(gpr_control, space_doorbells, 392);
 GPR_CHECK_OFFSET(gpr_control, redeliver, 512);
 GPR_CHECK_OFFSET(gpr_control, recovered, 640);
 GPR_CHECK_OFFSET(gpr_control, redelivered, 648);
@@ -381,6 +395,8 @@ GPR_CHECK_OFFSET(gpr_participant, arena_count, 32);
 GPR_CHECK_OFFSET(gpr_participant, published, 40);
 GPR_CHECK_OFFSET(gpr_participant, leased, 48);
 GPR_CHECK_OFFSET(gpr_participant, released, 56);
+GPR_CHECK_OFFSET(gpr_participant, doorbell, 64);
+GPR_CHECK_OFFSET(gpr_participant, doorbell_key, 72);
 
 GPR_CHECK_SIZE(gpr_frame_ref, 48);
 GPR_CHECK_OFFSET(gpr_frame_ref, frame_id, 0);
@@ -439,6 +455,7 @@ GPR_CHECK_OFFSET(gpr_body_buffer, handle, 64);
 
 #include "gpuring/process.h"
 #include "gpuring/segment.h"
+#include "gpuring/doorbell.h"
 #include "gpuring/ring.h"
 #include "gpuring/recovery.h"
 #include "gpuring/arena.h"

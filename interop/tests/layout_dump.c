@@ -27,12 +27,14 @@ int main(void) {
           FIELD(gpr_segment_header, reserved)));
   STRUCT("control", gpr_control,
          (FIELD(gpr_control, tail), FIELD(gpr_control, head), FIELD(gpr_control, data_seq), FIELD(gpr_control, data_waiters),
-          FIELD(gpr_control, space_seq), FIELD(gpr_control, space_waiters), FIELD(gpr_control, redeliver),
+          FIELD(gpr_control, data_doorbells), FIELD(gpr_control, space_seq), FIELD(gpr_control, space_waiters),
+          FIELD(gpr_control, space_doorbells), FIELD(gpr_control, redeliver),
           FIELD(gpr_control, recovered), FIELD(gpr_control, redelivered)));
   STRUCT("participant", gpr_participant,
          (FIELD(gpr_participant, state), FIELD(gpr_participant, pid), FIELD(gpr_participant, roles),
           FIELD(gpr_participant, start_time), FIELD(gpr_participant, attached_unix_ns), FIELD(gpr_participant, arena_count),
-          FIELD(gpr_participant, published), FIELD(gpr_participant, leased), FIELD(gpr_participant, released)));
+          FIELD(gpr_participant, published), FIELD(gpr_participant, leased), FIELD(gpr_participant, released),
+          FIELD(gpr_participant, doorbell), FIELD(gpr_participant, doorbell_key)));
   STRUCT("slot", gpr_slot, (FIELD(gpr_slot, word), FIELD(gpr_slot, ref)));
   STRUCT("frame_ref", gpr_frame_ref,
          (FIELD(gpr_frame_ref, frame_id), FIELD(gpr_frame_ref, producer), FIELD(gpr_frame_ref, producer_gen),

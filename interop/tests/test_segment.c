@@ -52,7 +52,7 @@ static void test_create_open(void) {
 }
 
 static void test_damaged(void) {
-  uint32_t v = (2u << 16);
+  uint32_t v = (GPR_VERSION_MAJOR + 1u) << 16;
   uint64_t junk = 0x1234;
   uint32_t slots = 3;
   expect_open_fails_after(0, "NOTARING", 8, GPR_E_SEGMENT_FOREIGN);
@@ -102,11 +102,66 @@ static void test_process_identity(void) {
   waitpid(child, NULL, 0);
 }
 
+static uint32_t dead_pid(void) {
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, NULL, 0);
+  return (uint32_t)child;
+}
+
+/* A process killed while attaching or while freeing an entry leaves a
+ * transient state that names it; a sweep must finish the job instead of
+ * leaving the entry taken forever (every open then failed PARTICIPANTS_FULL). */
+static void test_orphaned_transients(void) {
+  gpr_segment seg;
+  gpr_error err;
+  gpr_segment_options o = {8, 2, 0600, 0};
+  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
+  uint32_t gone = dead_pid();
+  seg.participants[0].state = gpr_pword(5, gone, GPR_PARTICIPANT_ATTACHING);
+  seg.participants[1].state = gpr_pword(7, gone, GPR_PARTICIPANT_FREEING);
+  seg.participants[1].pid = 4242;
+  uint32_t index, gen;
+  CHECK_CODE(gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &index, &gen, &err), GPR_E_PARTICIPANTS_FULL);
+  gpr_sweep_report rep;
+  CHECK(gpr_sweep(&seg, &rep, &err) == 0);
+  CHECK(rep.found_dead == 1 && rep.freed == 2);
+  CHECK(gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &index, &gen, &err) == 0 && index == 0 && gen == 6);
+  CHECK(gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &index, &gen, &err) == 0 && index == 1 && gen == 8);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, &err);
+}
+
+/* Two sweepers freeing one entry: the one that loses the DEAD -> FREEING race
+ * must leave the entry alone. Before, it zeroed the pid of whoever had
+ * attached meanwhile, and the next sweep freed that live participant. */
+static void test_one_freer(void) {
+  gpr_segment seg;
+  gpr_error err;
+  gpr_segment_options o = {8, 1, 0600, 0};
+  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
+  uint32_t index, gen;
+  CHECK(gpr_participant_attach(&seg, GPR_ROLE_PRODUCER, &index, &gen, &err) == 0);
+  /* Another (live) sweeper has won the entry and is freeing it. */
+  seg.participants[0].state = gpr_pword(gen, (uint32_t)getppid(), GPR_PARTICIPANT_FREEING);
+  CHECK(gpr_sweep_free(&seg, 0) == 0);
+  CHECK(seg.participants[0].pid == (uint32_t)getpid());
+  /* It finished, and a new process attached: a late sweeper finds nothing to free. */
+  seg.participants[0].state = gpr_pword(gen + 1, 0, GPR_PARTICIPANT_ACTIVE);
+  CHECK(gpr_sweep_free(&seg, 0) == 0);
+  CHECK(seg.participants[0].pid == (uint32_t)getpid());
+  CHECK(gpr_participant_alive(&seg, 0));
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, &err);
+}
+
 int main(void) {
   snprintf(name, sizeof name, "ctest-seg-%d", (int)getpid());
   CHECK(fnv1a(GPR_LAYOUT_STRING) == GPR_LAYOUT_HASH);
   test_create_open();
   test_damaged();
   test_process_identity();
+  test_orphaned_transients();
+  test_one_freer();
   return CHECK_DONE();
 }

@@ -62,7 +62,7 @@ static void load(const char *dir, const char *image) {
 }
 
 static const char *const kSlotStates[] = {"EMPTY", "WRITING", "READY", "CLAIMED", "LEASED", "RELEASED"};
-static const char *const kParticipantStates[] = {"FREE", "ACTIVE", "DEAD", "ATTACHING"};
+static const char *const kParticipantStates[] = {"FREE", "ACTIVE", "DEAD", "ATTACHING", "FREEING", "?", "?", "?"};
 
 static void observe_segment(gpr_segment *seg, text *t) {
   uint32_t counts[6] = {0};
@@ -73,7 +73,7 @@ static void observe_segment(gpr_segment *seg, text *t) {
   for (uint32_t i = 0; i < seg->participant_capacity; i++) {
     uint64_t w = gpr_participant_word(seg, i);
     if (gpr_pstate(w) == GPR_PARTICIPANT_FREE) continue;
-    put(t, "participant %u %u %s %s\n", i, gpr_pgen(w), kParticipantStates[gpr_pstate(w) & 3u],
+    put(t, "participant %u %u %s %s\n", i, gpr_pgen(w), kParticipantStates[gpr_pstate(w)],
         gpr_participant_alive(seg, i) ? "alive" : "dead");
   }
   gpr_sweep_report r;

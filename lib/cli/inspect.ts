@@ -9,13 +9,13 @@ export function formatInspection(i: RingInspection): string {
     `created ${new Date(i.createdUnixMs).toISOString()} by pid ${i.creatorPid}`,
     `slots: ${i.slotCount} (empty ${s.empty}, writing ${s.writing}, ready ${s.ready}, claimed ${s.claimed}, leased ${s.leased}, released ${s.released})`,
     `repaired after dead participants: ${i.recovered} slots; frames redelivered: ${i.redelivered}`,
-    `participants: ${i.participants.length} of ${i.participantCapacity}`,
+    `participants: ${i.participants.length} of ${i.participantCapacity}; asleep on doorbells: ${i.doorbells.data} for frames, ${i.doorbells.space} for space`,
   ];
   if (i.participants.length) {
-    const rows = [['index', 'pid', 'roles', 'state', 'alive', 'leases', 'published', 'taken', 'released', 'arenas', 'attached']];
+    const rows = [['index', 'pid', 'roles', 'state', 'alive', 'asleep', 'leases', 'published', 'taken', 'released', 'arenas', 'attached']];
     for (const p of i.participants)
       rows.push([
-        String(p.index), String(p.pid), p.roles.join('+'), p.state, p.alive ? 'yes' : 'NO', String(p.leases),
+        String(p.index), String(p.pid), p.roles.join('+'), p.state, p.alive ? 'yes' : 'NO', p.asleep.join('+') || '-', String(p.leases),
         String(p.published), String(p.leased), String(p.released), String(p.arenas), new Date(p.attachedUnixMs).toISOString(),
       ]);
     lines.push(table(rows).replace(/^/gm, '  '));

@@ -46,6 +46,15 @@ GPR_INLINE int gpr_process_alive(uint32_t pid, uint64_t start_time) {
   return started == start_time;
 }
 
+/* Is some process `pid` running (not a zombie)? For the transient participant
+ * states, whose word names a pid but no start time. */
+GPR_INLINE int gpr_pid_running(uint32_t pid) {
+  char state;
+  uint64_t started;
+  if (pid == 0 || gpr_proc_stat(pid, &state, &started) != 0) return 0;
+  return state != 'Z' && state != 'X' && state != 'x';
+}
+
 GPR_INLINE uint64_t gpr_self_start_time(void) {
   char state;
   uint64_t started = 0;

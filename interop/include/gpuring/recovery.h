@@ -27,19 +27,32 @@ GPR_INLINE void gpr_arena_shm_name(const char *segment, uint32_t index, uint32_t
   snprintf(out, GPR_SHM_NAME_MAX, "/gpuring.%s.p%ug%u.a%u", segment, index, gen, arena);
 }
 
-/* Marks ACTIVE entries whose process is gone as DEAD. */
+/* A transient state (ATTACHING, FREEING) whose process is gone: nobody will
+ * finish it, so a sweeper must. */
+GPR_INLINE int gpr_transient_orphaned(uint64_t w) {
+  uint32_t st = gpr_pstate(w);
+  return (st == GPR_PARTICIPANT_ATTACHING || st == GPR_PARTICIPANT_FREEING) &&
+         !gpr_pid_running(gpr_pword_pid(w));
+}
+
+/* Marks as DEAD the ACTIVE entries whose process is gone and the ATTACHING ones
+ * whose attacher died half-way (they own no slot yet). dead[i] is set for DEAD
+ * entries and for FREEING ones whose freer died: both are for freeing. */
 GPR_INLINE void gpr_sweep_mark(gpr_segment *seg, uint8_t *dead, gpr_sweep_report *rep) {
   for (uint32_t i = 0; i < seg->participant_capacity; i++) {
     uint64_t w = gpr_participant_word(seg, i);
     uint32_t st = gpr_pstate(w);
-    if (st == GPR_PARTICIPANT_ACTIVE && !gpr_participant_alive(seg, i)) {
-      uint64_t dw = ((uint64_t)gpr_pgen(w) << 32) | GPR_PARTICIPANT_DEAD;
+    int gone = (st == GPR_PARTICIPANT_ACTIVE && !gpr_participant_alive(seg, i)) ||
+               (st == GPR_PARTICIPANT_ATTACHING && gpr_transient_orphaned(w));
+    if (gone) {
+      uint64_t dw = gpr_pword(gpr_pgen(w), 0, GPR_PARTICIPANT_DEAD);
       if (__atomic_compare_exchange_n(&seg->participants[i].state, &w, dw, 0, __ATOMIC_ACQ_REL,
                                       __ATOMIC_ACQUIRE))
         rep->found_dead++;
-      st = gpr_pstate(gpr_participant_word(seg, i));
+      w = gpr_participant_word(seg, i);
+      st = gpr_pstate(w);
     }
-    dead[i] = st == GPR_PARTICIPANT_DEAD;
+    dead[i] = st == GPR_PARTICIPANT_DEAD || (st == GPR_PARTICIPANT_FREEING && gpr_transient_orphaned(w));
   }
 }
 
@@ -92,15 +105,22 @@ GPR_INLINE int gpr_sweep_corrupt(gpr_segment *seg, uint64_t i) {
   uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
   uint64_t next = (tail + ((i - tail) & seg->mask)) & GPR_SEQ_MASK;
   if (!gpr_slot_cas(s, w, gpr_slot_word(next, GPR_SLOT_EMPTY, 0))) return 0;
-  gpr_notify(&seg->control->space_seq, &seg->control->space_waiters);
+  gpr_notify_space(seg);
   return 1;
 }
 
-/* Frees a DEAD entry nobody refers to: unlinks its arenas, then the entry. */
+/* Frees a DEAD entry nobody refers to: unlinks its arenas, then the entry.
+ * One sweeper wins the entry first (DEAD -> FREEING naming its pid, by CAS), so
+ * two sweepers never both free it: a slower one would otherwise clear the pid of
+ * a process that attached to the entry in between. A FREEING entry whose freer
+ * died is taken over the same way; every step of freeing is idempotent. */
 GPR_INLINE int gpr_sweep_free(gpr_segment *seg, uint32_t index) {
   gpr_participant *p = &seg->participants[index];
   uint64_t w = gpr_participant_word(seg, index);
-  if (gpr_pstate(w) != GPR_PARTICIPANT_DEAD) return 0;
+  if (gpr_pstate(w) != GPR_PARTICIPANT_DEAD && !(gpr_pstate(w) == GPR_PARTICIPANT_FREEING && gpr_transient_orphaned(w)))
+    return 0;
+  uint64_t mine = gpr_pword(gpr_pgen(w), (uint32_t)getpid(), GPR_PARTICIPANT_FREEING);
+  if (!__atomic_compare_exchange_n(&p->state, &w, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 0;
   uint32_t arenas = __atomic_load_n(&p->arena_count, __ATOMIC_ACQUIRE);
   if (arenas > GPR_MAX_ARENAS) arenas = GPR_MAX_ARENAS;
   for (uint32_t a = 0; a < arenas; a++) {
@@ -108,9 +128,11 @@ GPR_INLINE int gpr_sweep_free(gpr_segment *seg, uint32_t index) {
     gpr_arena_shm_name(seg->name, index, gpr_pgen(w), a, name);
     shm_unlink(name);
   }
+  gpr_doorbell_clear(seg, index, GPR_BELL_DATA | GPR_BELL_SPACE);
+  __atomic_store_n(&p->doorbell_key, 0u, __ATOMIC_RELAXED);
   __atomic_store_n(&p->pid, 0u, __ATOMIC_RELEASE);
-  uint64_t fw = ((uint64_t)gpr_pgen(w) << 32) | GPR_PARTICIPANT_FREE;
-  return __atomic_compare_exchange_n(&p->state, &w, fw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  return __atomic_compare_exchange_n(&p->state, &mine, gpr_pword(gpr_pgen(w), 0, GPR_PARTICIPANT_FREE), 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
 /* Finds dead participants and repairs everything they held. Safe to run from
@@ -148,8 +170,9 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
 GPR_INLINE int gpr_participant_detach(gpr_segment *seg, uint32_t index, uint32_t gen,
                                       gpr_error *err) {
   gpr_participant *p = &seg->participants[index];
-  uint64_t w = ((uint64_t)gen << 32) | GPR_PARTICIPANT_ACTIVE;
-  uint64_t dw = ((uint64_t)gen << 32) | GPR_PARTICIPANT_DEAD;
+  uint64_t w = gpr_pword(gen, 0, GPR_PARTICIPANT_ACTIVE);
+  uint64_t dw = gpr_pword(gen, 0, GPR_PARTICIPANT_DEAD);
+  gpr_doorbell_clear(seg, index, GPR_BELL_DATA | GPR_BELL_SPACE);
   if (!__atomic_compare_exchange_n(&p->state, &w, dw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return gpr_fail(err, GPR_E_FRAME_STATE, 0, "participant %u is not attached", index);
   return gpr_sweep(seg, NULL, err);

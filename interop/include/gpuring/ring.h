@@ -65,9 +65,14 @@ GPR_INLINE int gpr_ring_try_publish(gpr_segment *seg, uint32_t me, const gpr_fra
       if (!gpr_slot_cas(s, w, gpr_slot_word(pos, GPR_SLOT_WRITING, me + 1u))) continue;
       gpr_hint_advance(&c->tail, pos + 1);
       s->ref = *ref;
-      __atomic_store_n(&s->word, gpr_slot_word(pos, GPR_SLOT_READY, me + 1u), __ATOMIC_RELEASE);
+      /* A CAS, not a store: if a sweeper took the claim back (it judged us
+       * dead), a plain store would put a stale word into a recycled slot. */
+      uint64_t writing = gpr_slot_word(pos, GPR_SLOT_WRITING, me + 1u);
+      if (!__atomic_compare_exchange_n(&s->word, &writing, gpr_slot_word(pos, GPR_SLOT_READY, me + 1u), 0,
+                                       __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+        return -(int)GPR_E_FRAME_STATE;
       gpr_count(&seg->participants[me].published);
-      gpr_notify(&c->data_seq, &c->data_waiters);
+      gpr_notify_data(seg);
       if (out_pos) *out_pos = pos;
       return 0;
     }
@@ -161,8 +166,7 @@ GPR_INLINE void gpr_ring_mark_redeliver(gpr_segment *seg, uint64_t pos) {
       break;
   }
   __atomic_fetch_add(&c->redelivered, 1u, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&c->data_seq, 1u, __ATOMIC_RELEASE);
-  gpr_futex_wake_all(&c->data_seq);
+  gpr_notify_data(seg);
 }
 
 /* Hands a CLAIMED frame back so that another consumer (or this one) takes it. */
@@ -180,8 +184,7 @@ GPR_INLINE int gpr_ring_unclaim(gpr_segment *seg, uint32_t me, uint64_t pos) {
 }
 
 GPR_INLINE void gpr_ring_recycle_word(gpr_segment *seg, gpr_slot *s, uint64_t w, uint64_t pos) {
-  if (gpr_slot_cas(s, w, gpr_slot_word(pos + seg->slot_count, GPR_SLOT_EMPTY, 0)))
-    gpr_notify(&seg->control->space_seq, &seg->control->space_waiters);
+  if (gpr_slot_cas(s, w, gpr_slot_word(pos + seg->slot_count, GPR_SLOT_EMPTY, 0))) gpr_notify_space(seg);
 }
 
 /* Is the producer named by a reference still the live owner of its entry? */
@@ -205,7 +208,7 @@ GPR_INLINE int gpr_ring_release_as(gpr_segment *seg, uint32_t owner, uint64_t po
   } else if (!gpr_slot_cas(s, w, gpr_slot_word(pos, GPR_SLOT_RELEASED, ref.producer + 1u))) {
     return -(int)GPR_E_FRAME_STATE;
   }
-  gpr_notify(&seg->control->space_seq, &seg->control->space_waiters);
+  gpr_notify_space(seg);
   return 0;
 }
 

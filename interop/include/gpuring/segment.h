@@ -1,7 +1,6 @@
 /* gpuring/segment.h: creating, opening and validating a segment, and the
  * participant table. Included by gpuring.h; not a standalone header. */
 
-enum { GPR_PARTICIPANT_ATTACHING = 3 };
 
 typedef struct gpr_segment_options {
   uint32_t slot_count;            /* power of two, 2 .. GPR_MAX_SLOTS; 0 = 1024 */
@@ -14,6 +13,7 @@ typedef struct gpr_segment_options {
  * kept here: later writes to the shared header by a faulty peer cannot move it. */
 typedef struct gpr_segment {
   int fd;
+  int bell_fd;                    /* socket for ringing doorbells, -1 until first use */
   uint8_t *base;
   uint64_t size;
   uint32_t slot_count;
@@ -115,7 +115,7 @@ GPR_INLINE int gpr_segment_create(gpr_segment *seg, const char *name,
     if (opt->mode) o.mode = opt->mode;
   }
   memset(seg, 0, sizeof *seg);
-  seg->fd = -1;
+  seg->fd = seg->bell_fd = -1;
   if (!gpr_name_valid(name))
     return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "bad segment name: %s", GPR_NAME_RULE);
   if (o.slot_count < 2 || o.slot_count > GPR_MAX_SLOTS || (o.slot_count & (o.slot_count - 1)))
@@ -245,7 +245,7 @@ GPR_INLINE int gpr_await_header(int fd, const char *name, uint32_t timeout_ms,
 GPR_INLINE int gpr_segment_open(gpr_segment *seg, const char *name,
                                 const gpr_segment_options *opt, gpr_error *err) {
   memset(seg, 0, sizeof *seg);
-  seg->fd = -1;
+  seg->fd = seg->bell_fd = -1;
   if (!gpr_name_valid(name))
     return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "bad segment name: %s", GPR_NAME_RULE);
   char shm[GPR_SHM_NAME_MAX];
@@ -280,8 +280,9 @@ GPR_INLINE int gpr_segment_open(gpr_segment *seg, const char *name,
 GPR_INLINE void gpr_segment_close(gpr_segment *seg) {
   if (seg->base) munmap(seg->base, seg->size);
   if (seg->fd >= 0) close(seg->fd);
+  if (seg->bell_fd >= 0) close(seg->bell_fd);
   seg->base = NULL;
-  seg->fd = -1;
+  seg->fd = seg->bell_fd = -1;
 }
 
 /* Removes the name; processes that have it mapped keep using it. */
@@ -300,15 +301,22 @@ GPR_INLINE int gpr_segment_unlink(const char *name, gpr_error *err) {
 
 /* ---- participants -------------------------------------------------------- */
 
-GPR_INLINE uint32_t gpr_pstate(uint64_t word) { return (uint32_t)(word & 0xFFFFFFFFu); }
+GPR_INLINE uint32_t gpr_pstate(uint64_t word) { return (uint32_t)(word & 7u); }
 GPR_INLINE uint32_t gpr_pgen(uint64_t word) { return (uint32_t)(word >> 32); }
+/* The pid a transient state (ATTACHING, FREEING) names: who is doing it. */
+GPR_INLINE uint32_t gpr_pword_pid(uint64_t word) { return (uint32_t)(word & 0xFFFFFFFFu) >> 3; }
+GPR_INLINE uint64_t gpr_pword(uint32_t gen, uint32_t pid, uint32_t state) {
+  return ((uint64_t)gen << 32) | ((uint64_t)(pid & 0x1FFFFFFFu) << 3) | state;
+}
 
 GPR_INLINE uint64_t gpr_participant_word(const gpr_segment *seg, uint32_t index) {
   return __atomic_load_n(&seg->participants[index].state, __ATOMIC_ACQUIRE);
 }
 
 /* Claims a free participant entry. Identity (pid, start time) is written while
- * the entry is ATTACHING, so no sweeper ever judges a half-written entry. */
+ * the entry is ATTACHING, so no sweeper ever judges a half-written entry; the
+ * ATTACHING word itself names our pid, so if we die half-way a sweeper can tell
+ * and reclaim the entry. */
 GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t *index,
                                       uint32_t *gen, gpr_error *err) {
   for (uint32_t i = 0; i < seg->participant_capacity; i++) {
@@ -316,7 +324,7 @@ GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t
     uint64_t w = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
     if (gpr_pstate(w) != GPR_PARTICIPANT_FREE) continue;
     uint32_t g = gpr_pgen(w) + 1u;
-    uint64_t attaching = ((uint64_t)g << 32) | GPR_PARTICIPANT_ATTACHING;
+    uint64_t attaching = gpr_pword(g, (uint32_t)getpid(), GPR_PARTICIPANT_ATTACHING);
     if (!__atomic_compare_exchange_n(&p->state, &w, attaching, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE))
       continue;
@@ -328,6 +336,8 @@ GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t
     p->attached_unix_ns = gpr_now_ns(CLOCK_REALTIME);
     p->arena_count = 0;
     p->published = p->leased = p->released = 0;
+    p->doorbell = 0;
+    p->doorbell_key = 0;
     __atomic_store_n(&p->state, ((uint64_t)g << 32) | GPR_PARTICIPANT_ACTIVE, __ATOMIC_RELEASE);
     *index = i;
     *gen = g;
@@ -358,7 +368,7 @@ GPR_INLINE int gpr_participant_alive(const gpr_segment *seg, uint32_t index) {
   const gpr_participant *p = &seg->participants[index];
   uint64_t w = gpr_participant_word(seg, index);
   uint32_t pid = __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE);
-  if (gpr_pstate(w) == GPR_PARTICIPANT_ATTACHING) return pid == 0 || gpr_process_alive(pid, p->start_time);
+  if (gpr_pstate(w) == GPR_PARTICIPANT_ATTACHING) return gpr_pid_running(gpr_pword_pid(w));
   if (gpr_pstate(w) != GPR_PARTICIPANT_ACTIVE) return 0;
   return gpr_process_alive(pid, p->start_time);
 }

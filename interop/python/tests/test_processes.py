@@ -53,7 +53,7 @@ def _write_segment(name: str, data: bytes) -> None:
 @pytest.mark.parametrize("damage, code", [
     (lambda b: b"not a segment at all" + bytes(300), "SEGMENT_FOREIGN"),
     (lambda b: b[:200], "SEGMENT_TRUNCATED"),
-    (lambda b: b[:8] + struct.pack("<I", 2 << 16) + b[12:], "SEGMENT_VERSION"),
+    (lambda b: b[:8] + struct.pack("<I", (L.VERSION_MAJOR + 1) << 16) + b[12:], "SEGMENT_VERSION"),
     (lambda b: b[:16] + struct.pack("<Q", 1) + b[24:], "SEGMENT_LAYOUT"),
     (lambda b: b[:4096], "SEGMENT_TRUNCATED"),
     (lambda b: b[:8] + bytes(4) + b[12:], "SEGMENT_NOT_READY"),

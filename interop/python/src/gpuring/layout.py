@@ -5,9 +5,9 @@ the C and TypeScript suites check against the header itself.
 """
 from __future__ import annotations
 
-VERSION_MAJOR = 1
+VERSION_MAJOR = 2
 VERSION_MINOR = 0
-LAYOUT_HASH = 0x3D14EA87D4DD6943
+LAYOUT_HASH = 0xDDB92FD56EC23D52
 SEGMENT_MAGIC = 0x00474E4952555047
 ARENA_MAGIC = 0x414E455241525047
 BODY_MAGIC = 0x46525047
@@ -44,10 +44,10 @@ SEGMENT_HEADER = dict(magic=0, ready_version=8, header_size=12, layout_hash=16, 
                       control_offset=48, participants_offset=56, slots_offset=64,
                       pid_namespace=72, created_unix_ns=80, creator_pid=88, flags=92, name=96,
                       reserved=128)
-CONTROL = dict(tail=0, head=128, data_seq=256, data_waiters=260, space_seq=384,
-               space_waiters=388, redeliver=512, recovered=640, redelivered=648)
+CONTROL = dict(tail=0, head=128, data_seq=256, data_waiters=260, data_doorbells=264, space_seq=384,
+               space_waiters=388, space_doorbells=392, redeliver=512, recovered=640, redelivered=648)
 PARTICIPANT = dict(state=0, pid=8, roles=12, start_time=16, attached_unix_ns=24, arena_count=32,
-                   published=40, leased=48, released=56)
+                   published=40, leased=48, released=56, doorbell=64, doorbell_key=72)
 SLOT = dict(word=0, ref=16)
 FRAME_REF = dict(frame_id=0, producer=8, producer_gen=12, body_arena=16, body_length=20,
                  body_offset=24, user_tag=32, flags=40)
@@ -63,8 +63,9 @@ BODY_BUFFER = dict(kind=0, flags=2, device_ordinal=4, device_uuid=8, offset=24, 
 
 SLOT_STATES = ("EMPTY", "WRITING", "READY", "CLAIMED", "LEASED", "RELEASED")
 EMPTY, WRITING, READY, CLAIMED, LEASED, RELEASED = range(6)
-PARTICIPANT_STATES = ("FREE", "ACTIVE", "DEAD", "ATTACHING")
-P_FREE, P_ACTIVE, P_DEAD, P_ATTACHING = range(4)
+PARTICIPANT_STATES = ("FREE", "ACTIVE", "DEAD", "ATTACHING", "FREEING")
+P_FREE, P_ACTIVE, P_DEAD, P_ATTACHING, P_FREEING = range(5)
+BELL_DATA, BELL_SPACE = 1, 2
 ROLE_PRODUCER, ROLE_CONSUMER = 1, 2
 MEMORY_KINDS = ("absent", "host", "cuda-ipc")
 NODE_NULLABLE, NODE_DICT_ORDERED, NODE_MAP_KEYS_SORTED = 1, 2, 4
@@ -95,6 +96,19 @@ def seq_diff(a: int, b: int) -> int:
     """a - b as a signed 48-bit difference (positions wrap modulo 2**48)."""
     d = (a - b) & SEQ_MASK
     return d - (1 << 48) if d >= 1 << 47 else d
+
+
+def pword(gen: int, pid: int, state: int) -> int:
+    """A participant word: gen:32 | pid:29 | state:3 (pid only in ATTACHING and FREEING)."""
+    return (gen & 0xFFFFFFFF) << 32 | (pid & 0x1FFFFFFF) << 3 | state
+
+
+def pword_state(w: int) -> int:
+    return w & 7
+
+
+def pword_pid(w: int) -> int:
+    return (w & 0xFFFFFFFF) >> 3
 
 
 def segment_size(slot_count: int, participant_capacity: int) -> tuple[int, int, int]:

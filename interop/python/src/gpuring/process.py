@@ -29,6 +29,12 @@ def process_alive(pid: int, start_time: int) -> bool:
     return st is not None and st[0] not in ("Z", "X", "x") and st[1] == start_time
 
 
+def pid_running(pid: int) -> bool:
+    """Some process ``pid`` runs (not a zombie): for ATTACHING and FREEING words, which name a pid only."""
+    st = proc_stat(pid) if pid else None
+    return st is not None and st[0] not in ("Z", "X", "x")
+
+
 def self_start_time() -> int:
     st = proc_stat(os.getpid())
     return st[1] if st else 0

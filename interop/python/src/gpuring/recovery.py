@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from . import layout as L
+from . import doorbell, layout as L
+from .process import pid_running
 from .errors import GpuringError
 from .layout import slot_word, word_owner, word_seq, word_state
 from .slot_protocol import FrameRef, recycle_word, release_as, unclaim_as, notify_space
@@ -32,16 +33,23 @@ def arena_path(segment: str, index: int, gen: int, arena: int) -> str:
     return f"/dev/shm/gpuring.{segment}.p{index}g{gen}.a{arena}"
 
 
+def _orphaned(w: int) -> bool:
+    """An ATTACHING or FREEING word whose process is gone: nobody will finish it."""
+    return L.pword_state(w) in (L.P_ATTACHING, L.P_FREEING) and not pid_running(L.pword_pid(w))
+
+
 def _mark(seg: Segment, rep: SweepReport) -> list[bool]:
+    """DEAD for gone ACTIVE entries and half-attached ones; True for entries to free."""
     dead = []
     for i in range(seg.participant_capacity):
         w = seg.participant_word(i)
-        st = w & 0xFFFFFFFF
-        if st == L.P_ACTIVE and not seg.participant_alive(i):
-            if seg.mem.cas64(seg.participant(i), w, (w >> 32) << 32 | L.P_DEAD):
+        st = L.pword_state(w)
+        if (st == L.P_ACTIVE and not seg.participant_alive(i)) or (st == L.P_ATTACHING and _orphaned(w)):
+            if seg.mem.cas64(seg.participant(i), w, L.pword(w >> 32, 0, L.P_DEAD)):
                 rep.found_dead += 1
-            st = seg.participant_word(i) & 0xFFFFFFFF
-        dead.append(st == L.P_DEAD)
+            w = seg.participant_word(i)
+            st = L.pword_state(w)
+        dead.append(st == L.P_DEAD or (st == L.P_FREEING and _orphaned(w)))
     return dead
 
 
@@ -95,8 +103,12 @@ def _sweep_corrupt(seg: Segment, i: int) -> bool:
 
 
 def _free(seg: Segment, index: int) -> bool:
+    """One sweeper wins the entry (DEAD -> FREEING naming its pid) before freeing it."""
     w = seg.participant_word(index)
-    if w & 0xFFFFFFFF != L.P_DEAD:
+    if L.pword_state(w) != L.P_DEAD and not (L.pword_state(w) == L.P_FREEING and _orphaned(w)):
+        return False
+    mine = L.pword(w >> 32, os.getpid(), L.P_FREEING)
+    if not seg.mem.cas64(seg.participant(index), w, mine):
         return False
     arenas = min(seg.mem.load32(seg.participant(index, "arena_count")), L.MAX_ARENAS)
     for a in range(arenas):
@@ -104,8 +116,10 @@ def _free(seg: Segment, index: int) -> bool:
             os.unlink(arena_path(seg.name, index, w >> 32, a))
         except FileNotFoundError:
             pass
+    doorbell.clear(seg, index, L.BELL_DATA | L.BELL_SPACE)
+    seg.mem.store64(seg.participant(index, "doorbell_key"), 0)
     seg.mem.store32(seg.participant(index, "pid"), 0)
-    return seg.mem.cas64(seg.participant(index), w, (w >> 32) << 32 | L.P_FREE)
+    return seg.mem.cas64(seg.participant(index), mine, L.pword(w >> 32, 0, L.P_FREE))
 
 
 def sweep(seg: Segment) -> SweepReport:
@@ -129,6 +143,7 @@ def sweep(seg: Segment) -> SweepReport:
 
 def detach(seg: Segment, index: int, gen: int) -> None:
     """Leaves the segment as if dead: taken frames are handed back or released."""
-    if not seg.mem.cas64(seg.participant(index), gen << 32 | L.P_ACTIVE, gen << 32 | L.P_DEAD):
+    doorbell.clear(seg, index, L.BELL_DATA | L.BELL_SPACE)
+    if not seg.mem.cas64(seg.participant(index), L.pword(gen, 0, L.P_ACTIVE), L.pword(gen, 0, L.P_DEAD)):
         raise GpuringError("FRAME_STATE", f"participant {index} is not attached")
     sweep(seg)

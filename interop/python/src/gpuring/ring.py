@@ -43,10 +43,10 @@ class Ring:
         participants = []
         for i in range(seg.participant_capacity):
             w = seg.participant_word(i)
-            if w & 0xFFFFFFFF == L.P_FREE:
+            if L.pword_state(w) == L.P_FREE:
                 continue
             participants.append({"index": i, "generation": w >> 32,
-                                 "state": L.PARTICIPANT_STATES[w & 3],
+                                 "state": L.PARTICIPANT_STATES[min(L.pword_state(w), 4)],
                                  "pid": seg.mem.load32(seg.participant(i, "pid")),
                                  "alive": seg.participant_alive(i)})
         return {"name": seg.name, "slots": seg.slot_count, "bytes": seg.size,

@@ -14,7 +14,7 @@ import time
 
 from . import layout as L
 from .errors import GpuringError
-from .process import pid_namespace, process_alive, realtime_ns, self_start_time
+from .process import pid_namespace, pid_running, process_alive, realtime_ns, self_start_time
 from .shared_memory import SharedMemory, open_shm
 
 NAME_RULE = "names are 1 to 32 of A-Z a-z 0-9 _ -"
@@ -106,6 +106,7 @@ class Segment:
         self.slot_count, self.mask, self.participant_capacity = slots, slots - 1, parts
         _, self.slots_at, self.size = L.segment_size(slots, parts)
         self.mem = SharedMemory(fd, self.size)
+        self.bell = None  # socket for ringing doorbells (doorbell.py), made on first use
 
     @classmethod
     def create(cls, name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600) -> "Segment":
@@ -166,6 +167,8 @@ class Segment:
             return
         self.mem.close()
         os.close(self.fd)
+        if self.bell is not None:
+            self.bell.close()
         self.fd = -1
 
     # ---- addresses of shared words (byte offsets into the mapping) ----
@@ -190,19 +193,20 @@ class Segment:
         mem = self.mem
         for i in range(self.participant_capacity):
             w = self.participant_word(i)
-            if w & 0xFFFFFFFF != L.P_FREE:
+            if L.pword_state(w) != L.P_FREE:
                 continue
             gen = ((w >> 32) + 1) & 0xFFFFFFFF
-            if not mem.cas64(self.participant(i), w, gen << 32 | L.P_ATTACHING):
+            if not mem.cas64(self.participant(i), w, L.pword(gen, os.getpid(), L.P_ATTACHING)):
                 continue
             mem.store64(self.participant(i, "start_time"), self_start_time())
             mem.store32(self.participant(i, "pid"), os.getpid())
             mem.store32(self.participant(i, "roles"), roles)
             mem.store64(self.participant(i, "attached_unix_ns"), realtime_ns())
             mem.store32(self.participant(i, "arena_count"), 0)
-            for counter in ("published", "leased", "released"):
+            for counter in ("published", "leased", "released", "doorbell_key"):
                 mem.store64(self.participant(i, counter), 0)
-            mem.store64(self.participant(i), gen << 32 | L.P_ACTIVE)
+            mem.store32(self.participant(i, "doorbell"), 0)
+            mem.store64(self.participant(i), L.pword(gen, 0, L.P_ACTIVE))
             return i, gen
         raise GpuringError("PARTICIPANTS_FULL", f"segment '{self.name}' has no free participant entry "
                            f"({self.participant_capacity} in use)")
@@ -210,12 +214,12 @@ class Segment:
     def participant_alive(self, index: int) -> bool:
         if index >= self.participant_capacity:
             return False
-        state = self.participant_word(index) & 0xFFFFFFFF
+        w = self.participant_word(index)
         pid = self.mem.load32(self.participant(index, "pid"))
         start = self.mem.load64(self.participant(index, "start_time"))
-        if state == L.P_ATTACHING:
-            return pid == 0 or process_alive(pid, start)
-        return state == L.P_ACTIVE and process_alive(pid, start)
+        if L.pword_state(w) == L.P_ATTACHING:
+            return pid_running(L.pword_pid(w))
+        return L.pword_state(w) == L.P_ACTIVE and process_alive(pid, start)
 
     def count(self, index: int, counter: str) -> None:
         """Counters in the caller's own entry: only the owner writes them."""

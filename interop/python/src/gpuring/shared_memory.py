@@ -42,7 +42,8 @@ def _bind() -> tuple[dict, ctypes.CDLL]:
     for bits, t in ((8, ctypes.c_uint64), (4, ctypes.c_uint32)):
         for op, argtypes, restype in (("load", [vp, i], t), ("store", [vp, t, i], None),
                                       ("compare_exchange", [vp, vp, t, i, i], ctypes.c_bool),
-                                      ("fetch_add", [vp, t, i], t)):
+                                      ("fetch_add", [vp, t, i], t), ("fetch_and", [vp, t, i], t),
+                                      ("fetch_or", [vp, t, i], t)):
             fn = getattr(atomic, f"__atomic_{op}_{bits}")
             fn.argtypes, fn.restype = argtypes, restype
             ops[f"{op}{bits * 8}"] = fn
@@ -53,6 +54,7 @@ def _bind() -> tuple[dict, ctypes.CDLL]:
 _ops, _libc = _bind()
 _load64, _load32, _store64, _store32 = _ops["load64"], _ops["load32"], _ops["store64"], _ops["store32"]
 _cas64, _add64, _add32 = _ops["compare_exchange64"], _ops["fetch_add64"], _ops["fetch_add32"]
+_cas32, _and32, _or32 = _ops["compare_exchange32"], _ops["fetch_and32"], _ops["fetch_or32"]
 
 
 class _Timespec(ctypes.Structure):
@@ -108,6 +110,18 @@ class SharedMemory:
 
     def add32(self, offset: int, value: int) -> int:
         return _add32(self._addr(offset, 4), value & 0xFFFFFFFF, _SEQ_CST)
+
+    def cas32(self, offset: int, expected: int, desired: int) -> bool:
+        exp = ctypes.c_uint32(expected)
+        return _cas32(self._addr(offset, 4), ctypes.byref(exp), desired, _SEQ_CST, _SEQ_CST)
+
+    def and32(self, offset: int, value: int) -> int:
+        """Atomic fetch-and; returns the previous value."""
+        return _and32(self._addr(offset, 4), value & 0xFFFFFFFF, _SEQ_CST)
+
+    def or32(self, offset: int, value: int) -> int:
+        """Atomic fetch-or; returns the previous value."""
+        return _or32(self._addr(offset, 4), value & 0xFFFFFFFF, _SEQ_CST)
 
     def read(self, offset: int, length: int) -> bytes:
         """A private copy: validate it, never the shared bytes themselves."""

@@ -10,7 +10,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from . import layout as L
+from . import doorbell, layout as L
 from .errors import GpuringError
 from .layout import slot_word, seq_diff, word_owner, word_seq, word_state
 from .segment import Segment
@@ -56,10 +56,14 @@ def _hint_reload(seg: Segment, field: str, pos: int) -> int:
 
 def notify_data(seg: Segment) -> None:
     seg.mem.notify(seg.control("data_seq"), seg.control("data_waiters"))
+    if seg.mem.load32(seg.control("data_doorbells")):
+        doorbell.ring(seg, L.BELL_DATA)
 
 
 def notify_space(seg: Segment) -> None:
     seg.mem.notify(seg.control("space_seq"), seg.control("space_waiters"))
+    if seg.mem.load32(seg.control("space_doorbells")):
+        doorbell.ring(seg, L.BELL_SPACE)
 
 
 def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
@@ -74,7 +78,9 @@ def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
                 continue
             _hint_advance(seg, "tail", pos + 1)
             mem.write(_ref_at(seg, pos), ref.pack())
-            mem.store64(at, slot_word(pos, L.READY, me + 1))
+            # A CAS from the exact WRITING word: a sweeper may have taken the claim back.
+            if not mem.cas64(at, slot_word(pos, L.WRITING, me + 1), slot_word(pos, L.READY, me + 1)):
+                raise GpuringError("FRAME_STATE", "the ring took this producer's slot back (was it judged dead?)")
             seg.count(me, "published")
             notify_data(seg)
             return pos
@@ -147,8 +153,7 @@ def mark_redeliver(seg: Segment, pos: int) -> None:
         if mem.cas64(at, r, lowest << 16 | ((r + 1) & 0xFFFF)):
             break
     mem.add64(seg.control("redelivered"), 1)
-    mem.add32(seg.control("data_seq"), 1)
-    mem.futex_wake(seg.control("data_seq"))
+    notify_data(seg)
 
 
 def unclaim_as(seg: Segment, owner: int, pos: int, state: int) -> None:
@@ -169,7 +174,7 @@ def producer_active(seg: Segment, ref: FrameRef) -> bool:
     if ref.producer >= seg.participant_capacity:
         return False
     w = seg.participant_word(ref.producer)
-    return w & 0xFFFFFFFF == L.P_ACTIVE and w >> 32 == ref.producer_gen
+    return L.pword_state(w) == L.P_ACTIVE and w >> 32 == ref.producer_gen
 
 
 def release_as(seg: Segment, owner: int, pos: int, state: int) -> None:

@@ -1,0 +1,113 @@
+/* gpuring/doorbell.h: waking participants that sleep on a file descriptor.
+ *
+ * A futex can only be slept on by a thread. An event loop (Node's libuv, an
+ * asyncio loop, epoll) sleeps on file descriptors, and a thread that waits on
+ * the futex and then wakes the loop costs a second wake-up. So a participant
+ * may instead own a doorbell: an AF_UNIX SOCK_DGRAM socket bound to the
+ * abstract name "\0gpuring.NAME.KEY" (KEY: 16 lowercase hex digits of its
+ * entry's `doorbell_key`), which its loop polls directly. Any process can ring
+ * it with sendto(); nothing has to be passed between processes.
+ *
+ * Protocol (SPEC.md §6.1). Each entry's `doorbell` word holds one bit per
+ * thing to wait for (GPR_BELL_DATA: a frame became READY; GPR_BELL_SPACE: a
+ * slot was released or recycled). The control block counts the set bits of
+ * each kind (`data_doorbells`, `space_doorbells`), so a notifier whose count
+ * is zero pays one load and no system call.
+ *  - Sleeper: set the bit (fetch_or, seq_cst); if it was clear, add one to the
+ *    count (seq_cst); look at the ring once more; if still nothing, sleep on
+ *    the socket. Whoever clears a set bit subtracts the one again.
+ *  - Notifier, after its release store and the seq_cst fence of gpr_notify:
+ *    if the count is non-zero, clear each set bit of that kind with fetch_and;
+ *    for each bit it cleared, subtract one and send one datagram.
+ * Either the sleeper's last look sees the new state or the notifier sees the
+ * bit (the same pairing as the futex waiters). A bell rings once per sleep: a
+ * notifier finds the bit clear until its owner sleeps again, so a busy stream
+ * pays no system call. A dead sleeper costs at most one failed sendto (its bit
+ * is cleared by that ring) and the sweep clears its bits when freeing it.
+ * Included by gpuring.h; not a standalone header. */
+
+enum { GPR_BELL_DATA = 1u, GPR_BELL_SPACE = 2u };
+
+/* Abstract socket address of a doorbell: "\0gpuring.NAME.KEY". */
+GPR_INLINE socklen_t gpr_doorbell_address(const char *segment, uint64_t key, struct sockaddr_un *addr) {
+  memset(addr, 0, sizeof *addr);
+  addr->sun_family = AF_UNIX;
+  int n = snprintf(addr->sun_path + 1, sizeof addr->sun_path - 1, "gpuring.%s.%016llx", segment,
+                   (unsigned long long)key);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* One unbound datagram socket per segment view for ringing, made on first use. */
+GPR_INLINE int gpr_doorbell_sender(gpr_segment *seg) {
+  int fd = __atomic_load_n(&seg->bell_fd, __ATOMIC_ACQUIRE);
+  if (fd >= 0) return fd;
+  fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  int none = -1;
+  if (!__atomic_compare_exchange_n(&seg->bell_fd, &none, fd, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    close(fd);
+    return none;
+  }
+  return fd;
+}
+
+/* Subtracts one from a doorbell count, never below zero: the count lives in
+ * shared memory, and a damaged one must not wrap into "everyone is asleep". */
+GPR_INLINE void gpr_doorbell_count_down(uint32_t *count) {
+  uint32_t n = __atomic_load_n(count, __ATOMIC_RELAXED);
+  while (n > 0 && !__atomic_compare_exchange_n(count, &n, n - 1u, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+  }
+}
+
+GPR_INLINE uint32_t *gpr_doorbell_count(gpr_segment *seg, uint32_t bit) {
+  return bit == GPR_BELL_DATA ? &seg->control->data_doorbells : &seg->control->space_doorbells;
+}
+
+/* Clears `bits` of entry `index`; returns the bits this call cleared (each
+ * already taken off its count). Used by notifiers, sleepers that woke on their
+ * own, and the sweep. */
+GPR_INLINE uint32_t gpr_doorbell_clear(gpr_segment *seg, uint32_t index, uint32_t bits) {
+  uint32_t was = __atomic_fetch_and(&seg->participants[index].doorbell, ~bits, __ATOMIC_SEQ_CST) & bits;
+  if (was & GPR_BELL_DATA) gpr_doorbell_count_down(&seg->control->data_doorbells);
+  if (was & GPR_BELL_SPACE) gpr_doorbell_count_down(&seg->control->space_doorbells);
+  return was;
+}
+
+/* Sleeper: declares entry `index` asleep waiting for `bit`. The caller then
+ * looks at the ring once more before it sleeps on its socket. */
+GPR_INLINE void gpr_doorbell_arm(gpr_segment *seg, uint32_t index, uint32_t bit) {
+  uint32_t was = __atomic_fetch_or(&seg->participants[index].doorbell, bit, __ATOMIC_SEQ_CST);
+  if (!(was & bit)) __atomic_fetch_add(gpr_doorbell_count(seg, bit), 1u, __ATOMIC_SEQ_CST);
+}
+
+/* Notifier: rings every entry asleep waiting for `bit`. The caller has issued
+ * the seq_cst fence after its release store (gpr_notify does). The scan stops
+ * after as many set bits as the count announced, and never passes the table. */
+GPR_INLINE void gpr_doorbell_ring(gpr_segment *seg, uint32_t bit) {
+  uint32_t left = __atomic_load_n(gpr_doorbell_count(seg, bit), __ATOMIC_RELAXED);
+  for (uint32_t i = 0; left > 0 && i < seg->participant_capacity; i++) {
+    gpr_participant *p = &seg->participants[i];
+    if (!(__atomic_load_n(&p->doorbell, __ATOMIC_RELAXED) & bit)) continue;
+    left--;
+    if (!gpr_doorbell_clear(seg, i, bit)) continue;  /* another notifier rang it */
+    struct sockaddr_un addr;
+    socklen_t len = gpr_doorbell_address(seg->name, __atomic_load_n(&p->doorbell_key, __ATOMIC_ACQUIRE), &addr);
+    int fd = gpr_doorbell_sender(seg);
+    /* A full queue already holds a wake-up; a missing socket is a dead sleeper. */
+    if (fd >= 0) (void)sendto(fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&addr, len);
+  }
+}
+
+/* Wakes everyone waiting for `bit` (GPR_BELL_DATA: consumers on data_seq;
+ * GPR_BELL_SPACE: producers on space_seq) after a release store: futex sleepers
+ * and doorbell sleepers alike. No system call while nobody sleeps. */
+GPR_INLINE void gpr_notify_bell(gpr_segment *seg, uint32_t bit) {
+  gpr_control *c = seg->control;
+  uint32_t *seq = bit == GPR_BELL_DATA ? &c->data_seq : &c->space_seq;
+  uint32_t *waiters = bit == GPR_BELL_DATA ? &c->data_waiters : &c->space_waiters;
+  gpr_notify(seq, waiters);
+  if (__atomic_load_n(gpr_doorbell_count(seg, bit), __ATOMIC_RELAXED) != 0) gpr_doorbell_ring(seg, bit);
+}
+
+GPR_INLINE void gpr_notify_data(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_DATA); }
+GPR_INLINE void gpr_notify_space(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_SPACE); }

@@ -1,0 +1,61 @@
+"""Ringing doorbells: waking participants that sleep on a socket (gpuring/doorbell.h).
+
+An event-loop participant (the Node consumer) sleeps on an AF_UNIX datagram
+socket bound to the abstract name "\\0gpuring.NAME.KEY" instead of a futex, and
+sets a bit in its entry's ``doorbell`` word while asleep. Every notifier rings
+those bells after its futex notify (SPEC.md §6.1): it clears each set bit of the
+kind it signals (fetch-and; one winner) and sends one datagram per bit cleared.
+This package only rings; its own waits use the futex.
+"""
+from __future__ import annotations
+
+import socket
+
+from . import layout as L
+
+
+def address(segment: str, key: int) -> bytes:
+    return b"\0" + f"gpuring.{segment}.{key:016x}".encode()
+
+
+def _count_at(seg, bit: int) -> int:
+    return seg.control("data_doorbells" if bit == L.BELL_DATA else "space_doorbells")
+
+
+def _count_down(seg, at: int) -> None:
+    """One less, never below zero: a damaged count must not wrap to 'everyone asleep'."""
+    while True:
+        n = seg.mem.load32(at)
+        if n == 0 or seg.mem.cas32(at, n, n - 1):
+            return
+
+
+def clear(seg, index: int, bits: int) -> int:
+    """Clears ``bits`` of entry ``index``; returns those this call cleared (counts adjusted)."""
+    was = seg.mem.and32(seg.participant(index, "doorbell"), ~bits) & bits
+    for bit in (L.BELL_DATA, L.BELL_SPACE):
+        if was & bit:
+            _count_down(seg, _count_at(seg, bit))
+    return was
+
+
+def ring(seg, bit: int) -> None:
+    """Rings every entry asleep waiting for ``bit``; call after the seq_cst notify."""
+    left = seg.mem.load32(_count_at(seg, bit))
+    i = 0
+    while left > 0 and i < seg.participant_capacity:
+        if seg.mem.load32(seg.participant(i, "doorbell")) & bit:
+            left -= 1
+            if clear(seg, i, bit):
+                key = seg.mem.load64(seg.participant(i, "doorbell_key"))
+                try:
+                    _sender(seg).sendto(b"\0", socket.MSG_DONTWAIT, address(seg.name, key))
+                except OSError:
+                    pass  # a full queue already holds a wake-up; a missing socket is a dead sleeper
+        i += 1
+
+
+def _sender(seg) -> socket.socket:
+    if seg.bell is None:
+        seg.bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    return seg.bell

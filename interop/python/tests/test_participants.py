@@ -1,0 +1,59 @@
+"""Participant entries left half-way by a killed process, and the doorbell words
+(SPEC.md §4, §6.1), as the Python implementation handles them."""
+import os
+
+from gpuring import Ring
+from gpuring import layout as L
+from gpuring.recovery import _free, sweep
+from gpuring.segment import Segment
+
+
+def _dead_pid() -> int:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
+def test_entries_left_attaching_or_freeing_by_a_dead_process_are_reclaimed(ring_name):
+    Ring.create(ring_name, slots=8, participants=2).close()
+    seg = Segment.open(ring_name)
+    try:
+        gone = _dead_pid()
+        seg.mem.store64(seg.participant(0), L.pword(5, gone, L.P_ATTACHING))
+        seg.mem.store64(seg.participant(1), L.pword(7, gone, L.P_FREEING))
+        rep = sweep(seg)
+        assert (rep.found_dead, rep.freed) == (1, 2)
+        assert seg.attach(L.ROLE_CONSUMER) == (0, 6)
+        assert seg.attach(L.ROLE_CONSUMER) == (1, 8)
+    finally:
+        seg.close()
+
+
+def test_a_sweeper_that_loses_the_free_race_leaves_the_entry_alone(ring_name):
+    Ring.create(ring_name, slots=8, participants=1).close()
+    seg = Segment.open(ring_name)
+    try:
+        index, gen = seg.attach(L.ROLE_PRODUCER)
+        seg.mem.store64(seg.participant(index), L.pword(gen, os.getppid(), L.P_FREEING))
+        assert not _free(seg, index)
+        assert seg.mem.load32(seg.participant(index, "pid")) == os.getpid()
+    finally:
+        seg.close()
+
+
+def test_freeing_a_dead_sleeper_clears_its_doorbell_and_the_count(ring_name):
+    Ring.create(ring_name, slots=8, participants=2).close()
+    seg = Segment.open(ring_name)
+    try:
+        index, gen = seg.attach(L.ROLE_CONSUMER)
+        seg.mem.or32(seg.participant(index, "doorbell"), L.BELL_DATA)
+        seg.mem.add32(seg.control("data_doorbells"), 1)
+        seg.mem.store64(seg.participant(index), L.pword(gen, 0, L.P_DEAD))
+        sweep(seg)
+        assert seg.mem.load32(seg.participant(index, "doorbell")) == 0
+        assert seg.mem.load32(seg.control("data_doorbells")) == 0
+        assert L.pword_state(seg.participant_word(index)) == L.P_FREE
+    finally:
+        seg.close()

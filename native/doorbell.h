@@ -1,0 +1,56 @@
+// Doorbell: this participant's wake-up socket, polled by Node's event loop.
+//
+// A sleeping Node participant must be woken by another process in one hop:
+// the producer's sendto() makes the socket readable and libuv runs our
+// callback on the JS thread, with no waiter thread in between (a futex can
+// only be slept on by a thread, which would then have to wake the loop: two
+// wake-ups). The protocol (who rings whom, when) is gpuring/doorbell.h's.
+//
+// Sleep() is one-shot: the callback runs once, when the bell rings or the
+// timeout passes (a sleeper still wakes to sweep and to expire requests, and a
+// ring lost to a peer outside our network namespace costs one tick, not a
+// hang). While asleep the handles keep the process alive; otherwise not.
+#pragma once
+#include <napi.h>
+#include <uv.h>
+#include <functional>
+#include "gpuring.h"
+
+namespace gpuring {
+
+class Doorbell {
+ public:
+  using Callback = std::function<void()>;
+
+  // Binds a socket under a fresh random key and records the key in entry
+  // `index`; throws SYSTEM if no socket can be bound.
+  Doorbell(Napi::Env env, gpr_segment *seg, uint32_t index, Callback on_wake);
+  ~Doorbell();
+  Doorbell(const Doorbell &) = delete;
+  Doorbell &operator=(const Doorbell &) = delete;
+
+  // Declares this participant asleep waiting for `bit` (GPR_BELL_DATA or
+  // GPR_BELL_SPACE). Look at the ring once more after this, before Sleep().
+  void Arm(uint32_t bit);
+  // Clears every bit this participant set (it woke on its own or stops waiting).
+  void Disarm();
+  // Polls the socket and starts the timer; the callback runs once.
+  void Sleep(uint64_t timeout_ms);
+  // Stops polling without running the callback.
+  void Stop();
+
+  struct Handles;  // the uv handles; freed by their close callbacks, which may run after us
+
+ private:
+  void Wake();
+  void Drain();
+
+  gpr_segment *seg_;
+  uint32_t index_;
+  int fd_ = -1;
+  Callback on_wake_;
+  Handles *handles_ = nullptr;
+  bool sleeping_ = false;
+};
+
+}  // namespace gpuring

@@ -1,0 +1,128 @@
+// A consumer asleep in next() sleeps on its doorbell (SPEC.md §6.1), and the
+// producers of every language ring it. The consumer's sweep tick is set to ten
+// minutes, so a frame can only reach it through the ring: a broken doorbell
+// fails these tests with TIMEOUT instead of passing slowly.
+import { spawn, type ChildProcess } from 'node:child_process';
+import test from 'ava';
+import { Consumer, type Ring } from '../lib/index.js';
+import { child, cProgram, eventually, exitOf, root, withRing } from './helpers/ring.js';
+
+const NEVER_SWEEP = 600_000;
+const WAIT = { timeout: 20_000 };
+
+/** `count` consecutive frame ids (in publication order, none missing), whatever the first. */
+const run = (ids: number[], count: number) => Array.from({ length: count }, (_, i) => ids[0]! + i);
+
+function asleep(ring: Ring, index: number): string[] {
+  return ring.inspect().participants.find((p) => p.index === index)?.asleep ?? [];
+}
+
+const pythonProducer = (name: string, frames: number) =>
+  spawn('python3', ['-c', `
+import sys, pyarrow as pa, gpuring
+with gpuring.Producer.open(sys.argv[1]) as p:
+    for i in range(int(sys.argv[2])):
+        p.publish(pa.table({"i": pa.array([i], pa.int32())}))
+    p.drain(timeout=30)
+`, name, String(frames)], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, PYTHONPATH: `${root}/interop/python/src` } });
+
+const producers: Record<string, (name: string, frames: number) => ChildProcess> = {
+  Node: (name, frames) => child('stress-produce', name, 7, frames),
+  C: (name, frames) => spawn(cProgram('producer', 'interop/c'), [name, String(frames), '3'], { stdio: ['ignore', 'ignore', 'inherit'] }),
+  Python: pythonProducer,
+};
+
+for (const [language, start] of Object.entries(producers)) {
+  test(`a consumer asleep in next() is woken by a ${language} producer's publish, and takes every frame in order`, async (t) => {
+    await withRing(`bell-${language}`, { slots: 16 }, async (ring, name) => {
+      const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });
+      const first = consumer.next(WAIT);
+      t.true(await eventually(() => asleep(ring, consumer.index).includes('data')), 'the waiting consumer declares itself asleep');
+      t.is(ring.inspect().doorbells.data, 1);
+      const producer = start(name, 20);
+      const ids: number[] = [];
+      for (let i = 0; i < 20; i++) {
+        const f = i === 0 ? await first : await consumer.next(WAIT);
+        ids.push(f.id);
+        f.release();
+      }
+      t.deepEqual(ids, run(ids, 20));
+      t.is((await exitOf(producer)).code, 0);
+      t.deepEqual(asleep(ring, consumer.index), [], 'nobody waits, nobody is asleep');
+      t.is(ring.inspect().doorbells.data, 0);
+      consumer.close();
+    });
+  });
+}
+
+test('nextBatch() takes every ready frame in order in one call, at most max, and waits for the first', async (t) => {
+  await withRing('bell-batch', { slots: 64 }, async (ring, name) => {
+    const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });
+    const waiting = consumer.nextBatch({ ...WAIT, max: 25 });
+    await eventually(() => asleep(ring, consumer.index).includes('data'));
+    const producer = child('stress-produce', name, 3, 40);
+    const ids: number[] = [];
+    const sizes: number[] = [];
+    for (let batch = await waiting; ; batch = await consumer.nextBatch({ ...WAIT, max: 25 })) {
+      sizes.push(batch.length);
+      for (const f of batch) (ids.push(f.id), f.release());
+      if (ids.length >= 40) break;
+    }
+    t.deepEqual(ids, run(ids, 40));
+    t.true(sizes.every((n) => n >= 1 && n <= 25));
+    t.is((await exitOf(producer)).code, 0);
+    consumer.close();
+  });
+});
+
+test('an iteration stopped with frames still batched hands them back: another consumer gets them, none lost or twice', async (t) => {
+  await withRing('bell-iter', { slots: 64 }, async (ring, name) => {
+    const producer = child('stress-produce', name, 5, 30);
+    const first = Consumer.open(name);
+    const a: number[] = [];
+    // All 30 queued, so the first batch holds more than the loop takes.
+    t.true(await eventually(() => ring.inspect().slots.ready === 30));
+    for await (const f of first) {
+      a.push(f.id);
+      f.release();
+      if (a.length === 3) break;
+    }
+    const second = Consumer.open(name);
+    const b: number[] = [];
+    while (a.length + b.length < 30) {
+      const f = await second.next(WAIT);
+      b.push(f.id);
+      f.release();
+    }
+    const all = [...a, ...b].sort((x, y) => x - y);
+    t.deepEqual(all, run(all, 30));
+    t.is(second.tryNext(), null, 'nothing is delivered twice');
+    t.is((await exitOf(producer)).code, 0);
+    first.close();
+    second.close();
+  });
+});
+
+test('a sleeper killed while registered costs nothing: its doorbell is cleared, producers publish on, the next consumer gets every frame', async (t) => {
+  await withRing('bell-kill', { slots: 16 }, async (ring, name) => {
+    const sleeper = child('hold', name, 1); // waits in next() for a frame that never comes
+    t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the child sleeps on its doorbell');
+    sleeper.kill('SIGKILL');
+    await exitOf(sleeper);
+    const producer = child('stress-produce', name, 9, 10);
+    const consumer = Consumer.open(name);
+    const ids: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      const f = await consumer.next(WAIT);
+      ids.push(f.id);
+      f.release();
+    }
+    t.deepEqual(ids, run(ids, 10));
+    t.is((await exitOf(producer)).code, 0);
+    ring.sweep();
+    const info = ring.inspect();
+    t.is(info.doorbells.data, 0, 'the dead sleeper no longer counts as asleep');
+    t.deepEqual(info.participants.map((p) => p.index), [consumer.index], 'its entry was freed');
+    consumer.close();
+  });
+});
