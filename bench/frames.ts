@@ -1,7 +1,7 @@
 /** The small frame the latency benchmarks hand over: 8 int32 columns of one row. */
 import { makeVector, Table } from 'apache-arrow';
 import { describeBatch } from '../dist/arrow/table-writer.js';
-import { hostBuffer, type FrameDescription } from '../dist/codec/description.js';
+import { absentBuffer, hostBuffer, type FrameDescription } from '../dist/codec/description.js';
 
 export function smallFrame(): Table {
   const columns: Record<string, ReturnType<typeof makeVector>> = {};
@@ -12,6 +12,14 @@ export function smallFrame(): Table {
 /** The same frame's description (names, types, lengths, buffer handles). */
 export function smallFrameDescription(): FrameDescription {
   return describeBatch(smallFrame(), { place: (b) => hostBuffer('/gpuring.bench.p0g1.a0', 64, b.length) });
+}
+
+/**
+ * The smallest frame a prepared publish sends: one int32 column of zero rows
+ * (no buffers), so a publish costs the ring and the wake-up, nothing else.
+ */
+export function emptyFrameDescription(): FrameDescription {
+  return describeBatch(new Table({ c0: makeVector(new Int32Array(0)) }), { place: () => absentBuffer() });
 }
 
 /**

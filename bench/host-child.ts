@@ -2,13 +2,17 @@
  * The other process of the host benchmarks (bench/host.ts).
  *   gpuring NAME N GAP_MS     publishes N small frames one at a time, each tagged with its publish
  *                             time (CLOCK_MONOTONIC), waiting for its release (and GAP_MS) before the next
+ *   prepared NAME N GAP_US    publishes a prepared frame N times, GAP_US apart (sleeping; busy-waiting
+ *                             below 1 ms), each tagged with the time publish was called; prints the
+ *                             times each publish returned (the frame was in the ring) as one JSON line
+ *   flood-prepared NAME N     publishes a prepared frame N times as fast as backpressure allows
  *   socket PATH N GAP_MS      sends the same frame's description as a JSON line (serialized per frame,
  *                             as each frame's differs), waits for an ack
  *   big NAME BYTES            writes a BYTES float64 column into arena memory, then publishes it once
  *   ipc PATH BYTES            builds the same table, sends it with tableToIPC over a Unix socket
  *   flood NAME N              publishes N small frames as fast as backpressure allows, then drains
  *   sink NAME BATCH           consumes until told 'stop' (IPC); with BATCH=1 takes every frame already
- *                             waiting (tryNext) after each wake-up; prints the count
+ *                             waiting after each wake-up (nextBatch); prints the count
  *   stream PATH N             sends N small frame descriptions as JSON lines (serialized per frame), as fast
  *                             as the socket takes them
  */
@@ -16,7 +20,7 @@ import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { Float64, makeData, makeVector, Table, tableToIPC } from 'apache-arrow';
 import { Producer } from '../dist/index.js';
-import { smallFrame, smallFrameDescription, toJson } from './frames.js';
+import { emptyFrameDescription, smallFrame, smallFrameDescription, toJson } from './frames.js';
 
 const [role, target, count, gap] = process.argv.slice(2);
 const n = Number(count);
@@ -30,6 +34,35 @@ async function gpuring(): Promise<void> {
     await producer.drain();
     if (Number(gap)) await pause(Number(gap));
   }
+  producer.close();
+}
+
+const spinFor = (us: number) => {
+  const until = process.hrtime.bigint() + BigInt(Math.round(us * 1000));
+  while (process.hrtime.bigint() < until);
+};
+
+async function prepared(): Promise<void> {
+  const producer = Producer.open(target!);
+  const frame = producer.prepare(emptyFrameDescription());
+  const committed: string[] = [];
+  for (let i = 0; i < n; i++) {
+    // Sleep between frames as a real producer would; spin only below a timer's resolution.
+    if (Number(gap) >= 1000) await pause(Number(gap) / 1000);
+    else spinFor(Number(gap));
+    await frame.publish({ tag: process.hrtime.bigint() });
+    committed.push(String(process.hrtime.bigint()));
+  }
+  await producer.drain();
+  producer.close();
+  process.stdout.write(`${JSON.stringify(committed)}\n`);
+}
+
+async function floodPrepared(): Promise<void> {
+  const producer = Producer.open(target!);
+  const frame = producer.prepare(emptyFrameDescription());
+  for (let i = 0; i < n; i++) await frame.publish();
+  await producer.drain();
   producer.close();
 }
 
@@ -82,10 +115,14 @@ async function sink(): Promise<void> {
   const batch = Number(count) === 1;
   let frames = 0;
   process.on('message', () => consumer.close());
-  for await (const f of consumer) {
-    f.release();
-    frames++;
-    for (let g = batch ? consumer.tryNext() : null; g; g = consumer.tryNext()) (g.release(), frames++);
+  try {
+    for (;;) {
+      const got = batch ? await consumer.nextBatch() : [await consumer.next()];
+      for (const f of got) f.release();
+      frames += got.length;
+    }
+  } catch (error) {
+    if ((error as { code?: string }).code !== 'CLOSED') throw error;
   }
   process.stdout.write(`${frames}\n`);
   process.disconnect?.();
@@ -99,4 +136,4 @@ async function stream(): Promise<void> {
   await new Promise((r) => s.on('close', r));
 }
 
-await { gpuring, socket, big, ipc, flood, sink, stream }[role as 'gpuring']();
+await { gpuring, prepared, 'flood-prepared': floodPrepared, socket, big, ipc, flood, sink, stream }[role as 'gpuring']();

@@ -13,7 +13,13 @@
  *     a Unix socket and tableFromIPC
  *  4. throughput, frames/s of 8-column frames from one producer to 1, 2 and 4
  *     consumer processes, with and without batching (taking every waiting
- *     frame per wake-up); baseline: JSON lines over a Unix socket, 1 consumer
+ *     frame per wake-up); baseline: JSON lines over a Unix socket, 1 consumer;
+ *     and of a prepared frame, 1 consumer, batched
+ *  5. a sleeping consumer hop by hop: a prepared frame published every 2 ms
+ *     and every 100 µs to a consumer asleep in next(), timestamped at publish
+ *     call, publish return (in the ring), JS callback and toTable(); anchor:
+ *     the one-wake floor, a C process woken from epoll_wait on a socket by
+ *     another (bench/wake_floor.c), measured in the same run
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -102,6 +108,63 @@ function handOffRecords(path: string, ours: number[], baseline: string, theirs: 
   });
 }
 
+/** A measured hop, with no baseline of its own: where the time goes. */
+const hop = (name: string, samples: number[]): BenchRecord => ({ name, metric: 'p50', unit: 'µs', value: percentile(samples, 50), baseline: null, baselineValue: null, ratio: null });
+
+function cProgramBuilt(name: string): string {
+  const bin = join(dir, name);
+  execFileSync('cc', ['-std=c11', '-O2', `-I${join(root, 'interop/include')}`, join(root, `bench/${name}.c`), '-o', bin, '-lrt']);
+  return bin;
+}
+
+/** The one-wake floor: p50/p99/p99.9 in µs of a C process woken from epoll_wait by another. */
+function wakeFloor(n: number, gapUs: number): Record<'p50' | 'p99' | 'p99.9', number> {
+  const ns = JSON.parse(execFileSync(cProgramBuilt('wake_floor'), [String(n), String(gapUs)], { encoding: 'utf8' })) as Record<string, number>;
+  return { p50: ns.p50! / 1000, p99: ns.p99! / 1000, 'p99.9': ns['p99.9']! / 1000 };
+}
+
+/** A consumer asleep in next(), a prepared frame every `gapUs`: each hop's time, µs. */
+async function sleepingHandOff(n: number, gapUs: number) {
+  return withRing('bench-sleep', { slots: 1024 }, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = child('prepared', name, n, gapUs);
+    const out: Buffer[] = [];
+    producer.stdout!.on('data', (d: Buffer) => out.push(d));
+    const stamps: bigint[][] = [];
+    for (let i = 0; i < n; i++) {
+      const f = await consumer.next({ timeout: 30_000 });
+      const js = process.hrtime.bigint();
+      f.toTable();
+      stamps.push([f.tag, js, process.hrtime.bigint()]);
+      f.release();
+    }
+    consumer.close();
+    await exited(producer);
+    const committed = (JSON.parse(Buffer.concat(out).toString()) as string[]).map(BigInt);
+    const us = (a: bigint, b: bigint) => Number(b - a) / 1000;
+    return {
+      total: stamps.map(([tag, js]) => us(tag!, js!)),
+      publish: stamps.map(([tag], i) => us(tag!, committed[i]!)),
+      wake: stamps.map(([, js], i) => us(committed[i]!, js!)),
+      table: stamps.map(([, js, table]) => us(js!, table!)),
+    };
+  });
+}
+
+async function sleepingRecords(n: number, gapUs: number, socket: number[] | null): Promise<BenchRecord[]> {
+  const floor = wakeFloor(n, gapUs);
+  const hops = await sleepingHandOff(n, gapUs);
+  const gap = gapUs >= 1000 ? `${gapUs / 1000} ms` : `${gapUs} µs`;
+  const name = `hand-off, consumer asleep, prepared frame ${gap} apart (publish call to JS callback)`;
+  const records = (['p50', 'p99', 'p99.9'] as const).map((p) =>
+    compare(name, p, 'µs', percentile(hops.total, p === 'p50' ? 50 : p === 'p99' ? 99 : 99.9), 'C one-wake floor (epoll_wait on a socket)', floor[p], false));
+  if (socket) records.push(compare(name, 'p99.9', 'µs', percentile(hops.total, 99.9), 'JSON over a Unix socket (2 ms apart)', percentile(socket, 99.9), false));
+  records.push(hop(`  hop: publish call until the frame is in the ring (${gap})`, hops.publish));
+  records.push(hop(`  hop: in the ring until the JS callback (wake + receive, ${gap})`, hops.wake));
+  records.push(hop(`  hop: toTable() of the received frame (${gap})`, hops.table));
+  return records;
+}
+
 function cRing(): BenchRecord[] {
   const bin = join(dir, 'ring_bench');
   execFileSync('cc', ['-std=c11', '-O2', `-I${join(root, 'interop/include')}`, join(root, 'bench/ring_bench.c'), '-o', bin, '-lrt']);
@@ -149,13 +212,13 @@ async function bigTable(bytes: number): Promise<BenchRecord[]> {
   return [compare(`${bytes >> 20} MiB table made visible in another process`, 'latency', 'ms', ours, 'tableToIPC over a Unix socket + tableFromIPC', theirs, false)];
 }
 
-async function throughput(frames: number, consumers: number, batch: boolean): Promise<number> {
+async function throughput(frames: number, consumers: number, batch: boolean, producer = 'flood'): Promise<number> {
   const { seconds, total } = await withRing('bench-tp', { slots: 1024 }, async (_ring, name) => {
     const sinks = Array.from({ length: consumers }, () => child('sink', name, batch ? 1 : 0));
     const counts = sinks.map((c) => new Promise<number>((r) => c.stdout!.once('data', (d: Buffer) => r(Number(d.toString())))));
     await new Promise((r) => setTimeout(r, 1500)); // let the consumers attach before timing
     const started = performance.now();
-    await exited(child('flood', name, frames));
+    await exited(child(producer, name, frames));
     const elapsed = (performance.now() - started) / 1000;
     for (const c of sinks) c.send('stop');
     return { seconds: elapsed, total: (await Promise.all(counts)).reduce((a, b) => a + b, 0) };
@@ -199,6 +262,12 @@ try {
     const socketGap = await socketHandOff(500, 2);
     records.push(...handOffRecords('futex path', futex, 'JSON over a Unix socket', socketGap));
   }
+  if (want('sleeping')) {
+    progress('sleeping consumer, hop by hop, 2 ms and 100 µs between frames ...');
+    const socketGap = await socketHandOff(1000, 2);
+    records.push(...(await sleepingRecords(1000, 2000, socketGap)));
+    records.push(...(await sleepingRecords(3000, 100, null)));
+  }
   const charts: Record<string, Chart> = {};
   if (want('throughput')) {
     progress('throughput ...');
@@ -211,6 +280,8 @@ try {
         if (batch) series[2]!.points.push([consumers, baselineRate]); // measured with 1 consumer
         records.push(compare(`throughput, 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''}${batch ? ', batched' : ''}`, 'rate', 'frames/s', rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
       }
+    const prepared = await throughput(200_000, 1, true, 'flood-prepared');
+    records.push(compare('throughput, prepared frame, 1 consumer, batched', 'rate', 'frames/s', prepared, '1,000,000 frames/s (target)', 1e6, true));
     charts['throughput-vs-consumers'] = { title: 'Throughput, 8-column frames, one Node producer', x: { label: 'consumer processes' }, y: { label: 'frames per second' }, series };
   }
   if (want('table')) {

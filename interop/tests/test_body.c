@@ -94,8 +94,46 @@ static void m_child_short(uint8_t *b, size_t *n) { (void)n; node_at(b, 5)->lengt
 static void m_overflow(uint8_t *b, size_t *n) { (void)n; buf_at(b, 1)->offset = UINT64_MAX - 4; }
 static void m_handle(uint8_t *b, size_t *n) { (void)n; memset(buf_at(b, 1)->handle, 'x', 64); }
 
+/* Validates a one-column frame of `rows` rows of `format` with a 64-byte data buffer. */
+static int validate_one(const char *format, uint32_t format_length, uint64_t rows) {
+  gpr_node_desc node = {"c", 1, format, format_length, NULL, 0, 0, 0, -1, 2, rows, 0, 0};
+  gpr_body_buffer bufs[2];
+  memset(bufs, 0, sizeof bufs);
+  bufs[1].kind = GPR_MEM_HOST;
+  bufs[1].device_ordinal = -1;
+  bufs[1].length = 64;
+  snprintf((char *)bufs[1].handle, GPR_HANDLE_BYTES, "/gpuring.t.p0g1.a0");
+  gpr_frame_desc d;
+  memset(&d, 0, sizeof d);
+  d.row_count = rows;
+  d.root_count = d.node_count = 1;
+  d.buffer_count = 2;
+  d.nodes = &node;
+  d.buffers = bufs;
+  static _Alignas(8) uint8_t body[1024];
+  size_t n = 0;
+  gpr_error err;
+  CHECK(gpr_body_encode(&d, body, sizeof body, &n, &err) == 0);
+  gpr_body_view v;
+  int rc = gpr_body_validate(body, n, &v, &err);
+  return rc == 0 ? 0 : (int)err.code;
+}
+
+/* Before: 2^41 values of 1 MiB wrapped the byte count to 0 and a 64-byte
+ * buffer passed; and "tt" + NUL passed as a time unit (strchr matches the
+ * terminator) where TypeScript and Python refuse it. */
+static void test_size_overflow_and_nul_units(void) {
+  CHECK(validate_one("w:1048576", 9, 1ull << 41) == GPR_E_FRAME_BOUNDS);
+  CHECK(validate_one("w:16", 4, 4) == 0);
+  CHECK(validate_one("tt\0", 3, 1) == GPR_E_FRAME_INVALID);
+  CHECK(validate_one("tD\0", 3, 1) == GPR_E_FRAME_INVALID);
+  CHECK(validate_one("ts\0:", 4, 1) == GPR_E_FRAME_INVALID);
+  CHECK(validate_one("tts", 3, 1) == 0);
+}
+
 int main(void) {
   static _Alignas(8) uint8_t body[8192], again[8192];
+  test_size_overflow_and_nul_units();
   setup();
   size_t n = encode(body, sizeof body);
   gpr_body_view v;

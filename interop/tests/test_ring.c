@@ -123,6 +123,28 @@ static void test_corrupt_words(gpr_segment *seg, uint32_t p, uint32_t pg, uint32
   }
 }
 
+/* One write to a shared hint or to the redeliver word used to make the
+ * "non-blocking" calls scan up to 2^47 positions (tryNext, publish and close
+ * hung). Now every scan is bounded, and hints no slot can match are ignored:
+ * the ring goes on delivering in order. */
+static void test_hostile_hints(gpr_segment *seg, uint32_t p, uint32_t pg, uint32_t c) {
+  gpr_frame_ref r, out;
+  uint64_t pos;
+  gpr_control *ctl = seg->control;
+  uint64_t head = ctl->head;
+  ctl->redeliver = (1ull << 16) | 1u;     /* "redelivered frames from position 1" */
+  ctl->head = head + (1ull << 46);        /* far past every slot */
+  ctl->tail = ctl->tail + (1ull << 46);
+  CHECK_CODE(gpr_ring_try_claim(seg, c, &out, &pos), GPR_E_RING_EMPTY);
+  for (uint64_t i = 0; i < 2 * seg->slot_count; i++) {
+    r = ref_for(p, pg, 5000 + i);
+    CHECK(gpr_ring_try_publish(seg, p, &r, &pos) == 0);
+    CHECK(gpr_ring_try_claim(seg, c, &out, &pos) == 0 && out.frame_id == 5000 + i);
+    CHECK(gpr_ring_confirm(seg, c, pos) == 0 && gpr_ring_release(seg, c, pos) == 0);
+    CHECK(gpr_ring_reap(seg, p, pos) == 1);
+  }
+}
+
 int main(void) {
   char name[32];
   snprintf(name, sizeof name, "ctest-ring-%d", (int)getpid());
@@ -137,6 +159,7 @@ int main(void) {
   test_unclaim_redelivers(&seg, p, pg, c);
   test_dead_participant(&seg, p, pg, c);
   test_corrupt_words(&seg, p, pg, c);
+  test_hostile_hints(&seg, p, pg, c);
   gpr_segment_close(&seg);
   gpr_segment_unlink(name, &err);
   return CHECK_DONE();

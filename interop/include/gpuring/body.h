@@ -33,7 +33,11 @@ GPR_INLINE int gpr_body_bad(gpr_error *err, gpr_code code, uint32_t node, const 
 }
 
 /* Bytes a buffer needs to hold elements [0, end) at `bits` bits each. */
+/* Bytes for `end` values of `bits` each; UINT64_MAX (larger than any buffer)
+ * when the product does not fit: w:N with a large N must not wrap into a
+ * small size that a tiny buffer satisfies. */
 GPR_INLINE uint64_t gpr_bits_to_bytes(uint64_t end, uint64_t bits) {
+  if (bits && end > (UINT64_MAX - 7u) / bits) return UINT64_MAX;
   return (end * bits + 7u) / 8u;
 }
 

@@ -67,20 +67,24 @@ GPR_INLINE int gpr_format_sized(const char *s, size_t n, size_t at, uint64_t *si
   return gpr_parse_decimal_uint(s + at, n - at, 0x7FFFFFFFu, size) == 0 && *size > 0 ? 0 : -1;
 }
 
+/* Is `c` one of the time units s, m, u, n? (strchr alone would also match the
+ * terminating NUL, accepting "tt\0" where every other language refuses it.) */
+GPR_INLINE int gpr_time_unit(char c) { return c && strchr("smun", c); }
+
 GPR_INLINE int gpr_format_temporal(const char *s, size_t n, gpr_format_info *f) {
   if (n == 3 && s[1] == 'd' && (s[2] == 'D' || s[2] == 'm')) {
     gpr_format_set(f, GPR_LAYOUT_FIXED, s[2] == 'D' ? 32 : 64, 2, 0);
     return 0;
   }
-  if (n == 3 && s[1] == 't' && strchr("smun", s[2])) {
+  if (n == 3 && s[1] == 't' && gpr_time_unit(s[2])) {
     gpr_format_set(f, GPR_LAYOUT_FIXED, (s[2] == 's' || s[2] == 'm') ? 32 : 64, 2, 0);
     return 0;
   }
-  if (n >= 4 && s[1] == 's' && strchr("smun", s[2]) && s[3] == ':') {
+  if (n >= 4 && s[1] == 's' && gpr_time_unit(s[2]) && s[3] == ':') {
     gpr_format_set(f, GPR_LAYOUT_FIXED, 64, 2, 0); /* timestamp; zone may be empty */
     return 0;
   }
-  if (n == 3 && s[1] == 'D' && strchr("smun", s[2])) {
+  if (n == 3 && s[1] == 'D' && gpr_time_unit(s[2])) {
     gpr_format_set(f, GPR_LAYOUT_FIXED, 64, 2, 0);
     return 0;
   }

@@ -39,10 +39,18 @@ GPR_INLINE void gpr_hint_advance(uint64_t *hint, uint64_t pos) {
   if (gpr_seq_diff(pos, cur) > 0) __atomic_store_n(hint, pos & GPR_SEQ_MASK, __ATOMIC_RELAXED);
 }
 
-GPR_INLINE uint64_t gpr_hint_reload(uint64_t *hint, uint64_t pos) {
-  uint64_t h = __atomic_load_n(hint, __ATOMIC_RELAXED);
-  return gpr_seq_diff(h, pos + 1) > 0 ? h : (pos + 1) & GPR_SEQ_MASK;
+/* The hint if it is ahead of `pos` by less than a lap, else pos + 1: a hint
+ * is shared memory, and one moved far ahead (damage, a hostile writer) must not
+ * send a scan to positions no slot serves. */
+GPR_INLINE uint64_t gpr_hint_reload(const gpr_segment *seg, uint64_t *hint, uint64_t pos) {
+  uint64_t h = __atomic_load_n(hint, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
+  int64_t ahead = gpr_seq_diff(h, pos + 1);
+  return ahead > 0 && ahead < (int64_t)seg->slot_count ? h : (pos + 1) & GPR_SEQ_MASK;
 }
+
+/* Every scan over slots takes at most this many steps per call (two laps):
+ * values read from shared memory must never make a non-blocking call spin. */
+GPR_INLINE uint64_t gpr_scan_limit(const gpr_segment *seg) { return 2ull * seg->slot_count + 2u; }
 
 /* Counts in the caller's own participant entry. Only the owner writes these
  * words, so a relaxed load and store do (no RMW on the hot path). */
@@ -56,8 +64,8 @@ GPR_INLINE void gpr_count(uint64_t *counter) {
 GPR_INLINE int gpr_ring_try_publish(gpr_segment *seg, uint32_t me, const gpr_frame_ref *ref,
                                     uint64_t *out_pos) {
   gpr_control *c = seg->control;
-  uint64_t pos = __atomic_load_n(&c->tail, __ATOMIC_RELAXED);
-  for (;;) {
+  uint64_t pos = __atomic_load_n(&c->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
+  for (uint64_t steps = gpr_scan_limit(seg); steps > 0; steps--) {
     gpr_slot *s = gpr_slot_at(seg, pos);
     uint64_t w = gpr_slot_load(s);
     int64_t d = gpr_seq_diff(gpr_word_seq(w), pos);
@@ -77,9 +85,11 @@ GPR_INLINE int gpr_ring_try_publish(gpr_segment *seg, uint32_t me, const gpr_fra
       return 0;
     }
     if (d == 0) pos = (pos + 1) & GPR_SEQ_MASK;      /* taken by another producer */
+    else if (d < -(int64_t)seg->slot_count) pos = gpr_word_seq(w);  /* a hint no slot can match: trust the slot */
     else if (d < 0) return -(int)GPR_E_RING_FULL;    /* previous lap still occupied */
-    else pos = gpr_hint_reload(&c->tail, pos);       /* our hint was stale */
+    else pos = gpr_hint_reload(seg, &c->tail, pos);  /* our hint was stale */
   }
+  return -(int)GPR_E_RING_FULL;  /* no free slot within two laps: full for now */
 }
 
 GPR_INLINE int gpr_ring_take(gpr_segment *seg, uint32_t me, uint64_t pos, uint64_t w,
@@ -100,6 +110,8 @@ GPR_INLINE int gpr_ring_take_redelivered(gpr_segment *seg, uint32_t me, uint64_t
   uint64_t r = __atomic_load_n(&c->redeliver, __ATOMIC_ACQUIRE);
   uint64_t from = r >> 16;
   if (from == GPR_REDELIVER_NONE || r == 0) return 0;
+  /* Slots hold one lap: a position more than a lap behind `upto` cannot be READY. */
+  if (gpr_seq_diff(upto, from) > (int64_t)seg->slot_count) from = (upto - seg->slot_count) & GPR_SEQ_MASK;
   for (uint64_t pos = from; gpr_seq_diff(upto, pos) >= 0; pos = (pos + 1) & GPR_SEQ_MASK) {
     uint64_t w = gpr_slot_load(gpr_slot_at(seg, pos));
     if (gpr_word_seq(w) == pos && gpr_word_state(w) == GPR_SLOT_READY &&
@@ -118,8 +130,8 @@ GPR_INLINE int gpr_ring_take_redelivered(gpr_segment *seg, uint32_t me, uint64_t
 GPR_INLINE int gpr_ring_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *out,
                                   uint64_t *out_pos) {
   gpr_control *c = seg->control;
-  uint64_t pos = __atomic_load_n(&c->head, __ATOMIC_RELAXED);
-  for (;;) {
+  uint64_t pos = __atomic_load_n(&c->head, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
+  for (uint64_t steps = gpr_scan_limit(seg); steps > 0; steps--) {
     uint64_t w = gpr_slot_load(gpr_slot_at(seg, pos));
     int64_t d = gpr_seq_diff(gpr_word_seq(w), pos);
     uint32_t st = gpr_word_state(w);
@@ -129,9 +141,13 @@ GPR_INLINE int gpr_ring_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *
       *out_pos = pos;
       return 0;
     }
+    if (d < -(int64_t)seg->slot_count) {  /* a hint no slot can match: trust the slot */
+      pos = gpr_word_seq(w);
+      continue;
+    }
     if (d < 0 || (d == 0 && (st == GPR_SLOT_EMPTY || st == GPR_SLOT_WRITING))) break;
     if (d == 0) pos = (pos + 1) & GPR_SEQ_MASK;  /* claimed by another consumer */
-    else pos = gpr_hint_reload(&c->head, pos);
+    else pos = gpr_hint_reload(seg, &c->head, pos);
   }
   if (gpr_ring_take_redelivered(seg, me, pos, out, out_pos)) return 0;
   return -(int)GPR_E_RING_EMPTY;

@@ -57,3 +57,27 @@ def test_freeing_a_dead_sleeper_clears_its_doorbell_and_the_count(ring_name):
         assert L.pword_state(seg.participant_word(index)) == L.P_FREE
     finally:
         seg.close()
+
+
+def test_hostile_hints_and_redeliver_word_do_not_hang_and_the_ring_goes_on(ring_name):
+    """One write to a hint or to the redeliver word used to make try_claim scan 2**47 positions."""
+    from gpuring.slot_protocol import FrameRef, confirm, release, reap, try_claim, try_publish
+    Ring.create(ring_name, slots=4, participants=4).close()
+    seg = Segment.open(ring_name)
+    try:
+        p, pg = seg.attach(L.ROLE_PRODUCER)
+        c, _ = seg.attach(L.ROLE_CONSUMER)
+        seg.mem.store64(seg.control("redeliver"), 1 << 16 | 1)
+        for field in ("head", "tail"):
+            seg.mem.store64(seg.control(field), seg.mem.load64(seg.control(field)) + (1 << 46))
+        assert try_claim(seg, c) is None
+        for i in range(8):
+            pos = try_publish(seg, p, FrameRef(100 + i, p, pg, 0, 0, 0))
+            assert pos is not None
+            got, ref = try_claim(seg, c)
+            assert ref.frame_id == 100 + i
+            confirm(seg, c, got)
+            release(seg, c, got)
+            assert reap(seg, p, got)
+    finally:
+        seg.close()

@@ -50,8 +50,16 @@ def _hint_advance(seg: Segment, field: str, pos: int) -> None:
 
 
 def _hint_reload(seg: Segment, field: str, pos: int) -> int:
-    h = seg.mem.load64(seg.control(field))
-    return h if seq_diff(h, pos + 1) > 0 else (pos + 1) & L.SEQ_MASK
+    """The hint if less than a lap ahead of ``pos``, else pos + 1: a hint moved far
+    ahead (damage, a hostile writer) must not send a scan where no slot serves."""
+    h = seg.mem.load64(seg.control(field)) & L.SEQ_MASK
+    return h if 0 < seq_diff(h, pos + 1) < seg.slot_count else (pos + 1) & L.SEQ_MASK
+
+
+def _scan_limit(seg: Segment) -> int:
+    """Steps a scan over slots may take per call (two laps): values read from
+    shared memory must never make a non-blocking call spin."""
+    return 2 * seg.slot_count + 2
 
 
 def notify_data(seg: Segment) -> None:
@@ -68,8 +76,8 @@ def notify_space(seg: Segment) -> None:
 
 def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
     """Publishes ``ref`` as participant ``me``; its position, or None when full."""
-    mem, pos = seg.mem, seg.mem.load64(seg.control("tail"))
-    while True:
+    mem, pos = seg.mem, seg.mem.load64(seg.control("tail")) & L.SEQ_MASK
+    for _ in range(_scan_limit(seg)):
         at = seg.slot(pos)
         w = mem.load64(at)
         d = seq_diff(word_seq(w), pos)
@@ -86,10 +94,13 @@ def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
             return pos
         if d == 0:
             pos = (pos + 1) & L.SEQ_MASK
+        elif d < -seg.slot_count:  # a hint no slot can match: trust the slot
+            pos = word_seq(w)
         elif d < 0:
             return None
         else:
             pos = _hint_reload(seg, "tail", pos)
+    return None  # no free slot within two laps: full for now
 
 
 def _take(seg: Segment, me: int, pos: int, w: int) -> FrameRef | None:
@@ -104,7 +115,8 @@ def _take_redelivered(seg: Segment, me: int, upto: int) -> tuple[int, FrameRef] 
     start = r >> 16
     if start == L.REDELIVER_NONE or r == 0:
         return None
-    pos = start
+    # Slots hold one lap: a position more than a lap behind ``upto`` cannot be READY.
+    pos = start if seq_diff(upto, start) <= seg.slot_count else (upto - seg.slot_count) & L.SEQ_MASK
     while seq_diff(upto, pos) >= 0:
         w = mem.load64(seg.slot(pos))
         if word_seq(w) == pos and word_state(w) == L.READY:
@@ -118,10 +130,13 @@ def _take_redelivered(seg: Segment, me: int, upto: int) -> tuple[int, FrameRef] 
 
 def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
     """Takes the oldest READY frame (state CLAIMED); None when the ring is empty."""
-    mem, pos = seg.mem, seg.mem.load64(seg.control("head"))
-    while True:
+    mem, pos = seg.mem, seg.mem.load64(seg.control("head")) & L.SEQ_MASK
+    for _ in range(_scan_limit(seg)):
         w = mem.load64(seg.slot(pos))
         d, st = seq_diff(word_seq(w), pos), word_state(w)
+        if d < -seg.slot_count:  # a hint no slot can match: trust the slot
+            pos = word_seq(w)
+            continue
         if d == 0 and st == L.READY:
             ref = _take(seg, me, pos, w)
             if ref is None:

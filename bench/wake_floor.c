@@ -1,0 +1,51 @@
+/* The one-wake floor (bench/host.ts runs it): how long one process takes to
+ * wake another that sleeps in epoll_wait on a socket, the mechanism a Node
+ * consumer's doorbell uses, measured in C with nothing else on the path.
+ *   wake_floor N GAP_US   a child sleeps in epoll_wait on an abstract AF_UNIX
+ *                         datagram socket; the parent sends N datagrams, each
+ *                         carrying CLOCK_MONOTONIC, GAP_US apart. Prints the
+ *                         child's wake latencies' p50/p99/p99.9 in ns as JSON. */
+#include "gpuring.h"
+#include <sys/epoll.h>
+#include <sys/wait.h>
+
+static int cmp(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+  uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000;
+  uint64_t gap_us = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000;
+  struct sockaddr_un addr;
+  char name[32];
+  snprintf(name, sizeof name, "wake-floor-%d", (int)getpid());
+  socklen_t len = gpr_doorbell_address(name, 1, &addr);
+  int rx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (rx < 0 || bind(rx, (struct sockaddr *)&addr, len) != 0) return 1;
+  uint64_t *lat = (uint64_t *)mmap(NULL, n * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  pid_t child = fork();
+  if (child == 0) {
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN};
+    epoll_ctl(ep, EPOLL_CTL_ADD, rx, &ev);
+    for (uint64_t i = 0; i < n; i++) {
+      epoll_wait(ep, &ev, 1, -1);
+      uint64_t sent = 0;
+      if (recv(rx, &sent, sizeof sent, 0) == sizeof sent) lat[i] = gpr_monotonic_ns() - sent;
+    }
+    _exit(0);
+  }
+  int tx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct timespec pause = {0, (long)(gap_us * 1000)};
+  for (uint64_t i = 0; i < n; i++) {
+    nanosleep(&pause, NULL);
+    uint64_t now = gpr_monotonic_ns();
+    sendto(tx, &now, sizeof now, 0, (struct sockaddr *)&addr, len);
+  }
+  waitpid(child, NULL, 0);
+  qsort(lat, n, sizeof *lat, cmp);
+  printf("{\"p50\": %llu, \"p99\": %llu, \"p99.9\": %llu}\n", (unsigned long long)lat[n / 2],
+         (unsigned long long)lat[n * 99 / 100], (unsigned long long)lat[n * 999 / 1000]);
+  return 0;
+}
