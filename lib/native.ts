@@ -73,6 +73,8 @@ export interface NativeProducerCore {
   onRelease(callback: ((frameIds: number[]) => void) | null): void;
   stats(): ProducerStats;
   keepAlive(on: boolean): void;
+  /** Whether JS waits for releases as they happen (drain, listeners): the core then watches every release. */
+  promptReleases(on: boolean): void;
   takeReleased(): number[];
   close(): void;
 }

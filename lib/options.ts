@@ -86,6 +86,32 @@ export const batchOptions = nextOptions
   })
   .strict();
 
+/**
+ * Hot calls with the common options (`{ tag }`, `{ timeout }`) skip zod, which
+ * costs microseconds per call: a hand check that accepts exactly what the
+ * schema accepts for those keys, or gives up (undefined) and lets zod decide
+ * and explain.
+ */
+type Quick = (value: unknown) => Record<string, unknown> | undefined;
+const isTimeout = (v: unknown) => typeof v === 'number' && v >= 0;
+const isTag = (v: unknown) => typeof v === 'bigint' && v >= 0n && v < 2n ** 64n;
+function quickParser(checks: Record<string, (v: unknown) => boolean>, defaults: Record<string, unknown>): Quick {
+  return (value) => {
+    if (typeof value !== 'object' || value === null || Object.getPrototypeOf(value) !== Object.prototype) return undefined;
+    const out: Record<string, unknown> = { ...defaults };
+    for (const [k, v] of Object.entries(value)) {
+      if (v === undefined) continue;
+      if (!checks[k]?.(v)) return undefined;
+      out[k] = v;
+    }
+    return out;
+  };
+}
+const quickParsers = new Map<z.ZodType, Quick>([
+  [preparedPublishOptions, quickParser({ timeout: isTimeout, tag: isTag }, { timeout: Infinity, tag: 0n })],
+  [nextOptions, quickParser({ timeout: isTimeout }, { timeout: Infinity, spin: 0 })],
+]);
+
 /** Each schema's defaults, parsed once: hot calls (publish, next) mostly pass no options. */
 const defaults = new WeakMap<z.ZodType, unknown>();
 
@@ -95,6 +121,8 @@ const defaults = new WeakMap<z.ZodType, unknown>();
  */
 export function parseOptions<S extends z.ZodType>(schema: S, value: unknown, what: string): z.output<S> {
   if (value === undefined && defaults.has(schema)) return defaults.get(schema) as z.output<S>;
+  const quick = quickParsers.get(schema)?.(value);
+  if (quick) return quick as z.output<S>;
   const result = schema.safeParse(value ?? {});
   if (value === undefined && result.success) defaults.set(schema, result.data);
   if (result.success) return result.data;

@@ -62,6 +62,8 @@ export class Producer {
   /** Device memory and events of frames in flight, freed / recycled on release. */
   readonly #deviceFrames = new Map<number, { memory?: DeviceBuffer; eventId: number }>();
   #listening = false;
+  #draining = 0;
+  #prompt = false;
   #closed = false;
 
   private constructor(name: string, core: NativeProducerCore) {
@@ -193,6 +195,7 @@ export class Producer {
     const onClose = () => wake?.();
     this.#events.on('release', onRelease);
     this.#events.on('close', onClose);
+    this.#watchReleases();
     try {
       while (!this.#closed || queue.length) {
         if (!queue.length) await new Promise<void>((r) => (wake = r));
@@ -202,6 +205,7 @@ export class Producer {
     } finally {
       this.#events.off('release', onRelease);
       this.#events.off('close', onClose);
+      this.#watchReleases();
     }
   }
 
@@ -218,6 +222,8 @@ export class Producer {
     this.#requireOpen();
     if (this.#inFlight.size === 0) return;
     this.#core.keepAlive(true);
+    this.#draining++;
+    this.#watchReleases();
     try {
       await new Promise<void>((resolve, reject) => {
         const onClose = () => reject(new GpuringError('CLOSED', 'the producer closed while draining'));
@@ -225,19 +231,33 @@ export class Producer {
         this.#events.once('drained', () => (this.#events.off('close', onClose), resolve()));
       });
     } finally {
-      if (!this.#closed) this.#core.keepAlive(false);
+      this.#draining--;
+      if (!this.#closed) (this.#core.keepAlive(false), this.#watchReleases());
     }
   }
 
   /** `'release'` fires with a frame id when that frame's memory is free again. */
   on(event: 'release', listener: (frameId: number) => void): this {
     this.#events.on(event, listener);
+    this.#watchReleases();
     return this;
   }
 
   off(event: 'release', listener: (frameId: number) => void): this {
     this.#events.off(event, listener);
+    this.#watchReleases();
     return this;
+  }
+
+  /**
+   * Releases are watched as they happen only while someone waits for them
+   * (drain(), a 'release' listener, releases()); otherwise the native core
+   * reclaims released memory at each publish and every few milliseconds, so
+   * that consumers' releases cost them no system call and wake no thread here.
+   */
+  #watchReleases(): void {
+    const prompt = !this.#closed && (this.#draining > 0 || this.#events.listenerCount('release') > 0);
+    if (prompt !== this.#prompt) (this.#prompt = prompt, this.#core.promptReleases(prompt));
   }
 
   /**

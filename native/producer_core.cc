@@ -7,6 +7,7 @@ namespace gpuring {
 
 namespace {
 constexpr uint64_t kForever = UINT64_MAX;
+constexpr int kLazyReapMs = 20;  // how stale released memory may get while nobody waits for it
 
 uint64_t DeadlineAfter(double timeout_ms) {
   if (timeout_ms < 0) return kForever;
@@ -103,19 +104,22 @@ void ProducerState::FlushReleases() {
 
 void ProducerState::Loop() {
   while (!thread.Stopping()) {
-    bool busy;
+    bool busy, urgent;
     {
       std::lock_guard<std::mutex> lock(thread.mu);
       ReapLocked();
       PublishPendingLocked();
       ExpirePendingLocked();
       busy = !pending.empty() || !inflight.empty();
+      urgent = !pending.empty() || (prompt.load() && !inflight.empty());
     }
     FlushReleases();  // before any sleep: JS may be waiting on these (drain)
-    if (!busy) {
+    if (!urgent) {
+      // Idle, or frames in flight that nobody waits on: reap on a timer.
       std::unique_lock<std::mutex> lock(thread.mu);
-      thread.cv_.wait_for(lock, std::chrono::milliseconds(250), [&] {
-        return thread.Stopping() || !pending.empty() || !inflight.empty();
+      thread.cv_.wait_for(lock, std::chrono::milliseconds(busy ? kLazyReapMs : 250), [&] {
+        return thread.Stopping() || !pending.empty() || (!busy && !inflight.empty()) ||
+               (prompt.load() && !inflight.empty());
       });
     } else {
       auto attempt = [](void *ctx) -> int {
@@ -150,6 +154,7 @@ Napi::Function ProducerCore::Define(Napi::Env env) {
                       InstanceMethod<&ProducerCore::OnRelease>("onRelease"),
                       InstanceMethod<&ProducerCore::Stats>("stats"),
                       InstanceMethod<&ProducerCore::KeepAlive>("keepAlive"),
+                      InstanceMethod<&ProducerCore::PromptReleases>("promptReleases"),
                       InstanceMethod<&ProducerCore::TakeReleased>("takeReleased"),
                       InstanceMethod<&ProducerCore::Close>("close")});
 }
@@ -265,9 +270,9 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   if (s.pending.empty() && gpr_ring_try_publish(&s.seg, s.me, &ref, &pos) == 0) {
     s.next_frame_id++;
     s.inflight.push_back(ProducerState::Frame{ref.frame_id, pos, std::move(allocs)});
-    // An idle thread sleeps on the condition variable, deaf to releases: the
-    // first frame in flight moves it to waiting on the ring's futex.
-    if (s.inflight.size() == 1) s.thread.cv_.notify_all();
+    // An idle thread sleeps on the condition variable, deaf to releases: if JS
+    // waits for them, the first frame in flight moves it to the ring's futex.
+    if (s.inflight.size() == 1 && s.prompt.load()) s.thread.cv_.notify_all();
     return Napi::Number::New(env, static_cast<double>(ref.frame_id));
   }
   if (timeout_ms == 0) {
@@ -310,6 +315,14 @@ Napi::Value ProducerCore::TakeReleased(const Napi::CallbackInfo &info) {
 }
 
 // keepAlive(true) while JS waits for releases (drain), keepAlive(false) after.
+// promptReleases(on): whether JS waits for releases as they happen (see
+// ProducerState::prompt). Wakes the thread so that it starts watching at once.
+Napi::Value ProducerCore::PromptReleases(const Napi::CallbackInfo &info) {
+  s_->prompt = info[0].As<Napi::Boolean>().Value();
+  s_->thread.cv_.notify_all();
+  return info.Env().Undefined();
+}
+
 Napi::Value ProducerCore::KeepAlive(const Napi::CallbackInfo &info) {
   if (info[0].As<Napi::Boolean>()) s_->thread.Retain(info.Env());
   else s_->thread.Drop(info.Env());

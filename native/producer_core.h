@@ -43,6 +43,11 @@ struct ProducerState : Attachment, std::enable_shared_from_this<ProducerState> {
   uint64_t next_request = 1;
 
   std::atomic<bool> has_listener{false};
+  // Someone waits for releases as they happen (drain(), a 'release' listener,
+  // releases()): the thread then sleeps on the ring's futex, and every release
+  // wakes it. Otherwise it reaps every kLazyReapMs and at each publish, and
+  // consumers' releases cost them no system call and no wake-up of ours.
+  std::atomic<bool> prompt{false};
 
   size_t ReapLocked();
   bool PublishPendingLocked();
@@ -69,6 +74,7 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   Napi::Value OnRelease(const Napi::CallbackInfo &info);
   Napi::Value Stats(const Napi::CallbackInfo &info);
   Napi::Value KeepAlive(const Napi::CallbackInfo &info);
+  Napi::Value PromptReleases(const Napi::CallbackInfo &info);
   Napi::Value TakeReleased(const Napi::CallbackInfo &info);
   Napi::Value Close(const Napi::CallbackInfo &info);
   void RequireOpen(Napi::Env env) const;

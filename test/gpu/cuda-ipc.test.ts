@@ -151,7 +151,8 @@ gpuTest('a prepared device frame published again and again: each frame ordered a
       native().deviceMemsetAsync(0, buf.ptr, i, buf.byteLength, 200); // about a millisecond of device work
       await prepared.publish({ tag: BigInt(i) });
       const f = await consumer.next({ timeout: 5000 });
-      t.is(f.description.syncKind, 2, 'memsets were queued: the frame carries an event');
+      // Whether the memsets were still running at publish (an event) or already
+      // done (none) is the GPU's timing; what must hold is the data.
       if (!everyByteIs(f, i)) t.fail(`frame ${i} did not see its last memset`);
       f.release();
       await producer.drain(); // the caller may write the buffer again only after release
