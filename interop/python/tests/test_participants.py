@@ -1,6 +1,7 @@
 """Participant entries left half-way by a killed process, and the doorbell words
 (SPEC.md §4, §6.1), as the Python implementation handles them."""
 import os
+from contextlib import contextmanager
 
 from gpuring import Ring
 from gpuring import layout as L
@@ -16,10 +17,18 @@ def _dead_pid() -> int:
     return pid
 
 
-def test_entries_left_attaching_or_freeing_by_a_dead_process_are_reclaimed(ring_name):
-    Ring.create(ring_name, slots=8, participants=2).close()
-    seg = Segment.open(ring_name)
+@contextmanager
+def _segment(name: str, participants: int):
+    Ring.create(name, slots=8, participants=participants).close()
+    seg = Segment.open(name)
     try:
+        yield seg
+    finally:
+        seg.close()
+
+
+def test_entries_left_attaching_or_freeing_by_a_dead_process_are_reclaimed(ring_name):
+    with _segment(ring_name, 2) as seg:
         gone = _dead_pid()
         seg.mem.store64(seg.participant(0), L.pword(5, gone, L.P_ATTACHING))
         seg.mem.store64(seg.participant(1), L.pword(7, gone, L.P_FREEING))
@@ -27,26 +36,18 @@ def test_entries_left_attaching_or_freeing_by_a_dead_process_are_reclaimed(ring_
         assert (rep.found_dead, rep.freed) == (1, 2)
         assert seg.attach(L.ROLE_CONSUMER) == (0, 6)
         assert seg.attach(L.ROLE_CONSUMER) == (1, 8)
-    finally:
-        seg.close()
 
 
 def test_a_sweeper_that_loses_the_free_race_leaves_the_entry_alone(ring_name):
-    Ring.create(ring_name, slots=8, participants=1).close()
-    seg = Segment.open(ring_name)
-    try:
+    with _segment(ring_name, 1) as seg:
         index, gen = seg.attach(L.ROLE_PRODUCER)
         seg.mem.store64(seg.participant(index), L.pword(gen, os.getppid(), L.P_FREEING))
         assert not _free(seg, index)
         assert seg.mem.load32(seg.participant(index, "pid")) == os.getpid()
-    finally:
-        seg.close()
 
 
 def test_freeing_a_dead_sleeper_clears_its_doorbell_and_the_count(ring_name):
-    Ring.create(ring_name, slots=8, participants=2).close()
-    seg = Segment.open(ring_name)
-    try:
+    with _segment(ring_name, 2) as seg:
         index, gen = seg.attach(L.ROLE_CONSUMER)
         seg.mem.or32(seg.participant(index, "doorbell"), L.BELL_DATA)
         seg.mem.add32(seg.control("data_doorbells"), 1)
@@ -55,16 +56,12 @@ def test_freeing_a_dead_sleeper_clears_its_doorbell_and_the_count(ring_name):
         assert seg.mem.load32(seg.participant(index, "doorbell")) == 0
         assert seg.mem.load32(seg.control("data_doorbells")) == 0
         assert L.pword_state(seg.participant_word(index)) == L.P_FREE
-    finally:
-        seg.close()
 
 
 def test_hostile_hints_and_redeliver_word_do_not_hang_and_the_ring_goes_on(ring_name):
     """One write to a hint or to the redeliver word used to make try_claim scan 2**47 positions."""
     from gpuring.slot_protocol import FrameRef, confirm, release, reap, try_claim, try_publish
-    Ring.create(ring_name, slots=4, participants=4).close()
-    seg = Segment.open(ring_name)
-    try:
+    with _segment(ring_name, 4) as seg:
         p, pg = seg.attach(L.ROLE_PRODUCER)
         c, _ = seg.attach(L.ROLE_CONSUMER)
         seg.mem.store64(seg.control("redeliver"), 1 << 16 | 1)
@@ -79,5 +76,3 @@ def test_hostile_hints_and_redeliver_word_do_not_hang_and_the_ring_goes_on(ring_
             confirm(seg, c, got)
             release(seg, c, got)
             assert reap(seg, p, got)
-    finally:
-        seg.close()
