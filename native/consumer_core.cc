@@ -82,16 +82,22 @@ void ConsumerState::Service(Napi::Env env) {
 
 // Runs on the event loop when the bell rang or the tick passed. The callback
 // scope makes the promises resolved here run their continuations at once.
+// Nothing may escape a libuv callback: while Node tears the environment down
+// it still runs the loop once (before our cleanup hook stops these handles),
+// and then JS cannot be called; the waits die with the process anyway.
 void ConsumerState::OnWake() {
-  Napi::Env e(env);
-  Napi::HandleScope handles(e);
-  Napi::CallbackScope scope(e, *async);
-  if (gpr_monotonic_ns() - last_sweep_ns >= tick_ms * 1000000ull) {
-    last_sweep_ns = gpr_monotonic_ns();
-    gpr_sweep(&seg, nullptr, nullptr);
+  try {
+    Napi::Env e(env);
+    Napi::HandleScope handles(e);
+    Napi::CallbackScope scope(e, *async);
+    if (gpr_monotonic_ns() - last_sweep_ns >= tick_ms * 1000000ull) {
+      last_sweep_ns = gpr_monotonic_ns();
+      gpr_sweep(&seg, nullptr, nullptr);
+    }
+    stream_releases.Collect();
+    Service(e);
+  } catch (...) {
   }
-  stream_releases.Collect();
-  Service(e);
 }
 
 void ConsumerState::Shutdown() {

@@ -14,7 +14,6 @@
 #include <optional>
 #include "arena_map.h"
 #include "attachment.h"
-#include "core_thread.h"
 #include "doorbell.h"
 #include "gpuring.h"
 #include "stream_release.h"

@@ -1,8 +1,8 @@
 // Shared memory is untrusted: damaged segments, slots and bodies give typed
 // errors, never a crash or a hang, and the ring keeps working afterwards.
-import { closeSync, ftruncateSync, openSync, readSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, ftruncateSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs';
 import test from 'ava';
-import { Int32, Table, vectorFromArray } from 'apache-arrow';
+import { Int32, Table, Utf8, vectorFromArray } from 'apache-arrow';
 import { Consumer, GpuringError, Producer, Ring } from '../lib/index.js';
 import { Buffer_, BUFFER_BYTES, HEADER_BYTES, Node, NODE_BYTES } from '../lib/codec/layout.js';
 import { uniqueName, withRing } from './helpers/ring.js';
@@ -138,6 +138,26 @@ test('a buffer offset past the end of its arena: decoding succeeds, toTable() re
     patch(arena, dataBuffer + Buffer_.offset, u64(1n << 45n));
     const f = await consumer.next({ timeout: 2000 });
     t.is(t.throws(() => f.toTable(), { instanceOf: GpuringError })!.code, 'FRAME_BOUNDS');
+    f.release();
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('value offsets are checked inside the slice, not only at its ends: toTable() refuses [0, 64 MiB, 4, 5] with FRAME_BOUNDS', async (t) => {
+  await withRing('offsets', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    await producer.publish(new Table({ s: vectorFromArray(['ab', 'cd', 'e'], new Utf8()) }));
+    const { arena } = locate(name, 0);
+    const bytes = readFileSync(arena);
+    const at = bytes.indexOf(Buffer.from(new Int32Array([0, 2, 4, 5]).buffer));
+    t.true(at > 0, 'the offsets are in the arena');
+    patch(arena, at + 4, u32(64 << 20));
+    const f = await consumer.next({ timeout: 2000 });
+    const error = t.throws(() => f.toTable(), { instanceOf: GpuringError })!;
+    t.is(error.code, 'FRAME_BOUNDS');
+    t.regex(error.message, /value offset 1 is 67108864/);
     f.release();
     consumer.close();
     producer.close();

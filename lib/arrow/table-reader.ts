@@ -45,15 +45,25 @@ class Reader {
     return b.kind === 'absent' ? new Uint8Array(0) : this.resolve(b);
   }
 
-  /** Value offsets of a var-size node, re-based to its first element and checked against `limit`. */
+  /**
+   * Value offsets of a var-size node, checked against `limit`: every one of the
+   * slice, not only its ends (apache-arrow indexes values with all of them). A
+   * private copy is checked and returned, so shared memory changed afterwards
+   * cannot undo the check.
+   */
   offsets(c: ColumnDescriptor, width: number, limit: number): Int32Array | BigInt64Array {
     if (c.length === 0) return width === 4 ? new Int32Array(1) : new BigInt64Array(1);
     const raw = aligned(this.buffer(c, 1), width);
     const all = width === 4 ? new Int32Array(raw.buffer, raw.byteOffset, raw.length / 4) : new BigInt64Array(raw.buffer, raw.byteOffset, raw.length / 8);
-    const view = all.subarray(c.offset, c.offset + c.length + 1);
+    const view = all.slice(c.offset, c.offset + c.length + 1);
     const first = Number(view[0]!);
     const last = Number(view[c.length]!);
     if (first < 0 || last < first || last > limit) throw bounds(`column '${c.name}': value offsets [${first}, ${last}] exceed its ${limit} values`);
+    for (let k = 1, prev = first; k < c.length; k++) {
+      const v = Number(view[k]!);
+      if (v < prev || v > last) throw bounds(`column '${c.name}': value offset ${k} is ${v}, outside [${prev}, ${last}]`);
+      prev = v;
+    }
     return view;
   }
 

@@ -155,7 +155,9 @@ GPR_INLINE int64_t gpr_offset_at(const uint8_t *offsets, uint32_t width, uint64_
   return v;
 }
 
-/* Var-size values must stay inside their data (or child): SPEC.md §8.2. */
+/* Var-size values must stay inside their data (or child): SPEC.md §8.2. Every
+ * offset of the slice is checked, not only its ends: importers index values
+ * with the offsets in between too. */
 GPR_INLINE int gpr_export_check_offsets(const gpr_frame_desc *d, uint32_t i, const void **buffers,
                                         uint32_t first, gpr_error *err) {
   const gpr_node_desc *n = &d->nodes[i];
@@ -173,6 +175,16 @@ GPR_INLINE int gpr_export_check_offsets(const gpr_frame_desc *d, uint32_t i, con
                     "column '%.*s': value offsets [%lld, %lld] exceed its %llu values",
                     (int)n->name_length, n->name, (long long)lo, (long long)hi,
                     (unsigned long long)limit);
+  int64_t prev = lo;
+  for (uint64_t k = 1; k < n->length; k++) {
+    int64_t v = gpr_offset_at(offsets, f.offset_bytes, n->offset + k);
+    if (v < prev || v > hi)
+      return gpr_fail(err, GPR_E_FRAME_BOUNDS, 0,
+                      "column '%.*s': value offset %llu is %lld, outside [%lld, %lld]",
+                      (int)n->name_length, n->name, (unsigned long long)k, (long long)v,
+                      (long long)prev, (long long)hi);
+    prev = v;
+  }
   return 0;
 }
 

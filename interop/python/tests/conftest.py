@@ -42,9 +42,9 @@ def node_available() -> bool:
     return (REPO / "node_modules" / "tsx").exists() and any((REPO / "build").glob("**/gpuring.node"))
 
 
-def break_utf8_offsets(ring: str, producer, values: list[str]) -> None:
-    """Points the last value offset of the published utf8 column holding
-    ``values`` (written as 0, len(v0), ...) past its data, in shared memory."""
+def break_utf8_offsets(ring: str, producer, values: list[str], index: int | None = None, to: int = 99) -> None:
+    """Sets value offset ``index`` (default: the last) of the published utf8 column
+    holding ``values`` (written as 0, len(v0), ...) to ``to``, in shared memory."""
     ends, at = [0], 0
     for v in values:
         at += len(v.encode())
@@ -54,5 +54,5 @@ def break_utf8_offsets(ring: str, producer, values: list[str]) -> None:
     with open(path, "r+b") as f:
         found = f.read().find(pattern)
         assert found > 0, "the offsets are not in the arena"
-        f.seek(found + 4 * len(values))
-        f.write((99).to_bytes(4, "little"))
+        f.seek(found + 4 * (len(values) if index is None else index))
+        f.write(to.to_bytes(4, "little"))

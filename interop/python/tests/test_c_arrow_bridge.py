@@ -110,3 +110,17 @@ def test_a_damaged_frame_is_refused_with_its_code_and_the_ring_moves_on(ring_nam
         consumer.close()
         producer.drain(timeout=5)
     ring.close()
+
+
+def test_a_value_offset_inside_the_slice_is_checked_by_c_too(ring_name, bridge):
+    """Offsets [0, 64 MiB, 4, 5]: the ends pass; reading value 0 crashed the C consumer before."""
+    ring = Ring.create(ring_name, slots=4)
+    with Producer.open(ring_name) as producer:
+        producer.publish(pa.table({"s": pa.array(["ab", "cd", "e"])}))
+        break_utf8_offsets(ring_name, producer, ["ab", "cd", "e"], index=1, to=64 << 20)
+        consumer = BridgeConsumer(bridge, ring_name)
+        with pytest.raises(RuntimeError, match="^FRAME_BOUNDS: column 's': value offset 1 is 67108864"):
+            consumer.next()
+        consumer.close()
+        producer.drain(timeout=5)
+    ring.close()

@@ -117,3 +117,17 @@ def test_value_offsets_past_their_data_are_refused_before_pyarrow_reads_them(rin
                 frame.to_arrow()
             assert e.value.code == "FRAME_BOUNDS" and "value offsets [0, 99]" in str(e.value)
     ring.close()
+
+
+def test_a_value_offset_inside_the_slice_is_checked_too(ring_name):
+    """Offsets [0, 64 MiB, 4, 5] with 5 data bytes: the ends are fine, value 0 is not
+    (pyarrow read 64 MiB past the data before)."""
+    ring = Ring.create(ring_name, slots=4)
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        producer.publish(pa.table({"s": pa.array(["ab", "cd", "e"])}))
+        break_utf8_offsets(ring_name, producer, ["ab", "cd", "e"], index=1, to=64 << 20)
+        with consumer.next(timeout=5) as frame:
+            with pytest.raises(GpuringError) as e:
+                frame.to_arrow()
+            assert e.value.code == "FRAME_BOUNDS" and "value offset 2 is 4" in str(e.value)
+    ring.close()

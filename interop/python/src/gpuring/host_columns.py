@@ -132,6 +132,23 @@ def _check_value_offsets(c: ColumnDescriptor, address) -> None:
     limit = c.buffers[2].length if f.layout == "varbin" else c.children[0].length
     if lo < 0 or hi < lo or hi > limit:
         raise GpuringError("FRAME_BOUNDS", f"column '{c.name}': value offsets [{lo}, {hi}] exceed its {limit} values")
+    _check_offsets_ascend(c, base + c.offset * w, w)
+
+
+def _check_offsets_ascend(c: ColumnDescriptor, at: int, width: int) -> None:
+    """Every offset of the slice, not only its ends: pyarrow indexes values with
+    all of them. Vectorized with pyarrow, which reading host columns needs anyway."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = c.length + 1
+    offsets = pa.Array.from_buffers(pa.int32() if width == 4 else pa.int64(), n,
+                                    [None, pa.py_buffer(ctypes.string_at(at, n * width))])
+    ascending = pc.greater_equal(offsets[1:], offsets[:-1])
+    if not pc.all(ascending).as_py():
+        k = pc.index(ascending, False).as_py() + 1
+        raise GpuringError("FRAME_BOUNDS", f"column '{c.name}': value offset {k} is {offsets[k].as_py()}, "
+                           f"below the one before it ({offsets[k - 1].as_py()})")
 
 
 def _import_node(c: ColumnDescriptor, address, dictionaries: list[ColumnDescriptor]) -> ArrowNode:
