@@ -14,6 +14,7 @@
  * alive; an idle consumer does not, and its leases are released when the
  * process exits even if `close()` was never called.
  */
+import { DeviceMappings } from './device-mappings.js';
 import { Frame, type FrameSource } from './frame.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
@@ -32,6 +33,12 @@ export class Consumer implements AsyncIterable<Frame> {
   readonly #core: NativeConsumerCore;
   readonly #arenas = new Map<string, ArrayBuffer>();
   readonly #source: FrameSource;
+  /**
+   * Frames collected while still leased would hold their slots forever: one such
+   * frame stops the whole ring a lap later (slots come free in order). Their
+   * leases are ended for them, with a warning: the bug is the missing release().
+   */
+  readonly #unreleased = new FinalizationRegistry<{ pos: number; devices: DeviceMappings }>((lost) => this.#rescue(lost));
   #closed = false;
 
   private constructor(name: string, core: NativeConsumerCore) {
@@ -41,6 +48,7 @@ export class Consumer implements AsyncIterable<Frame> {
       arena: (arenaName) => this.#arena(arenaName),
       release: (pos) => callNative(() => this.#core.release(pos)),
       handBack: (pos) => callNative(() => this.#core.handBack(pos)),
+      settle: (frame) => this.#unreleased.unregister(frame),
       releaseAfter: (pos, device, stream, mappings) => callNative(() => this.#core.releaseAfter(pos, device, stream, mappings)),
     };
   }
@@ -172,13 +180,33 @@ export class Consumer implements AsyncIterable<Frame> {
   /** The native core validated the body (a malformed frame was dropped there). */
   #frame(record: ReceivedRecord): Frame {
     const head = new DataView(record, 0, RECORD_BYTES);
-    return new Frame({
-      pos: head.getFloat64(0, true),
+    const pos = head.getFloat64(0, true);
+    const devices = new DeviceMappings();
+    const frame = new Frame({
+      pos,
       id: head.getFloat64(8, true),
       producer: head.getUint32(16, true),
       tag: head.getBigUint64(24, true),
       body: new Uint8Array(record, RECORD_BYTES),
       source: this.#source,
+      devices,
     });
+    this.#unreleased.register(frame, { pos, devices }, frame);
+    return frame;
+  }
+
+  #rescue({ pos, devices }: { pos: number; devices: DeviceMappings }): void {
+    if (this.#closed) return; // closing released every lease already
+    try {
+      devices.releaseAll();
+      this.#core.release(pos);
+    } catch {
+      return; // no longer ours (the consumer detached meanwhile)
+    }
+    process.emitWarning(
+      `gpuring: a Frame of ring '${this.name}' was garbage-collected without release(); its lease was ended for it. ` +
+        'Release every frame (or take it with `using`): until then it held its slot, and tables made from it may now see the producer reuse their memory.',
+      { code: 'GPURING_FRAME_LEAKED' },
+    );
   }
 }

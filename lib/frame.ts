@@ -38,6 +38,8 @@ export interface FrameSource {
   release(pos: number): void;
   /** Returns a frame its user never saw to the ring, for redelivery. */
   handBack(pos: number): void;
+  /** The frame's lease ended (any of the ways above): it needs no rescue if collected. */
+  settle(frame: Frame): void;
   /** Ends the lease once `stream` completes the work queued so far; drops `mappings` (64-byte handles) then. */
   releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;
 }
@@ -55,18 +57,19 @@ export class Frame implements Disposable {
   readonly #source: FrameSource;
   #released = false;
   /** Device allocations this frame mapped (references into the IpcHandleCache). */
-  readonly #devices = new DeviceMappings();
+  readonly #devices: DeviceMappings;
   #views: (DeviceView | null)[] | undefined;
   #index: Map<BufferDescriptor, number> | undefined;
 
   /** @internal */
-  constructor(init: { id: number; producer: number; tag: bigint; pos: number; body: Uint8Array; source: FrameSource }) {
+  constructor(init: { id: number; producer: number; tag: bigint; pos: number; body: Uint8Array; source: FrameSource; devices: DeviceMappings }) {
     this.id = init.id;
     this.producer = init.producer;
     this.tag = init.tag;
     this.#body = init.body;
     this.#pos = init.pos;
     this.#source = init.source;
+    this.#devices = init.devices;
   }
 
   /**
@@ -202,12 +205,14 @@ export class Frame implements Disposable {
     if (stream === undefined) {
       this.#released = true;
       this.#devices.releaseAll();
+      this.#source.settle(this);
       this.#source.release(this.#pos);
       return;
     }
     const device = stream instanceof DeviceStream ? stream.device : this.#firstDevice();
     const handle = DeviceStream.handleOf(stream);
     this.#source.releaseAfter(this.#pos, device, handle, this.#devices.handles());
+    this.#source.settle(this);
     this.#released = true;
     this.#devices.forget();
   }
@@ -220,6 +225,7 @@ export class Frame implements Disposable {
   handBack(): void {
     if (this.#released) return;
     this.#released = true;
+    this.#source.settle(this);
     this.#source.handBack(this.#pos);
   }
 

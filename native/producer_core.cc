@@ -69,7 +69,9 @@ void ProducerState::ExpirePendingLocked() {
       continue;
     }
     ReturnAllocsLocked(it->allocs);
-    FinishPending(it->request, 0, GPR_E_TIMEOUT, "publish timed out waiting for space in the ring");
+    char why[512];
+    gpr_ring_describe_full(&seg, why, sizeof why);
+    FinishPending(it->request, 0, GPR_E_TIMEOUT, std::string("publish timed out waiting for space: ") + why);
     it = pending.erase(it);
   }
 }
@@ -277,7 +279,9 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   }
   if (timeout_ms == 0) {
     s.ReturnAllocsLocked(allocs);
-    Throw(env, GPR_E_RING_FULL, "the ring is full (publish with a timeout to wait for space)");
+    char why[512];
+    gpr_ring_describe_full(&s.seg, why, sizeof why);
+    Throw(env, GPR_E_RING_FULL, std::string(why) + " (publish with a timeout to wait for space)");
   }
   uint64_t request = s.next_request++;
   s.pending.push_back(ProducerState::Pending{request, DeadlineAfter(timeout_ms), ref, std::move(allocs)});

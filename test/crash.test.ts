@@ -4,7 +4,7 @@ import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import test from 'ava';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
-import { Consumer, Producer, type Ring } from '../lib/index.js';
+import { Consumer, GpuringError, Producer, type Ring } from '../lib/index.js';
 import { child, cProgram, eventually, exitOf, nextLine, withRing } from './helpers/ring.js';
 
 const frame = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
@@ -42,6 +42,36 @@ async function cHolder(name: string, mode: 'claim' | 'write') {
   const line = await new Promise<string>((resolve) => createInterface({ input: proc.stdout! }).once('line', resolve));
   return { proc, pos: Number(line.split(' ')[1]) };
 }
+
+test('a frame garbage-collected without release(): its lease is ended for it, with a warning, and the producer gets its memory back', async (t) => {
+  await withRing('leak', { slots: 2 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const leaker = child('leak-frame', name);
+    await producer.publish(frame(1));
+    t.deepEqual(await nextLine(leaker), { warned: true });
+    await producer.drain();
+    t.is(producer.inFlight, 0);
+    leaker.kill('SIGKILL');
+    await exitOf(leaker);
+    producer.close();
+  });
+});
+
+test('one frame never released fills the ring; RING_FULL names its slot, state and holder', async (t) => {
+  await withRing('held', { slots: 4 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const holder = child('hold', name, 1);
+    await publish(producer, 0, 1);
+    const { index } = await nextLine<{ index: number }>(holder);
+    await publish(producer, 1, 4); // 3 more wait in the ring: the held slot is next to reuse
+    const error = await t.throwsAsync(producer.publish(frame(4), { timeout: 0 }), { instanceOf: GpuringError });
+    t.is(error!.code, 'RING_FULL');
+    t.regex(error!.message, new RegExp(`slot 0 \\(pos 0\\) LEASED by participant ${index} \\(pid ${holder.pid}\\), not released`));
+    holder.kill('SIGKILL');
+    await exitOf(holder);
+    producer.close();
+  });
+});
 
 function participants(ring: Ring) {
   return ring.inspect().participants;

@@ -7,12 +7,19 @@
  *   stress-consume NAME           consumes and checks frames until told 'stop' (IPC), reports what it saw
  *   hold NAME COUNT               takes COUNT frames, never releases them, reports their tags, waits to be killed
  *   forget-to-close NAME          attaches as producer and consumer, publishes, takes a frame and just returns
+ *   leak-frame NAME               takes a frame, drops it without release(), collects garbage until the
+ *                                 consumer has ended its lease for it, reports, waits to be killed
  */
+import v8 from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { makeData, makeVector, Table, Utf8 } from 'apache-arrow';
-import { Consumer, Producer } from '../../lib/index.js';
+import { Consumer, type Frame, Producer } from '../../lib/index.js';
 import { allTypesTable, wideTable } from './all-types.js';
 
 const [role, name, ...args] = process.argv.slice(2);
+v8.setFlagsFromString('--expose-gc');
+let leakWarned = false;
+process.on('warning', (w) => (leakWarned ||= (w as Error & { code?: string }).code === 'GPURING_FRAME_LEAKED'));
 const say = (value: unknown) => process.stdout.write(`${JSON.stringify(value)}\n`);
 
 /** One row: producer id, sequence number, and a string derived from both (built without builders: cheap). */
@@ -71,9 +78,18 @@ async function main(): Promise<void> {
       return stressConsume();
     case 'hold': {
       const consumer = Consumer.open(name!);
-      const tags: string[] = [];
-      for (let i = 0; i < Number(args[0]); i++) tags.push(String((await consumer.next()).tag));
-      say({ tags, index: consumer.index });
+      const held: Frame[] = []; // kept reachable: a collected frame would have its lease ended for it
+      for (let i = 0; i < Number(args[0]); i++) held.push(await consumer.next());
+      say({ tags: held.map((f) => String(f.tag)), index: consumer.index });
+      setInterval(() => held.length, 1000);
+      return;
+    }
+    case 'leak-frame': {
+      const consumer = Consumer.open(name!);
+      const gc = runInNewContext('gc') as () => void; // exposed by v8.setFlagsFromString below
+      await (async () => void (await consumer.next()))(); // the frame is dropped here, unreleased
+      for (let i = 0; i < 200 && !leakWarned; i++) (gc(), await new Promise((r) => setTimeout(r, 10)));
+      say({ warned: leakWarned });
       setInterval(() => {}, 1000);
       return;
     }

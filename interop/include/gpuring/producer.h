@@ -233,11 +233,11 @@ GPR_INLINE int gpr_producer_publish(gpr_producer *p, const gpr_frame_desc *d,
   if (rc != 0) {
     gpr_arena_free(&p->pool, &allocs[0]);
     free(allocs);
-    if (rc == -(int)GPR_E_TIMEOUT)
-      return gpr_fail(err, GPR_E_TIMEOUT, 0, "no free slot in ring '%s' within %lld ms", p->seg.name,
-                      (long long)timeout);
-    return gpr_fail(err, GPR_E_RING_FULL, 0, "ring '%s' is full (%u slots)", p->seg.name,
-                    p->seg.slot_count);
+    if (rc != -(int)GPR_E_TIMEOUT && rc != -(int)GPR_E_RING_FULL)
+      return gpr_fail(err, (gpr_code)-rc, 0, "ring '%s' took this producer's slot back", p->seg.name);
+    char why[GPR_SHM_NAME_MAX * 5];
+    gpr_ring_describe_full(&p->seg, why, sizeof why);
+    return gpr_fail(err, rc == -(int)GPR_E_TIMEOUT ? GPR_E_TIMEOUT : GPR_E_RING_FULL, 0, "%s", why);
   }
   gpr_producer_track(p, a.pos, ref.frame_id, allocs, owned + 1u, o);
   if (frame_id) *frame_id = ref.frame_id;

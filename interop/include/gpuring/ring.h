@@ -273,6 +273,27 @@ GPR_INLINE int gpr_wait_for(uint32_t *seq, uint32_t *waiters, int (*attempt)(voi
   }
 }
 
+/* Says who holds the ring up, for the errors of a producer that found it full:
+ * the slot producers must reuse next (a lap behind the tail) and its occupant.
+ * One frame never released fills a ring whatever its size: positions are
+ * reused in order, so the slot a lap back must come free before any other. */
+GPR_INLINE void gpr_ring_describe_full(const gpr_segment *seg, char *out, size_t n) {
+  static const char *const states[] = {"EMPTY", "WRITING", "READY", "CLAIMED", "LEASED", "RELEASED", "?", "?"};
+  uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
+  uint64_t w = gpr_slot_load(gpr_slot_at(seg, tail));
+  uint32_t st = gpr_word_state(w), owner = gpr_word_owner(w);
+  uint32_t pid = owner >= 1u && owner <= seg->participant_capacity
+                     ? __atomic_load_n(&seg->participants[owner - 1u].pid, __ATOMIC_RELAXED) : 0u;
+  const char *why = st == GPR_SLOT_READY      ? "not taken yet"
+                    : st == GPR_SLOT_LEASED   ? "not released"
+                    : st == GPR_SLOT_CLAIMED  ? "being taken"
+                    : st == GPR_SLOT_RELEASED ? "not reclaimed"
+                                              : "in use";
+  snprintf(out, n, "ring '%s' full: next slot %llu (pos %llu) %s by participant %u (pid %u), %s; slots free in order",
+           seg->name, (unsigned long long)(tail & seg->mask), (unsigned long long)gpr_word_seq(w), states[st],
+           owner ? owner - 1u : 0u, pid, why);
+}
+
 /* Wakes every sleeper on a futex word unconditionally (close, abort). */
 GPR_INLINE void gpr_kick(uint32_t *seq) {
   __atomic_fetch_add(seq, 1u, __ATOMIC_RELEASE);

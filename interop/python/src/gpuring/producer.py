@@ -103,7 +103,7 @@ class Producer:
 
             pos = attempt() if not block else ring.wait_for(self._seg, "space", attempt, timeout)
             if pos is None:
-                raise GpuringError("RING_FULL", f"ring '{self._seg.name}' is full ({self._seg.slot_count} slots)")
+                raise GpuringError("RING_FULL", ring.describe_full(self._seg))
         except BaseException:
             for a in allocs:
                 self._pool.free(a)

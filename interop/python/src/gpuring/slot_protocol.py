@@ -103,6 +103,20 @@ def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
     return None  # no free slot within two laps: full for now
 
 
+def describe_full(seg: Segment) -> str:
+    """Who holds the ring up (the slot producers reuse next, a lap behind the tail),
+    worded as gpr_ring_describe_full: one unreleased frame fills a ring of any size."""
+    tail = seg.mem.load64(seg.control("tail")) & L.SEQ_MASK
+    w = seg.mem.load64(seg.slot(tail))
+    st, owner = word_state(w), word_owner(w)
+    pid = seg.mem.load32(seg.participant(owner - 1, "pid")) if 1 <= owner <= seg.participant_capacity else 0
+    why = {L.READY: "not taken yet", L.LEASED: "not released", L.CLAIMED: "being taken",
+           L.RELEASED: "not reclaimed"}.get(st, "in use")
+    state = L.SLOT_STATES[st] if st < len(L.SLOT_STATES) else "?"
+    return (f"ring '{seg.name}' full: next slot {tail & seg.mask} (pos {word_seq(w)}) {state} by participant "
+            f"{max(owner - 1, 0)} (pid {pid}), {why}; slots free in order")
+
+
 def _take(seg: Segment, me: int, pos: int, w: int) -> FrameRef | None:
     if not seg.mem.cas64(seg.slot(pos), w, slot_word(pos, L.CLAIMED, me + 1)):
         return None
