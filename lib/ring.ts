@@ -40,7 +40,11 @@ export class Ring {
     return new Ring(n, callNative(() => new (native().SegmentHandle)(n, false, 0, 0, 0, o.openTimeout)));
   }
 
-  /** Removes the name. Attached processes keep working; new ones cannot open it. */
+  /**
+   * Removes the name and the arenas named after it (also when the segment itself
+   * is already gone: SEGMENT_NOT_FOUND only when neither existed). Attached
+   * processes keep working on what they mapped; new ones cannot open it.
+   */
   static unlink(name: string): void {
     const n = parseSegmentName(name);
     callNative(() => native().SegmentHandle.unlink(n));

@@ -1,9 +1,10 @@
 // The gpuring command line, run as a user would (a separate process).
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, unlinkSync } from 'node:fs';
 import { promisify } from 'node:util';
 import test from 'ava';
-import { cudaInfo } from '../lib/index.js';
+import { Int32, Table, vectorFromArray } from 'apache-arrow';
+import { cudaInfo, Producer, Ring } from '../lib/index.js';
 import { root, uniqueName } from './helpers/ring.js';
 
 const run = async (...args: string[]) => {
@@ -33,6 +34,22 @@ test('create, inspect (human and --json), rm', async (t) => {
   const missing = await run('inspect', name, '--json');
   t.is(missing.code, 2);
   t.is(JSON.parse(missing.stdout).error.code, 'SEGMENT_NOT_FOUND');
+});
+
+test('rm removes the arenas a ring left behind, also when its segment is already gone', async (t) => {
+  const name = uniqueName('cli-orphans');
+  Ring.create(name, { slots: 4 });
+  const producer = Producer.open(name, { arenaBytes: 1 << 20 });
+  await producer.publish(new Table({ i: vectorFromArray([1], new Int32()) }));
+  producer.close();
+  const arenas = () => readdirSync('/dev/shm').filter((f) => f.startsWith(`gpuring.${name}.p`));
+  t.is(arenas().length, 1, 'the closed producer\'s arena stays while its frame is unconsumed');
+  unlinkSync(`/dev/shm/gpuring.${name}`); // the segment goes first, by hand
+  const removed = await run('rm', name, '--json');
+  t.is(removed.code, 0, removed.stderr);
+  t.deepEqual(JSON.parse(removed.stdout), { removed: name, arenas: 1 });
+  t.deepEqual(arenas(), []);
+  t.is((await run('rm', name)).code, 2, 'nothing left: SEGMENT_NOT_FOUND');
 });
 
 test('demo streams verified frames between two processes', async (t) => {

@@ -155,6 +155,26 @@ static void test_one_freer(void) {
   gpr_segment_unlink(name, &err);
 }
 
+/* A sweep checks a window of slots for damage, round robin: its cost does not
+ * grow with the ring, and damage anywhere is repaired within a lap of sweeps. */
+static void test_damage_found_by_window(void) {
+  gpr_segment seg;
+  gpr_error err;
+  gpr_segment_options o = {1u << 14, 2, 0600, 0};
+  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
+  seg.slots[10000].word = 0xDEADBEEFDEADBEEFull;
+  uint32_t repaired = 0;
+  for (uint32_t i = 0; i < (1u << 14) / GPR_SWEEP_DAMAGE_WINDOW; i++) {
+    gpr_sweep_report rep;
+    CHECK(gpr_sweep(&seg, &rep, &err) == 0);
+    repaired += rep.corrupt;
+  }
+  CHECK(repaired == 1);
+  CHECK(gpr_word_seq(seg.slots[10000].word) == 10000 && gpr_word_state(seg.slots[10000].word) == GPR_SLOT_EMPTY);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, &err);
+}
+
 int main(void) {
   snprintf(name, sizeof name, "ctest-seg-%d", (int)getpid());
   CHECK(fnv1a(GPR_LAYOUT_STRING) == GPR_LAYOUT_HASH);
@@ -163,5 +183,6 @@ int main(void) {
   test_process_identity();
   test_orphaned_transients();
   test_one_freer();
+  test_damage_found_by_window();
   return CHECK_DONE();
 }

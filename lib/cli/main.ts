@@ -1,5 +1,5 @@
 /** The `gpuring` command line. */
-import { readdirSync, unlinkSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { GpuringError } from '../errors.js';
@@ -30,13 +30,12 @@ function integer(value: string | undefined, fallback: number, what: string, min:
 
 const positiveInt = (value: string | undefined, fallback: number, what: string) => integer(value, fallback, what, 1);
 
-/** Removes the segment and every arena named after it. */
+/** Removes the segment and every arena named after it (also arenas left behind by a segment already gone). */
 function removeRing(name: string, out: Output): void {
   const n = parseSegmentName(name);
+  const arenas = readdirSync('/dev/shm').filter((f) => new RegExp(`^gpuring\\.${n}\\.p\\d+g\\d+\\.a\\d+$`).test(f)).length;
   Ring.unlink(n);
-  const arenas = readdirSync('/dev/shm').filter((f) => f.startsWith(`gpuring.${n}.p`));
-  for (const f of arenas) unlinkSync(`/dev/shm/${f}`);
-  out.result({ removed: n, arenas: arenas.length }, () => `removed ring ${n} and ${arenas.length} arena(s)`);
+  out.result({ removed: n, arenas }, () => `removed ring ${n} and ${arenas} arena(s)`);
 }
 
 async function dispatch(command: string | undefined, args: string[], out: Output, values: Record<string, string | boolean | undefined>): Promise<boolean> {

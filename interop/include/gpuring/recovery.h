@@ -135,9 +135,15 @@ GPR_INLINE int gpr_sweep_free(gpr_segment *seg, uint32_t index) {
                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
+/* Slot words one sweep checks for damage, round robin: a sweep costs the same
+ * on a ring of 2^20 slots as on one of 4096 (waiting consumers sweep every few
+ * hundred ms), and damage anywhere is found within slot_count / 4096 sweeps. */
+#define GPR_SWEEP_DAMAGE_WINDOW 4096u
+
 /* Finds dead participants and repairs everything they held. Safe to run from
  * any participant, concurrently, as often as wanted; costs one pass over the
- * participant table and one over the slots. */
+ * participant table and a window of slots, and a pass over every slot only
+ * when a participant is dead. */
 GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err) {
   gpr_sweep_report local;
   if (!rep) rep = &local;
@@ -152,7 +158,9 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
   gpr_sweep_mark(seg, dead, rep);
   int any = 0;
   for (uint32_t i = 0; i < seg->participant_capacity; i++) any |= dead[i];
-  for (uint64_t i = 0; i < seg->slot_count; i++) rep->corrupt += (uint32_t)gpr_sweep_corrupt(seg, i);
+  uint32_t window = seg->slot_count < GPR_SWEEP_DAMAGE_WINDOW ? seg->slot_count : GPR_SWEEP_DAMAGE_WINDOW;
+  uint32_t from = __atomic_fetch_add(&seg->damage_cursor, window, __ATOMIC_RELAXED);
+  for (uint32_t k = 0; k < window; k++) rep->corrupt += (uint32_t)gpr_sweep_corrupt(seg, (from + k) & seg->mask);
   if (any) {
     for (uint64_t i = 0; i < seg->slot_count; i++) gpr_sweep_slot(seg, i, dead, refs, rep);
     for (uint32_t i = 0; i < seg->participant_capacity; i++)

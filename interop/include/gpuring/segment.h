@@ -14,6 +14,7 @@ typedef struct gpr_segment_options {
 typedef struct gpr_segment {
   int fd;
   int bell_fd;                    /* socket for ringing doorbells, -1 until first use */
+  uint32_t damage_cursor;         /* where this process's next sweep looks for damaged slot words */
   uint8_t *base;
   uint64_t size;
   uint32_t slot_count;
@@ -285,13 +286,37 @@ GPR_INLINE void gpr_segment_close(gpr_segment *seg) {
   seg->fd = seg->bell_fd = -1;
 }
 
-/* Removes the name; processes that have it mapped keep using it. */
+/* Removes every arena of segment NAME (/dev/shm/gpuring.NAME.pIgG.aN, that
+ * form exactly); returns how many. Arenas of dead producers are normally freed
+ * by sweeps, but a segment removed first (or never swept again) leaves them. */
+GPR_INLINE uint32_t gpr_arenas_unlink(const char *name) {
+  DIR *dir = opendir("/dev/shm");
+  if (!dir) return 0;
+  char prefix[GPR_SHM_NAME_MAX];
+  int len = snprintf(prefix, sizeof prefix, "gpuring.%s.p", name);
+  uint32_t removed = 0;
+  for (struct dirent *e = readdir(dir); e; e = readdir(dir)) {
+    unsigned index, gen, arena;
+    char extra;
+    if (strncmp(e->d_name, prefix, (size_t)len) != 0 ||
+        sscanf(e->d_name + len, "%ug%u.a%u%c", &index, &gen, &arena, &extra) != 3)
+      continue;
+    if (unlinkat(dirfd(dir), e->d_name, 0) == 0) removed++;
+  }
+  closedir(dir);
+  return removed;
+}
+
+/* Removes the name and the arenas named after it; processes that have them
+ * mapped keep using them. SEGMENT_NOT_FOUND only when neither existed. */
 GPR_INLINE int gpr_segment_unlink(const char *name, gpr_error *err) {
   if (!gpr_name_valid(name))
     return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "bad segment name: %s", GPR_NAME_RULE);
   char shm[GPR_SHM_NAME_MAX];
   gpr_segment_shm_name(name, shm);
+  uint32_t arenas = gpr_arenas_unlink(name);
   if (shm_unlink(shm) != 0) {
+    if (errno == ENOENT && arenas > 0) return 0;
     if (errno == ENOENT)
       return gpr_fail(err, GPR_E_SEGMENT_NOT_FOUND, errno, "no segment named '%s'", name);
     return gpr_fail(err, GPR_E_SYSTEM, errno, "shm_unlink(%s) failed: %s", shm, strerror(errno));

@@ -131,3 +131,17 @@ def test_a_value_offset_inside_the_slice_is_checked_too(ring_name):
                 frame.to_arrow()
             assert e.value.code == "FRAME_BOUNDS" and "value offset 2 is 4" in str(e.value)
     ring.close()
+
+
+def test_unlink_removes_the_arenas_left_behind_also_when_the_segment_is_gone(ring_name):
+    Ring.create(ring_name, slots=4).close()
+    with Producer.open(ring_name) as producer:
+        producer.publish(pa.table({"i": pa.array([1], pa.int32())}))
+    arenas = lambda: [f for f in os.listdir("/dev/shm") if f.startswith(f"gpuring.{ring_name}.p")]  # noqa: E731
+    assert len(arenas()) == 1
+    os.unlink(f"/dev/shm/gpuring.{ring_name}")
+    Ring.unlink(ring_name)
+    assert arenas() == []
+    with pytest.raises(GpuringError) as e:
+        Ring.unlink(ring_name)
+    assert e.value.code == "SEGMENT_NOT_FOUND"

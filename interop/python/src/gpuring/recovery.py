@@ -29,6 +29,9 @@ class SweepReport:
     corrupt: int = 0
 
 
+DAMAGE_WINDOW = 4096
+
+
 def arena_path(segment: str, index: int, gen: int, arena: int) -> str:
     return f"/dev/shm/gpuring.{segment}.p{index}g{gen}.a{arena}"
 
@@ -127,8 +130,11 @@ def sweep(seg: Segment) -> SweepReport:
     rep = SweepReport()
     dead = _mark(seg, rep)
     refs = [0] * seg.participant_capacity
-    for i in range(seg.slot_count):
-        rep.corrupt += _sweep_corrupt(seg, i)
+    # A window of slots, round robin (gpuring/recovery.h): a sweep costs the same on any ring size.
+    window = min(seg.slot_count, DAMAGE_WINDOW)
+    for k in range(window):
+        rep.corrupt += _sweep_corrupt(seg, (seg.damage_cursor + k) & seg.mask)
+    seg.damage_cursor = (seg.damage_cursor + window) & seg.mask
     if any(dead):
         for i in range(seg.slot_count):
             _sweep_slot(seg, i, dead, refs, rep)

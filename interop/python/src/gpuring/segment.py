@@ -107,6 +107,7 @@ class Segment:
         _, self.slots_at, self.size = L.segment_size(slots, parts)
         self.mem = SharedMemory(fd, self.size)
         self.bell = None  # socket for ringing doorbells (doorbell.py), made on first use
+        self.damage_cursor = 0  # where this process's next sweep looks for damaged slot words
 
     @classmethod
     def create(cls, name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600) -> "Segment":
@@ -156,11 +157,23 @@ class Segment:
 
     @staticmethod
     def unlink(name: str) -> None:
+        """Removes the name and the arenas named after it (gpr_segment_unlink):
+        SEGMENT_NOT_FOUND only when neither existed."""
         check_name(name)
+        arena = re.compile(rf"gpuring\.{re.escape(name)}\.p\d+g\d+\.a\d+")
+        arenas = 0
+        for f in os.listdir("/dev/shm"):
+            if arena.fullmatch(f):
+                try:
+                    os.unlink(f"/dev/shm/{f}")
+                    arenas += 1
+                except FileNotFoundError:
+                    pass
         try:
             os.unlink(segment_path(name))
         except FileNotFoundError:
-            raise GpuringError("SEGMENT_NOT_FOUND", f"no segment named '{name}'", errno.ENOENT) from None
+            if not arenas:
+                raise GpuringError("SEGMENT_NOT_FOUND", f"no segment named '{name}'", errno.ENOENT) from None
 
     def close(self) -> None:
         if self.fd < 0:
