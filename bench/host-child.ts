@@ -5,7 +5,8 @@
  *   prepared NAME N GAP_US    publishes a prepared frame N times, GAP_US apart (sleeping; busy-waiting
  *                             below 1 ms), each tagged with the time publish was called; prints the
  *                             times each publish returned (the frame was in the ring) as one JSON line
- *   flood-prepared NAME N     publishes a prepared frame N times as fast as backpressure allows
+ *   flood-prepared NAME N     publishes a prepared frame N times, 256 per publishMany(), as fast as
+ *                             backpressure allows
  *   socket PATH N GAP_MS      sends the same frame's description as a JSON line (serialized per frame,
  *                             as each frame's differs), waits for an ack
  *   big NAME BYTES            writes a BYTES float64 column into arena memory, then publishes it once
@@ -61,7 +62,7 @@ async function prepared(): Promise<void> {
 async function floodPrepared(): Promise<void> {
   const producer = Producer.open(target!);
   const frame = producer.prepare(emptyFrameDescription());
-  for (let i = 0; i < n; i++) await frame.publish();
+  for (let i = 0; i < n; i += 256) await frame.publishMany(Math.min(256, n - i));
   await producer.drain();
   producer.close();
 }

@@ -16,6 +16,7 @@
  */
 import { DeviceMappings } from './device-mappings.js';
 import { Frame, type FrameSource } from './frame.js';
+import { Header } from './codec/layout.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
 import { batchOptions, consumerOptions, nextOptions, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
@@ -113,11 +114,25 @@ export class Consumer implements AsyncIterable<Frame> {
   async nextBatch(options?: BatchOptions): Promise<Frame[]> {
     const o = parseOptions(batchOptions, options, 'nextBatch() options');
     this.#requireOpen();
-    const ready = callNative(() => this.#core.tryNextMany(o.max));
-    if (ready.length) return ready.map((r) => this.#frame(r));
+    const ready = this.#takeReady(o.max);
+    if (ready.length) return ready;
     const first = await this.#next(o);
     if (o.max === 1 || this.#closed) return [first];
-    return [first, ...callNative(() => this.#core.tryNextMany(o.max - 1)).map((r) => this.#frame(r))];
+    return [first, ...this.#takeReady(o.max - 1)];
+  }
+
+  /** Frames ready now, up to `max`, from one native call and one buffer. */
+  #takeReady(max: number): Frame[] {
+    const ready = callNative(() => this.#core.tryNextMany(max));
+    if (!ready) return [];
+    const [records, used] = ready;
+    const frames: Frame[] = [];
+    for (let at = 0; at < used; ) {
+      const length = new DataView(records, at + RECORD_BYTES).getUint32(Header.bodyLength, true);
+      frames.push(this.#frame(records, at, length));
+      at += RECORD_BYTES + Math.ceil(length / 8) * 8;
+    }
+    return frames;
   }
 
   /**
@@ -178,8 +193,8 @@ export class Consumer implements AsyncIterable<Frame> {
   }
 
   /** The native core validated the body (a malformed frame was dropped there). */
-  #frame(record: ReceivedRecord): Frame {
-    const head = new DataView(record, 0, RECORD_BYTES);
+  #frame(record: ReceivedRecord, at = 0, length = record.byteLength - RECORD_BYTES): Frame {
+    const head = new DataView(record, at, RECORD_BYTES);
     const pos = head.getFloat64(0, true);
     const devices = new DeviceMappings();
     const frame = new Frame({
@@ -187,7 +202,7 @@ export class Consumer implements AsyncIterable<Frame> {
       id: head.getFloat64(8, true),
       producer: head.getUint32(16, true),
       tag: head.getBigUint64(24, true),
-      body: new Uint8Array(record, RECORD_BYTES),
+      body: new Uint8Array(record, at + RECORD_BYTES, length),
       source: this.#source,
       devices,
     });

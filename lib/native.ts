@@ -70,6 +70,8 @@ export interface NativeProducerCore {
   arenaBuffer(arena: number): ArrayBuffer;
   arenaName(arena: number): string;
   publish(body: Uint8Array, allocations: Float64Array, tag: bigint, timeoutMs: number): number | Promise<number>;
+  /** `count` frames of one body; fewer results than `count` with timeout 0 when the ring filled. */
+  publishMany(body: Uint8Array, count: number, tags: BigUint64Array | null, timeoutMs: number): (number | Promise<number>)[];
   onRelease(callback: ((frameIds: number[]) => void) | null): void;
   stats(): ProducerStats;
   keepAlive(on: boolean): void;
@@ -98,8 +100,8 @@ export interface NativeConsumerCore {
   readonly index: number;
   readonly generation: number;
   tryNext(spinMicros?: number): ReceivedRecord | null;
-  /** Every frame ready now, up to `max`; never waits. */
-  tryNextMany(max: number): ReceivedRecord[];
+  /** Every frame ready now, up to `max`, as records back to back in one buffer (`used` bytes of it); never waits. */
+  tryNextMany(max: number): [records: ArrayBuffer, used: number] | null;
   wait(timeoutMs: number): [number, Promise<ReceivedRecord>];
   cancel(request: number): void;
   release(pos: number): void;

@@ -63,6 +63,14 @@ export const publishOptions = z
 /** PreparedFrame.publish(): the device was fixed at prepare(). */
 export const preparedPublishOptions = publishOptions.omit({ device: true });
 
+export const publishManyOptions = z
+  .object({
+    timeout: z.number().nonnegative().default(Infinity),
+    /** The number each frame carries, by position. */
+    tags: z.instanceof(BigUint64Array).optional(),
+  })
+  .strict();
+
 export const prepareOptions = z.object({ device: z.number().int().min(0).optional() }).strict();
 
 export const nextOptions = z

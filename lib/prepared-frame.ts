@@ -15,14 +15,18 @@
  * event of its own.
  */
 import { HANDLE_BYTES, Header } from './codec/layout.js';
-import { parseOptions, preparedPublishOptions } from './options.js';
+import { parseOptions, preparedPublishOptions, publishManyOptions } from './options.js';
 import { native } from './native.js';
-import { callNative } from './errors.js';
+import { callNative, GpuringError } from './errors.js';
 
 /** How the producer sends a prepared body: with the event id to recycle on release (-1: none). */
 export type SendBody = (body: Uint8Array, eventId: number, timeout: number, tag: bigint) => Promise<number>;
 
+/** How the producer sends `count` copies of a prepared body in one native call. */
+export type SendMany = (body: Uint8Array, eventId: number, count: number, tags: BigUint64Array | null, timeout: number) => Promise<number[]>;
+
 export type PreparedPublishOptions = { timeout?: number; tag?: bigint };
+export type PublishManyOptions = { timeout?: number; tags?: BigUint64Array };
 
 const NO_EVENT = new Uint8Array(HANDLE_BYTES);
 
@@ -32,13 +36,15 @@ export class PreparedFrame {
   /** Device whose legacy stream orders the frame, or -1 when the description brings its own event. */
   readonly #eventDevice: number;
   readonly #send: SendBody;
+  readonly #sendMany: SendMany;
 
   /** @internal Producer.prepare() makes these. */
-  constructor(body: Uint8Array, eventDevice: number, send: SendBody) {
+  constructor(body: Uint8Array, eventDevice: number, send: SendBody, sendMany: SendMany) {
     this.#body = body;
     this.#header = new DataView(body.buffer, body.byteOffset);
     this.#eventDevice = eventDevice;
     this.#send = send;
+    this.#sendMany = sendMany;
   }
 
   /** Bytes of the encoded description. */
@@ -54,11 +60,31 @@ export class PreparedFrame {
     const o = parseOptions(preparedPublishOptions, options, 'publish() options');
     // The native publish copies the body before it returns, so the header can
     // be patched for every frame without a copy here.
+    return this.#send(this.#body, this.#orderAfterStream(), o.timeout, o.tag);
+  }
+
+  /**
+   * Publishes the frame `count` times in one native call (one lock, one reap,
+   * one wake-up of a sleeping consumer): ids in publication order, each frame
+   * tagged with `tags[i]` (default 0). Waits for space as publish() does, up to
+   * `timeout`; with `timeout: 0` it publishes what fits and fails with
+   * RING_FULL naming the ids that went out. All frames share one event when the
+   * device's stream is busy.
+   */
+  async publishMany(count: number, options?: PublishManyOptions): Promise<number[]> {
+    const o = parseOptions(publishManyOptions, options, 'publishMany() options');
+    if (!Number.isInteger(count) || count < 1 || count > 1 << 20) throw new GpuringError('INVALID_ARGUMENT', `publishMany() takes 1 to ${1 << 20} frames, not ${count}`);
+    if (o.tags && o.tags.length < count) throw new GpuringError('INVALID_ARGUMENT', `publishMany(): ${o.tags.length} tags for ${count} frames`);
+    return this.#sendMany(this.#body, this.#orderAfterStream(), count, o.tags ?? null, o.timeout);
+  }
+
+  /** Patches the header with an event recorded on the device's stream if it is busy; the event's id, or -1. */
+  #orderAfterStream(): number {
     const event = this.#eventDevice < 0 ? null : callNative(() => native().recordEvent(this.#eventDevice, true));
     if (this.#eventDevice >= 0) {
       this.#header.setUint16(Header.syncKind, event ? 2 : 0, true);
       this.#body.set(event ? event.handle : NO_EVENT, Header.syncHandle);
     }
-    return this.#send(this.#body, event ? event.id : -1, o.timeout, o.tag);
+    return event ? event.id : -1;
   }
 }

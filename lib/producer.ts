@@ -17,7 +17,7 @@ import { forEachBuffer, handleName, hostBuffer, type BufferDescriptor, type Fram
 import { decodeFrame } from './codec/decode.js';
 import { encodeFrame } from './codec/encode.js';
 import { eventDevice, recordFrameEvent, uploadBatch } from './device-upload.js';
-import { PreparedFrame, type SendBody } from './prepared-frame.js';
+import { PreparedFrame, type SendBody, type SendMany } from './prepared-frame.js';
 import type { DeviceBuffer } from './device-buffer.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeProducerCore, type ProducerStats } from './native.js';
@@ -59,8 +59,8 @@ export class Producer {
   readonly #events = new EventEmitter();
   /** Published and not yet released. */
   readonly #inFlight = new Set<number>();
-  /** Device memory and events of frames in flight, freed / recycled on release. */
-  readonly #deviceFrames = new Map<number, { memory?: DeviceBuffer; eventId: number }>();
+  /** Device memory and events of frames in flight, freed / recycled on release (an event shared by a batch, when its last frame is). */
+  readonly #deviceFrames = new Map<number, DeviceOwned>();
   #listening = false;
   #draining = 0;
   #prompt = false;
@@ -184,7 +184,8 @@ export class Producer {
     const body = encodeFrame(description);
     decodeFrame(body); // every check a consumer makes, with its codes
     const send: SendBody = (bytes, eventId, timeout, tag) => this.#sendDevice(bytes, { eventId }, timeout, tag);
-    return new PreparedFrame(body, eventDevice(description, o.device), send);
+    const sendMany: SendMany = (bytes, eventId, count, tags, timeout) => this.#sendMany(bytes, { eventId, shares: { left: count } }, count, tags, timeout);
+    return new PreparedFrame(body, eventDevice(description, o.device), send, sendMany);
   }
 
   /** Frame ids as their memory is released, until the producer closes. */
@@ -324,7 +325,7 @@ export class Producer {
     }
   }
 
-  async #sendDevice(frame: FrameDescription | Uint8Array, owned: { memory?: DeviceBuffer; eventId: number }, timeout: number, tag: bigint): Promise<number> {
+  async #sendDevice(frame: FrameDescription | Uint8Array, owned: DeviceOwned, timeout: number, tag: bigint): Promise<number> {
     try {
       const id = await (frame instanceof Uint8Array ? this.#sendBody(frame, [], timeout, tag) : this.#send(frame, [], timeout, tag));
       this.#deviceFrames.set(id, owned);
@@ -335,8 +336,40 @@ export class Producer {
     }
   }
 
-  #freeDevice(owned: { memory?: DeviceBuffer; eventId: number }): void {
+  /**
+   * `count` frames of one body in one native call; ids in publication order.
+   * If a frame waiting for space times out, the frames before it stay published
+   * (and are tracked); the error is thrown once all have settled.
+   */
+  async #sendMany(body: Uint8Array, owned: DeviceOwned, count: number, tags: BigUint64Array | null, timeout: number): Promise<number[]> {
+    this.#released(this.#core.takeReleased());
+    let results: (number | Promise<number>)[];
+    try {
+      results = callNative(() => this.#core.publishMany(body, count, tags, toNativeTimeout(timeout)));
+    } catch (error) {
+      this.#freeDevice(owned, count);
+      throw error;
+    }
+    const holds = owned.eventId >= 0; // frames without an event hold nothing to free
+    const ids: number[] = [];
+    let failure: unknown;
+    const track = (id: number) => (ids.push(id), this.#inFlight.add(id), holds && this.#deviceFrames.set(id, owned));
+    if (results.every((r) => typeof r === 'number')) for (const id of results as number[]) track(id);
+    else
+      for (const r of await Promise.allSettled(results.map((p) => (typeof p === 'number' ? p : awaitNative(p)))))
+        if (r.status === 'fulfilled') track(r.value);
+        else failure ??= r.reason;
+    if (holds && ids.length < count) this.#freeDevice(owned, count - ids.length);
+    if (failure !== undefined) throw failure;
+    if (ids.length < count && timeout === 0)
+      throw new GpuringError('RING_FULL', `the ring took ${ids.length} of ${count} frames (ids ${ids.join(', ') || 'none'}); publish the rest when space comes free`);
+    return ids;
+  }
+
+  /** Frees a frame's device memory and recycles its event, `frames` of the frames sharing it at a time. */
+  #freeDevice(owned: DeviceOwned, frames = 1): void {
     owned.memory?.free();
+    if (owned.shares && (owned.shares.left -= frames) > 0) return;
     if (owned.eventId >= 0) callNative(() => native().recycleEvent(owned.eventId));
   }
 
@@ -399,6 +432,13 @@ export class Producer {
       at += align64(c.bytes.length);
     }
   }
+}
+
+/** What a device frame holds until release: memory it uploaded, the event ordering it (shared by a batch's frames). */
+interface DeviceOwned {
+  memory?: DeviceBuffer;
+  eventId: number;
+  shares?: { left: number };
 }
 
 /** A buffer to be copied into the frame's allocation once all are known. */

@@ -44,6 +44,14 @@ BodyReader::~BodyReader() {
 
 bool BodyReader::Read(Napi::Env env, const gpr_frame_ref &ref, size_t prefix,
                       Napi::ArrayBuffer *out, gpr_error *err) {
+  const uint8_t *src = nullptr;
+  if (!Locate(ref, &src, err)) return false;
+  *out = Napi::ArrayBuffer::New(env, prefix + ref.body_length);
+  memcpy(static_cast<uint8_t *>(out->Data()) + prefix, src, ref.body_length);
+  return true;
+}
+
+bool BodyReader::Locate(const gpr_frame_ref &ref, const uint8_t **src, gpr_error *err) {
   if (ref.producer >= seg_->participant_capacity || ref.body_arena >= GPR_MAX_ARENAS ||
       ref.body_length < sizeof(gpr_body_header) || ref.body_length > GPR_MAX_BODY_BYTES) {
     gpr_fail(err, GPR_E_FRAME_INVALID, 0, "frame record is malformed (producer %u, arena %u, %u bytes)",
@@ -51,25 +59,24 @@ bool BodyReader::Read(Napi::Env env, const gpr_frame_ref &ref, size_t prefix,
     return false;
   }
   char name[GPR_SHM_NAME_MAX];
-  gpr_arena_shm_name(seg_->name, ref.producer, ref.producer_gen, ref.body_arena, name);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = views_.find(name);
+  auto it = views_.find(ArenaKey{ref.producer, ref.producer_gen, ref.body_arena});
   if (it == views_.end()) {
     if (views_.size() >= kMaxViews) {  // producers come and go; keep the mappings bounded
       for (auto &kv : views_) gpr_arena_view_close(&kv.second);
       views_.clear();
     }
+    gpr_arena_shm_name(seg_->name, ref.producer, ref.producer_gen, ref.body_arena, name);
     gpr_arena_view view{};
     if (gpr_arena_open(seg_, name, &view, err) != 0) return false;
-    it = views_.emplace(name, view).first;
+    it = views_.emplace(ArenaKey{ref.producer, ref.producer_gen, ref.body_arena}, view).first;
   }
   if (!gpr_range_ok(ref.body_offset, ref.body_length, it->second.size)) {
-    gpr_fail(err, GPR_E_FRAME_BOUNDS, 0, "frame body [%llu, +%u) lies outside arena %s",
-             (unsigned long long)ref.body_offset, ref.body_length, name);
+    gpr_fail(err, GPR_E_FRAME_BOUNDS, 0, "frame body [%llu, +%u) lies outside arena a%u of participant %u",
+             (unsigned long long)ref.body_offset, ref.body_length, ref.body_arena, ref.producer);
     return false;
   }
-  *out = Napi::ArrayBuffer::New(env, prefix + ref.body_length);
-  memcpy(static_cast<uint8_t *>(out->Data()) + prefix, it->second.base + ref.body_offset, ref.body_length);
+  *src = it->second.base + ref.body_offset;
   return true;
 }
 

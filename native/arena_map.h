@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include "gpuring.h"
 
 namespace gpuring {
@@ -28,12 +29,17 @@ class BodyReader {
   // checking that it lies inside the arena. Returns false with `err` set if not.
   bool Read(Napi::Env env, const gpr_frame_ref &ref, size_t prefix, Napi::ArrayBuffer *out,
             gpr_error *err);
+  // Points *src at the body `ref` names, in its arena, after the same checks.
+  // The mapping stays valid until the next call that maps a new arena.
+  bool Locate(const gpr_frame_ref &ref, const uint8_t **src, gpr_error *err);
 
  private:
   static constexpr size_t kMaxViews = 64;
   const gpr_segment *seg_;
   std::mutex mu_;
-  std::map<std::string, gpr_arena_view> views_;
+  // Keyed by (producer, generation, arena number): the name is only formatted to open one.
+  using ArenaKey = std::tuple<uint32_t, uint32_t, uint32_t>;
+  std::map<ArenaKey, gpr_arena_view> views_;
 };
 
 }  // namespace gpuring

@@ -11,22 +11,30 @@ namespace gpuring {
 // wedge the ring) and the error thrown.
 //   0 pos f64 | 8 frame id f64 | 16 producer u32 | 20 producer generation u32 | 24 tag u64
 Napi::Value ConsumerState::Receive(Napi::Env env, uint64_t pos, const gpr_frame_ref &ref) {
-  constexpr size_t kRecordBytes = 32;
   Napi::ArrayBuffer out;
   gpr_error err{};
-  if (!bodies->Read(env, ref, kRecordBytes, &out, &err) ||
-      gpr_body_validate(static_cast<uint8_t *>(out.Data()) + kRecordBytes, ref.body_length, nullptr, &err) != 0) {
+  if (!bodies->Read(env, ref, kRecordBytes, &out, &err)) {
     gpr_ring_release_as(&seg, me, pos, GPR_SLOT_CLAIMED);
     throw MakeError(env, err);
   }
+  if (!Accept(pos, ref, static_cast<uint8_t *>(out.Data()), &err)) throw MakeError(env, err);
+  return out;
+}
+
+// The body is already copied to record + kRecordBytes: validates it, leases
+// the frame and writes the record; false (the frame released) if malformed.
+bool ConsumerState::Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *record, gpr_error *err) {
+  if (gpr_body_validate(record + kRecordBytes, ref.body_length, nullptr, err) != 0) {
+    gpr_ring_release_as(&seg, me, pos, GPR_SLOT_CLAIMED);
+    return false;
+  }
   gpr_ring_confirm(&seg, me, pos);
-  auto *record = static_cast<uint8_t *>(out.Data());
   double numbers[2] = {static_cast<double>(pos), static_cast<double>(ref.frame_id)};
   uint32_t producer[2] = {ref.producer, ref.producer_gen};
   memcpy(record, numbers, sizeof numbers);
   memcpy(record + 16, producer, sizeof producer);
   memcpy(record + 24, &ref.user_tag, sizeof ref.user_tag);
-  return out;
+  return true;
 }
 
 void ConsumerState::Expire(Napi::Env env) {
@@ -184,29 +192,62 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   return s_->Receive(env, pos, ref);
 }
 
-// tryNextMany(max): every frame ready now, up to max, as an array of records
-// (possibly empty). Never waits, never overtakes a waiting request.
+// tryNextMany(max): every frame ready now, up to max, in one ArrayBuffer:
+// records one after another, each 8-aligned (record, then its body). Returns
+// null when none is ready. Never waits, never overtakes a waiting request.
 Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
   ThrowHeldError(env);
   uint32_t max = info[0].As<Napi::Number>().Uint32Value();
-  Napi::Array out = Napi::Array::New(env);
-  if (!s_->pending.empty()) return out;
-  gpr_frame_ref ref{};
-  uint64_t pos = 0;
-  uint32_t n = 0;
-  while (n < max && gpr_ring_try_claim(&s_->seg, s_->me, &ref, &pos) == 0) {
-    try {
-      out.Set(n, s_->Receive(env, pos, ref));
-      n++;
-    } catch (const Napi::Error &e) {
-      if (n == 0) throw;
-      s_->held_error = e;
+  if (!s_->pending.empty()) return env.Null();
+  struct Claim {
+    uint64_t pos;
+    gpr_frame_ref ref;
+    const uint8_t *body;
+  };
+  std::vector<Claim> claims;
+  gpr_error err{};
+  size_t total = 0;
+  Claim c{};
+  while (claims.size() < max && gpr_ring_try_claim(&s_->seg, s_->me, &c.ref, &c.pos) == 0) {
+    if (!s_->bodies->Locate(c.ref, &c.body, &err)) {  // the malformed frame goes; the ones before it come
+      gpr_ring_release_as(&s_->seg, s_->me, c.pos, GPR_SLOT_CLAIMED);
       break;
     }
+    claims.push_back(c);
+    total += ConsumerState::kRecordBytes + ((c.ref.body_length + 7u) & ~size_t{7});
   }
-  return out;
+  // Locate again before copying: mapping a new arena may have evicted earlier views.
+  Napi::ArrayBuffer out = Napi::ArrayBuffer::New(env, total);
+  auto *at = static_cast<uint8_t *>(out.Data());
+  size_t used = 0;
+  bool any = false;
+  for (const Claim &k : claims) {
+    const uint8_t *body = nullptr;
+    gpr_error e{};
+    if (!s_->bodies->Locate(k.ref, &body, &e)) {
+      gpr_ring_release_as(&s_->seg, s_->me, k.pos, GPR_SLOT_CLAIMED);
+    } else {
+      memcpy(at + used + ConsumerState::kRecordBytes, body, k.ref.body_length);
+      if (s_->Accept(k.pos, k.ref, at + used, &e)) {
+        used += ConsumerState::kRecordBytes + ((k.ref.body_length + 7u) & ~size_t{7});
+        any = true;
+        continue;
+      }
+    }
+    if (err.code == GPR_E_OK) err = e;  // a malformed frame is dropped; the others still come, in order
+  }
+  if (err.code != GPR_E_OK) {
+    if (!any) Throw(env, err);
+    s_->held_error = MakeError(env, err);
+  }
+  if (!any) return env.Null();
+  // Slots of dropped frames, if any, stay at the end, zeroed: JS stops at `used`.
+  Napi::Array result = Napi::Array::New(env, 2);
+  result.Set(0u, out);
+  result.Set(1u, Napi::Number::New(env, static_cast<double>(used)));
+  return result;
 }
 
 // wait(timeoutMs: number, -1 = forever) -> [requestId, Promise]

@@ -12,6 +12,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <vector>
 #include "arena_map.h"
 #include "attachment.h"
 #include "doorbell.h"
@@ -50,6 +51,9 @@ struct ConsumerState : Attachment {
   // Copies, validates and leases the frame at `pos`; throws (having released
   // the frame) if it is malformed.
   Napi::Value Receive(Napi::Env env, uint64_t pos, const gpr_frame_ref &ref);
+  bool Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *record, gpr_error *err);
+  // Bytes before each body in what JS receives (see Receive).
+  static constexpr size_t kRecordBytes = 32;
   void Shutdown();
 };
 

@@ -153,6 +153,7 @@ Napi::Function ProducerCore::Define(Napi::Env env) {
                       InstanceMethod<&ProducerCore::ArenaBuffer>("arenaBuffer"),
                       InstanceMethod<&ProducerCore::ArenaName>("arenaName"),
                       InstanceMethod<&ProducerCore::Publish>("publish"),
+                      InstanceMethod<&ProducerCore::PublishMany>("publishMany"),
                       InstanceMethod<&ProducerCore::OnRelease>("onRelease"),
                       InstanceMethod<&ProducerCore::Stats>("stats"),
                       InstanceMethod<&ProducerCore::KeepAlive>("keepAlive"),
@@ -257,15 +258,61 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
     allocs.push_back(a);
   }
   s.ReapLocked();
-  Check(env, [&](gpr_error *e) { return gpr_arena_alloc(&s.pool, body.ByteLength(), &allocs[0], e); });
-  memcpy(allocs[0].ptr, body.Data(), body.ByteLength());
+  Napi::Value out = Enqueue(env, body.Data(), body.ByteLength(), std::move(allocs), tag, timeout_ms);
+  if (out.IsEmpty()) {
+    char why[512];
+    gpr_ring_describe_full(&s.seg, why, sizeof why);
+    Throw(env, GPR_E_RING_FULL, std::string(why) + " (publish with a timeout to wait for space)");
+  }
+  return out;
+}
+
+// publishMany(body: Uint8Array, count: number, tags: BigUint64Array | null,
+//             timeoutMs: number) -> (number | Promise<number>)[]
+// `count` frames of one body (validated once), in order, under one lock and one
+// reap: each a number when it went into the ring at once, a promise when it
+// waits for space. With timeoutMs 0 it stops at the first that does not fit:
+// fewer ids than `count` come back, and the rest were never published.
+Napi::Value ProducerCore::PublishMany(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  RequireOpen(env);
+  auto body = info[0].As<Napi::Uint8Array>();
+  gpr_error invalid{};
+  if (gpr_body_validate(body.Data(), body.ByteLength(), nullptr, &invalid) != 0) throw MakeError(env, invalid);
+  uint32_t count = info[1].As<Napi::Number>().Uint32Value();
+  bool tagged = info[2].IsTypedArray();
+  if (tagged && info[2].As<Napi::TypedArray>().ElementLength() < count)
+    Throw(env, GPR_E_INVALID_ARGUMENT, "publishMany(): fewer tags than frames");
+  double timeout_ms = info[3].As<Napi::Number>().DoubleValue();
+  ProducerState &s = *s_;
+  std::lock_guard<std::mutex> lock(s.thread.mu);
+  s.ReapLocked();
+  Napi::Array out = Napi::Array::New(env);
+  for (uint32_t i = 0; i < count; i++) {
+    uint64_t tag = tagged ? info[2].As<Napi::BigUint64Array>()[i] : 0;
+    Napi::Value id = Enqueue(env, body.Data(), body.ByteLength(), std::vector<gpr_allocation>(1), tag, timeout_ms);
+    if (id.IsEmpty()) break;
+    out.Set(i, id);
+  }
+  return out;
+}
+
+// Copies `body` into the arena and publishes it (lock held, reaped): the frame
+// id, a promise when it must wait for space, or an empty value when the ring is
+// full and timeoutMs is 0 (nothing was kept). allocs[0] is for the body; the
+// rest are column buffers the frame now owns.
+Napi::Value ProducerCore::Enqueue(Napi::Env env, const uint8_t *body, size_t length, std::vector<gpr_allocation> allocs,
+                                  uint64_t tag, double timeout_ms) {
+  ProducerState &s = *s_;
+  Check(env, [&](gpr_error *e) { return gpr_arena_alloc(&s.pool, length, &allocs[0], e); });
+  memcpy(allocs[0].ptr, body, length);
   for (size_t i = 1; i < allocs.size(); i++) s.loose.erase({allocs[i].arena, allocs[i].offset});
   gpr_frame_ref ref{};
   ref.frame_id = s.next_frame_id;
   ref.producer = s.me;
   ref.producer_gen = s.gen;
   ref.body_arena = allocs[0].arena;
-  ref.body_length = static_cast<uint32_t>(body.ByteLength());
+  ref.body_length = static_cast<uint32_t>(length);
   ref.body_offset = allocs[0].offset;
   ref.user_tag = tag;
   uint64_t pos = 0;
@@ -279,9 +326,7 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   }
   if (timeout_ms == 0) {
     s.ReturnAllocsLocked(allocs);
-    char why[512];
-    gpr_ring_describe_full(&s.seg, why, sizeof why);
-    Throw(env, GPR_E_RING_FULL, std::string(why) + " (publish with a timeout to wait for space)");
+    return Napi::Value();
   }
   uint64_t request = s.next_request++;
   s.pending.push_back(ProducerState::Pending{request, DeadlineAfter(timeout_ms), ref, std::move(allocs)});

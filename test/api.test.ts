@@ -272,3 +272,34 @@ test('prepare(): a description validated and encoded once, published again and a
     t.is((await t.throwsAsync(prepared.publish(), { instanceOf: GpuringError }))!.code, 'CLOSED');
   });
 });
+
+test('publishMany(): N frames in one call, in order with their tags; nextBatch() takes them; with timeout 0 what fits goes and RING_FULL says how many', async (t) => {
+  await withRing('many', { slots: 8 }, async (_ring, name) => {
+    using producer = Producer.open(name);
+    using consumer = Consumer.open(name);
+    const prepared = producer.prepare({
+      rowCount: 2,
+      metadata: null,
+      columns: [{ name: 's', format: '+s', nullable: true, dictionaryOrdered: false, mapKeysSorted: false, metadata: null, dictionary: -1, length: 2, nullCount: 0, offset: 0, buffers: [absentBuffer()], children: [] }],
+      dictionaries: [],
+      syncKind: 0,
+      syncHandle: new Uint8Array(HANDLE_BYTES),
+    });
+    const tags = BigUint64Array.from({ length: 6 }, (_, i) => BigInt(100 + i));
+    const ids = await prepared.publishMany(6, { tags });
+    t.deepEqual(ids, Array.from({ length: 6 }, (_, i) => ids[0]! + i));
+    const got = await consumer.nextBatch({ max: 10, timeout: 5000 });
+    t.deepEqual(got.map((f) => f.tag), [...tags]);
+    t.deepEqual(got.map((f) => f.id), ids);
+    for (const f of got) f.release();
+    const full = await t.throwsAsync(prepared.publishMany(10, { timeout: 0 }), { instanceOf: GpuringError });
+    t.is(full!.code, 'RING_FULL');
+    t.regex(full!.message, /took 8 of 10 frames/);
+    const rest = await consumer.nextBatch({ max: 20, timeout: 5000 });
+    t.is(rest.length, 8);
+    t.deepEqual(rest.map((f) => f.tag), Array(8).fill(0n));
+    for (const f of rest) f.release();
+    t.is((await t.throwsAsync(prepared.publishMany(0), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
+    t.is((await t.throwsAsync(prepared.publishMany(3, { tags: new BigUint64Array(2) }), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
+  });
+});
