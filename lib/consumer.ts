@@ -19,7 +19,7 @@ import { Frame, type FrameSource } from './frame.js';
 import { Header } from './codec/layout.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
-import { batchOptions, consumerOptions, nextOptions, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
+import { batchOptions, consumerOptions, nextOptions, openFlags, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
 
 const MAX_CACHED_ARENAS = 256;
 /** Bytes before the body in what the native core hands over (see ReceivedRecord). */
@@ -58,7 +58,7 @@ export class Consumer implements AsyncIterable<Frame> {
   static open(name: string, options?: ConsumerOptions): Consumer {
     const n = parseSegmentName(name);
     const o = parseOptions(consumerOptions, options, 'consumer options');
-    const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout, o.sweepInterval));
+    const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout, o.sweepInterval, openFlags(o)));
     return new Consumer(n, core);
   }
 

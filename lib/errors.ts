@@ -32,6 +32,7 @@ export const ERROR_CODES = [
   'CUDA',
   'DEVICE_NOT_FOUND',
   'NOT_EXPORTABLE',
+  'SEGMENT_OWNER',
   'NATIVE_LOAD',
 ] as const;
 

@@ -165,11 +165,11 @@ export interface DeviceInfo {
 
 export interface NativeAddon {
   SegmentHandle: {
-    new (name: string, create: boolean, slotCount: number, participantCapacity: number, mode: number, openTimeoutMs: number): NativeSegmentHandle;
+    new (name: string, create: boolean, slotCount: number, participantCapacity: number, mode: number, openTimeoutMs: number, openFlags?: number): NativeSegmentHandle;
     unlink(name: string): void;
   };
-  ProducerCore: new (name: string, arenaBytes: number, openTimeoutMs: number) => NativeProducerCore;
-  ConsumerCore: new (name: string, openTimeoutMs: number, sweepIntervalMs: number) => NativeConsumerCore;
+  ProducerCore: new (name: string, arenaBytes: number, openTimeoutMs: number, openFlags: number) => NativeProducerCore;
+  ConsumerCore: new (name: string, openTimeoutMs: number, sweepIntervalMs: number, openFlags: number) => NativeConsumerCore;
   cudaInfo(): CudaInfo;
   deviceAlloc(ordinal: number, bytes: number): bigint;
   deviceFree(ordinal: number, ptr: bigint): void;

@@ -22,24 +22,37 @@ export const createOptions = z
   })
   .strict();
 
+/**
+ * Join a ring another user created. Refused by default (SEGMENT_OWNER): whoever
+ * creates the name first chooses the modes of the segment and of the joiners'
+ * arenas, and could read or rewrite every frame.
+ */
+const anyOwner = z.boolean().default(false);
+
 export const openOptions = z
   .object({
     /** How long to wait for a segment another process is still creating. */
     openTimeout: milliseconds.default(1000),
+    anyOwner,
   })
   .strict();
+
+/** The native open flags (GPR_OPEN_*) for parsed options. */
+export const openFlags = (o: { anyOwner: boolean }) => (o.anyOwner ? 1 : 0);
 
 export const producerOptions = z
   .object({
     /** Size of each shared-memory arena that holds this producer's buffers. */
     arenaBytes: z.number().int().min(1 << 16).max(2 ** 40).default(64 << 20),
     openTimeout: milliseconds.default(1000),
+    anyOwner,
   })
   .strict();
 
 export const consumerOptions = z
   .object({
     openTimeout: milliseconds.default(1000),
+    anyOwner,
     /**
      * Milliseconds a consumer waiting in next() sleeps at most before it sweeps
      * for dead participants (whose unfinished claims would hold the ring up).

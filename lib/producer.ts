@@ -21,7 +21,7 @@ import { PreparedFrame, type SendBody, type SendMany } from './prepared-frame.js
 import type { DeviceBuffer } from './device-buffer.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeProducerCore, type ProducerStats } from './native.js';
-import { parseOptions, parseSegmentName, prepareOptions, producerOptions, publishOptions, toNativeTimeout } from './options.js';
+import { openFlags, parseOptions, parseSegmentName, prepareOptions, producerOptions, publishOptions, toNativeTimeout } from './options.js';
 
 export type ProducerOptions = Partial<typeof producerOptions._input>;
 export type PublishOptions = { timeout?: number; tag?: bigint; device?: number };
@@ -76,7 +76,7 @@ export class Producer {
   static open(name: string, options?: ProducerOptions): Producer {
     const n = parseSegmentName(name);
     const o = parseOptions(producerOptions, options, 'producer options');
-    return new Producer(n, callNative(() => new (native().ProducerCore)(n, o.arenaBytes, o.openTimeout)));
+    return new Producer(n, callNative(() => new (native().ProducerCore)(n, o.arenaBytes, o.openTimeout, openFlags(o))));
   }
 
   get index(): number {

@@ -7,7 +7,7 @@
 import { Consumer, type ConsumerOptions } from './consumer.js';
 import { callNative } from './errors.js';
 import { native, type NativeSegmentHandle, type RawInspection, type SweepReport } from './native.js';
-import { createOptions, openOptions, parseOptions, parseSegmentName } from './options.js';
+import { createOptions, openFlags, openOptions, parseOptions, parseSegmentName } from './options.js';
 import { Producer, type ProducerOptions } from './producer.js';
 
 export type CreateOptions = Partial<typeof createOptions._input>;
@@ -37,7 +37,7 @@ export class Ring {
   static open(name: string, options?: OpenOptions): Ring {
     const n = parseSegmentName(name);
     const o = parseOptions(openOptions, options, 'open options');
-    return new Ring(n, callNative(() => new (native().SegmentHandle)(n, false, 0, 0, 0, o.openTimeout)));
+    return new Ring(n, callNative(() => new (native().SegmentHandle)(n, false, 0, 0, 0, o.openTimeout, openFlags(o))));
   }
 
   /**

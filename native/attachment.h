@@ -15,7 +15,8 @@ struct Attachment {
   bool attached = false;
 
   // Throws the segment's or the attach's error; leaves nothing open on failure.
-  void Attach(Napi::Env env, const std::string &name, uint32_t open_timeout_ms, uint32_t roles);
+  // open_flags: GPR_OPEN_* (GPR_OPEN_ANY_OWNER to join another user's segment).
+  void Attach(Napi::Env env, const std::string &name, uint32_t open_timeout_ms, uint32_t open_flags, uint32_t roles);
   // Idempotent.
   void Detach();
 };

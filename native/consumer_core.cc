@@ -132,13 +132,14 @@ Napi::Function ConsumerCore::Define(Napi::Env env) {
                       InstanceMethod<&ConsumerCore::Close>("close")});
 }
 
-// new ConsumerCore(segmentName, openTimeoutMs, sweepIntervalMs)
+// new ConsumerCore(segmentName, openTimeoutMs, sweepIntervalMs, openFlags)
 ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<ConsumerCore>(info) {
   Napi::Env env = info.Env();
   std::string name = info[0].As<Napi::String>();
   s_ = std::make_shared<ConsumerState>();
   ConsumerState &s = *s_;
-  s.Attach(env, name, info[1].As<Napi::Number>().Uint32Value(), GPR_ROLE_CONSUMER);
+  s.Attach(env, name, info[1].As<Napi::Number>().Uint32Value(), info[3].As<Napi::Number>().Uint32Value(),
+           GPR_ROLE_CONSUMER);
   try {
     s.env = env;
     s.tick_ms = std::max<uint32_t>(1, info[2].As<Napi::Number>().Uint32Value());

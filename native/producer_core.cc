@@ -162,7 +162,7 @@ Napi::Function ProducerCore::Define(Napi::Env env) {
                       InstanceMethod<&ProducerCore::Close>("close")});
 }
 
-// new ProducerCore(segmentName, arenaSizeBytes, openTimeoutMs)
+// new ProducerCore(segmentName, arenaSizeBytes, openTimeoutMs, openFlags)
 ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<ProducerCore>(info) {
   Napi::Env env = info.Env();
   env_ = env;
@@ -170,7 +170,8 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
   uint64_t arena_size = static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue());
   s_ = std::make_shared<ProducerState>();
   ProducerState &s = *s_;
-  s.Attach(env, name, info[2].As<Napi::Number>().Uint32Value(), GPR_ROLE_PRODUCER);
+  s.Attach(env, name, info[2].As<Napi::Number>().Uint32Value(), info[3].As<Napi::Number>().Uint32Value(),
+           GPR_ROLE_PRODUCER);
   gpr_arena_pool_init(&s.pool, &s.seg, s.me, s.gen, arena_size);
   StartCore(env, s_, "gpuring-producer");
   Value().Set("index", Napi::Number::New(env, s.me));

@@ -1,6 +1,6 @@
 // Shared memory is untrusted: damaged segments, slots and bodies give typed
 // errors, never a crash or a hang, and the ring keeps working afterwards.
-import { closeSync, ftruncateSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs';
+import { chownSync, closeSync, ftruncateSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs';
 import test from 'ava';
 import { Int32, Table, Utf8, vectorFromArray } from 'apache-arrow';
 import { Consumer, GpuringError, Producer, Ring } from '../lib/index.js';
@@ -41,6 +41,18 @@ async function expectCode(t: import('ava').ExecutionContext, promise: Promise<un
   const error = await t.throwsAsync(promise, { instanceOf: GpuringError });
   t.true(codes.includes(error!.code), `code ${error!.code} is one of ${codes}: ${error!.message}`);
 }
+
+const asRoot = process.getuid?.() === 0 ? test : test.skip; // making a segment another user owns needs root
+
+asRoot('a ring another user created first is refused with SEGMENT_OWNER unless its owner is trusted (anyOwner)', async (t) => {
+  await withRing('squat', {}, async (_ring, name) => {
+    chownSync(`/dev/shm/gpuring.${name}`, 65534, 65534);
+    for (const open of [() => Consumer.open(name), () => Producer.open(name), () => Ring.open(name)])
+      t.is(t.throws(open, { instanceOf: GpuringError })!.code, 'SEGMENT_OWNER');
+    const consumer = Consumer.open(name, { anyOwner: true });
+    consumer.close();
+  });
+});
 
 test('a foreign file under the segment name is refused as SEGMENT_FOREIGN', (t) => {
   const name = uniqueName('foreign');

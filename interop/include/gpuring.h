@@ -128,7 +128,8 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
   X(CUDA_UNAVAILABLE, "no usable CUDA driver on this machine")                   \
   X(CUDA, "a CUDA driver call failed")                                           \
   X(DEVICE_NOT_FOUND, "no visible CUDA device has that ordinal or UUID")         \
-  X(NOT_EXPORTABLE, "this memory cannot be shared with CUDA IPC")
+  X(NOT_EXPORTABLE, "this memory cannot be shared with CUDA IPC")                \
+  X(SEGMENT_OWNER, "the segment belongs to another user")
 
 typedef enum gpr_code {
 #define GPR_X_ENUM(name, text) GPR_E_##name,

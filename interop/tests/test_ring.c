@@ -150,7 +150,7 @@ int main(void) {
   snprintf(name, sizeof name, "ctest-ring-%d", (int)getpid());
   gpr_segment seg;
   gpr_error err;
-  gpr_segment_options o = {4, 8, 0, 0};
+  gpr_segment_options o = {4, 8, 0, 0, 0};
   CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
   uint32_t p, pg, c, cg;
   CHECK(gpr_participant_attach(&seg, GPR_ROLE_PRODUCER, &p, &pg, &err) == 0);

@@ -7,7 +7,13 @@ typedef struct gpr_segment_options {
   uint32_t participant_capacity;  /* 1 .. GPR_MAX_PARTICIPANTS; 0 = 64 */
   uint32_t mode;                  /* file mode; 0 = 0600 */
   uint32_t open_timeout_ms;       /* open(): how long to wait for a creator to finish; 0 = 1000 */
+  uint32_t flags;                 /* open(): GPR_OPEN_ANY_OWNER */
 } gpr_segment_options;
+
+/* Join a segment another user owns. Without it an opener refuses one (SEGMENT_OWNER):
+ * whoever creates the name first controls the mode of the segment and so of the
+ * joiners' arenas, and could read or rewrite every frame (SPEC.md §2). */
+#define GPR_OPEN_ANY_OWNER 1u
 
 /* A process's view of a segment. Geometry is read once at open, validated, and
  * kept here: later writes to the shared header by a faulty peer cannot move it. */
@@ -109,7 +115,7 @@ GPR_INLINE void gpr_segment_bind(gpr_segment *seg, uint8_t *base, uint64_t size,
  * with release order, so an opener that sees it sees everything before it. */
 GPR_INLINE int gpr_segment_create(gpr_segment *seg, const char *name,
                                   const gpr_segment_options *opt, gpr_error *err) {
-  gpr_segment_options o = {1024u, 64u, 0600u, 1000u};
+  gpr_segment_options o = {1024u, 64u, 0600u, 1000u, 0};
   if (opt) {
     if (opt->slot_count) o.slot_count = opt->slot_count;
     if (opt->participant_capacity) o.participant_capacity = opt->participant_capacity;
@@ -257,6 +263,14 @@ GPR_INLINE int gpr_segment_open(gpr_segment *seg, const char *name,
       return gpr_fail(err, GPR_E_SEGMENT_NOT_FOUND, errno, "no segment named '%s'", name);
     return gpr_fail(err, GPR_E_SYSTEM, errno, "shm_open(%s) failed: %s", shm, strerror(errno));
   }
+  struct stat owner;
+  if (!(opt && (opt->flags & GPR_OPEN_ANY_OWNER)) && fstat(fd, &owner) == 0 && owner.st_uid != geteuid()) {
+    close(fd);
+    return gpr_fail(err, GPR_E_SEGMENT_OWNER, 0,
+                    "segment '%s' belongs to uid %u, not to this process (uid %u): refusing to join; "
+                    "open it with the any-owner option if that user is trusted",
+                    name, (unsigned)owner.st_uid, (unsigned)geteuid());
+  }
   gpr_segment_header h;
   uint64_t file_size = 0;
   uint32_t timeout = opt && opt->open_timeout_ms ? opt->open_timeout_ms : 1000u;
@@ -374,17 +388,22 @@ GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t
                   seg->name, seg->participant_capacity);
 }
 
-/* Opens segment `name` (waiting up to open_timeout_ms for its creator; 0 is
- * 1000 ms, as for gpr_segment_open) and
- * takes a participant entry with `roles`, as every producer and consumer does
- * first. On failure nothing stays open. */
-GPR_INLINE int gpr_segment_join(gpr_segment *seg, const char *name, uint32_t open_timeout_ms, uint32_t roles,
-                                uint32_t *index, uint32_t *gen, gpr_error *err) {
-  gpr_segment_options so = {0, 0, 0, open_timeout_ms};
-  int rc = gpr_segment_open(seg, name, &so, err);
+/* Opens segment `name` (gpr_segment_open with `open`: its open_timeout_ms and
+ * flags; NULL for the defaults) and takes a participant entry with `roles`, as
+ * every producer and consumer does first. On failure nothing stays open. */
+GPR_INLINE int gpr_segment_join_with(gpr_segment *seg, const char *name, const gpr_segment_options *open,
+                                     uint32_t roles, uint32_t *index, uint32_t *gen, gpr_error *err) {
+  int rc = gpr_segment_open(seg, name, open, err);
   if (rc == 0) rc = gpr_participant_attach(seg, roles, index, gen, err);
   if (rc != 0) gpr_segment_close(seg);
   return rc;
+}
+
+/* gpr_segment_join_with, waiting up to open_timeout_ms (0: 1000 ms) for the creator. */
+GPR_INLINE int gpr_segment_join(gpr_segment *seg, const char *name, uint32_t open_timeout_ms, uint32_t roles,
+                                uint32_t *index, uint32_t *gen, gpr_error *err) {
+  gpr_segment_options so = {0, 0, 0, open_timeout_ms, 0};
+  return gpr_segment_join_with(seg, name, &so, roles, index, gen, err);
 }
 
 /* Is entry `index` (owner field = index + 1) held by a live process? */

@@ -1,6 +1,8 @@
 """Participant entries left half-way by a killed process, and the doorbell words
 (SPEC.md §4, §6.1), as the Python implementation handles them."""
 import os
+
+import pytest
 from contextlib import contextmanager
 
 from gpuring import Ring
@@ -76,3 +78,14 @@ def test_hostile_hints_and_redeliver_word_do_not_hang_and_the_ring_goes_on(ring_
             confirm(seg, c, got)
             release(seg, c, got)
             assert reap(seg, p, got)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a segment another user owns needs root")
+def test_a_ring_another_user_created_first_is_refused_unless_trusted(ring_name):
+    from gpuring import Consumer, GpuringError
+    Ring.create(ring_name, slots=8).close()
+    os.chown(f"/dev/shm/gpuring.{ring_name}", 65534, 65534)
+    with pytest.raises(GpuringError) as e:
+        Consumer.open(ring_name)
+    assert e.value.code == "SEGMENT_OWNER"
+    Consumer.open(ring_name, any_owner=True).close()

@@ -35,8 +35,9 @@ class Consumer:
         sweep(seg)
 
     @classmethod
-    def open(cls, name: str, *, timeout: float = 1.0) -> "Consumer":
-        return cls(Segment.open(name, timeout))
+    def open(cls, name: str, *, timeout: float = 1.0, any_owner: bool = False) -> "Consumer":
+        """``any_owner`` joins a ring another user created (refused by default: SEGMENT_OWNER)."""
+        return cls(Segment.open(name, timeout, any_owner))
 
     def try_next(self) -> Frame | None:
         """A frame if one is ready now, else None."""

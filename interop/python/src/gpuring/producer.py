@@ -50,8 +50,10 @@ class Producer:
         sweep(seg)  # frames a crashed predecessor left behind
 
     @classmethod
-    def open(cls, name: str, *, arena_size: int = L.ARENA_DEFAULT_SIZE, timeout: float = 1.0) -> "Producer":
-        return cls(Segment.open(name, timeout), arena_size)
+    def open(cls, name: str, *, arena_size: int = L.ARENA_DEFAULT_SIZE, timeout: float = 1.0,
+             any_owner: bool = False) -> "Producer":
+        """``any_owner`` joins a ring another user created (refused by default: SEGMENT_OWNER)."""
+        return cls(Segment.open(name, timeout, any_owner), arena_size)
 
     @property
     def in_flight(self) -> int:

@@ -18,8 +18,8 @@ class Ring:
         return Ring(Segment.create(name, slots, participants, mode))
 
     @staticmethod
-    def open(name: str, timeout: float = 1.0) -> "Ring":
-        return Ring(Segment.open(name, timeout))
+    def open(name: str, timeout: float = 1.0, any_owner: bool = False) -> "Ring":
+        return Ring(Segment.open(name, timeout, any_owner))
 
     @staticmethod
     def unlink(name: str) -> None:

@@ -141,12 +141,20 @@ class Segment:
         return seg
 
     @classmethod
-    def open(cls, name: str, timeout: float = 1.0) -> "Segment":
+    def open(cls, name: str, timeout: float = 1.0, any_owner: bool = False) -> "Segment":
+        """Opens and validates segment ``name``. One another user owns is refused
+        (SEGMENT_OWNER) unless ``any_owner``: whoever creates the name first chooses
+        the modes of the segment and of the joiners' arenas (SPEC.md §2)."""
         check_name(name)
         try:
             fd = open_shm(segment_path(name), os.O_RDWR)
         except FileNotFoundError:
             raise GpuringError("SEGMENT_NOT_FOUND", f"no segment named '{name}'", errno.ENOENT) from None
+        owner = os.fstat(fd).st_uid
+        if not any_owner and owner != os.geteuid():
+            os.close(fd)
+            raise GpuringError("SEGMENT_OWNER", f"segment '{name}' belongs to uid {owner}, not to this process "
+                               f"(uid {os.geteuid()}): refusing to join; open it with any_owner=True if that user is trusted")
         try:
             raw, size = _await_header(fd, name, timeout)
             slots, parts = check_header(raw, size, name)
