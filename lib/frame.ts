@@ -23,6 +23,7 @@ import type { Schema, Table } from 'apache-arrow';
 import type { BufferDescriptor, FrameDescription } from './codec/description.js';
 import { bufferIndex, forEachBuffer, handleName } from './codec/description.js';
 import { decodeValidatedFrame } from './codec/decode.js';
+import { columnView, type ColumnView } from './column-view.js';
 import { Header } from './codec/layout.js';
 import { schemaOfFrame, tableFromFrame } from './arrow/table-reader.js';
 import { DeviceBuffer, deviceOrdinalOf } from './device-buffer.js';
@@ -97,6 +98,26 @@ export class Frame implements Disposable {
   toTable(): Table {
     this.#requireLeased();
     return tableFromFrame(this.description, (b) => this.#resolve(b));
+  }
+
+  /**
+   * The columns as typed arrays over the frame's memory (ColumnView), without
+   * building apache-arrow objects: host buffers in place, device buffers copied
+   * to the host (use mapDevice() to keep them on the device). Var-size offsets
+   * are checked as for toTable(). Valid until release, like toTable()'s views.
+   * Dictionary-encoded columns give their indices.
+   */
+  columns(): ColumnView[] {
+    this.#requireLeased();
+    return this.description.columns.map((c) => columnView(c, (b) => this.#resolve(b)));
+  }
+
+  /** One column by name or position; undefined when there is none. */
+  column(which: string | number): ColumnView | undefined {
+    this.#requireLeased();
+    const columns = this.description.columns;
+    const c = typeof which === 'number' ? columns[which] : columns.find((col) => col.name === which);
+    return c && columnView(c, (b) => this.#resolve(b));
   }
 
   #requireLeased(): void {

@@ -3,6 +3,7 @@ export { Producer, type HostAllocation, type ProducerOptions, type PublishOption
 export { PreparedFrame, type PreparedPublishOptions } from './prepared-frame.js';
 export { Consumer, type ConsumerOptions, type NextOptions } from './consumer.js';
 export { Frame } from './frame.js';
+export type { ColumnView, TypedValues } from './column-view.js';
 export type { DeviceView } from './device-mappings.js';
 export { DeviceFrameCopy } from './device-frame-copy.js';
 export { GpuringError, ERROR_CODES, type ErrorCode } from './errors.js';

@@ -6,23 +6,13 @@
  * children, so this translates with sub-views and child slices.
  */
 import { Data, DataType, Dictionary, Field, makeData, makeVector, RecordBatch, Schema, Struct, Table, Type } from 'apache-arrow';
-import { GpuringError } from '../errors.js';
 import type { BufferDescriptor, ColumnDescriptor, FrameDescription } from '../codec/description.js';
 import { parseFormat } from '../codec/format.js';
+import { aligned, checkedOffsets } from '../codec/value-offsets.js';
 import { indexTypeOfFormat, typeOfFormat } from './types.js';
 
 /** Resolves a buffer descriptor to its bytes (exactly descriptor.length of them). */
 export type BufferResolver = (buffer: BufferDescriptor) => Uint8Array;
-
-function bounds(what: string): GpuringError {
-  return new GpuringError('FRAME_BOUNDS', what);
-}
-
-/** A view usable as `bytesPerElement`-wide elements: the same memory if aligned, else a copy. */
-function aligned(bytes: Uint8Array, bytesPerElement: number): Uint8Array {
-  const usable = bytes.subarray(0, bytes.length - (bytes.length % bytesPerElement));
-  return usable.byteOffset % bytesPerElement === 0 ? usable : usable.slice();
-}
 
 class Reader {
   readonly dictionaryTypes = new Map<number, DataType>();
@@ -45,26 +35,9 @@ class Reader {
     return b.kind === 'absent' ? new Uint8Array(0) : this.resolve(b);
   }
 
-  /**
-   * Value offsets of a var-size node, checked against `limit`: every one of the
-   * slice, not only its ends (apache-arrow indexes values with all of them). A
-   * private copy is checked and returned, so shared memory changed afterwards
-   * cannot undo the check.
-   */
+  /** Value offsets of a var-size node, checked against `limit` (every one of the slice). */
   offsets(c: ColumnDescriptor, width: number, limit: number): Int32Array | BigInt64Array {
-    if (c.length === 0) return width === 4 ? new Int32Array(1) : new BigInt64Array(1);
-    const raw = aligned(this.buffer(c, 1), width);
-    const all = width === 4 ? new Int32Array(raw.buffer, raw.byteOffset, raw.length / 4) : new BigInt64Array(raw.buffer, raw.byteOffset, raw.length / 8);
-    const view = all.slice(c.offset, c.offset + c.length + 1);
-    const first = Number(view[0]!);
-    const last = Number(view[c.length]!);
-    if (first < 0 || last < first || last > limit) throw bounds(`column '${c.name}': value offsets [${first}, ${last}] exceed its ${limit} values`);
-    for (let k = 1, prev = first; k < c.length; k++) {
-      const v = Number(view[k]!);
-      if (v < prev || v > last) throw bounds(`column '${c.name}': value offset ${k} is ${v}, outside [${prev}, ${last}]`);
-      prev = v;
-    }
-    return view;
+    return checkedOffsets(c, this.buffer(c, 1), width, limit);
   }
 
   data(c: ColumnDescriptor, type: DataType): Data {
