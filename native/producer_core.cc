@@ -233,17 +233,22 @@ Napi::Value ProducerCore::ArenaName(const Napi::CallbackInfo &info) {
   return Napi::String::New(info.Env(), name);
 }
 
-// publish(body: Uint8Array, allocs: Float64Array [arena, offset, length]..., tag: bigint,
-//         timeoutMs: number (-1 forever, 0 fail fast)) -> number | Promise<number>
-// The body is validated here by the C validator, as every consumer will: a
-// frame no consumer could accept fails now, with the consumer's error code,
-// instead of being dropped at the other end.
-Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
-  Napi::Env env = info.Env();
+// The body to publish, checked by the C validator as every consumer will
+// check it: a frame no consumer could accept fails now, with the consumer's
+// error code, instead of being dropped at the other end.
+Napi::Uint8Array ProducerCore::ValidBody(Napi::Env env, Napi::Value value) {
   RequireOpen(env);
-  auto body = info[0].As<Napi::Uint8Array>();
+  auto body = value.As<Napi::Uint8Array>();
   gpr_error invalid{};
   if (gpr_body_validate(body.Data(), body.ByteLength(), nullptr, &invalid) != 0) throw MakeError(env, invalid);
+  return body;
+}
+
+// publish(body: Uint8Array, allocs: Float64Array [arena, offset, length]..., tag: bigint,
+//         timeoutMs: number (-1 forever, 0 fail fast)) -> number | Promise<number>
+Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  Napi::Uint8Array body = ValidBody(env, info[0]);
   auto list = info[1].As<Napi::Float64Array>();
   uint64_t tag = ToU64(info[2]);
   double timeout_ms = info[3].As<Napi::Number>().DoubleValue();
@@ -276,10 +281,7 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
 // fewer ids than `count` come back, and the rest were never published.
 Napi::Value ProducerCore::PublishMany(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
-  RequireOpen(env);
-  auto body = info[0].As<Napi::Uint8Array>();
-  gpr_error invalid{};
-  if (gpr_body_validate(body.Data(), body.ByteLength(), nullptr, &invalid) != 0) throw MakeError(env, invalid);
+  Napi::Uint8Array body = ValidBody(env, info[0]);
   uint32_t count = info[1].As<Napi::Number>().Uint32Value();
   bool tagged = info[2].IsTypedArray();
   if (tagged && info[2].As<Napi::TypedArray>().ElementLength() < count)

@@ -72,6 +72,7 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   Napi::Value ArenaName(const Napi::CallbackInfo &info);
   Napi::Value Publish(const Napi::CallbackInfo &info);
   Napi::Value PublishMany(const Napi::CallbackInfo &info);
+  Napi::Uint8Array ValidBody(Napi::Env env, Napi::Value value);
   Napi::Value Enqueue(Napi::Env env, const uint8_t *body, size_t length, std::vector<gpr_allocation> allocs,
                       uint64_t tag, double timeout_ms);
   Napi::Value OnRelease(const Napi::CallbackInfo &info);
