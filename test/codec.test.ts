@@ -65,6 +65,15 @@ test('descriptions survive encoding, tables their description', (t) => {
   t.not(tableDifference(table, table.slice(1)), null, 'the comparison does notice differences');
 });
 
+test('a leading U+FEFF in names and metadata survives decoding, as in C and Python (TextDecoder drops it by default)', (t) => {
+  const d = decodeFrame(bodyOf(table));
+  d.columns[0]!.name = '\ufeffid';
+  d.metadata = [['\ufeffkey', '\ufeffvalue']];
+  const back = decodeFrame(encodeFrame(d));
+  t.is(back.columns[0]!.name, '\ufeffid');
+  t.deepEqual(back.metadata, [['\ufeffkey', '\ufeffvalue']]);
+});
+
 const view = (b: Uint8Array) => new DataView(b.buffer, b.byteOffset, b.byteLength);
 const damages: [string, string, (b: Uint8Array) => Uint8Array][] = [
   ['FRAME_INVALID', 'bad magic', (b) => (view(b).setUint32(0, 1, true), b)],

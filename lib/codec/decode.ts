@@ -12,6 +12,7 @@ import { frameSchema } from './description.js';
 import { parseFormat, type FormatInfo } from './format.js';
 import { BODY_MAGIC, BODY_VERSION, bodySize, Buffer_, BUFFER_BYTES, Header, HANDLE_BYTES, HEADER_BYTES, MAX_BUFFERS, MAX_COUNT, MAX_DEPTH, MAX_NODES, MEMORY_KINDS, Node, NODE_BYTES, NodeFlags } from './layout.js';
 import { decodeMetadata } from './metadata.js';
+import { utf8Decoder } from './utf8.js';
 
 interface RawNode {
   nameOffset: number;
@@ -151,7 +152,7 @@ class BodyValidator {
       throw bounds(`node ${i}: string outside the string table`);
     if (decodeMetadata(this.stringBytes(n.metadataOffset, n.metadataLength)) === undefined) throw invalid(`node ${i}: malformed metadata`);
     if (!isUtf8(this.stringBytes(n.nameOffset, n.nameLength))) throw invalid(`node ${i}: name is not UTF-8`);
-    const format = parseFormat(new TextDecoder().decode(this.stringBytes(n.formatOffset, n.formatLength)));
+    const format = parseFormat(utf8Decoder.decode(this.stringBytes(n.formatOffset, n.formatLength)));
     if (!format || n.formatLength === 0) throw invalid(`node ${i}: unsupported or malformed format string`);
     this.formats[i] = format;
     if (n.flags & ~7) throw invalid(`node ${i}: unknown flags`);
@@ -219,7 +220,7 @@ function describeBuffer(bytes: Uint8Array, raw: RawBuffer): BufferDescriptor {
 
 /** Builds the description of a validated body (recursion depth is bounded by MAX_DEPTH). */
 function describe(v: BodyValidator): FrameDescription {
-  const dec = new TextDecoder();
+  const dec = utf8Decoder;
   const dictionaryIndex = new Map<number, number>();
   v.isRoot.forEach((r, i) => r === 2 && dictionaryIndex.set(i, dictionaryIndex.size));
   let nextNode = 0;

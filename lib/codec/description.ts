@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { HANDLE_BYTES, MAX_COUNT, MEMORY_KINDS, type MemoryKind } from './layout.js';
-import { utf8 } from './utf8.js';
+import { utf8, utf8Decoder } from './utf8.js';
 
 /** One buffer of a column, in Arrow order (validity, offsets, data). */
 export interface BufferDescriptor {
@@ -122,7 +122,7 @@ export function hostBuffer(arenaName: string, offset: number, length: number): B
 /** The arena name a host buffer's handle carries. */
 export function handleName(handle: Uint8Array): string {
   const end = handle.indexOf(0);
-  return new TextDecoder().decode(handle.subarray(0, end < 0 ? handle.length : end));
+  return utf8Decoder.decode(handle.subarray(0, end < 0 ? handle.length : end));
 }
 
 /** Calls `fn` for every buffer of every column and dictionary, in wire order. */

@@ -3,6 +3,8 @@
  * per pair int32 key length, key bytes, int32 value length, value bytes (all
  * little-endian). Absent or empty metadata encodes as zero bytes.
  */
+import { strictUtf8Decoder } from './utf8.js';
+
 const EMPTY = new Uint8Array(0);
 
 export function encodeMetadata(pairs: [string, string][] | null): Uint8Array {
@@ -25,7 +27,7 @@ export function encodeMetadata(pairs: [string, string][] | null): Uint8Array {
 export function decodeMetadata(bytes: Uint8Array): [string, string][] | null | undefined {
   if (bytes.length === 0) return null;
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const dec = new TextDecoder('utf-8', { fatal: true });
+  const dec = strictUtf8Decoder;
   const take = (at: number): [string, number] | undefined => {
     if (at + 4 > bytes.length) return undefined;
     const n = view.getInt32(at, true);

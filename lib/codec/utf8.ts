@@ -9,6 +9,15 @@ const MAX_ENTRIES = 4096;
 const encoder = new TextEncoder();
 const encoded = new Map<string, Uint8Array>();
 
+/**
+ * Decodes names, formats and metadata exactly as sent: TextDecoder would
+ * otherwise drop a leading U+FEFF, so a column '\ufeffid' would read as 'id'
+ * here and as '\ufeffid' in C and Python.
+ */
+export const utf8Decoder = new TextDecoder('utf-8', { ignoreBOM: true });
+/** The same, throwing on bytes that are not UTF-8. */
+export const strictUtf8Decoder = new TextDecoder('utf-8', { ignoreBOM: true, fatal: true });
+
 export function utf8(s: string): Uint8Array {
   let bytes = encoded.get(s);
   if (!bytes) {
