@@ -17,6 +17,8 @@ type Edit = (v: DataView, b: Uint8Array) => Uint8Array | void;
 const nodeAt = (i: number) => HEADER_BYTES + i * NODE_BYTES;
 const bufferAt = (v: DataView, i: number) => HEADER_BYTES + v.getUint32(Header.nodeCount, true) * NODE_BYTES + i * BUFFER_BYTES;
 const stringsAt = (v: DataView) => bufferAt(v, v.getUint32(Header.bufferCount, true));
+/** Position of the first occurrence of `text` in the body's string table. */
+const stringAt = (v: DataView, b: Uint8Array, text: string) => stringsAt(v) + Buffer.from(b.subarray(stringsAt(v))).indexOf(text);
 
 const EDITS: [string, string, string, Edit][] = [
   ['bad-magic', 'all-types', 'first word is not GPRF', (v) => v.setUint32(Header.magic, 0x12345678, true)],
@@ -44,6 +46,9 @@ const EDITS: [string, string, string, Edit][] = [
   ['unknown-memory-kind', 'slice-odd-bit-offset', 'buffer kind 3', (v) => v.setUint16(bufferAt(v, 1) + Buffer_.kind, 3, true)],
   ['device-ordinal-below-minus-one', 'cuda-ipc-tensor-with-event', 'device ordinal -2', (v) => v.setInt32(bufferAt(v, 1) + Buffer_.deviceOrdinal, -2, true)],
   ['absent-buffer-with-length', 'utf8-slice', 'absent validity of length 8', (v) => v.setBigUint64(bufferAt(v, 0) + Buffer_.length, 8n, true)],
+  ['absent-buffer-offset-overflow', 'utf8-slice', 'absent validity at offset 2^53', (v) => v.setBigUint64(bufferAt(v, 0) + Buffer_.offset, 2n ** 53n, true)],
+  ['time-zone-with-nul', 'all-types', "zone 'Europe/Paris' becomes 'Europe\\0Paris'", (v, b) => { b[stringAt(v, b, 'Europe/Paris') + 6] = 0; }],
+  ['time-zone-not-utf8', 'all-types', "zone 'UTC' becomes 'UT\\xff'", (v, b) => { b[stringAt(v, b, 'UTC') + 2] = 0xff; }],
   ['required-buffer-absent', 'slice-odd-bit-offset', 'int32 data buffer absent', (v) => { v.setUint16(bufferAt(v, 1) + Buffer_.kind, 0, true); v.setBigUint64(bufferAt(v, 1) + Buffer_.length, 0n, true); }],
   ['host-handle-not-terminated', 'slice-odd-bit-offset', 'arena name fills all 64 bytes', (v, b) => b.fill(0x41, bufferAt(v, 1) + Buffer_.handle, bufferAt(v, 1) + Buffer_.handle + 64) && undefined],
   ['buffer-range-overflow', 'slice-odd-bit-offset', 'buffer offset 2^53', (v) => v.setBigUint64(bufferAt(v, 1) + Buffer_.offset, 2n ** 53n, true)],

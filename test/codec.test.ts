@@ -1,13 +1,14 @@
 // The TypeScript and C codecs agree byte for byte, and reject the same damage
 // with the same error code.
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import test from 'ava';
 import { tableDifference } from '../lib/arrow/compare.js';
 import { describeBatch } from '../lib/arrow/table-writer.js';
 import { hostBuffer, type FrameDescription } from '../lib/codec/description.js';
 import { decodeFrame } from '../lib/codec/decode.js';
 import { encodeFrame } from '../lib/codec/encode.js';
-import { HEADER_BYTES, Node, NODE_BYTES } from '../lib/codec/layout.js';
+import { Buffer_, HEADER_BYTES, Node, NODE_BYTES } from '../lib/codec/layout.js';
 import { GpuringError } from '../lib/index.js';
 import { allTypesTable, wideTable } from './helpers/all-types.js';
 import { cProgram } from './helpers/ring.js';
@@ -94,6 +95,20 @@ for (const [code, what, damage] of damages) {
     t.is(cCodec(body).code, code);
   });
 }
+
+test("a body's verdict does not depend on the bodies decoded before it", (t) => {
+  // The same schema with an absent buffer moved to 2^60: TypeScript once re-checked
+  // descriptions with zod, cached per schema by a key that ignored buffer offsets,
+  // so this body was FRAME_INVALID on its own and accepted after its valid twin.
+  const good = readFileSync(new URL('../fixtures/frames/utf8-slice.bin', import.meta.url));
+  const moved = new Uint8Array(good);
+  const buffers = HEADER_BYTES + view(moved).getUint32(12, true) * NODE_BYTES;
+  view(moved).setBigUint64(buffers + Buffer_.offset, 1n << 60n, true);
+  t.is(tsCode(moved), 'FRAME_BOUNDS');
+  t.is(tsCode(new Uint8Array(good)), 'OK');
+  t.is(tsCode(moved), 'FRAME_BOUNDS');
+  t.is(cCodec(moved).code, 'FRAME_BOUNDS');
+});
 
 test('nesting deeper than 64 levels is refused by both codecs', (t) => {
   // 70 nested structs around one int32 column, written by hand.

@@ -8,7 +8,6 @@
 import { isUtf8 } from 'node:buffer';
 import { GpuringError } from '../errors.js';
 import type { BufferDescriptor, ColumnDescriptor, FrameDescription } from './description.js';
-import { frameSchema } from './description.js';
 import { parseFormat, type FormatInfo } from './format.js';
 import { BODY_MAGIC, BODY_VERSION, bodySize, Buffer_, BUFFER_BYTES, Header, HANDLE_BYTES, HEADER_BYTES, MAX_BUFFERS, MAX_COUNT, MAX_DEPTH, MAX_NODES, MEMORY_KINDS, Node, NODE_BYTES, NodeFlags } from './layout.js';
 import { decodeMetadata } from './metadata.js';
@@ -152,7 +151,9 @@ class BodyValidator {
       throw bounds(`node ${i}: string outside the string table`);
     if (decodeMetadata(this.stringBytes(n.metadataOffset, n.metadataLength)) === undefined) throw invalid(`node ${i}: malformed metadata`);
     if (!isUtf8(this.stringBytes(n.nameOffset, n.nameLength))) throw invalid(`node ${i}: name is not UTF-8`);
-    const format = parseFormat(utf8Decoder.decode(this.stringBytes(n.formatOffset, n.formatLength)));
+    const formatBytes = this.stringBytes(n.formatOffset, n.formatLength);
+    // UTF-8 without NUL, as in C: a time zone is free text that the C Arrow export passes on NUL-terminated.
+    const format = isUtf8(formatBytes) && !formatBytes.includes(0) ? parseFormat(utf8Decoder.decode(formatBytes)) : null;
     if (!format || n.formatLength === 0) throw invalid(`node ${i}: unsupported or malformed format string`);
     this.formats[i] = format;
     if (n.flags & ~7) throw invalid(`node ${i}: unknown flags`);
@@ -178,6 +179,7 @@ class BodyValidator {
       if (buf.kind === 0) {
         if (buf.length !== 0n) throw invalid(`node ${i}: absent buffer has a length`);
         if (b === 0 ? n.nullCount > 0n : end > 0n) throw invalid(`node ${i}: a required buffer is absent`);
+        if (buf.offset > MAX) throw bounds(`node ${i}: absent buffer offset out of range`);
         continue;
       }
       if (buf.length > MAX || buf.offset > MAX - buf.length) throw bounds(`node ${i}: buffer offset + length out of range`);
@@ -263,19 +265,6 @@ function describe(v: BodyValidator): FrameDescription {
 }
 
 /**
- * Schemas (string table and node structure) already checked by zod. The
- * hand-written checks above run on every frame; zod's re-check of the same
- * names and formats is done once per distinct schema.
- */
-const checkedSchemas = new Set<string>();
-const CHECKED_SCHEMAS_MAX = 256;
-
-function schemaKey(v: BodyValidator): string {
-  const structure = v.nodes.map((n) => `${n.childCount}.${n.flags}.${n.dictionary}.${n.bufferCount}`).join(',');
-  return `${v.rootCount}/${v.dictionaryCount}/${structure}/${Buffer.from(v.bytes.buffer, v.bytes.byteOffset + v.stringsAt, v.stringsLength).toString('latin1')}`;
-}
-
-/**
  * The description of a body that gpr_body_validate (the native consumer) has
  * already accepted: only the tree structure is re-read, nothing re-checked.
  * Never call it on bytes that were not validated.
@@ -296,12 +285,5 @@ export function decodeFrame(bytes: Uint8Array): FrameDescription {
   let nextBuffer = 0;
   for (let i = 0; i < v.nodeCount; i++) nextBuffer = v.checkNode(i, nextBuffer);
   if (nextBuffer !== v.bufferCount) throw invalid('fewer buffers used than declared');
-  const description = describe(v);
-  const key = schemaKey(v);
-  if (checkedSchemas.has(key)) return description;
-  const parsed = frameSchema.safeParse(description);
-  if (!parsed.success) throw invalid(`description rejected: ${parsed.error.issues[0]?.message}`);
-  if (checkedSchemas.size >= CHECKED_SCHEMAS_MAX) checkedSchemas.clear();
-  checkedSchemas.add(key);
-  return description;
+  return describe(v);
 }

@@ -3,8 +3,7 @@
  * where their buffers are. Encoding a description and decoding the bytes give
  * back an equal description (metadata aside: empty and absent encode alike).
  */
-import { z } from 'zod';
-import { HANDLE_BYTES, MAX_COUNT, MEMORY_KINDS, type MemoryKind } from './layout.js';
+import { HANDLE_BYTES, type MemoryKind } from './layout.js';
 import { utf8, utf8Decoder } from './utf8.js';
 
 /** One buffer of a column, in Arrow order (validity, offsets, data). */
@@ -58,46 +57,6 @@ export interface FrameDescription {
   syncKind: number;
   syncHandle: Uint8Array;
 }
-
-const count = z.number().int().min(0).max(MAX_COUNT);
-const bytes = (n: number) => z.instanceof(Uint8Array).refine((b) => b.length === n, `must be ${n} bytes`);
-const metadata = z.array(z.tuple([z.string(), z.string()])).nullable();
-
-export const bufferSchema = z.object({
-  kind: z.enum(MEMORY_KINDS),
-  deviceOrdinal: z.number().int().min(-1).max(0x7fffffff),
-  deviceUuid: bytes(16),
-  offset: count,
-  length: count,
-  allocationId: z.bigint().min(0n).max(2n ** 64n - 1n),
-  handle: bytes(HANDLE_BYTES),
-});
-
-export const columnSchema: z.ZodType<ColumnDescriptor> = z.lazy(() =>
-  z.object({
-    name: z.string(),
-    format: z.string().min(1),
-    nullable: z.boolean(),
-    dictionaryOrdered: z.boolean(),
-    mapKeysSorted: z.boolean(),
-    metadata,
-    dictionary: z.number().int().min(-1),
-    length: count,
-    nullCount: z.number().int().min(-1).max(MAX_COUNT),
-    offset: count,
-    buffers: z.array(bufferSchema),
-    children: z.array(columnSchema),
-  }),
-);
-
-export const frameSchema = z.object({
-  rowCount: count,
-  metadata,
-  columns: z.array(columnSchema),
-  dictionaries: z.array(columnSchema),
-  syncKind: z.number().int().min(0).max(2),
-  syncHandle: bytes(HANDLE_BYTES),
-});
 
 /** A buffer descriptor for a buffer that is not there. */
 export function absentBuffer(): BufferDescriptor {

@@ -53,6 +53,8 @@ GPR_INLINE int gpr_body_check_buffers(const gpr_body_view *v, uint32_t i, uint32
       if (buf->length != 0) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "absent buffer has a length");
       if (b == 0 ? n->null_count > 0 : end > 0)
         return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "a required buffer is absent");
+      if (buf->offset > GPR_MAX_COUNT)
+        return gpr_body_bad(err, GPR_E_FRAME_BOUNDS, i, "absent buffer offset out of range");
       continue;
     }
     if (buf->length > GPR_MAX_COUNT || buf->offset > GPR_MAX_COUNT - buf->length)
@@ -129,6 +131,14 @@ GPR_INLINE int gpr_metadata_ok(const uint8_t *p, uint64_t len) {
   return at == len;
 }
 
+/* A format string is UTF-8 without NUL: a timestamp's zone is free text, and
+ * the Arrow C export hands it on NUL-terminated, so an inner NUL would cut the
+ * zone short in C while other languages keep it whole. */
+GPR_INLINE int gpr_format_text_ok(const gpr_body_view *v, const gpr_body_node *n) {
+  const uint8_t *s = (const uint8_t *)v->strings + n->format_offset;
+  return !memchr(s, 0, n->format_length) && gpr_utf8_ok(s, n->format_length);
+}
+
 GPR_INLINE int gpr_body_check_strings(const gpr_body_view *v, const gpr_body_node *n) {
   uint64_t lim = v->header->strings_length;
   return gpr_range_ok(n->name_offset, n->name_length, lim) &&
@@ -174,7 +184,8 @@ GPR_INLINE int gpr_body_check_node(const gpr_body_view *v, uint32_t i, const uin
     return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "malformed metadata");
   if (!gpr_utf8_ok((const uint8_t *)v->strings + n->name_offset, n->name_length))
     return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "name is not UTF-8");
-  if (gpr_format_parse(v->strings + n->format_offset, n->format_length, &f) != 0)
+  if (!gpr_format_text_ok(v, n) ||
+      gpr_format_parse(v->strings + n->format_offset, n->format_length, &f) != 0)
     return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "unsupported or malformed format string");
   if (n->flags & ~7u) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "unknown flags");
   if (n->buffer_count != f.buffers)

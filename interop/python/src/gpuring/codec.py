@@ -130,6 +130,16 @@ def _in_range(offset: int, length: int, limit: int) -> bool:
     return offset <= limit and length <= limit - offset
 
 
+
+def _parse_format_bytes(raw: bytes) -> FormatInfo | None:
+    """UTF-8 without NUL, as in C: a time zone is free text that the C Arrow
+    export passes on NUL-terminated."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if "\0" in text else parse_format(text)
+
 class _Validator:
     def __init__(self, body: bytes) -> None:
         if len(body) < BODY_HEADER_BYTES:
@@ -199,7 +209,7 @@ class _Validator:
             self.string(name_off, name_len).decode("utf-8")
         except UnicodeDecodeError:
             raise _invalid(f"node {i}: name is not UTF-8") from None
-        f = parse_format(self.string(fmt_off, fmt_len).decode("utf-8", errors="replace"))
+        f = _parse_format_bytes(self.string(fmt_off, fmt_len))
         if f is None or fmt_len == 0:
             raise _invalid(f"node {i}: unsupported or malformed format string")
         self.formats.append(f)
@@ -236,6 +246,8 @@ class _Validator:
                     raise _invalid(f"node {i}: absent buffer has a length")
                 if (n[11] > 0) if b == 0 else (end > 0):
                     raise _invalid(f"node {i}: a required buffer is absent")
+                if offset > MAX_COUNT:
+                    raise _bounds(f"node {i}: absent buffer offset out of range")
                 continue
             if length > MAX_COUNT or offset > MAX_COUNT - length:
                 raise _bounds(f"node {i}: buffer offset + length out of range")
