@@ -13,6 +13,8 @@ for variant in plain address thread; do
     cat "$dir.log"; echo "C build ($variant) failed"; failed=$((failed + 1)); continue
   fi
   out=$(cd "$dir" && ctest --output-on-failure 2>&1); echo "$out" | sed "s/^/[$variant] /"
+  # The fuzz runs' counts (bodies, images, verdicts) for the summary.
+  grep -h '^fuzz_' "$dir/Testing/Temporary/LastTest.log" 2>/dev/null | sed "s/^/[$variant] /"
   summary=$(echo "$out" | grep -Eo '[0-9]+ tests failed out of [0-9]+' | tail -1)
   f=$(echo "$summary" | awk '{print $1}'); t=$(echo "$summary" | awk '{print $6}')
   if [[ -z $t ]]; then failed=$((failed + 1)); continue; fi

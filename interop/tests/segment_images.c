@@ -18,14 +18,10 @@
  * Usage: segment_images DIR */
 #include "gpuring.h"
 #include "check.h"
-#include "files.h"
 #include "int32_frame.h"
+#include "segment_image.h"
 
-#define GPR_IMAGE_ALIVE 0xFFFFFFFEu
 #define GPR_IMAGE_DEAD 0x7FFFFFF0u
-/* Frame bodies name their arenas, and arena names embed the ring name: an
- * image is loaded under the name it was made with. */
-#define GPR_IMAGE_RING "gpr-fixture-image"
 
 static const char *out_dir;
 

@@ -6,12 +6,11 @@
  * Usage: test_segment_images FIXTURES_DIR */
 #include "gpuring.h"
 #include "check.h"
-#include "files.h"
+#include "segment_image.h"
 
 #include <dirent.h>
 
-#define RING "gpr-fixture-image"
-#define ALIVE 0xFFFFFFFEu
+#define RING GPR_IMAGE_RING
 
 typedef struct text { char p[4096]; size_t n; } text;
 
@@ -24,41 +23,18 @@ static void put(text *t, const char *fmt, ...) {
   if (n > 0) t->n += (size_t)n;
 }
 
-static void spill(const char *shm, const uint8_t *b, size_t n) {
-  char path[128];
-  snprintf(path, sizeof path, "/dev/shm%s", shm);
-  CHECK(write_whole_file(path, b, n) == 0);
-}
-
-/* Writes the image under RING: our PID namespace, our pid for ALIVE entries. */
+/* Loads fixture image NAME (its segment and, where there is one, its arena). */
 static void load(const char *dir, const char *image) {
-  char path[1024], shm[GPR_SHM_NAME_MAX];
-  size_t n = 0;
+  char path[1024];
+  size_t n = 0, arena_n = 0;
   snprintf(path, sizeof path, "%s/%s.segment.bin", dir, image);
-  uint8_t *b = read_file(path, &n);
-  CHECK(b != NULL);
-  if (n >= sizeof(gpr_segment_header)) {
-    gpr_segment_header *h = (gpr_segment_header *)b;
-    if (h->pid_namespace == 0) h->pid_namespace = gpr_pid_namespace();
-    for (uint32_t i = 0; i < h->participant_capacity; i++) {
-      uint64_t at = h->participants_offset + (uint64_t)i * sizeof(gpr_participant);
-      if (at + sizeof(gpr_participant) > n) break;
-      gpr_participant *p = (gpr_participant *)(b + at);
-      if (p->pid == ALIVE) {
-        p->pid = (uint32_t)getpid();
-        p->start_time = gpr_self_start_time();
-      }
-    }
-  }
-  gpr_segment_shm_name(RING, shm);
-  spill(shm, b, n);
-  free(b);
+  uint8_t *segment = read_file(path, &n);
+  CHECK(segment != NULL);
   snprintf(path, sizeof path, "%s/%s.p0g1.a0.bin", dir, image);
-  if ((b = read_file(path, &n)) != NULL) {
-    gpr_arena_shm_name(RING, 0, 1, 0, shm);
-    spill(shm, b, n);
-    free(b);
-  }
+  uint8_t *arena = read_file(path, &arena_n);
+  CHECK(segment && gpr_image_load(segment, n, arena, arena_n) == 0);
+  free(segment);
+  free(arena);
 }
 
 static const char *const kSlotStates[] = {"EMPTY", "WRITING", "READY", "CLAIMED", "LEASED", "RELEASED"};
@@ -107,7 +83,7 @@ static void observe_frames(text *t) {
 }
 
 static void check_image(const char *dir, const char *image) {
-  char path[1024], shm[GPR_SHM_NAME_MAX];
+  char path[1024];
   size_t n = 0;
   snprintf(path, sizeof path, "%s/%s.expect", dir, image);
   char *expect = (char *)read_file(path, &n);
@@ -129,9 +105,7 @@ static void check_image(const char *dir, const char *image) {
     gpr_checks_failed++;
   }
   free(expect);
-  gpr_segment_unlink(RING, NULL);
-  gpr_arena_shm_name(RING, 0, 1, 0, shm);
-  shm_unlink(shm);
+  gpr_image_unload();
 }
 
 int main(int argc, char **argv) {
