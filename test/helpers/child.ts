@@ -9,7 +9,12 @@
  *   forget-to-close NAME          attaches as producer and consumer, publishes, takes a frame and just returns
  *   leak-frame NAME               takes a frame, drops it without release(), collects garbage until the
  *                                 consumer has ended its lease for it, reports, waits to be killed
+ *   torture-produce NAME ID LOG   publishes stress frames ID:0, ID:1, ... (tag ID << 32 | seq) forever,
+ *                                 appending seq to LOG after each publish returned (test/torture.test.ts)
+ *   torture-consume NAME LOG      takes frames forever; checks each against its tag and appends the
+ *                                 tag (or "BAD tag") to LOG before releasing it
  */
+import { openSync, writeSync } from 'node:fs';
 import v8 from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { makeData, makeVector, Table, Utf8 } from 'apache-arrow';
@@ -22,9 +27,11 @@ let leakWarned = false;
 process.on('warning', (w) => (leakWarned ||= (w as Error & { code?: string }).code === 'GPURING_FRAME_LEAKED'));
 const say = (value: unknown) => process.stdout.write(`${JSON.stringify(value)}\n`);
 
+const checkText = (producer: number, seq: number) => `${producer}:${seq}:${(seq * 2654435761) >>> 0}`;
+
 /** One row: producer id, sequence number, and a string derived from both (built without builders: cheap). */
 function stressFrame(producer: number, seq: number): Table {
-  const text = new TextEncoder().encode(`${producer}:${seq}:${(seq * 2654435761) >>> 0}`);
+  const text = new TextEncoder().encode(checkText(producer, seq));
   return new Table({
     producer: makeVector(Int32Array.of(producer)),
     seq: makeVector(Int32Array.of(seq)),
@@ -49,12 +56,33 @@ async function stressConsume(): Promise<void> {
     const t = frame.toTable();
     const p = t.getChild('producer')!.get(0) as number;
     const s = t.getChild('seq')!.get(0) as number;
-    if (t.getChild('check')!.get(0) !== `${p}:${s}:${(s * 2654435761) >>> 0}`) bad++;
+    if (t.getChild('check')!.get(0) !== checkText(p, s)) bad++;
     seen.push(p * 1_000_000 + s);
     frame.release();
   }
   say({ seen, bad });
   process.disconnect?.();
+}
+
+async function tortureProduce(id: number, log: number): Promise<never> {
+  const producer = Producer.open(name!, { openTimeout: 10_000 });
+  for (let seq = 0; ; seq++) {
+    await producer.publish(stressFrame(id, seq), { tag: (BigInt(id) << 32n) | BigInt(seq), timeout: 120_000 });
+    writeSync(log, `${seq}\n`);
+  }
+}
+
+async function tortureConsume(log: number): Promise<never> {
+  const consumer = Consumer.open(name!, { openTimeout: 10_000 });
+  for (;;) {
+    const frame = await consumer.next();
+    const t = frame.toTable();
+    const p = t.getChild('producer')!.get(0) as number;
+    const s = t.getChild('seq')!.get(0) as number;
+    const ok = ((BigInt(p) << 32n) | BigInt(s)) === frame.tag && t.getChild('check')!.get(0) === checkText(p, s);
+    writeSync(log, ok ? `${frame.tag}\n` : `BAD ${frame.tag}\n`);
+    frame.release();
+  }
 }
 
 async function main(): Promise<void> {
@@ -101,6 +129,10 @@ async function main(): Promise<void> {
       say({ ok: true });
       return;
     }
+    case 'torture-produce':
+      return tortureProduce(Number(args[0]), openSync(args[1]!, 'a'));
+    case 'torture-consume':
+      return tortureConsume(openSync(args[0]!, 'a'));
     default:
       throw new Error(`unknown role ${role}`);
   }

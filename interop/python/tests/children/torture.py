@@ -1,0 +1,52 @@
+"""Child of the kill -9 torture run (test/torture.test.ts), killed at any moment.
+  torture.py produce NAME ID LOG   publishes frames ID:0, ID:1, ... (tag ID << 32 | seq) forever,
+                                   appending seq to LOG after each publish returned
+  torture.py consume NAME LOG      takes frames forever; checks each one's columns against its
+                                   tag and appends the tag (or "BAD tag") to LOG before releasing it
+The frame: producer int32, seq int32, check utf8 "producer:seq:(seq * 2654435761) mod 2^32",
+the same as the Node children publish."""
+import os
+import sys
+
+import pyarrow as pa
+
+from gpuring import Consumer, Producer
+
+
+def check_text(producer: int, seq: int) -> str:
+    return f"{producer}:{seq}:{(seq * 2654435761) & 0xFFFFFFFF}"
+
+
+def produce(name: str, ident: int, log: int) -> None:
+    with Producer.open(name, timeout=10) as producer:
+        seq = 0
+        while True:
+            table = pa.table({"producer": pa.array([ident], pa.int32()), "seq": pa.array([seq], pa.int32()),
+                              "check": [check_text(ident, seq)]})
+            producer.publish(table, user_tag=(ident << 32) | seq, timeout=120)
+            os.write(log, f"{seq}\n".encode())
+            seq += 1
+
+
+def consume(name: str, log: int) -> None:
+    with Consumer.open(name, timeout=10) as consumer:
+        while True:
+            frame = consumer.next(timeout=None)
+            row = frame.to_arrow().to_pylist()[0]
+            tag = frame.user_tag
+            ok = (row["producer"] << 32 | row["seq"]) == tag and row["check"] == check_text(row["producer"], row["seq"])
+            os.write(log, f"{tag}\n".encode() if ok else f"BAD {tag}\n".encode())
+            frame.release()
+
+
+def main() -> None:
+    role, name = sys.argv[1], sys.argv[2]
+    log = os.open(sys.argv[-1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    if role == "produce":
+        produce(name, int(sys.argv[3]), log)
+    else:
+        consume(name, log)
+
+
+if __name__ == "__main__":
+    main()

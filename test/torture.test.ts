@@ -1,0 +1,150 @@
+// kill -9 torture: Node and Python producers and consumers on one ring, each
+// killed with SIGKILL at a random moment of its life (attaching, publishing,
+// holding a frame, sleeping) and replaced, a few hundred times. Then everything
+// left is killed, a clean consumer drains the ring, and the run must show
+// (SPEC.md §10, Death):
+//   - exactly once: no frame reaches two consumers. A frame claimed by a consumer
+//     killed before handing it to its user is redelivered; one already handed
+//     over (leased) ends with that consumer, so each killed consumer may account
+//     for at most the one frame it was holding (the children take one at a time);
+//   - nothing else lost: every frame whose publish returned was delivered;
+//   - nothing invented or corrupted: every delivered frame was published (or
+//     was being published when its producer died) and its columns match its tag;
+//   - nothing leaked: no slot in use, no participant entry, no arena left.
+// GPURING_TORTURE_KILLS sets the number of kills (default 200).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import test from 'ava';
+import { Consumer, GpuringError } from '../lib/index.js';
+import { child, exitOf, root, withRing } from './helpers/ring.js';
+
+const KILLS = Number(process.env.GPURING_TORTURE_KILLS ?? 200);
+/** Each process is killed at a uniformly random moment in its first LIFETIME_MS. */
+const LIFETIME_MS = 3000;
+
+type Role = 'node-producer' | 'python-producer' | 'node-consumer' | 'python-consumer';
+const SEATS: Role[] = ['node-producer', 'node-producer', 'python-producer', 'node-consumer', 'node-consumer', 'python-consumer'];
+
+interface Incarnation {
+  role: Role;
+  id: number;
+  log: string;
+  proc: ChildProcess;
+}
+
+function start(role: Role, name: string, id: number, dir: string): Incarnation {
+  const log = join(dir, `${role}-${id}.log`);
+  const python = (...args: string[]) =>
+    spawn('python3', [join(root, 'interop/python/tests/children/torture.py'), ...args], {
+      stdio: ['ignore', 'ignore', 'ignore'],
+      env: { ...process.env, PYTHONPATH: join(root, 'interop/python/src') },
+    });
+  const proc =
+    role === 'node-producer' ? child('torture-produce', name, id, log)
+    : role === 'node-consumer' ? child('torture-consume', name, log)
+    : role === 'python-producer' ? python('produce', name, String(id), log)
+    : python('consume', name, log);
+  return { role, id, log, proc };
+}
+
+const lines = (file: string): string[] => {
+  try {
+    return readFileSync(file, 'utf8').split('\n').filter(Boolean);
+  } catch {
+    return []; // killed before it opened its log
+  }
+};
+
+/** Runs the seats, killing and replacing one process at a time, until `kills` kills. */
+async function torture(name: string, dir: string, kills: number): Promise<Incarnation[]> {
+  const all: Incarnation[] = [];
+  let nextId = 1;
+  let killed = 0;
+  const seat = async (role: Role): Promise<void> => {
+    while (killed < kills) {
+      const inc = start(role, name, nextId++, dir);
+      all.push(inc);
+      const exited = exitOf(inc.proc);
+      const early = await Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), Math.random() * LIFETIME_MS))]);
+      if (early) throw new Error(`${role} ${inc.id} exited by itself (${JSON.stringify(early)})`);
+      inc.proc.kill('SIGKILL');
+      await exited;
+      killed++;
+    }
+  };
+  await Promise.all(SEATS.map(seat));
+  return all;
+}
+
+/** Drains what is left with a fresh consumer; its tags. */
+async function drain(name: string): Promise<string[]> {
+  const consumer = Consumer.open(name);
+  const tags: string[] = [];
+  try {
+    for (;;) {
+      const frame = await consumer.next({ timeout: 3000 });
+      tags.push(String(frame.tag));
+      frame.release();
+    }
+  } catch (error) {
+    if (!(error instanceof GpuringError) || error.code !== 'TIMEOUT') throw error;
+  } finally {
+    consumer.close();
+  }
+  return tags;
+}
+
+test(`kill -9 torture: ${KILLS} kills of Node and Python producers and consumers; exactly-once, nothing leaked`, async (t) => {
+  t.timeout(15 * 60_000);
+  const dir = mkdtempSync(join(tmpdir(), 'gpuring-torture-'));
+  try {
+    await withRing('torture', { slots: 64, participants: 32 }, async (ring, name) => {
+      const all = await torture(name, dir, KILLS);
+      const final = await drain(name);
+      ring.sweep();
+
+      const delivered = new Map<string, number>();
+      const count = (tag: string) => delivered.set(tag, (delivered.get(tag) ?? 0) + 1);
+      const bad: string[] = [];
+      const consumers = all.filter((i) => i.role.endsWith('consumer'));
+      for (const c of consumers) for (const line of lines(c.log)) line.startsWith('BAD') ? bad.push(line) : count(line);
+      final.forEach(count);
+      t.deepEqual(bad, [], 'every delivered frame holds what its producer wrote');
+
+      let published = 0;
+      const lost: string[] = [];
+      const producedBy = new Map<number, number>(); // producer id -> frames whose publish returned
+      for (const p of all.filter((i) => i.role.endsWith('producer'))) {
+        const n = lines(p.log).length;
+        producedBy.set(p.id, n);
+        published += n;
+        for (let seq = 0; seq < n; seq++) {
+          const tag = String((BigInt(p.id) << 32n) | BigInt(seq));
+          if (!delivered.has(tag)) lost.push(`${p.role} ${p.id} frame ${seq}`);
+        }
+      }
+      t.true(lost.length <= consumers.length, `${lost.length} published frames never logged, more than the ${consumers.length} killed consumers could have held: ${lost.slice(0, 10).join(', ')}`);
+
+      const invented = [...delivered.keys()].filter((tag) => {
+        const id = Number(BigInt(tag) >> 32n);
+        // seq == published count: the publish its producer was killed in may have completed.
+        return !producedBy.has(id) || Number(BigInt(tag) & 0xffffffffn) > producedBy.get(id)!;
+      });
+      const duplicated = [...delivered].filter(([, times]) => times > 1).map(([tag, times]) => `${tag} x${times}`);
+      t.deepEqual(invented, [], 'no frame delivered that was not published');
+      t.deepEqual(duplicated.slice(0, 10), [], 'no frame delivered twice');
+
+      const state = ring.inspect();
+      t.deepEqual(state.slots, { ...state.slots, writing: 0, ready: 0, claimed: 0, leased: 0, released: 0 }, 'no slot left in use');
+      t.deepEqual(state.participants, [], 'no participant entry left');
+      t.deepEqual(readdirSync('/dev/shm').filter((f) => f.startsWith(`gpuring.${name}.`)), [], 'no arena left');
+      const byRole = SEATS.filter((r, i) => SEATS.indexOf(r) === i).map((r) => `${all.filter((i) => i.role === r).length} ${r}s`);
+      t.true(published > KILLS, `frames flowed between kills (${published} published)`);
+      t.log(`${all.length} processes (${byRole.join(', ')}), ${KILLS}+ kills: ${published} frames published, ${delivered.size} delivered once and none twice, ${lost.length} ended with the consumer killed holding them, ${final.length} drained at the end; sweeps repaired ${state.recovered} slots, redelivered ${state.redelivered} claimed frames`);
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
