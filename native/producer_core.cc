@@ -223,7 +223,7 @@ Napi::Value ProducerCore::ArenaBuffer(const Napi::CallbackInfo &info) {
   RequireOpen(env);
   uint32_t n = info[0].As<Napi::Number>().Uint32Value();
   std::lock_guard<std::mutex> lock(s_->thread.mu);
-  if (n >= s_->pool.count) Throw(env, GPR_E_INVALID_ARGUMENT, "no such arena");
+  if (n >= s_->pool.count || !s_->pool.arenas[n].base) Throw(env, GPR_E_INVALID_ARGUMENT, "no such arena");
   return MapArenaBuffer(env, s_->pool.arenas[n].fd, s_->pool.arenas[n].size);
 }
 

@@ -6,6 +6,8 @@
 #include "check.h"
 #include "int32_frame.h"
 
+#include <sys/wait.h>
+
 static uint64_t released_id;
 static int released_calls;
 
@@ -132,6 +134,59 @@ static void test_frame_outlives_its_consumer(gpr_producer *p, const char *name) 
   CHECK_CODE(gpr_consumer_open("no-such-ring-xyz", 0, &c, &err), GPR_E_SEGMENT_NOT_FOUND);
 }
 
+/* As user nobody, in a child: create ring NAME, publish one frame, read it back.
+ * Exits 0 when the frame arrived intact in an arena other than `squatted`. */
+static int publish_as_nobody(const char *name, const char *squatted) {
+  if (setgid(65534) != 0 || setuid(65534) != 0) return 10;
+  gpr_error err;
+  gpr_segment seg;
+  gpr_producer *p = NULL;
+  gpr_consumer *c = NULL;
+  gpr_frame *f = NULL;
+  const uint8_t *v = NULL;
+  gpr_publish_options o;
+  memset(&o, 0, sizeof o);
+  if (gpr_segment_create(&seg, name, NULL, &err) != 0 || gpr_producer_open(name, NULL, &p, &err) != 0 ||
+      gpr_consumer_open(name, 0, &c, &err) != 0)
+    return 11;
+  if (publish_int32_column(p, "v", 7, 4, o, &err) != 0) return fprintf(stderr, "%s\n", err.message), 12;
+  if (gpr_consumer_next(c, 0, &f, &err) != 0 || gpr_frame_host_buffer(f, 1, &v, &err) != 0) return 13;
+  int32_t last;
+  memcpy(&last, v + 12, 4);
+  char arena[GPR_HANDLE_BYTES + 1] = {0};
+  memcpy(arena, f->desc.buffers[1].handle, GPR_HANDLE_BYTES);
+  int ok = last == 10 && strcmp(arena, squatted) != 0;
+  gpr_frame_release(f);
+  gpr_consumer_close(c);
+  gpr_producer_close(p);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, NULL);
+  return ok ? 0 : 14;
+}
+
+/* Another user pre-creates a producer's next arena name: /dev/shm is sticky, so
+ * the producer can neither remove the file nor (safely) use it. It skips that
+ * arena number and publishes anyway; the squatter's file is left untouched.
+ * Needs root (to be the other user). */
+static void test_squatted_arena_name(void) {
+  if (geteuid() != 0) return;
+  char name[32], squatted[GPR_SHM_NAME_MAX], path[96];
+  snprintf(name, sizeof name, "squat-%d", (int)getpid());
+  gpr_arena_shm_name(name, 0, 1, 0, squatted); /* the first producer's first arena */
+  snprintf(path, sizeof path, "/dev/shm%s", squatted);
+  int fd = open(path, O_CREAT | O_EXCL | O_RDWR, 0600);
+  CHECK(fd >= 0);
+  pid_t child = fork();
+  if (child == 0) _exit(publish_as_nobody(name, squatted));
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  struct stat st;
+  CHECK(fstat(fd, &st) == 0 && st.st_uid == 0 && st.st_size == 0);
+  close(fd);
+  unlink(path);
+}
+
 int main(void) {
   char name[32];
   snprintf(name, sizeof name, "endpoints-%d", (int)getpid());
@@ -150,6 +205,7 @@ int main(void) {
   test_export_holds_the_lease(p, c);
   gpr_consumer_close(c);
   test_frame_outlives_its_consumer(p, name);
+  test_squatted_arena_name();
   gpr_producer_close(p);
   gpr_segment_close(&seg);
   gpr_segment_unlink(name, NULL);

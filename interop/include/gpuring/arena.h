@@ -67,31 +67,58 @@ GPR_INLINE int gpr_ranges_reserve(gpr_range **ranges, uint32_t *cap, uint32_t ne
   return 0;
 }
 
-/* Creates arena number pool->count. The participant's arena_count is raised
- * before the file exists, so a sweeper that finds this producer dead always
- * knows every arena name it may have left behind. */
-GPR_INLINE int gpr_arena_create(gpr_arena_pool *pool, uint64_t min_bytes, gpr_error *err) {
+/* Room for one more arena in pool->arenas. */
+GPR_INLINE int gpr_arena_pool_grow(gpr_arena_pool *pool, gpr_error *err) {
   if (pool->count >= GPR_MAX_ARENAS)
     return gpr_fail(err, GPR_E_OUT_OF_MEMORY, 0, "this producer already has %u arenas",
                     GPR_MAX_ARENAS);
-  if (pool->count == pool->capacity) {
-    uint32_t n = pool->capacity ? pool->capacity * 2u : 4u;
-    gpr_arena *a = (gpr_arena *)realloc(pool->arenas, n * sizeof(gpr_arena));
-    if (!a) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
-    pool->arenas = a;
-    pool->capacity = n;
+  if (pool->count < pool->capacity) return 0;
+  uint32_t n = pool->capacity ? pool->capacity * 2u : 4u;
+  gpr_arena *a = (gpr_arena *)realloc(pool->arenas, n * sizeof(gpr_arena));
+  if (!a) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
+  pool->arenas = a;
+  pool->capacity = n;
+  return 0;
+}
+
+/* Creates the file of the next arena number and returns its descriptor, the
+ * number in *number. The participant's arena_count is raised before the file
+ * exists, so a sweeper that finds this producer dead always knows every arena
+ * name it may have left behind. A name another user created first (/dev/shm is
+ * sticky, so it can be neither removed nor safely used) is skipped: its number
+ * stays an empty placeholder that is never allocated from, and the next number
+ * is tried, so pre-creating names cannot stop a producer (SPEC.md §10a). */
+GPR_INLINE int gpr_arena_file_create(gpr_arena_pool *pool, uint32_t *number, char *name,
+                                     gpr_error *err) {
+  for (;;) {
+    if (gpr_arena_pool_grow(pool, err) != 0) return -1;
+    *number = pool->count;
+    __atomic_store_n(&pool->seg->participants[pool->index].arena_count, *number + 1u,
+                     __ATOMIC_RELEASE);
+    gpr_arena_shm_name(pool->seg->name, pool->index, pool->gen, *number, name);
+    shm_unlink(name); /* a stale arena of a crashed earlier occupant of this entry/gen */
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)pool->mode);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST) {
+      gpr_fail(err, GPR_E_SYSTEM, errno, "shm_open(%s): %s", name, strerror(errno));
+      return -1;
+    }
+    gpr_arena *skipped = &pool->arenas[pool->count++];
+    memset(skipped, 0, sizeof *skipped);
+    skipped->fd = -1;
+    skipped->number = *number;
   }
+}
+
+/* Creates a new arena with room for min_bytes. */
+GPR_INLINE int gpr_arena_create(gpr_arena_pool *pool, uint64_t min_bytes, gpr_error *err) {
   uint64_t want = min_bytes + sizeof(gpr_arena_header);
   uint64_t size = want <= pool->default_size ? pool->default_size : gpr_align_up(want, 2u << 20);
   if (gpr_check_shm_space(size, err) != 0) return -(int)err->code;
-  uint32_t number = pool->count;
-  __atomic_store_n(&pool->seg->participants[pool->index].arena_count, number + 1u,
-                   __ATOMIC_RELEASE);
+  uint32_t number;
   char name[GPR_SHM_NAME_MAX];
-  gpr_arena_shm_name(pool->seg->name, pool->index, pool->gen, number, name);
-  shm_unlink(name); /* a stale arena of a crashed earlier occupant of this entry/gen */
-  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)pool->mode);
-  if (fd < 0) return gpr_fail(err, GPR_E_SYSTEM, errno, "shm_open(%s): %s", name, strerror(errno));
+  int fd = gpr_arena_file_create(pool, &number, name, err);
+  if (fd < 0) return -(int)err->code;
   (void)fchmod(fd, (mode_t)pool->mode);
   if (gpr_size_shm(fd, size, err) != 0) {
     close(fd);
@@ -200,6 +227,7 @@ GPR_INLINE uint64_t gpr_arena_pool_free_bytes(const gpr_arena_pool *pool) {
  * freed by a sweep (after detach), because consumers may still need to open them. */
 GPR_INLINE void gpr_arena_pool_destroy(gpr_arena_pool *pool) {
   for (uint32_t i = 0; i < pool->count; i++) {
+    if (!pool->arenas[i].base) continue; /* a skipped number */
     munmap(pool->arenas[i].base, pool->arenas[i].size);
     close(pool->arenas[i].fd);
     free(pool->arenas[i].free_ranges);

@@ -89,3 +89,40 @@ def test_a_ring_another_user_created_first_is_refused_unless_trusted(ring_name):
         Consumer.open(ring_name)
     assert e.value.code == "SEGMENT_OWNER"
     Consumer.open(ring_name, any_owner=True).close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="squatting a name as another user needs root")
+def test_an_arena_name_another_user_created_first_is_skipped(ring_name):
+    """/dev/shm is sticky: a producer can neither remove nor safely use an arena
+    name someone else created. It skips that number and publishes anyway."""
+    import pyarrow as pa
+    from gpuring import Consumer, Producer
+    squatted = f"/dev/shm/gpuring.{ring_name}.p0g1.a0"  # the first producer's first arena
+    fd = os.open(squatted, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    child = os.fork()
+    if child == 0:  # as nobody: create, publish, read back
+        code = 1
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            Ring.create(ring_name, slots=8).close()
+            with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+                producer.publish(pa.table({"v": pa.array([7, 8, 9], pa.int32())}))
+                with consumer.next(timeout=5) as frame:
+                    arena = bytes(frame.description.columns[0].buffers[1].handle).split(b"\0")[0].decode()
+                    ok = frame.to_arrow().column(0).to_pylist() == [7, 8, 9] and f"/dev/shm{arena}" != squatted
+            Ring.unlink(ring_name)
+            code = 0 if ok else 2
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    try:
+        assert os.waitstatus_to_exitcode(status) == 0
+        st = os.fstat(fd)
+        assert st.st_uid == 0 and st.st_size == 0, "the squatter's file is untouched"
+    finally:
+        os.close(fd)
+        os.unlink(squatted)

@@ -73,26 +73,37 @@ class ArenaPool:
         self.seg, self.index, self.gen = seg, index, gen
         self.mode = os.fstat(seg.fd).st_mode & 0o777
         self.default_size = _align(default_size, 4096)
-        self.arenas: list[_Arena] = []
+        self.arenas: list[_Arena | None] = []  # None: a number skipped (squatted name)
 
     def name(self, number: int) -> str:
         return arena_path(self.seg.name, self.index, self.gen, number)[len("/dev/shm"):]
 
+    def _open_file(self) -> tuple[int, int, str]:
+        """Creates the next arena number's file: (number, fd, path). A name another
+        user created first (/dev/shm is sticky: it can be neither removed nor safely
+        used) is skipped, its number left as a placeholder (None), so pre-creating
+        names cannot stop a producer (gpuring/arena.h, SPEC.md §10a)."""
+        while True:
+            if len(self.arenas) >= L.MAX_ARENAS:
+                raise GpuringError("OUT_OF_MEMORY", f"this producer already has {L.MAX_ARENAS} arenas")
+            number = len(self.arenas)
+            # Counted before the file exists: a sweeper always knows every name we may leave.
+            self.seg.mem.store32(self.seg.participant(self.index, "arena_count"), number + 1)
+            path = arena_path(self.seg.name, self.index, self.gen, number)
+            try:
+                os.unlink(path)  # a stale arena of a crashed earlier occupant of this entry
+            except (FileNotFoundError, PermissionError):
+                pass
+            try:
+                return number, open_shm(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, self.mode), path
+            except FileExistsError:
+                self.arenas.append(None)
+
     def _create(self, min_bytes: int) -> _Arena:
-        if len(self.arenas) >= L.MAX_ARENAS:
-            raise GpuringError("OUT_OF_MEMORY", f"this producer already has {L.MAX_ARENAS} arenas")
         want = min_bytes + L.ARENA_HEADER_BYTES
         size = self.default_size if want <= self.default_size else _align(want, 2 << 20)
         check_shm_space(size)
-        number = len(self.arenas)
-        # Counted before the file exists: a sweeper always knows every name we may leave.
-        self.seg.mem.store32(self.seg.participant(self.index, "arena_count"), number + 1)
-        path = arena_path(self.seg.name, self.index, self.gen, number)
-        try:
-            os.unlink(path)  # a stale arena of a crashed earlier occupant of this entry
-        except FileNotFoundError:
-            pass
-        fd = open_shm(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, self.mode)
+        number, fd, path = self._open_file()
         try:
             os.fchmod(fd, self.mode)
             size_shm(fd, size)
@@ -108,7 +119,7 @@ class ArenaPool:
     def alloc(self, n: int) -> Allocation:
         """``n`` bytes (rounded up to 64), in a new arena when none has room."""
         want = _align(max(n, 1), L.ARENA_ALIGN)
-        for a in self.arenas:
+        for a in filter(None, self.arenas):
             at = a.take(want)
             if at is not None:
                 return Allocation(a.number, at, want)
@@ -116,7 +127,7 @@ class ArenaPool:
         return Allocation(a.number, a.take(want), want)
 
     def free(self, alloc: Allocation) -> None:
-        if alloc.arena < len(self.arenas):
+        if alloc.arena < len(self.arenas) and self.arenas[alloc.arena]:
             self.arenas[alloc.arena].give_back(alloc.offset, alloc.length)
 
     def memory(self, alloc: Allocation) -> SharedMemory:
@@ -124,7 +135,7 @@ class ArenaPool:
 
     def close(self) -> None:
         """Unmaps; the names stay until a sweep frees this entry, as consumers may still need them."""
-        for a in self.arenas:
+        for a in filter(None, self.arenas):
             a.mem.close()
             os.close(a.fd)
         self.arenas = []

@@ -175,8 +175,8 @@ class Segment:
                 try:
                     os.unlink(f"/dev/shm/{f}")
                     arenas += 1
-                except FileNotFoundError:
-                    pass
+                except (FileNotFoundError, PermissionError):
+                    pass  # gone, or another user's file squatting an arena name
         try:
             os.unlink(segment_path(name))
         except FileNotFoundError:
