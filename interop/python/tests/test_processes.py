@@ -45,6 +45,24 @@ def test_leases_of_a_killed_consumer_are_released_for_it(ring_name):
     ring.close()
 
 
+def test_a_producer_waiting_for_space_held_by_a_killed_consumer_sweeps_and_goes_on(ring_name):
+    """Nobody else sweeps here: the waiting producer must find the dead holder
+    itself (SPEC.md §7: waiters sweep), or it waits until its timeout."""
+    Ring.create(ring_name, slots=2).close()
+    with Producer.open(ring_name) as producer:
+        producer.publish(pa.table({"i": [0]}))
+        child = python_child("hold", ring_name, "1")
+        assert child.stdout.readline().split() == ["held", "1"]
+        with Consumer.open(ring_name) as consumer:
+            producer.publish(pa.table({"i": [1]}))
+            consumer.next(timeout=5).release()
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            producer.publish(pa.table({"i": [2]}), timeout=5)  # needs the killed child's slot
+            with consumer.next(timeout=5) as frame:
+                assert frame.to_arrow().column("i").to_pylist() == [2]
+
+
 def _write_segment(name: str, data: bytes) -> None:
     with open(f"/dev/shm/gpuring.{name}", "wb") as f:
         f.write(data)

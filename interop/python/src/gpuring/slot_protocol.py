@@ -231,10 +231,17 @@ def reap(seg: Segment, me: int, pos: int) -> bool:
     return True
 
 
+SWEEP_EVERY = 0.25  # seconds of waiting between sweeps (SPEC.md §7: waiters sweep)
+
+
 def wait_for(seg: Segment, which: str, attempt, timeout: float | None, spins: int = 200):
     """Runs attempt() until it returns something, spinning first, then sleeping on
     the futex word ``{which}_seq``. Raise the waiter count, read seq, try once
-    more, only then sleep: a wake-up cannot fall between the last try and the sleep."""
+    more, only then sleep: a wake-up cannot fall between the last try and the sleep.
+    Sweeps every SWEEP_EVERY seconds of waiting: what we wait for may be held by a
+    dead participant (a WRITING slot, a lease), and nobody else may be sweeping."""
+    from .recovery import sweep  # recovery builds on this module
+
     for _ in range(spins):
         result = attempt()
         if result is not None:
@@ -242,17 +249,23 @@ def wait_for(seg: Segment, which: str, attempt, timeout: float | None, spins: in
     mem = seg.mem
     seq_at, waiters_at = seg.control(f"{which}_seq"), seg.control(f"{which}_waiters")
     deadline = None if timeout is None else time.monotonic() + timeout
+    next_sweep = time.monotonic() + SWEEP_EVERY
     while True:
+        if time.monotonic() >= next_sweep:
+            sweep(seg)
+            next_sweep = time.monotonic() + SWEEP_EVERY
         mem.add32(waiters_at, 1)
         try:
             seen = mem.load32(seq_at)
             result = attempt()
             if result is not None:
                 return result
-            left = None if deadline is None else deadline - time.monotonic()
+            now = time.monotonic()
+            left = None if deadline is None else deadline - now
             if left is not None and left <= 0:
                 raise GpuringError("TIMEOUT", f"no {'frame' if which == 'data' else 'space'} within {timeout} s")
-            # Sleep in slices, so that a Ctrl-C reaches Python promptly.
-            mem.futex_wait(seq_at, seen, 0.1 if left is None else min(left, 0.1))
+            # Sleep in slices, so that a Ctrl-C reaches Python promptly and sweeps come on time.
+            nap = min(0.1, max(next_sweep - now, 0.001))
+            mem.futex_wait(seq_at, seen, nap if left is None else min(left, nap))
         finally:
             mem.add32(waiters_at, -1)
