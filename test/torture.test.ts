@@ -16,13 +16,15 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import test from 'ava';
 import { Consumer, GpuringError } from '../lib/index.js';
-import { child, exitOf, root, withRing } from './helpers/ring.js';
+import { exitOf, root, withRing } from './helpers/ring.js';
 
 const KILLS = Number(process.env.GPURING_TORTURE_KILLS ?? 200);
-/** Each process is killed at a uniformly random moment in its first LIFETIME_MS. */
-const LIFETIME_MS = 3000;
+/** A quarter of the kills land during start-up (attach included); the rest a uniformly random moment within LIFETIME_MS after the process said it is ready. */
+const LIFETIME_MS = 1200;
+const STARTUP_KILL_MS = 1500;
 
 type Role = 'node-producer' | 'python-producer' | 'node-consumer' | 'python-consumer';
 const SEATS: Role[] = ['node-producer', 'node-producer', 'python-producer', 'node-consumer', 'node-consumer', 'python-consumer'];
@@ -38,12 +40,13 @@ function start(role: Role, name: string, id: number, dir: string): Incarnation {
   const log = join(dir, `${role}-${id}.log`);
   const python = (...args: string[]) =>
     spawn('python3', [join(root, 'interop/python/tests/children/torture.py'), ...args], {
-      stdio: ['ignore', 'ignore', 'ignore'],
+      stdio: ['ignore', 'pipe', 'ignore'],
       env: { ...process.env, PYTHONPATH: join(root, 'interop/python/src') },
     });
+  const node = (...args: string[]) => spawn(process.execPath, [join(root, 'test/helpers/torture-child.mjs'), ...args], { stdio: ['ignore', 'pipe', 'ignore'] });
   const proc =
-    role === 'node-producer' ? child('torture-produce', name, id, log)
-    : role === 'node-consumer' ? child('torture-consume', name, log)
+    role === 'node-producer' ? node('produce', name, String(id), log)
+    : role === 'node-consumer' ? node('consume', name, log)
     : role === 'python-producer' ? python('produce', name, String(id), log)
     : python('consume', name, log);
   return { role, id, log, proc };
@@ -67,7 +70,10 @@ async function torture(name: string, dir: string, kills: number): Promise<Incarn
       const inc = start(role, name, nextId++, dir);
       all.push(inc);
       const exited = exitOf(inc.proc);
-      const early = await Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), Math.random() * LIFETIME_MS))]);
+      const sleep = (ms: number) => new Promise<null>((r) => setTimeout(() => r(null), ms));
+      const ready = new Promise<void>((r) => createInterface({ input: inc.proc.stdout! }).once('line', () => r()));
+      const killAt = Math.random() < 0.25 ? sleep(Math.random() * STARTUP_KILL_MS) : ready.then(() => sleep(Math.random() * LIFETIME_MS));
+      const early = await Promise.race([exited, killAt]);
       if (early) throw new Error(`${role} ${inc.id} exited by itself (${JSON.stringify(early)})`);
       inc.proc.kill('SIGKILL');
       await exited;

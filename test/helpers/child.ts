@@ -9,12 +9,7 @@
  *   forget-to-close NAME          attaches as producer and consumer, publishes, takes a frame and just returns
  *   leak-frame NAME               takes a frame, drops it without release(), collects garbage until the
  *                                 consumer has ended its lease for it, reports, waits to be killed
- *   torture-produce NAME ID LOG   publishes stress frames ID:0, ID:1, ... (tag ID << 32 | seq) forever,
- *                                 appending seq to LOG after each publish returned (test/torture.test.ts)
- *   torture-consume NAME LOG      takes frames forever; checks each against its tag and appends the
- *                                 tag (or "BAD tag") to LOG before releasing it
  */
-import { openSync, writeSync } from 'node:fs';
 import v8 from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { makeData, makeVector, Table, Utf8 } from 'apache-arrow';
@@ -64,27 +59,6 @@ async function stressConsume(): Promise<void> {
   process.disconnect?.();
 }
 
-async function tortureProduce(id: number, log: number): Promise<never> {
-  const producer = Producer.open(name!, { openTimeout: 10_000 });
-  for (let seq = 0; ; seq++) {
-    await producer.publish(stressFrame(id, seq), { tag: (BigInt(id) << 32n) | BigInt(seq), timeout: 120_000 });
-    writeSync(log, `${seq}\n`);
-  }
-}
-
-async function tortureConsume(log: number): Promise<never> {
-  const consumer = Consumer.open(name!, { openTimeout: 10_000 });
-  for (;;) {
-    const frame = await consumer.next();
-    const t = frame.toTable();
-    const p = t.getChild('producer')!.get(0) as number;
-    const s = t.getChild('seq')!.get(0) as number;
-    const ok = ((BigInt(p) << 32n) | BigInt(s)) === frame.tag && t.getChild('check')!.get(0) === checkText(p, s);
-    writeSync(log, ok ? `${frame.tag}\n` : `BAD ${frame.tag}\n`);
-    frame.release();
-  }
-}
-
 async function main(): Promise<void> {
   switch (role) {
     case 'publish-all-types': {
@@ -129,10 +103,6 @@ async function main(): Promise<void> {
       say({ ok: true });
       return;
     }
-    case 'torture-produce':
-      return tortureProduce(Number(args[0]), openSync(args[1]!, 'a'));
-    case 'torture-consume':
-      return tortureConsume(openSync(args[0]!, 'a'));
     default:
       throw new Error(`unknown role ${role}`);
   }

@@ -1,7 +1,7 @@
 """Child of the kill -9 torture run (test/torture.test.ts), killed at any moment.
-  torture.py produce NAME ID LOG   publishes frames ID:0, ID:1, ... (tag ID << 32 | seq) forever,
+  torture.py produce NAME ID LOG   says "ready", publishes frames ID:0, ID:1, ... (tag ID << 32 | seq) forever,
                                    appending seq to LOG after each publish returned
-  torture.py consume NAME LOG      takes frames forever; checks each one's columns against its
+  torture.py consume NAME LOG      says "ready", takes frames forever; checks each one's columns against its
                                    tag and appends the tag (or "BAD tag") to LOG before releasing it
 The frame: producer int32, seq int32, check utf8 "producer:seq:(seq * 2654435761) mod 2^32",
 the same as the Node children publish."""
@@ -19,6 +19,7 @@ def check_text(producer: int, seq: int) -> str:
 
 def produce(name: str, ident: int, log: int) -> None:
     with Producer.open(name, timeout=10) as producer:
+        print("ready", flush=True)
         seq = 0
         while True:
             table = pa.table({"producer": pa.array([ident], pa.int32()), "seq": pa.array([seq], pa.int32()),
@@ -30,6 +31,7 @@ def produce(name: str, ident: int, log: int) -> None:
 
 def consume(name: str, log: int) -> None:
     with Consumer.open(name, timeout=10) as consumer:
+        print("ready", flush=True)
         while True:
             frame = consumer.next(timeout=None)
             row = frame.to_arrow().to_pylist()[0]
