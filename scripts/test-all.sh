@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `npm test`: every suite, then one line "N passed, N failed, N skipped" summing
 # them. Needs `npm install` (or `npm ci`) first: that builds the addon.
-#   C       ctest: plain, AddressSanitizer+UBSan and ThreadSanitizer builds
-#   TS      ava: codec, API, every type, crashes, bad input, stress, CLI, node-gyp build
+#   C       ctest: plain, AddressSanitizer+UBSan and ThreadSanitizer builds, bounded fuzz runs
+#   TS      ava: codec, API, every type, crashes, bad input, stress, CLI, node-gyp build,
+#           the three-language body fuzz and the kill -9 torture run
 #   Python  pytest interop/python: fixtures, processes, Node interop with pyarrow as referee
 #   GPU     ava test/gpu: skipped, with the reason, where there is no GPU
 set -uo pipefail
@@ -52,6 +53,10 @@ fi
 echo "== GPU suite =="
 npx ava --tap --config ava.gpu.config.js 2>&1 | tee "$log/gpu.txt"
 count_tap "$log/gpu.txt"
+
+echo "== fuzz and torture runs =="
+grep -hE '^\[(plain|address)\] fuzz_' "$log/c.txt"
+grep -hE '^# +[0-9]+ (bodies \(seed|processes \()' "$log/ts.txt" | sed 's/^# *//'
 
 rm -rf "$log"
 echo "$passed passed, $failed failed, $skipped skipped"
