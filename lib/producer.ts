@@ -15,6 +15,7 @@ import type { RecordBatch, Table } from 'apache-arrow';
 import { describeBatch, type BufferPlacer } from './arrow/table-writer.js';
 import { forEachBuffer, handleName, hostBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
 import { decodeFrame } from './codec/decode.js';
+import { BodyTemplate } from './codec/body-template.js';
 import { encodeFrame } from './codec/encode.js';
 import { eventDevice, recordFrameEvent, uploadBatch } from './device-upload.js';
 import { PreparedFrame, type SendBody, type SendMany } from './prepared-frame.js';
@@ -61,6 +62,8 @@ export class Producer {
   readonly #inFlight = new Set<number>();
   /** Device memory and events of frames in flight, freed / recycled on release (an event shared by a batch, when its last frame is). */
   readonly #deviceFrames = new Map<number, DeviceOwned>();
+  /** Body templates by the apache-arrow Schema their frames came from (see #encode). */
+  readonly #templates = new WeakMap<object, BodyTemplate>();
   #listening = false;
   #draining = 0;
   #prompt = false;
@@ -135,7 +138,7 @@ export class Producer {
       this.#unuse(used);
       throw error;
     }
-    return this.#send(description, used, o.timeout, o.tag);
+    return this.#send(description, used, o.timeout, o.tag, source.schema);
   }
 
   /**
@@ -298,15 +301,29 @@ export class Producer {
     if (ids.length && this.#inFlight.size === 0) this.#events.emit('drained');
   }
 
-  async #send(description: FrameDescription, used: Loose[], timeout: number, tag: bigint): Promise<number> {
+  async #send(description: FrameDescription, used: Loose[], timeout: number, tag: bigint, layout?: object): Promise<number> {
     let body: Uint8Array;
     try {
-      body = encodeFrame(description);
+      body = this.#encode(description, layout);
     } catch (error) {
       this.#unuse(used);
       throw error;
     }
     return this.#sendBody(body, used, timeout, tag);
+  }
+
+  /**
+   * Encodes a description; with `layout` (the apache-arrow Schema it came from)
+   * through that layout's template, so a stream of frames encodes its names,
+   * formats and metadata once (BodyTemplate; same bytes as encodeFrame).
+   */
+  #encode(description: FrameDescription, layout?: object): Uint8Array {
+    if (!layout) return encodeFrame(description);
+    const body = this.#templates.get(layout)?.fill(description);
+    if (body) return body;
+    const [template, fresh] = BodyTemplate.encode(description);
+    this.#templates.set(layout, template);
+    return fresh;
   }
 
   async #sendBody(body: Uint8Array, used: Loose[], timeout: number, tag: bigint): Promise<number> {

@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import test from 'ava';
 import { tableDifference } from '../lib/arrow/compare.js';
 import { describeBatch } from '../lib/arrow/table-writer.js';
+import { BodyTemplate } from '../lib/codec/body-template.js';
 import { hostBuffer, type FrameDescription } from '../lib/codec/description.js';
 import { decodeFrame } from '../lib/codec/decode.js';
 import { encodeFrame } from '../lib/codec/encode.js';
@@ -180,4 +181,28 @@ test('the encoder refuses any value it cannot write exactly, naming the field', 
     t.is(e?.code, 'INVALID_ARGUMENT', what);
     t.regex(e?.message ?? '', message, what);
   }
+});
+
+test('a body template writes the same bytes as encodeFrame for every frame of its layout, and refuses other layouts', (t) => {
+  const source = allTypesTable(40);
+  const [template, first] = BodyTemplate.encode(decodeFrame(bodyOf(source.slice(0, 10))));
+  t.deepEqual(first, bodyOf(source.slice(0, 10)));
+  // Frames of the same schema: other lengths, null counts, offsets and buffer places.
+  for (const [from, to] of [[0, 40], [3, 4], [5, 5], [17, 39]] as const) {
+    const d = decodeFrame(bodyOf(source.slice(from, to)));
+    t.deepEqual(template.fill(d), encodeFrame(d), `rows ${from}..${to}`);
+  }
+  const other = (edit: (d: FrameDescription) => void) => {
+    const d = decodeFrame(bodyOf(source.slice(0, 10)));
+    edit(d);
+    return template.fill(d);
+  };
+  t.is(other((d) => (d.columns[0]!.name = 'renamed')), null, 'a renamed column');
+  t.is(other((d) => (d.metadata = [['k', 'v']])), null, 'other schema metadata');
+  t.is(other((d) => (d.columns[2]!.nullable = !d.columns[2]!.nullable)), null, 'other flags');
+  t.is(other((d) => d.columns.pop()), null, 'one column fewer');
+  t.is(other((d) => d.columns[1]!.buffers.pop()), null, 'one buffer fewer');
+  // Per-frame values are checked as encodeFrame checks them.
+  const e = t.throws(() => other((d) => (d.columns[1]!.length = 1.5)), { instanceOf: GpuringError });
+  t.regex(e?.message ?? '', /columns\[1\]\.length: must be an integer/);
 });

@@ -7,7 +7,7 @@
 import { Data, DataType, Dictionary, Field, makeData, RecordBatch, Struct, Table, Type } from 'apache-arrow';
 import { GpuringError } from '../errors.js';
 import { absentBuffer, type BufferDescriptor, type ColumnDescriptor, type FrameDescription } from '../codec/description.js';
-import { parseFormat } from '../codec/format.js';
+import { parseFormat, type FormatInfo } from '../codec/format.js';
 import { HANDLE_BYTES } from '../codec/layout.js';
 import { sliceBits } from './bits.js';
 import { formatOf } from './types.js';
@@ -24,6 +24,19 @@ const ABSENT = absentBuffer();
 function byteView(values: ArrayBufferView | undefined, byteLength: number): Uint8Array {
   if (!values) return new Uint8Array(0);
   return new Uint8Array(values.buffer, values.byteOffset, Math.min(values.byteLength, byteLength));
+}
+
+/** Format strings and layouts by type object: a stream's batches share their schema's types. */
+const layouts = new WeakMap<DataType, { format: string; f: FormatInfo }>();
+
+function layoutOf(type: DataType): { format: string; f: FormatInfo } {
+  let layout = layouts.get(type);
+  if (!layout) {
+    const format = formatOf(type);
+    layout = { format, f: parseFormat(format)! };
+    layouts.set(type, layout);
+  }
+  return layout;
 }
 
 class Writer {
@@ -45,8 +58,7 @@ class Writer {
 
   column(field: Field, data: Data): ColumnDescriptor {
     const type = data.type as DataType;
-    const format = formatOf(type);
-    const f = parseFormat(format)!;
+    const { format, f } = layoutOf(type);
     const n = data.length;
     const buffers = [this.validity(data)];
     let children: ColumnDescriptor[] = [];

@@ -78,10 +78,25 @@ export function hostBuffer(arenaName: string, offset: number, length: number): B
   return { kind: 'host', deviceOrdinal: -1, deviceUuid: new Uint8Array(16), offset, length, allocationId: 0n, handle };
 }
 
+/** The last handle decoded and its name: a frame's buffers mostly share one arena. */
+const lastHandle = new Uint8Array(HANDLE_BYTES);
+let lastName = '';
+
 /** The arena name a host buffer's handle carries. */
 export function handleName(handle: Uint8Array): string {
+  if (handle.length === HANDLE_BYTES && lastName !== '' && sameBytes(handle, lastHandle)) return lastName;
   const end = handle.indexOf(0);
-  return utf8Decoder.decode(handle.subarray(0, end < 0 ? handle.length : end));
+  const name = utf8Decoder.decode(handle.subarray(0, end < 0 ? handle.length : end));
+  if (handle.length === HANDLE_BYTES) (lastHandle.set(handle), (lastName = name));
+  return name;
+}
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  for (let i = 0; i < a.length; i++) {
+    if (a[i] !== b[i]) return false;
+    if (a[i] === 0) return true; // the name ends here; what follows is not part of it
+  }
+  return true;
 }
 
 /** Calls `fn` for every buffer of every column and dictionary, in wire order. */

@@ -80,9 +80,16 @@ function visit(c: ColumnDescriptor, path: string, depth: number, out: ColumnDesc
   list(c.children, path, 'children').forEach((child, i) => visit(child, `${path}.children[${i}]`, depth + 1, out, paths));
 }
 
-/** Encodes a description, refusing with INVALID_ARGUMENT (naming the field) any value it cannot write exactly. */
-export function encodeFrame(description: FrameDescription): Uint8Array {
-  const d = description;
+/** A description's nodes in pre-order (columns, then dictionaries), as the body lists them. */
+export interface Preorder {
+  nodes: ColumnDescriptor[];
+  /** Each node's path, for errors: `columns[0].children[1]`. */
+  paths: string[];
+  /** Node index of each dictionary's root. */
+  dictionaryRoots: number[];
+}
+
+export function preorder(d: FrameDescription): Preorder {
   const nodes: ColumnDescriptor[] = [];
   const paths: string[] = [];
   if (typeof d !== 'object' || d === null) refuse('description', '', 'must be an object');
@@ -92,6 +99,56 @@ export function encodeFrame(description: FrameDescription): Uint8Array {
     dictionaryRoots.push(nodes.length);
     visit(dict, `dictionaries[${i}]`, 1, nodes, paths);
   });
+  return { nodes, paths, dictionaryRoots };
+}
+
+/** The header fields that change from frame to frame: row count and sync. */
+export function writeFrameHeader(view: DataView, out: Uint8Array, d: FrameDescription): void {
+  setU64(view, Header.rowCount, int(d.rowCount, 0, MAX_COUNT, '', 'rowCount'));
+  view.setUint16(Header.syncKind, int(d.syncKind, 0, 2, '', 'syncKind'), true);
+  out.set(bytes(d.syncHandle, HANDLE_BYTES, '', 'syncHandle'), Header.syncHandle);
+}
+
+/** A node's fields that change from frame to frame: length, null count, offset. */
+export function writeNodeCounts(view: DataView, base: number, n: ColumnDescriptor, path: string): void {
+  setU64(view, base + Node.length, int(n.length, 0, MAX_COUNT, path, 'length'));
+  setU64(view, base + Node.nullCount, int(n.nullCount, -1, MAX_COUNT, path, 'nullCount')); // -1 (unknown) as two's complement
+  setU64(view, base + Node.offset, int(n.offset, 0, MAX_COUNT, path, 'offset'));
+}
+
+/**
+ * Byte arrays `out` already holds, by position / 8 (BodyTemplate): the same
+ * object there again is not copied. Only for arrays nobody writes to.
+ */
+export type HeldBytes = (Uint8Array | undefined)[];
+
+function putBytes(out: Uint8Array, at: number, b: Uint8Array, held?: HeldBytes): void {
+  if (held?.[at >> 3] !== b) out.set(b, at);
+}
+
+/** Writes node `n`'s buffer descriptors from byte `at`; returns where the next node's begin. */
+export function writeBuffers(view: DataView, out: Uint8Array, at: number, n: ColumnDescriptor, path: string, held?: HeldBytes): number {
+  n.buffers.forEach((b, k) => {
+    object(b, path, k);
+    const kind = MEMORY_KINDS.indexOf(b.kind);
+    if (kind < 0) refuse(path, 'kind', `must be one of ${MEMORY_KINDS.join(', ')}`, k);
+    view.setUint16(at + Buffer_.kind, kind, true);
+    view.setInt32(at + Buffer_.deviceOrdinal, int(b.deviceOrdinal, -1, 0x7fffffff, path, 'deviceOrdinal', k), true);
+    putBytes(out, at + Buffer_.deviceUuid, bytes(b.deviceUuid, 16, path, 'deviceUuid', k), held);
+    setU64(view, at + Buffer_.offset, int(b.offset, 0, MAX_COUNT, path, 'offset', k));
+    setU64(view, at + Buffer_.length, int(b.length, 0, MAX_COUNT, path, 'length', k));
+    if (typeof b.allocationId !== 'bigint' || b.allocationId < 0n || b.allocationId > MAX_U64) refuse(path, 'allocationId', 'must be a bigint in [0, 2^64)', k);
+    view.setBigUint64(at + Buffer_.allocId, b.allocationId, true);
+    putBytes(out, at + Buffer_.handle, bytes(b.handle, HANDLE_BYTES, path, 'handle', k), held);
+    at += BUFFER_BYTES;
+  });
+  return at;
+}
+
+/** Encodes a description, refusing with INVALID_ARGUMENT (naming the field) any value it cannot write exactly. */
+export function encodeFrame(description: FrameDescription): Uint8Array {
+  const d = description;
+  const { nodes, paths, dictionaryRoots } = preorder(d);
   const strings: Uint8Array[] = [];
   const nodeStrings = nodes.map((n, i) => {
     const format = text(n.format, paths[i]!, 'format');
@@ -116,9 +173,7 @@ export function encodeFrame(description: FrameDescription): Uint8Array {
   view.setUint32(Header.rootCount, d.columns.length, true);
   view.setUint32(Header.dictionaryCount, d.dictionaries.length, true);
   view.setUint32(Header.stringsLength, stringsLength, true);
-  setU64(view, Header.rowCount, int(d.rowCount, 0, MAX_COUNT, '', 'rowCount'));
-  view.setUint16(Header.syncKind, int(d.syncKind, 0, 2, '', 'syncKind'), true);
-  out.set(bytes(d.syncHandle, HANDLE_BYTES, '', 'syncHandle'), Header.syncHandle);
+  writeFrameHeader(view, out, d);
   const stringsAt = HEADER_BYTES + nodes.length * NODE_BYTES + bufferCount * BUFFER_BYTES;
   let at = 0;
   const put = (s: Uint8Array): number => {
@@ -146,23 +201,8 @@ export function encodeFrame(description: FrameDescription): Uint8Array {
     const dictionary = int(n.dictionary, -1, dictionaryRoots.length - 1, path, 'dictionary');
     view.setInt32(base + Node.dictionary, dictionary < 0 ? -1 : dictionaryRoots[dictionary]!, true);
     view.setUint32(base + Node.bufferCount, n.buffers.length, true);
-    setU64(view, base + Node.length, int(n.length, 0, MAX_COUNT, path, 'length'));
-    setU64(view, base + Node.nullCount, int(n.nullCount, -1, MAX_COUNT, path, 'nullCount')); // -1 (unknown) as two's complement
-    setU64(view, base + Node.offset, int(n.offset, 0, MAX_COUNT, path, 'offset'));
-    n.buffers.forEach((b, k) => {
-      object(b, path, k);
-      const kind = MEMORY_KINDS.indexOf(b.kind);
-      if (kind < 0) refuse(path, 'kind', `must be one of ${MEMORY_KINDS.join(', ')}`, k);
-      view.setUint16(buffersAt + Buffer_.kind, kind, true);
-      view.setInt32(buffersAt + Buffer_.deviceOrdinal, int(b.deviceOrdinal, -1, 0x7fffffff, path, 'deviceOrdinal', k), true);
-      out.set(bytes(b.deviceUuid, 16, path, 'deviceUuid', k), buffersAt + Buffer_.deviceUuid);
-      setU64(view, buffersAt + Buffer_.offset, int(b.offset, 0, MAX_COUNT, path, 'offset', k));
-      setU64(view, buffersAt + Buffer_.length, int(b.length, 0, MAX_COUNT, path, 'length', k));
-      if (typeof b.allocationId !== 'bigint' || b.allocationId < 0n || b.allocationId > MAX_U64) refuse(path, 'allocationId', 'must be a bigint in [0, 2^64)', k);
-      view.setBigUint64(buffersAt + Buffer_.allocId, b.allocationId, true);
-      out.set(bytes(b.handle, HANDLE_BYTES, path, 'handle', k), buffersAt + Buffer_.handle);
-      buffersAt += BUFFER_BYTES;
-    });
+    writeNodeCounts(view, base, n, path);
+    buffersAt = writeBuffers(view, out, buffersAt, n, path);
   });
   view.setUint32(Header.metadataOffset, put(schemaMetadata), true);
   view.setUint32(Header.metadataLength, schemaMetadata.length, true);

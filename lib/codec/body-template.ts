@@ -1,0 +1,102 @@
+/**
+ * Schema once, frames as fixed binary descriptors. A BodyTemplate is the
+ * encoded body of one description, kept for every later description with the
+ * same layout: the same node tree with the same names, formats, metadata,
+ * flags, dictionaries and buffer counts. Filling it copies those bytes and
+ * writes only what changes from frame to frame (row count, sync, each node's
+ * length, null count and offset, each buffer descriptor), with the same checks
+ * as encodeFrame(), whose bytes it reproduces exactly. A producer keeps one per
+ * stream (per apache-arrow Schema, say) and falls back to a new template when a
+ * description does not match: the key only saves work, never decides bytes.
+ * One shortcut relies on a contract: a buffer's handle and device UUID arrays
+ * that are the very objects the template was made from are not copied again,
+ * so callers must never write to those arrays (the producer shares one per
+ * arena and never does).
+ */
+import type { ColumnDescriptor, FrameDescription } from './description.js';
+import { encodeFrame, preorder, writeBuffers, writeFrameHeader, writeNodeCounts, type HeldBytes } from './encode.js';
+import { Buffer_, BUFFER_BYTES, HEADER_BYTES, NODE_BYTES } from './layout.js';
+
+/** What a node of the template fixes: everything but lengths, counts, offsets and buffers. */
+interface FixedNode {
+  name: string;
+  format: string;
+  metadata: [string, string][] | null;
+  nullable: boolean;
+  dictionaryOrdered: boolean;
+  mapKeysSorted: boolean;
+  dictionary: number;
+  childCount: number;
+  bufferCount: number;
+  path: string;
+}
+
+function sameMetadata(a: [string, string][] | null, b: [string, string][] | null): boolean {
+  if (a === b) return true;
+  if (!a || !b || a.length !== b.length) return false;
+  return a.every(([k, v], i) => k === b[i]![0] && v === b[i]![1]);
+}
+
+function sameFixed(f: FixedNode, n: ColumnDescriptor): boolean {
+  return (
+    n.name === f.name && n.format === f.format && n.nullable === f.nullable && n.dictionaryOrdered === f.dictionaryOrdered &&
+    n.mapKeysSorted === f.mapKeysSorted && n.dictionary === f.dictionary && n.children?.length === f.childCount &&
+    n.buffers?.length === f.bufferCount && sameMetadata(n.metadata, f.metadata)
+  );
+}
+
+export class BodyTemplate {
+  readonly #bytes: Uint8Array;
+  readonly #nodes: FixedNode[];
+  readonly #roots: number;
+  readonly #dictionaries: number;
+  readonly #metadata: [string, string][] | null;
+  readonly #held: HeldBytes = [];
+
+  private constructor(bytes: Uint8Array, d: FrameDescription) {
+    this.#bytes = bytes;
+    const { nodes, paths } = preorder(d);
+    this.#nodes = nodes.map((n, i) => ({
+      name: n.name, format: n.format, metadata: n.metadata, nullable: n.nullable, dictionaryOrdered: n.dictionaryOrdered,
+      mapKeysSorted: n.mapKeysSorted, dictionary: n.dictionary, childCount: n.children.length, bufferCount: n.buffers.length, path: paths[i]!,
+    }));
+    this.#roots = d.columns.length;
+    this.#dictionaries = d.dictionaries.length;
+    this.#metadata = d.metadata;
+    let at = HEADER_BYTES + nodes.length * NODE_BYTES;
+    for (const b of nodes.flatMap((n) => n.buffers)) {
+      this.#held[(at + Buffer_.deviceUuid) >> 3] = b.deviceUuid;
+      this.#held[(at + Buffer_.handle) >> 3] = b.handle;
+      at += BUFFER_BYTES;
+    }
+  }
+
+  /** Encodes `d` (all checks of encodeFrame) and keeps its layout. */
+  static encode(d: FrameDescription): [BodyTemplate, Uint8Array] {
+    const body = encodeFrame(d);
+    return [new BodyTemplate(body, d), body];
+  }
+
+  /**
+   * The body of `d` if its layout is this template's (bytes equal to
+   * encodeFrame(d)), or null if it is not.
+   */
+  fill(d: FrameDescription): Uint8Array | null {
+    if (d.columns?.length !== this.#roots || d.dictionaries?.length !== this.#dictionaries || !sameMetadata(d.metadata, this.#metadata)) return null;
+    const out = this.#bytes.slice();
+    const view = new DataView(out.buffer);
+    let node = 0;
+    let buffersAt = HEADER_BYTES + this.#nodes.length * NODE_BYTES;
+    const walk = (n: ColumnDescriptor): boolean => {
+      const f = this.#nodes[node];
+      if (!f || typeof n !== 'object' || n === null || !sameFixed(f, n)) return false;
+      writeNodeCounts(view, HEADER_BYTES + node * NODE_BYTES, n, f.path);
+      buffersAt = writeBuffers(view, out, buffersAt, n, f.path, this.#held);
+      node++;
+      return n.children.every(walk);
+    };
+    if (!d.columns.every(walk) || !d.dictionaries.every(walk)) return null;
+    writeFrameHeader(view, out, d);
+    return out;
+  }
+}
