@@ -6,12 +6,13 @@
  *                             below 1 ms), each tagged with the time publish was called; prints the
  *                             times each publish returned (the frame was in the ring) as one JSON line
  *   flood-prepared NAME N     publishes a prepared frame N times, 256 per publishMany(), as fast as
- *                             backpressure allows
+ *                             backpressure allows; prints {"seconds"} from first publish to last release
  *   socket PATH N GAP_MS      sends the same frame's description as a JSON line (serialized per frame,
  *                             as each frame's differs), waits for an ack
  *   big NAME BYTES            writes a BYTES float64 column into arena memory, then publishes it once
  *   ipc PATH BYTES            builds the same table, sends it with tableToIPC over a Unix socket
- *   flood NAME N              publishes N small frames as fast as backpressure allows, then drains
+ *   flood NAME N              publishes N small frames as fast as backpressure allows, then drains;
+ *                             prints {"seconds"} from first publish to last release
  *   sink NAME BATCH           consumes until told 'stop' (IPC); with BATCH=1 takes every frame already
  *                             waiting after each wake-up (nextBatch); prints the count
  *   stream PATH N             sends N small frame descriptions as JSON lines (serialized per frame), as fast
@@ -59,12 +60,21 @@ async function prepared(): Promise<void> {
   process.stdout.write(`${JSON.stringify(committed)}\n`);
 }
 
+/** Prints {"seconds": ...} from just before the first publish until every frame was released. */
+async function timed(producer: Producer, publishAll: () => Promise<void>): Promise<void> {
+  const started = performance.now();
+  await publishAll();
+  await producer.drain();
+  process.stdout.write(`${JSON.stringify({ seconds: (performance.now() - started) / 1000 })}\n`);
+  producer.close();
+}
+
 async function floodPrepared(): Promise<void> {
   const producer = Producer.open(target!);
   const frame = producer.prepare(emptyFrameDescription());
-  for (let i = 0; i < n; i += 256) await frame.publishMany(Math.min(256, n - i));
-  await producer.drain();
-  producer.close();
+  await timed(producer, async () => {
+    for (let i = 0; i < n; i += 256) await frame.publishMany(Math.min(256, n - i));
+  });
 }
 
 async function socket(): Promise<void> {
@@ -105,9 +115,9 @@ async function ipc(): Promise<void> {
 async function flood(): Promise<void> {
   const producer = Producer.open(target!);
   const table = smallFrame();
-  for (let i = 0; i < n; i++) await producer.publish(table);
-  await producer.drain();
-  producer.close();
+  await timed(producer, async () => {
+    for (let i = 0; i < n; i++) await producer.publish(table);
+  });
 }
 
 async function sink(): Promise<void> {

@@ -217,9 +217,11 @@ async function throughput(frames: number, consumers: number, batch: boolean, pro
     const sinks = Array.from({ length: consumers }, () => child('sink', name, batch ? 1 : 0));
     const counts = sinks.map((c) => new Promise<number>((r) => c.stdout!.once('data', (d: Buffer) => r(Number(d.toString())))));
     await new Promise((r) => setTimeout(r, 1500)); // let the consumers attach before timing
-    const started = performance.now();
-    await exited(child(producer, name, frames));
-    const elapsed = (performance.now() - started) / 1000;
+    // The producer times itself, first publish to last release: its process start-up is not throughput.
+    const flood = child(producer, name, frames);
+    const timed = new Promise<number>((r) => flood.stdout!.once('data', (d: Buffer) => r(JSON.parse(d.toString()).seconds)));
+    await exited(flood);
+    const elapsed = await timed;
     for (const c of sinks) c.send('stop');
     return { seconds: elapsed, total: (await Promise.all(counts)).reduce((a, b) => a + b, 0) };
   });
@@ -232,11 +234,16 @@ async function socketThroughput(frames: number): Promise<number> {
   let received = 0;
   let done!: () => void;
   const all = new Promise<void>((r) => (done = r));
+  // Timed from the first line received, as gpuring's producer times itself from its first publish.
+  let started = 0;
   const server = createServer((s: Socket) =>
-    createInterface({ input: s }).on('line', (line) => (JSON.parse(line), ++received === frames && done())),
+    createInterface({ input: s }).on('line', (line) => {
+      if (received === 0) started = performance.now();
+      JSON.parse(line);
+      if (++received === frames) done();
+    }),
   );
   await new Promise<void>((r) => server.listen(path, r));
-  const started = performance.now();
   child('stream', path, frames);
   await all;
   const seconds = (performance.now() - started) / 1000;
