@@ -168,7 +168,7 @@ export interface NativeAddon {
     new (name: string, create: boolean, slotCount: number, participantCapacity: number, mode: number, openTimeoutMs: number, openFlags?: number): NativeSegmentHandle;
     unlink(name: string): void;
   };
-  ProducerCore: new (name: string, arenaBytes: number, openTimeoutMs: number, openFlags: number) => NativeProducerCore;
+  ProducerCore: new (name: string, arenaBytes: number, openTimeoutMs: number, openFlags: number, sweepIntervalMs: number) => NativeProducerCore;
   ConsumerCore: new (name: string, openTimeoutMs: number, sweepIntervalMs: number, openFlags: number) => NativeConsumerCore;
   cudaInfo(): CudaInfo;
   deviceAlloc(ordinal: number, bytes: number): bigint;

@@ -40,12 +40,20 @@ export const openOptions = z
 /** The native open flags (GPR_OPEN_*) for parsed options. */
 export const openFlags = (o: { anyOwner: boolean }) => (o.anyOwner ? 1 : 0);
 
+const sweepInterval = z.number().int().min(1).max(2 ** 31).default(250);
+
 export const producerOptions = z
   .object({
     /** Size of each shared-memory arena that holds this producer's buffers. */
     arenaBytes: z.number().int().min(1 << 16).max(2 ** 40).default(64 << 20),
     openTimeout: milliseconds.default(1000),
     anyOwner,
+    /**
+     * Milliseconds a producer waiting for space (or for releases, in drain())
+     * sleeps at most before it sweeps for dead consumers (whose leases would
+     * hold the ring up). Releases wake it at once whatever this is.
+     */
+    sweepInterval,
   })
   .strict();
 
@@ -58,7 +66,7 @@ export const consumerOptions = z
      * for dead participants (whose unfinished claims would hold the ring up).
      * Frames wake it at once whatever this is.
      */
-    sweepInterval: z.number().int().min(1).max(2 ** 31).default(250),
+    sweepInterval,
   })
   .strict();
 

@@ -79,7 +79,7 @@ export class Producer {
   static open(name: string, options?: ProducerOptions): Producer {
     const n = parseSegmentName(name);
     const o = parseOptions(producerOptions, options, 'producer options');
-    return new Producer(n, callNative(() => new (native().ProducerCore)(n, o.arenaBytes, o.openTimeout, openFlags(o))));
+    return new Producer(n, callNative(() => new (native().ProducerCore)(n, o.arenaBytes, o.openTimeout, openFlags(o), o.sweepInterval)));
   }
 
   get index(): number {

@@ -71,8 +71,10 @@ void Doorbell::Arm(uint32_t bit) { gpr_doorbell_arm(seg_, index_, bit); }
 
 void Doorbell::Disarm() { gpr_doorbell_clear(seg_, index_, GPR_BELL_DATA | GPR_BELL_SPACE); }
 
-void Doorbell::Sleep(uint64_t timeout_ms) {
+void Doorbell::Sleep(uint64_t timeout_ms, bool keep_alive) {
   sleeping_ = true;
+  for (auto *h : {reinterpret_cast<uv_handle_t *>(&handles_->poll), reinterpret_cast<uv_handle_t *>(&handles_->timer)})
+    keep_alive ? uv_ref(h) : uv_unref(h);
   uv_poll_start(&handles_->poll, UV_READABLE, [](uv_poll_t *h, int, int) {
     auto *hs = static_cast<Handles *>(h->data);
     if (hs->owner) hs->owner->Wake();

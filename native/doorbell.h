@@ -9,7 +9,8 @@
 // Sleep() is one-shot: the callback runs once, when the bell rings or the
 // timeout passes (a sleeper still wakes to sweep and to expire requests, and a
 // ring lost to a peer outside our network namespace costs one tick, not a
-// hang). While asleep the handles keep the process alive; otherwise not.
+// hang). While asleep the handles keep the process alive unless told not to;
+// otherwise not.
 #pragma once
 #include <napi.h>
 #include <uv.h>
@@ -34,8 +35,9 @@ class Doorbell {
   void Arm(uint32_t bit);
   // Clears every bit this participant set (it woke on its own or stops waiting).
   void Disarm();
-  // Polls the socket and starts the timer; the callback runs once.
-  void Sleep(uint64_t timeout_ms);
+  // Polls the socket and starts the timer; the callback runs once. With
+  // keep_alive false the wait does not keep the process alive.
+  void Sleep(uint64_t timeout_ms, bool keep_alive = true);
   // Stops polling without running the callback.
   void Stop();
 

@@ -7,7 +7,6 @@ namespace gpuring {
 
 namespace {
 constexpr uint64_t kForever = UINT64_MAX;
-constexpr int kLazyReapMs = 20;  // how stale released memory may get while nobody waits for it
 
 uint64_t DeadlineAfter(double timeout_ms) {
   if (timeout_ms < 0) return kForever;
@@ -16,7 +15,7 @@ uint64_t DeadlineAfter(double timeout_ms) {
 }  // namespace
 
 // Frees the memory of every in-flight frame whose slot was released.
-size_t ProducerState::ReapLocked() {
+size_t ProducerState::Reap() {
   size_t reaped = 0;
   for (auto it = inflight.begin(); it != inflight.end();) {
     if (!gpr_ring_reap(&seg, me, it->pos)) {
@@ -32,7 +31,7 @@ size_t ProducerState::ReapLocked() {
 }
 
 // Publishes waiting requests in order; stops at the first that does not fit.
-bool ProducerState::PublishPendingLocked() {
+bool ProducerState::PublishPending(Napi::Env env) {
   bool any = false;
   while (!pending.empty()) {
     Pending &p = pending.front();
@@ -40,106 +39,121 @@ bool ProducerState::PublishPendingLocked() {
     p.ref.frame_id = next_frame_id;  // ids are dense, in publication order
     int rc = gpr_ring_try_publish(&seg, me, &p.ref, &pos);
     if (rc == -static_cast<int>(GPR_E_FRAME_STATE)) {  // a sweeper took our claim back: fail, never wedge
-      ReturnAllocsLocked(p.allocs);
-      FinishPending(p.request, 0, GPR_E_FRAME_STATE, "the ring took this producer's slot back (was it judged dead?)");
+      ReturnAllocs(p.allocs);
+      Finish(env, p.request, 0, GPR_E_FRAME_STATE, "the ring took this producer's slot back (was it judged dead?)");
       pending.pop_front();
       continue;
     }
     if (rc != 0) break;
     next_frame_id++;
     inflight.push_back(Frame{p.ref.frame_id, pos, std::move(p.allocs)});
-    FinishPending(p.request, p.ref.frame_id, GPR_E_OK, "");
+    Finish(env, p.request, p.ref.frame_id, GPR_E_OK, "");
     pending.pop_front();
     any = true;
   }
   return any;
 }
 
-void ProducerState::ReturnAllocsLocked(const std::vector<gpr_allocation> &allocs) {
+void ProducerState::ReturnAllocs(const std::vector<gpr_allocation> &allocs) {
   // The body (first) was ours; the column buffers go back to their JS owner.
   if (!allocs.empty()) gpr_arena_free(&pool, &allocs[0]);
   for (size_t i = 1; i < allocs.size(); i++) loose[{allocs[i].arena, allocs[i].offset}] = allocs[i].length;
 }
 
-void ProducerState::ExpirePendingLocked() {
+void ProducerState::ExpirePending(Napi::Env env) {
   uint64_t now = gpr_monotonic_ns();
   for (auto it = pending.begin(); it != pending.end();) {
     if (it->deadline_ns > now) {
       ++it;
       continue;
     }
-    ReturnAllocsLocked(it->allocs);
+    ReturnAllocs(it->allocs);
     char why[512];
     gpr_ring_describe_full(&seg, why, sizeof why);
-    FinishPending(it->request, 0, GPR_E_TIMEOUT, std::string("publish timed out waiting for space: ") + why);
+    Finish(env, it->request, 0, GPR_E_TIMEOUT, std::string("publish timed out waiting for space: ") + why);
     it = pending.erase(it);
   }
 }
 
-void ProducerState::FinishPending(uint64_t request, uint64_t frame_id, gpr_code code, std::string why) {
-  auto self = shared_from_this();
-  thread.Post([self, request, frame_id, code, why](Napi::Env env) {
-    auto it = self->deferred.find(request);
-    if (it == self->deferred.end()) return;
-    if (code == GPR_E_OK) it->second.Resolve(Napi::Number::New(env, static_cast<double>(frame_id)));
-    else it->second.Reject(MakeError(env, code, why).Value());
-    self->deferred.erase(it);
-    self->thread.Drop(env);
-  });
+void ProducerState::Finish(Napi::Env env, uint64_t request, uint64_t frame_id, gpr_code code, const std::string &why) {
+  auto it = deferred.find(request);
+  if (it == deferred.end()) return;
+  if (code == GPR_E_OK) it->second.Resolve(Napi::Number::New(env, static_cast<double>(frame_id)));
+  else it->second.Reject(MakeError(env, code, why).Value());
+  deferred.erase(it);
 }
 
-void ProducerState::FlushReleases() {
+// Calls the JS release listener with the frames reaped since the last report.
+// Only from the event loop (OnWake): never inside a call JS made to us.
+void ProducerState::FlushReleases(Napi::Env env) {
+  if (released.empty() || !has_listener || on_release.IsEmpty()) return;
   std::vector<uint64_t> ids;
-  {
-    std::lock_guard<std::mutex> lock(thread.mu);
-    ids.swap(released);
-  }
-  if (ids.empty() || !has_listener.load()) return;
-  auto self = shared_from_this();
-  thread.Post([self, ids](Napi::Env env) {
-    if (self->on_release.IsEmpty()) return;
-    Napi::Array arr = Napi::Array::New(env, ids.size());
-    for (size_t i = 0; i < ids.size(); i++) arr.Set(i, Napi::Number::New(env, static_cast<double>(ids[i])));
-    self->on_release.Call({arr});
-  });
+  ids.swap(released);
+  Napi::Array arr = Napi::Array::New(env, ids.size());
+  for (size_t i = 0; i < ids.size(); i++) arr.Set(i, Napi::Number::New(env, static_cast<double>(ids[i])));
+  on_release.Call({arr});
 }
 
-void ProducerState::Loop() {
-  while (!thread.Stopping()) {
-    bool busy, urgent;
-    {
-      std::lock_guard<std::mutex> lock(thread.mu);
-      ReapLocked();
-      PublishPendingLocked();
-      ExpirePendingLocked();
-      busy = !pending.empty() || !inflight.empty();
-      urgent = !pending.empty() || (prompt.load() && !inflight.empty());
+// Requests waiting for space, or JS waiting for releases as they happen.
+bool ProducerState::Waiting() const { return !pending.empty() || (prompt && !inflight.empty()); }
+
+uint64_t ProducerState::NextWakeMs() const {
+  uint64_t now = gpr_monotonic_ns(), wake = tick_ms;
+  for (const Pending &p : pending)
+    if (p.deadline_ns != UINT64_MAX) wake = std::min(wake, p.deadline_ns > now ? (p.deadline_ns - now + 999999) / 1000000 : 0);
+  return wake;
+}
+
+// The doorbell protocol's sleeper side (gpuring/doorbell.h), for space: reap
+// and publish, arm the SPACE bell, look once more, and only then sleep. A
+// consumer's release rings us in one hop (no waiter thread), and the loop runs
+// OnWake. Releases reaped here that JS listens for are reported from the loop
+// (a zero-length sleep), never from inside the call that found them.
+void ProducerState::Service(Napi::Env env) {
+  bool armed = false;
+  for (;;) {
+    bool progressed = Reap() > 0;
+    progressed = PublishPending(env) || progressed;
+    ExpirePending(env);
+    if (!Waiting()) {
+      bell->Disarm();
+      if (!released.empty() && has_listener) bell->Sleep(0, holds > 0);
+      else bell->Stop();
+      return;
     }
-    FlushReleases();  // before any sleep: JS may be waiting on these (drain)
-    if (!urgent) {
-      // Idle, or frames in flight that nobody waits on: reap on a timer.
-      std::unique_lock<std::mutex> lock(thread.mu);
-      thread.cv_.wait_for(lock, std::chrono::milliseconds(busy ? kLazyReapMs : 250), [&] {
-        return thread.Stopping() || !pending.empty() || (!busy && !inflight.empty()) ||
-               (prompt.load() && !inflight.empty());
-      });
-    } else {
-      auto attempt = [](void *ctx) -> int {
-        auto *self = static_cast<ProducerState *>(ctx);
-        std::lock_guard<std::mutex> lock(self->thread.mu);
-        bool progressed = self->ReapLocked() > 0;
-        progressed = self->PublishPendingLocked() || progressed;
-        return progressed || self->thread.Stopping() ? 0 : -static_cast<int>(GPR_E_RING_FULL);
-      };
-      gpr_wait_for(&seg.control->space_seq, &seg.control->space_waiters, attempt, this,
-                   -static_cast<int>(GPR_E_RING_FULL), 50000000ull, 0);
+    if (armed && !progressed) {
+      // Keeps the process alive while a publish or a drain waits; a bare
+      // 'release' listener does not.
+      bell->Sleep(NextWakeMs(), !pending.empty() || holds > 0);
+      return;
     }
-    if (sweeps.Due()) gpr_sweep(&seg, nullptr, nullptr);
+    if (!armed) bell->Arm(GPR_BELL_SPACE);
+    armed = true;
+  }
+}
+
+// Runs on the event loop when the bell rang or the tick passed (see
+// ConsumerState::OnWake for the scopes and why nothing may escape).
+void ProducerState::OnWake() {
+  try {
+    Napi::Env e(env);
+    Napi::HandleScope handles(e);
+    Napi::CallbackScope scope(e, *async);
+    if (gpr_monotonic_ns() - last_sweep_ns >= tick_ms * 1000000ull) {
+      last_sweep_ns = gpr_monotonic_ns();
+      gpr_sweep(&seg, nullptr, nullptr);
+    }
+    Reap();
+    FlushReleases(e);
+    Service(e);
+  } catch (...) {
   }
 }
 
 void ProducerState::Shutdown() {
-  thread.Stop([this] { gpr_kick(&seg.control->space_seq); });
+  if (shut) return;
+  shut = true;
+  bell.reset();  // disarmed: nobody rings a participant that left
   Detach();  // the arenas stay named until no frame refers to them (recovery.h)
   gpr_arena_pool_destroy(&pool);
 }
@@ -162,7 +176,7 @@ Napi::Function ProducerCore::Define(Napi::Env env) {
                       InstanceMethod<&ProducerCore::Close>("close")});
 }
 
-// new ProducerCore(segmentName, arenaSizeBytes, openTimeoutMs, openFlags)
+// new ProducerCore(segmentName, arenaSizeBytes, openTimeoutMs, openFlags, sweepIntervalMs)
 ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<ProducerCore>(info) {
   Napi::Env env = info.Env();
   env_ = env;
@@ -173,7 +187,18 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
   s.Attach(env, name, info[2].As<Napi::Number>().Uint32Value(), info[3].As<Napi::Number>().Uint32Value(),
            GPR_ROLE_PRODUCER);
   gpr_arena_pool_init(&s.pool, &s.seg, s.me, s.gen, arena_size);
-  StartCore(env, s_, "gpuring-producer");
+  try {
+    s.env = env;
+    s.tick_ms = std::max<uint32_t>(1, info[4].As<Napi::Number>().Uint32Value());
+    s.async = std::make_unique<Napi::AsyncContext>(env, "gpuring-producer");
+    ProducerState *raw = s_.get();
+    s.bell = std::make_unique<Doorbell>(env, &s.seg, s.me, [raw] { raw->OnWake(); });
+  } catch (...) {
+    s.Shutdown();
+    throw;
+  }
+  std::shared_ptr<ProducerState> state = s_;
+  env.AddCleanupHook([state] { state->Shutdown(); });  // process exit without close()
   Value().Set("index", Napi::Number::New(env, s.me));
   Value().Set("generation", Napi::Number::New(env, s.gen));
 }
@@ -193,8 +218,7 @@ Napi::Value ProducerCore::Allocate(const Napi::CallbackInfo &info) {
   if (!(bytes >= 0) || bytes > static_cast<double>(GPR_MAX_COUNT))
     Throw(env, GPR_E_INVALID_ARGUMENT, "allocation size must be a non-negative integer");
   gpr_allocation a{};
-  std::lock_guard<std::mutex> lock(s_->thread.mu);
-  s_->ReapLocked();
+  s_->Reap();
   Check(env, [&](gpr_error *e) { return gpr_arena_alloc(&s_->pool, static_cast<uint64_t>(bytes), &a, e); });
   s_->loose[{a.arena, a.offset}] = a.length;
   Napi::Array out = Napi::Array::New(env, 3);
@@ -209,7 +233,6 @@ Napi::Value ProducerCore::Free(const Napi::CallbackInfo &info) {
   RequireOpen(env);
   uint32_t arena = info[0].As<Napi::Number>().Uint32Value();
   uint64_t offset = static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue());
-  std::lock_guard<std::mutex> lock(s_->thread.mu);
   auto it = s_->loose.find({arena, offset});
   if (it == s_->loose.end()) Throw(env, GPR_E_INVALID_ARGUMENT, "not an unpublished allocation of this producer");
   gpr_allocation a{arena, offset, it->second, nullptr};
@@ -222,7 +245,6 @@ Napi::Value ProducerCore::ArenaBuffer(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
   uint32_t n = info[0].As<Napi::Number>().Uint32Value();
-  std::lock_guard<std::mutex> lock(s_->thread.mu);
   if (n >= s_->pool.count || !s_->pool.arenas[n].base) Throw(env, GPR_E_INVALID_ARGUMENT, "no such arena");
   return MapArenaBuffer(env, s_->pool.arenas[n].fd, s_->pool.arenas[n].size);
 }
@@ -253,7 +275,6 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   uint64_t tag = ToU64(info[2]);
   double timeout_ms = info[3].As<Napi::Number>().DoubleValue();
   ProducerState &s = *s_;
-  std::lock_guard<std::mutex> lock(s.thread.mu);
   std::vector<gpr_allocation> allocs(1);
   for (size_t i = 0; i + 2 < list.ElementLength(); i += 3) {
     gpr_allocation a{static_cast<uint32_t>(list[i]), static_cast<uint64_t>(list[i + 1]),
@@ -263,7 +284,7 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
       Throw(env, GPR_E_INVALID_ARGUMENT, "a column buffer is not an unpublished allocation of this producer");
     allocs.push_back(a);
   }
-  s.ReapLocked();
+  s.Reap();
   Napi::Value out = Enqueue(env, body.Data(), body.ByteLength(), std::move(allocs), tag, timeout_ms);
   if (out.IsEmpty()) {
     char why[512];
@@ -288,8 +309,7 @@ Napi::Value ProducerCore::PublishMany(const Napi::CallbackInfo &info) {
     Throw(env, GPR_E_INVALID_ARGUMENT, "publishMany(): fewer tags than frames");
   double timeout_ms = info[3].As<Napi::Number>().DoubleValue();
   ProducerState &s = *s_;
-  std::lock_guard<std::mutex> lock(s.thread.mu);
-  s.ReapLocked();
+  s.Reap();
   Napi::Array out = Napi::Array::New(env);
   for (uint32_t i = 0; i < count; i++) {
     uint64_t tag = tagged ? info[2].As<Napi::BigUint64Array>()[i] : 0;
@@ -322,21 +342,19 @@ Napi::Value ProducerCore::Enqueue(Napi::Env env, const uint8_t *body, size_t len
   if (s.pending.empty() && gpr_ring_try_publish(&s.seg, s.me, &ref, &pos) == 0) {
     s.next_frame_id++;
     s.inflight.push_back(ProducerState::Frame{ref.frame_id, pos, std::move(allocs)});
-    // An idle thread sleeps on the condition variable, deaf to releases: if JS
-    // waits for them, the first frame in flight moves it to the ring's futex.
-    if (s.inflight.size() == 1 && s.prompt.load()) s.thread.cv_.notify_all();
+    // JS waits for releases: the first frame in flight starts the watch.
+    if (s.inflight.size() == 1 && s.prompt) s.Service(env);
     return Napi::Number::New(env, static_cast<double>(ref.frame_id));
   }
   if (timeout_ms == 0) {
-    s.ReturnAllocsLocked(allocs);
+    s.ReturnAllocs(allocs);
     return Napi::Value();
   }
   uint64_t request = s.next_request++;
   s.pending.push_back(ProducerState::Pending{request, DeadlineAfter(timeout_ms), ref, std::move(allocs)});
   auto deferred = Napi::Promise::Deferred::New(env);
   s.deferred.emplace(request, deferred);
-  s.thread.Retain(env);
-  s.thread.cv_.notify_all();
+  s.Service(env);
   return deferred.Promise();
 }
 
@@ -357,34 +375,32 @@ Napi::Value ProducerCore::OnRelease(const Napi::CallbackInfo &info) {
 Napi::Value ProducerCore::TakeReleased(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   std::vector<uint64_t> ids;
-  {
-    std::lock_guard<std::mutex> lock(s_->thread.mu);
-    ids.swap(s_->released);
-  }
+  ids.swap(s_->released);
   Napi::Array arr = Napi::Array::New(env, ids.size());
   for (size_t i = 0; i < ids.size(); i++) arr.Set(i, Napi::Number::New(env, static_cast<double>(ids[i])));
   return arr;
 }
 
-// keepAlive(true) while JS waits for releases (drain), keepAlive(false) after.
 // promptReleases(on): whether JS waits for releases as they happen (see
-// ProducerState::prompt). Wakes the thread so that it starts watching at once.
+// ProducerState::prompt). Starts the watch at once.
 Napi::Value ProducerCore::PromptReleases(const Napi::CallbackInfo &info) {
   s_->prompt = info[0].As<Napi::Boolean>().Value();
-  s_->thread.cv_.notify_all();
+  if (!closed_) s_->Service(info.Env());
   return info.Env().Undefined();
 }
 
+// keepAlive(true) while JS waits for releases (drain), keepAlive(false) after:
+// a watch for releases keeps the process alive only then.
 Napi::Value ProducerCore::KeepAlive(const Napi::CallbackInfo &info) {
-  if (info[0].As<Napi::Boolean>()) s_->thread.Retain(info.Env());
-  else s_->thread.Drop(info.Env());
+  if (info[0].As<Napi::Boolean>()) s_->holds++;
+  else if (s_->holds > 0) s_->holds--;
+  if (!closed_) s_->Service(info.Env());
   return info.Env().Undefined();
 }
 
 Napi::Value ProducerCore::Stats(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
-  std::lock_guard<std::mutex> lock(s_->thread.mu);
   o.Set("inFlight", Napi::Number::New(env, static_cast<double>(s_->inflight.size())));
   o.Set("waiting", Napi::Number::New(env, static_cast<double>(s_->pending.size())));
   o.Set("unpublishedAllocations", Napi::Number::New(env, static_cast<double>(s_->loose.size())));

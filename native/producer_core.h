@@ -1,8 +1,10 @@
-// ProducerCore: one producer participant. Owns its host arenas, publishes frame
-// bodies into the ring, and reclaims a frame's memory only after its slot was
-// released. Publishing takes the fast path on the JS thread; when the ring is
-// full the request waits on the core's thread (backpressure) until space
-// appears, its deadline passes, or the producer closes.
+// ProducerCore: one producer participant, driven entirely from the JS thread.
+// Owns its host arenas, publishes frame bodies into the ring, and reclaims a
+// frame's memory only after its slot was released. When the ring is full a
+// request waits in order (backpressure) and the producer sleeps on its
+// Doorbell's SPACE bell, which the event loop polls: a consumer's release wakes
+// the loop directly (one wake-up, no waiter thread), until space appears, the
+// request's deadline passes, or the producer closes.
 #pragma once
 #include <napi.h>
 #include <deque>
@@ -11,16 +13,14 @@
 #include <memory>
 #include <vector>
 #include "attachment.h"
-#include "core_thread.h"
+#include "doorbell.h"
 #include "gpuring.h"
 
 namespace gpuring {
 
-struct ProducerState : Attachment, std::enable_shared_from_this<ProducerState> {
+struct ProducerState : Attachment {
   gpr_arena_pool pool{};
   uint64_t next_frame_id = 1;
-  CoreThread thread;
-  SweepClock sweeps{250000000ull};
 
   struct Frame {
     uint64_t id;
@@ -33,29 +33,40 @@ struct ProducerState : Attachment, std::enable_shared_from_this<ProducerState> {
     gpr_frame_ref ref;
     std::vector<gpr_allocation> allocs;
   };
-  // Guarded by thread.mu:
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> loose;  // allocated, not yet published
   std::deque<Frame> inflight;
   std::deque<Pending> pending;
   std::vector<uint64_t> released;      // frame ids not yet reported to JS
-  std::map<uint64_t, Napi::Promise::Deferred> deferred;  // JS thread only
-  Napi::FunctionReference on_release;  // JS thread only
+  std::map<uint64_t, Napi::Promise::Deferred> deferred;
+  Napi::FunctionReference on_release;
   uint64_t next_request = 1;
 
-  std::atomic<bool> has_listener{false};
+  napi_env env = nullptr;
+  std::unique_ptr<Napi::AsyncContext> async;
+  std::unique_ptr<Doorbell> bell;
+  // A waiting producer still wakes this often: to sweep for dead consumers
+  // (whose leases hold the slots it waits for), and to expire requests.
+  uint64_t tick_ms = 250;
+  uint64_t last_sweep_ns = 0;
+  bool has_listener = false;
   // Someone waits for releases as they happen (drain(), a 'release' listener,
-  // releases()): the thread then sleeps on the ring's futex, and every release
-  // wakes it. Otherwise it reaps every kLazyReapMs and at each publish, and
-  // consumers' releases cost them no system call and no wake-up of ours.
-  std::atomic<bool> prompt{false};
+  // releases()): the producer then sleeps on its SPACE bell, which every
+  // release rings. Otherwise it reaps at each publish, and consumers' releases
+  // cost them no system call and no wake-up of ours.
+  bool prompt = false;
+  uint32_t holds = 0;  // drains in progress: the watch keeps the process alive
+  bool shut = false;
 
-  size_t ReapLocked();
-  bool PublishPendingLocked();
-  void ExpirePendingLocked();
-  void ReturnAllocsLocked(const std::vector<gpr_allocation> &allocs);
-  void Loop();
-  void FinishPending(uint64_t request, uint64_t frame_id, gpr_code code, std::string why);
-  void FlushReleases();
+  size_t Reap();
+  bool PublishPending(Napi::Env env);
+  void ExpirePending(Napi::Env env);
+  void ReturnAllocs(const std::vector<gpr_allocation> &allocs);
+  void Finish(Napi::Env env, uint64_t request, uint64_t frame_id, gpr_code code, const std::string &why);
+  void FlushReleases(Napi::Env env);
+  bool Waiting() const;
+  uint64_t NextWakeMs() const;
+  void Service(Napi::Env env);
+  void OnWake();
   void Shutdown();
 };
 

@@ -1,10 +1,13 @@
 // A consumer asleep in next() sleeps on its doorbell (SPEC.md §6.1), and the
-// producers of every language ring it. The consumer's sweep tick is set to ten
-// minutes, so a frame can only reach it through the ring: a broken doorbell
-// fails these tests with TIMEOUT instead of passing slowly.
+// producers of every language ring it; a producer waiting for space (or in
+// drain()) sleeps on its own, and the consumers of every language ring it as
+// they release. The sleeper's sweep tick is set to ten minutes, so it can only
+// be woken through the ring: a broken doorbell fails these tests with TIMEOUT
+// instead of passing slowly.
 import { spawn, type ChildProcess } from 'node:child_process';
 import test from 'ava';
-import { Consumer, type Ring } from '../lib/index.js';
+import { Int32, Table, vectorFromArray } from 'apache-arrow';
+import { Consumer, Producer, type Ring } from '../lib/index.js';
 import { child, cProgram, eventually, exitOf, root, withRing } from './helpers/ring.js';
 
 const NEVER_SWEEP = 600_000;
@@ -126,3 +129,41 @@ test('a sleeper killed while registered costs nothing: its doorbell is cleared, 
     consumer.close();
   });
 });
+
+const pythonConsumer = (name: string, frames: number) =>
+  spawn('python3', ['-c', `
+import sys, gpuring
+with gpuring.Consumer.open(sys.argv[1]) as c:
+    for _ in range(int(sys.argv[2])):
+        c.next(timeout=30).release()
+`, name, String(frames)], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, PYTHONPATH: `${root}/interop/python/src` } });
+
+const consumers: Record<string, (name: string, frames: number) => ChildProcess> = {
+  Node: (name, frames) => child('take-release', name, frames),
+  C: (name, frames) => spawn(cProgram('consumer', 'interop/c'), [name, String(frames)], { stdio: ['ignore', 'ignore', 'inherit'] }),
+  Python: pythonConsumer,
+};
+
+const oneRow = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
+
+for (const [language, start] of Object.entries(consumers)) {
+  test(`a producer waiting for space sleeps on its doorbell and is woken by a ${language} consumer's releases`, async (t) => {
+    await withRing(`space-${language}`, { slots: 4 }, async (ring, name) => {
+      const producer = Producer.open(name, { sweepInterval: NEVER_SWEEP });
+      for (let i = 0; i < 4; i++) await producer.publish(oneRow(i), { timeout: 0 });
+      const blocked = producer.publish(oneRow(4), WAIT);
+      t.true(await eventually(() => asleep(ring, producer.index).includes('space')), 'the waiting producer declares itself asleep');
+      t.is(ring.inspect().doorbells.space, 1);
+      const consumer = start(name, 20);
+      t.true((await blocked) > 0);
+      for (let i = 5; i < 20; i++) await producer.publish(oneRow(i), WAIT);
+      const draining = producer.drain();
+      t.is((await exitOf(consumer)).code, 0);
+      await draining;
+      t.is(producer.inFlight, 0, 'every frame came back');
+      t.deepEqual(asleep(ring, producer.index), [], 'nobody waits, nobody is asleep');
+      t.is(ring.inspect().doorbells.space, 0);
+      producer.close();
+    });
+  });
+}

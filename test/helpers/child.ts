@@ -5,6 +5,7 @@
  *   publish-wide NAME COLUMNS     publishes a table of COLUMNS columns
  *   stress-produce NAME ID FRAMES publishes FRAMES small frames tagged ID, drains, exits
  *   stress-consume NAME           consumes and checks frames until told 'stop' (IPC), reports what it saw
+ *   take-release NAME COUNT       takes and releases COUNT frames, then exits
  *   hold NAME COUNT               takes COUNT frames, never releases them, reports their tags, waits to be killed
  *   forget-to-close NAME          attaches as producer and consumer, publishes, takes a frame and just returns
  *   leak-frame NAME               takes a frame, drops it without release(), collects garbage until the
@@ -78,6 +79,12 @@ async function main(): Promise<void> {
     }
     case 'stress-consume':
       return stressConsume();
+    case 'take-release': {
+      const consumer = Consumer.open(name!);
+      for (let i = 0; i < Number(args[0]); i++) (await consumer.next({ timeout: 30_000 })).release();
+      consumer.close();
+      return;
+    }
     case 'hold': {
       const consumer = Consumer.open(name!);
       const held: Frame[] = []; // kept reachable: a collected frame would have its lease ended for it
