@@ -368,13 +368,16 @@ export class Producer {
       throw error;
     }
     const holds = owned.eventId >= 0; // frames without an event hold nothing to free
+    // Each frame is tracked the moment it is in the ring, not when the whole
+    // batch is: its release may be reported while later frames still wait for
+    // space, and a release reported before its frame is tracked would be lost.
+    const track = (id: number) => (this.#inFlight.add(id), holds && this.#deviceFrames.set(id, owned), id);
     const ids: number[] = [];
     let failure: unknown;
-    const track = (id: number) => (ids.push(id), this.#inFlight.add(id), holds && this.#deviceFrames.set(id, owned));
-    if (results.every((r) => typeof r === 'number')) for (const id of results as number[]) track(id);
+    if (results.every((r) => typeof r === 'number')) for (const id of results as number[]) ids.push(track(id));
     else
-      for (const r of await Promise.allSettled(results.map((p) => (typeof p === 'number' ? p : awaitNative(p)))))
-        if (r.status === 'fulfilled') track(r.value);
+      for (const r of await Promise.allSettled(results.map((p) => (typeof p === 'number' ? track(p) : awaitNative(p).then(track)))))
+        if (r.status === 'fulfilled') ids.push(r.value);
         else failure ??= r.reason;
     if (holds && ids.length < count) this.#freeDevice(owned, count - ids.length);
     if (failure !== undefined) throw failure;

@@ -7,6 +7,7 @@ namespace gpuring {
 
 namespace {
 constexpr uint64_t kForever = UINT64_MAX;
+constexpr uint64_t kLazyReapMs = 20;  // how stale released memory may get while nobody waits for it
 
 uint64_t DeadlineAfter(double timeout_ms) {
   if (timeout_ms < 0) return kForever;
@@ -118,6 +119,10 @@ void ProducerState::Service(Napi::Env env) {
     if (!Waiting()) {
       bell->Disarm();
       if (!released.empty() && has_listener) bell->Sleep(0, holds > 0);
+      // Frames in flight and nobody waiting: reap now and then (and sweep every
+      // tick), so memory, inFlight and 'release' events come back while this
+      // producer is idle, without the consumers' releases ringing us.
+      else if (!inflight.empty()) bell->Sleep(kLazyReapMs, false);
       else bell->Stop();
       return;
     }
@@ -342,8 +347,8 @@ Napi::Value ProducerCore::Enqueue(Napi::Env env, const uint8_t *body, size_t len
   if (s.pending.empty() && gpr_ring_try_publish(&s.seg, s.me, &ref, &pos) == 0) {
     s.next_frame_id++;
     s.inflight.push_back(ProducerState::Frame{ref.frame_id, pos, std::move(allocs)});
-    // JS waits for releases: the first frame in flight starts the watch.
-    if (s.inflight.size() == 1 && s.prompt) s.Service(env);
+    // The first frame in flight starts the watch for releases (prompt, or lazy).
+    if (s.inflight.size() == 1) s.Service(env);
     return Napi::Number::New(env, static_cast<double>(ref.frame_id));
   }
   if (timeout_ms == 0) {

@@ -106,6 +106,20 @@ test('a consumer killed while holding leases: its leases are released to the pro
   });
 });
 
+test('an idle producer with no release listener still learns of a killed consumer\'s leases: inFlight falls, memory comes back', async (t) => {
+  await withRing('kill-idle', { slots: 16 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    await publish(producer, 0, 6);
+    const holder = child('hold', name, 4);
+    await nextLine(holder);
+    holder.kill('SIGKILL');
+    await exitOf(holder);
+    // Nothing waits: the producer reaps now and then and sweeps every tick on its own.
+    t.true(await eventually(() => producer.inFlight === 2), `in flight: ${producer.inFlight}`);
+    producer.close();
+  });
+});
+
 test('a consumer killed between taking a frame and handing it over: the frame goes to another consumer', async (t) => {
   await withRing('kill-claim', { slots: 8 }, async (ring, name) => {
     const producer = Producer.open(name);

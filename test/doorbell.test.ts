@@ -8,6 +8,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import test from 'ava';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
 import { Consumer, Producer, type Ring } from '../lib/index.js';
+import { describeBatch } from '../lib/arrow/table-writer.js';
+import { absentBuffer } from '../lib/codec/description.js';
 import { child, cProgram, eventually, exitOf, root, withRing } from './helpers/ring.js';
 
 const NEVER_SWEEP = 600_000;
@@ -145,6 +147,8 @@ const consumers: Record<string, (name: string, frames: number) => ChildProcess> 
 };
 
 const oneRow = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
+/** A zero-row frame with no buffers, for prepare(). */
+const emptyFrame = () => describeBatch(new Table({ i: vectorFromArray([], new Int32()) }), { place: () => absentBuffer() });
 
 for (const [language, start] of Object.entries(consumers)) {
   test(`a producer waiting for space sleeps on its doorbell and is woken by a ${language} consumer's releases`, async (t) => {
@@ -167,3 +171,19 @@ for (const [language, start] of Object.entries(consumers)) {
     });
   });
 }
+
+test('publishMany() through a full ring while a consumer releases: every frame is tracked as it goes in, drain() resolves', async (t) => {
+  // Releases of a batch's first frames are reported while its last ones still
+  // wait for space; a frame tracked only once the whole batch was in would stay
+  // "in flight" for ever, and drain() would never resolve.
+  await withRing('space-many', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const frame = producer.prepare(emptyFrame());
+    const consumer = child('take-release', name, 400);
+    for (let i = 0; i < 400; i += 100) t.is((await frame.publishMany(100, WAIT)).length, 100);
+    await Promise.race([producer.drain(), new Promise((_, reject) => setTimeout(() => reject(new Error(`drain() still waits; in flight: ${producer.inFlight}`)), 20_000))]);
+    t.is(producer.inFlight, 0);
+    t.is((await exitOf(consumer)).code, 0);
+    producer.close();
+  });
+});
