@@ -2,6 +2,7 @@
   "sources": [
     "native/addon.cc",
     "native/attachment.cc",
+    "native/loop_participant.cc",
     "native/errors.cc",
     "native/segment_handle.cc",
     "native/producer_core.cc",

@@ -88,24 +88,12 @@ void ConsumerState::Service(Napi::Env env) {
   }
 }
 
-// Runs on the event loop when the bell rang or the tick passed. The callback
-// scope makes the promises resolved here run their continuations at once.
-// Nothing may escape a libuv callback: while Node tears the environment down
-// it still runs the loop once (before our cleanup hook stops these handles),
-// and then JS cannot be called; the waits die with the process anyway.
+// Runs on the event loop when the bell rang or the tick passed.
 void ConsumerState::OnWake() {
-  try {
-    Napi::Env e(env);
-    Napi::HandleScope handles(e);
-    Napi::CallbackScope scope(e, *async);
-    if (gpr_monotonic_ns() - last_sweep_ns >= tick_ms * 1000000ull) {
-      last_sweep_ns = gpr_monotonic_ns();
-      gpr_sweep(&seg, nullptr, nullptr);
-    }
+  Woken([this](Napi::Env e) {
     stream_releases.Collect();
     Service(e);
-  } catch (...) {
-  }
+  });
 }
 
 void ConsumerState::Shutdown() {
@@ -141,12 +129,9 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   s.Attach(env, name, info[1].As<Napi::Number>().Uint32Value(), info[3].As<Napi::Number>().Uint32Value(),
            GPR_ROLE_CONSUMER);
   try {
-    s.env = env;
-    s.tick_ms = std::max<uint32_t>(1, info[2].As<Napi::Number>().Uint32Value());
-    s.async = std::make_unique<Napi::AsyncContext>(env, "gpuring-consumer");
     s.bodies = std::make_unique<BodyReader>(&s.seg);
     ConsumerState *raw = s_.get();
-    s.bell = std::make_unique<Doorbell>(env, &s.seg, s.me, [raw] { raw->OnWake(); });
+    s.StartBell(env, "gpuring-consumer", info[2].As<Napi::Number>().Uint32Value(), [raw] { raw->OnWake(); });
   } catch (...) {
     s.Shutdown();
     throw;

@@ -14,28 +14,19 @@
 #include <optional>
 #include <vector>
 #include "arena_map.h"
-#include "attachment.h"
-#include "doorbell.h"
+#include "loop_participant.h"
 #include "gpuring.h"
 #include "stream_release.h"
 
 namespace gpuring {
 
-struct ConsumerState : Attachment {
+struct ConsumerState : LoopParticipant {
   struct Request {
     uint64_t id;
     uint64_t deadline_ns;
     Napi::Promise::Deferred deferred;
   };
 
-  napi_env env = nullptr;
-  std::unique_ptr<Napi::AsyncContext> async;
-  std::unique_ptr<Doorbell> bell;
-  // A sleeping consumer still wakes this often: to sweep for dead producers
-  // (whose unpublished claims block the ring until a sweep skips them), and so
-  // that a ring lost to a peer outside our network namespace costs one tick.
-  uint64_t tick_ms = 250;
-  uint64_t last_sweep_ns = 0;
   std::unique_ptr<BodyReader> bodies;
   StreamReleases stream_releases;
   std::deque<Request> pending;

@@ -137,22 +137,13 @@ void ProducerState::Service(Napi::Env env) {
   }
 }
 
-// Runs on the event loop when the bell rang or the tick passed (see
-// ConsumerState::OnWake for the scopes and why nothing may escape).
+// Runs on the event loop when the bell rang or the tick passed.
 void ProducerState::OnWake() {
-  try {
-    Napi::Env e(env);
-    Napi::HandleScope handles(e);
-    Napi::CallbackScope scope(e, *async);
-    if (gpr_monotonic_ns() - last_sweep_ns >= tick_ms * 1000000ull) {
-      last_sweep_ns = gpr_monotonic_ns();
-      gpr_sweep(&seg, nullptr, nullptr);
-    }
+  Woken([this](Napi::Env e) {
     Reap();
     FlushReleases(e);
     Service(e);
-  } catch (...) {
-  }
+  });
 }
 
 void ProducerState::Shutdown() {
@@ -193,11 +184,8 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
            GPR_ROLE_PRODUCER);
   gpr_arena_pool_init(&s.pool, &s.seg, s.me, s.gen, arena_size);
   try {
-    s.env = env;
-    s.tick_ms = std::max<uint32_t>(1, info[4].As<Napi::Number>().Uint32Value());
-    s.async = std::make_unique<Napi::AsyncContext>(env, "gpuring-producer");
     ProducerState *raw = s_.get();
-    s.bell = std::make_unique<Doorbell>(env, &s.seg, s.me, [raw] { raw->OnWake(); });
+    s.StartBell(env, "gpuring-producer", info[4].As<Napi::Number>().Uint32Value(), [raw] { raw->OnWake(); });
   } catch (...) {
     s.Shutdown();
     throw;

@@ -12,13 +12,12 @@
 #include <string>
 #include <memory>
 #include <vector>
-#include "attachment.h"
-#include "doorbell.h"
+#include "loop_participant.h"
 #include "gpuring.h"
 
 namespace gpuring {
 
-struct ProducerState : Attachment {
+struct ProducerState : LoopParticipant {
   gpr_arena_pool pool{};
   uint64_t next_frame_id = 1;
 
@@ -41,13 +40,6 @@ struct ProducerState : Attachment {
   Napi::FunctionReference on_release;
   uint64_t next_request = 1;
 
-  napi_env env = nullptr;
-  std::unique_ptr<Napi::AsyncContext> async;
-  std::unique_ptr<Doorbell> bell;
-  // A waiting producer still wakes this often: to sweep for dead consumers
-  // (whose leases hold the slots it waits for), and to expire requests.
-  uint64_t tick_ms = 250;
-  uint64_t last_sweep_ns = 0;
   bool has_listener = false;
   // Someone waits for releases as they happen (drain(), a 'release' listener,
   // releases()): the producer then sleeps on its SPACE bell, which every

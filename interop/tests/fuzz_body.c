@@ -85,20 +85,15 @@ static int load_bodies(const char *dir, seed_body *out, int max) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: fuzz_body FIXTURES_DIR ITERATIONS [SEED]\n");
-    return 2;
-  }
   char dir[512];
-  snprintf(dir, sizeof dir, "%s/frames", argv[1]);
+  long iterations;
+  if (gpr_fuzz_args(argc, argv, "frames", dir, sizeof dir, &iterations) != 0) return 2;
   seed_body seeds[64];
   int count = load_bodies(dir, seeds, 64);
   if (count == 0) {
     fprintf(stderr, "fuzz_body: no bodies in %s\n", dir);
     return 2;
   }
-  long iterations = strtol(argv[2], NULL, 10);
-  gpr_mutation_seed(argc > 3 ? strtoull(argv[3], NULL, 10) : 1);
   for (long i = 0; i < iterations; i++) {
     const seed_body *s = &seeds[gpr_rnd((uint64_t)count)];
     uint8_t *body = (uint8_t *)malloc(s->n);

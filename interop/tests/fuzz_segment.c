@@ -162,20 +162,15 @@ static void report(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: fuzz_segment FIXTURES_DIR ITERATIONS [SEED]\n");
-    return 2;
-  }
   char dir[512];
-  snprintf(dir, sizeof dir, "%s/segments", argv[1]);
+  long iterations;
+  if (gpr_fuzz_args(argc, argv, "segments", dir, sizeof dir, &iterations) != 0) return 2;
   image images[64];
   int count = load_images(dir, images, 64);
   if (count == 0) {
     fprintf(stderr, "fuzz_segment: no images in %s\n", dir);
     return 2;
   }
-  long iterations = strtol(argv[2], NULL, 10);
-  gpr_mutation_seed(argc > 3 ? strtoull(argv[3], NULL, 10) : 1);
   for (long i = 0; i < iterations; i++) {
     const image *im = &images[gpr_rnd((uint64_t)count)];
     uint8_t *segment = (uint8_t *)malloc(im->segment_n + 1);

@@ -4,6 +4,8 @@
 #ifndef GPR_TEST_MUTATION_H
 #define GPR_TEST_MUTATION_H
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint64_t gpr_rng_state = 1;
@@ -46,6 +48,21 @@ static inline __attribute__((unused)) void gpr_mutate(uint8_t *b, size_t n) {
       b[at] = (uint8_t)gpr_rnd(256);
     }
   }
+}
+
+/* The bounded runs' command line, "NAME FIXTURES_DIR ITERATIONS [SEED]": the
+ * seed folder FIXTURES_DIR/SUBDIR in `dir`, the iteration count, and the
+ * generator seeded. 0, or 2 (the usage printed) when the arguments are short. */
+static inline __attribute__((unused)) int gpr_fuzz_args(int argc, char **argv, const char *subdir, char *dir,
+                                                        size_t dir_size, long *iterations) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s FIXTURES_DIR ITERATIONS [SEED]\n", argv[0]);
+    return 2;
+  }
+  snprintf(dir, dir_size, "%s/%s", argv[1], subdir);
+  *iterations = strtol(argv[2], NULL, 10);
+  gpr_mutation_seed(argc > 3 ? strtoull(argv[3], NULL, 10) : 1);
+  return 0;
 }
 
 #endif

@@ -1,0 +1,26 @@
+#include "loop_participant.h"
+
+namespace gpuring {
+
+void LoopParticipant::StartBell(Napi::Env e, const char *resource, uint32_t tick, std::function<void()> on_wake) {
+  env = e;
+  tick_ms = std::max<uint32_t>(1, tick);
+  async = std::make_unique<Napi::AsyncContext>(e, resource);
+  bell = std::make_unique<Doorbell>(e, &seg, me, std::move(on_wake));
+}
+
+void LoopParticipant::Woken(const std::function<void(Napi::Env)> &serve) {
+  try {
+    Napi::Env e(env);
+    Napi::HandleScope handles(e);
+    Napi::CallbackScope scope(e, *async);
+    if (gpr_monotonic_ns() - last_sweep_ns >= tick_ms * 1000000ull) {
+      last_sweep_ns = gpr_monotonic_ns();
+      gpr_sweep(&seg, nullptr, nullptr);
+    }
+    serve(e);
+  } catch (...) {
+  }
+}
+
+}  // namespace gpuring

@@ -1,0 +1,33 @@
+// A participant driven from the JS thread: its attachment, its Doorbell, and
+// the way a wake-up runs on the event loop. Shared by the producer and consumer
+// cores, which differ only in what they serve when woken.
+#pragma once
+#include <napi.h>
+#include <functional>
+#include <memory>
+#include "attachment.h"
+#include "doorbell.h"
+
+namespace gpuring {
+
+struct LoopParticipant : Attachment {
+  napi_env env = nullptr;
+  std::unique_ptr<Napi::AsyncContext> async;
+  std::unique_ptr<Doorbell> bell;
+  // A sleeper still wakes this often: to sweep for dead participants (whose
+  // claims or leases hold the ring up), to expire requests, and so that a ring
+  // lost to a peer outside our network namespace costs one tick, not a hang.
+  uint64_t tick_ms = 250;
+  uint64_t last_sweep_ns = 0;
+
+  // Creates the doorbell; `on_wake` runs on the event loop (see Woken).
+  void StartBell(Napi::Env env, const char *resource, uint32_t tick_ms, std::function<void()> on_wake);
+  // Runs `serve` for a wake-up, sweeping first when a tick has passed. The
+  // callback scope makes promises resolved there run their continuations at
+  // once. Nothing may escape a libuv callback: while Node tears the
+  // environment down it still runs the loop once (before our cleanup hook stops
+  // these handles), and then JS cannot be called; waits die with the process.
+  void Woken(const std::function<void(Napi::Env)> &serve);
+};
+
+}  // namespace gpuring
