@@ -14,14 +14,15 @@
  * alive; an idle consumer does not, and its leases are released when the
  * process exits even if `close()` was never called.
  */
-import { DeviceMappings } from './device-mappings.js';
-import { Frame, type FrameSource } from './frame.js';
+import { Frame, type FrameSource, type Lease } from './frame.js';
 import { Header } from './codec/layout.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
 import { batchOptions, consumerOptions, nextOptions, openFlags, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
 
 const MAX_CACHED_ARENAS = 256;
+/** Frames handed out since the last leak-watch pass; a loop that never yields to the event loop passes here. */
+const MAX_UNWATCHED = 1024;
 /** Bytes before the body in what the native core hands over (see ReceivedRecord). */
 const RECORD_BYTES = 32;
 
@@ -38,8 +39,15 @@ export class Consumer implements AsyncIterable<Frame> {
    * Frames collected while still leased would hold their slots forever: one such
    * frame stops the whole ring a lap later (slots come free in order). Their
    * leases are ended for them, with a warning: the bug is the missing release().
+   * Registering costs more than the rest of a frame's hand-over, so frames are
+   * watched from the next turn of the event loop: most are released by then
+   * and never need it.
    */
-  readonly #unreleased = new FinalizationRegistry<{ pos: number; devices: DeviceMappings }>((lost) => this.#rescue(lost));
+  readonly #unreleased = new FinalizationRegistry<Lease>((lost) => this.#rescue(lost));
+  readonly #unwatched: Frame[] = [];
+  #watchPass: NodeJS.Immediate | undefined;
+  /** The chunk the native core writes single records into (ReceivedRecord), and a view of it. */
+  #chunk: DataView | undefined;
   #closed = false;
 
   private constructor(name: string, core: NativeConsumerCore) {
@@ -49,7 +57,7 @@ export class Consumer implements AsyncIterable<Frame> {
       arena: (arenaName) => this.#arena(arenaName),
       release: (pos) => callNative(() => this.#core.release(pos)),
       handBack: (pos) => callNative(() => this.#core.handBack(pos)),
-      settle: (frame) => this.#unreleased.unregister(frame),
+      settle: (frame, lease) => lease.watched && this.#unreleased.unregister(frame),
       releaseAfter: (pos, device, stream, mappings) => callNative(() => this.#core.releaseAfter(pos, device, stream, mappings)),
     };
   }
@@ -75,7 +83,7 @@ export class Consumer implements AsyncIterable<Frame> {
   tryNext(): Frame | null {
     this.#requireOpen();
     const record = callNative(() => this.#core.tryNext());
-    return record && this.#frame(record);
+    return record === null ? null : this.#received(record);
   }
 
   /**
@@ -94,12 +102,12 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#requireOpen();
     if (o.signal?.aborted) throw new GpuringError('ABORTED', 'the wait for a frame was aborted', { cause: o.signal.reason });
     const ready = callNative(() => this.#core.tryNext(Math.min(o.spin, o.timeout * 1000)));
-    if (ready) return this.#frame(ready);
+    if (ready !== null) return this.#received(ready);
     const [request, promise] = callNative(() => this.#core.wait(toNativeTimeout(o.timeout)));
     const abort = () => this.#core.cancel(request);
     o.signal?.addEventListener('abort', abort, { once: true });
     try {
-      return this.#frame(await awaitNative(promise));
+      return this.#received(await awaitNative(promise));
     } finally {
       o.signal?.removeEventListener('abort', abort);
     }
@@ -126,12 +134,10 @@ export class Consumer implements AsyncIterable<Frame> {
     const ready = callNative(() => this.#core.tryNextMany(max));
     if (!ready) return [];
     const [records, used] = ready;
+    const view = new DataView(records);
     const frames: Frame[] = [];
-    for (let at = 0; at < used; ) {
-      const length = new DataView(records, at + RECORD_BYTES).getUint32(Header.bodyLength, true);
-      frames.push(this.#frame(records, at, length));
-      at += RECORD_BYTES + Math.ceil(length / 8) * 8;
-    }
+    for (let at = 0; at < used; at += RECORD_BYTES + Math.ceil(view.getUint32(at + RECORD_BYTES + Header.bodyLength, true) / 8) * 8)
+      frames.push(this.#frame(view, at));
     return frames;
   }
 
@@ -168,6 +174,8 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#closed = true;
     this.#core.close();
     this.#arenas.clear();
+    if (this.#watchPass) clearImmediate(this.#watchPass);
+    this.#unwatched.length = 0;
   }
 
   [Symbol.dispose](): void {
@@ -192,28 +200,38 @@ export class Consumer implements AsyncIterable<Frame> {
     return arena;
   }
 
-  /** The native core validated the body (a malformed frame was dropped there). */
-  #frame(record: ReceivedRecord, at = 0, length = record.byteLength - RECORD_BYTES): Frame {
-    const head = new DataView(record, at, RECORD_BYTES);
-    const pos = head.getFloat64(0, true);
-    const devices = new DeviceMappings();
-    const frame = new Frame({
-      pos,
-      id: head.getFloat64(8, true),
-      producer: head.getUint32(16, true),
-      tag: head.getBigUint64(24, true),
-      body: new Uint8Array(record, at + RECORD_BYTES, length),
-      source: this.#source,
-      devices,
-    });
-    this.#unreleased.register(frame, { pos, devices }, frame);
+  /** A record the native core wrote into its chunk: at an offset in the one we hold, or first in a new one. */
+  #received(record: ReceivedRecord): Frame {
+    if (typeof record === 'number') return this.#frame(this.#chunk!, record);
+    this.#chunk = new DataView(record);
+    return this.#frame(this.#chunk, 0);
+  }
+
+  /** The record at `at` of `records` (see ReceivedRecord); the native core validated its body. */
+  #frame(records: DataView, at: number): Frame {
+    const lease: Lease = { pos: records.getFloat64(at, true), watched: false };
+    const id = records.getFloat64(at + 8, true);
+    const body = new Uint8Array(records.buffer, at + RECORD_BYTES, records.getUint32(at + RECORD_BYTES + Header.bodyLength, true));
+    const frame = new Frame(id, records.getUint32(at + 16, true), records.getBigUint64(at + 24, true), body, this.#source, lease);
+    if (this.#unwatched.push(frame) >= MAX_UNWATCHED) this.#watch();
+    else this.#watchPass ??= setImmediate(() => this.#watch()).unref();
     return frame;
   }
 
-  #rescue({ pos, devices }: { pos: number; devices: DeviceMappings }): void {
+  /** Registers the frames handed out since the last pass that are still leased. */
+  #watch(): void {
+    if (this.#watchPass) (clearImmediate(this.#watchPass), (this.#watchPass = undefined));
+    for (const frame of this.#unwatched) {
+      const lease = frame.heldLease();
+      if (lease) (lease.watched = true, this.#unreleased.register(frame, lease, frame));
+    }
+    this.#unwatched.length = 0;
+  }
+
+  #rescue({ pos, devices }: Lease): void {
     if (this.#closed) return; // closing released every lease already
     try {
-      devices.releaseAll();
+      devices?.releaseAll();
       this.#core.release(pos);
     } catch {
       return; // no longer ours (the consumer detached meanwhile)

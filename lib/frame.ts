@@ -33,6 +33,18 @@ import { DeviceStream } from './device-stream.js';
 import { callNative, GpuringError } from './errors.js';
 import { native } from './native.js';
 
+/**
+ * A frame's lease as its consumer tracks it: what to end for the user if the
+ * Frame is collected while still leased. Never refers to the Frame itself.
+ */
+export interface Lease {
+  readonly pos: number;
+  /** Device allocations the frame mapped, made on first use (host frames map none). */
+  devices?: DeviceMappings;
+  /** Registered for collection while leased (see Consumer: frames released at once never are). */
+  watched: boolean;
+}
+
 /** What a Frame needs from its consumer: mapped arenas and the release call. */
 export interface FrameSource {
   arena(name: string): ArrayBuffer;
@@ -40,7 +52,7 @@ export interface FrameSource {
   /** Returns a frame its user never saw to the ring, for redelivery. */
   handBack(pos: number): void;
   /** The frame's lease ended (any of the ways above): it needs no rescue if collected. */
-  settle(frame: Frame): void;
+  settle(frame: Frame, lease: Lease): void;
   /** Ends the lease once `stream` completes the work queued so far; drops `mappings` (64-byte handles) then. */
   releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;
 }
@@ -54,23 +66,30 @@ export class Frame implements Disposable {
   readonly tag: bigint;
   readonly #body: Uint8Array;
   #description: FrameDescription | undefined;
-  readonly #pos: number;
+  readonly #lease: Lease;
   readonly #source: FrameSource;
   #released = false;
-  /** Device allocations this frame mapped (references into the IpcHandleCache). */
-  readonly #devices: DeviceMappings;
   #views: (DeviceView | null)[] | undefined;
   #index: Map<BufferDescriptor, number> | undefined;
 
   /** @internal */
-  constructor(init: { id: number; producer: number; tag: bigint; pos: number; body: Uint8Array; source: FrameSource; devices: DeviceMappings }) {
-    this.id = init.id;
-    this.producer = init.producer;
-    this.tag = init.tag;
-    this.#body = init.body;
-    this.#pos = init.pos;
-    this.#source = init.source;
-    this.#devices = init.devices;
+  constructor(id: number, producer: number, tag: bigint, body: Uint8Array, source: FrameSource, lease: Lease) {
+    this.id = id;
+    this.producer = producer;
+    this.tag = tag;
+    this.#body = body;
+    this.#source = source;
+    this.#lease = lease;
+  }
+
+  /** @internal The lease while it lasts, for the consumer's leak watch; null once released. */
+  heldLease(): Lease | null {
+    return this.#released ? null : this.#lease;
+  }
+
+  /** Device allocations this frame mapped (references into the IpcHandleCache). */
+  get #devices(): DeviceMappings {
+    return (this.#lease.devices ??= new DeviceMappings());
   }
 
   /**
@@ -225,17 +244,17 @@ export class Frame implements Disposable {
     if (this.#released) return;
     if (stream === undefined) {
       this.#released = true;
-      this.#devices.releaseAll();
-      this.#source.settle(this);
-      this.#source.release(this.#pos);
+      this.#lease.devices?.releaseAll();
+      this.#source.settle(this, this.#lease);
+      this.#source.release(this.#lease.pos);
       return;
     }
     const device = stream instanceof DeviceStream ? stream.device : this.#firstDevice();
     const handle = DeviceStream.handleOf(stream);
-    this.#source.releaseAfter(this.#pos, device, handle, this.#devices.handles());
-    this.#source.settle(this);
+    this.#source.releaseAfter(this.#lease.pos, device, handle, this.#devices.handles());
+    this.#source.settle(this, this.#lease);
     this.#released = true;
-    this.#devices.forget();
+    this.#lease.devices?.forget();
   }
 
   [Symbol.dispose](): void {
@@ -246,8 +265,8 @@ export class Frame implements Disposable {
   handBack(): void {
     if (this.#released) return;
     this.#released = true;
-    this.#source.settle(this);
-    this.#source.handBack(this.#pos);
+    this.#source.settle(this, this.#lease);
+    this.#source.handBack(this.#lease.pos);
   }
 
   /** The producer's event, when the frame carries one. */

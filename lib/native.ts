@@ -92,9 +92,12 @@ export interface ProducerStats {
 /**
  * A received frame as the native consumer hands it over: a 32-byte record
  * (pos f64, frame id f64, producer u32, producer generation u32, tag u64, all
- * little-endian) followed by a private, already validated copy of the body.
+ * little-endian) followed by a private, already validated copy of the body,
+ * 8-aligned. Records are written one after another into chunks: the result is
+ * the record's offset in the chunk last handed over, or a new chunk that
+ * starts with the record.
  */
-export type ReceivedRecord = ArrayBuffer;
+export type ReceivedRecord = number | ArrayBuffer;
 
 export interface NativeConsumerCore {
   readonly index: number;

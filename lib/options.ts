@@ -123,12 +123,14 @@ export const batchOptions = nextOptions
  */
 type Quick = (value: unknown) => Record<string, unknown> | undefined;
 const isTimeout = (v: unknown) => typeof v === 'number' && v >= 0;
-const isTag = (v: unknown) => typeof v === 'bigint' && v >= 0n && v < 2n ** 64n;
+const TAG_LIMIT = 2n ** 64n;
+const isTag = (v: unknown) => typeof v === 'bigint' && v >= 0n && v < TAG_LIMIT;
 function quickParser(checks: Record<string, (v: unknown) => boolean>, defaults: Record<string, unknown>): Quick {
   return (value) => {
     if (typeof value !== 'object' || value === null || Object.getPrototypeOf(value) !== Object.prototype) return undefined;
     const out: Record<string, unknown> = { ...defaults };
-    for (const [k, v] of Object.entries(value)) {
+    for (const k in value) {
+      const v = (value as Record<string, unknown>)[k];
       if (v === undefined) continue;
       if (!checks[k]?.(v)) return undefined;
       out[k] = v;

@@ -20,7 +20,7 @@ import { native } from './native.js';
 import { callNative, GpuringError } from './errors.js';
 
 /** How the producer sends a prepared body: with the event id to recycle on release (-1: none). */
-export type SendBody = (body: Uint8Array, eventId: number, timeout: number, tag: bigint) => Promise<number>;
+export type SendBody = (body: Uint8Array, eventId: number, timeout: number, tag: bigint) => number | Promise<number>;
 
 /** How the producer sends `count` copies of a prepared body in one native call. */
 export type SendMany = (body: Uint8Array, eventId: number, count: number, tags: BigUint64Array | null, timeout: number) => Promise<number[]>;

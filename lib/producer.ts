@@ -301,7 +301,8 @@ export class Producer {
     if (ids.length && this.#inFlight.size === 0) this.#events.emit('drained');
   }
 
-  async #send(description: FrameDescription, used: Loose[], timeout: number, tag: bigint, layout?: object): Promise<number> {
+  /** Encodes and publishes; the id at once when the ring had space, else a promise of it. */
+  #send(description: FrameDescription, used: Loose[], timeout: number, tag: bigint, layout?: object): number | Promise<number> {
     let body: Uint8Array;
     try {
       body = this.#encode(description, layout);
@@ -326,31 +327,43 @@ export class Producer {
     return fresh;
   }
 
-  async #sendBody(body: Uint8Array, used: Loose[], timeout: number, tag: bigint): Promise<number> {
-    const list = new Float64Array(used.flatMap((a) => [a.arena, a.offset, a.length]));
+  /**
+   * Publishes an encoded body that owns `used`: the id at once when the ring
+   * had space (no promise on the hot path), else a promise of it.
+   */
+  #sendBody(body: Uint8Array, used: Loose[], timeout: number, tag: bigint): number | Promise<number> {
+    const list = used.length ? new Float64Array(used.flatMap((a) => [a.arena, a.offset, a.length])) : NO_ALLOCATIONS;
     for (const a of used) this.#loose.delete(`${a.arena}:${a.offset}`);
-    try {
-      const pending = callNative(() => this.#core.publish(body, list, tag, toNativeTimeout(timeout)));
-      const id = typeof pending === 'number' ? pending : await awaitNative(pending);
-      this.#inFlight.add(id);
-      return id;
-    } catch (error) {
-      // Not published: the allocations are ours (or the caller's) again.
+    // Not published: the allocations are ours (or the caller's) again.
+    const unsent = (error: unknown): never => {
       for (const a of used) this.#loose.set(`${a.arena}:${a.offset}`, a);
       this.#unuse(used);
       throw error;
+    };
+    const track = (id: number) => (this.#inFlight.add(id), id);
+    let pending: number | Promise<number>;
+    try {
+      pending = callNative(() => this.#core.publish(body, list, tag, toNativeTimeout(timeout)));
+    } catch (error) {
+      return unsent(error);
     }
+    return typeof pending === 'number' ? track(pending) : awaitNative(pending).then(track, unsent);
   }
 
-  async #sendDevice(frame: FrameDescription | Uint8Array, owned: DeviceOwned, timeout: number, tag: bigint): Promise<number> {
-    try {
-      const id = await (frame instanceof Uint8Array ? this.#sendBody(frame, [], timeout, tag) : this.#send(frame, [], timeout, tag));
-      this.#deviceFrames.set(id, owned);
-      return id;
-    } catch (error) {
+  /** Publishes a device frame; what it holds (memory, an event) is freed on release, or at once if it never went out. */
+  #sendDevice(frame: FrameDescription | Uint8Array, owned: DeviceOwned, timeout: number, tag: bigint): number | Promise<number> {
+    const keep = (id: number) => ((owned.memory || owned.eventId >= 0) && this.#deviceFrames.set(id, owned), id);
+    const unsent = (error: unknown): never => {
       this.#freeDevice(owned);
       throw error;
+    };
+    let sent: number | Promise<number>;
+    try {
+      sent = frame instanceof Uint8Array ? this.#sendBody(frame, [], timeout, tag) : this.#send(frame, [], timeout, tag);
+    } catch (error) {
+      return unsent(error);
     }
+    return typeof sent === 'number' ? keep(sent) : sent.then(keep, unsent);
   }
 
   /**
@@ -468,6 +481,7 @@ interface PendingCopy {
 }
 
 const align64 = (n: number) => Math.ceil(n / 64) * 64;
+const NO_ALLOCATIONS = new Float64Array(0);
 
 function deferCopy(bytes: Uint8Array, copies: PendingCopy[]): BufferDescriptor {
   const desc = {} as BufferDescriptor; // filled in by #copyIn

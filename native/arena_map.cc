@@ -42,15 +42,6 @@ BodyReader::~BodyReader() {
   for (auto &kv : views_) gpr_arena_view_close(&kv.second);
 }
 
-bool BodyReader::Read(Napi::Env env, const gpr_frame_ref &ref, size_t prefix,
-                      Napi::ArrayBuffer *out, gpr_error *err) {
-  const uint8_t *src = nullptr;
-  if (!Locate(ref, &src, err)) return false;
-  *out = Napi::ArrayBuffer::New(env, prefix + ref.body_length);
-  memcpy(static_cast<uint8_t *>(out->Data()) + prefix, src, ref.body_length);
-  return true;
-}
-
 bool BodyReader::Locate(const gpr_frame_ref &ref, const uint8_t **src, gpr_error *err) {
   if (ref.producer >= seg_->participant_capacity || ref.body_arena >= GPR_MAX_ARENAS ||
       ref.body_length < sizeof(gpr_body_header) || ref.body_length > GPR_MAX_BODY_BYTES) {

@@ -24,12 +24,8 @@ class BodyReader {
  public:
   explicit BodyReader(const gpr_segment *seg) : seg_(seg) {}
   ~BodyReader();
-  // Copies the body `ref` points to into a new ArrayBuffer at byte `prefix`
-  // (a multiple of 8, so the copy stays 8-aligned for the validator), after
-  // checking that it lies inside the arena. Returns false with `err` set if not.
-  bool Read(Napi::Env env, const gpr_frame_ref &ref, size_t prefix, Napi::ArrayBuffer *out,
-            gpr_error *err);
-  // Points *src at the body `ref` names, in its arena, after the same checks.
+  // Points *src at the body `ref` names, in its arena, after checking that it
+  // lies inside the arena. Returns false with `err` set if not.
   // The mapping stays valid until the next call that maps a new arena.
   bool Locate(const gpr_frame_ref &ref, const uint8_t **src, gpr_error *err);
 

@@ -4,21 +4,48 @@
 
 namespace gpuring {
 
-// What JS receives for a frame: one ArrayBuffer, a fixed record (kRecordBytes)
-// followed by a private copy of the body, validated here by the C validator so
-// every language rejects the same bodies with the same codes. A body that
-// cannot be read or fails validation is dropped (a garbage record must not
-// wedge the ring) and the error thrown.
+// What JS receives for a frame: a fixed record (kRecordBytes) followed by a
+// private copy of the body, validated here by the C validator so every
+// language rejects the same bodies with the same codes. A body that cannot be
+// read or fails validation is dropped (a garbage record must not wedge the
+// ring) and the error thrown.
 //   0 pos f64 | 8 frame id f64 | 16 producer u32 | 20 producer generation u32 | 24 tag u64
+// Records are bump-allocated in RecordChunks: the result is the record's
+// offset in the chunk JS holds, or a new chunk (the record at its start).
 Napi::Value ConsumerState::Receive(Napi::Env env, uint64_t pos, const gpr_frame_ref &ref) {
-  Napi::ArrayBuffer out;
   gpr_error err{};
-  if (!bodies->Read(env, ref, kRecordBytes, &out, &err)) {
+  const uint8_t *body = nullptr;
+  if (!bodies->Locate(ref, &body, &err)) {
     gpr_ring_release_as(&seg, me, pos, GPR_SLOT_CLAIMED);
     throw MakeError(env, err);
   }
-  if (!Accept(pos, ref, static_cast<uint8_t *>(out.Data()), &err)) throw MakeError(env, err);
-  return out;
+  size_t bytes = kRecordBytes + ((ref.body_length + 7u) & ~size_t{7});
+  Napi::Value fresh = records.Reserve(env, bytes);
+  uint8_t *record = records.Next();
+  memcpy(record + kRecordBytes, body, ref.body_length);
+  if (!Accept(pos, ref, record, &err)) throw MakeError(env, err);
+  double at = static_cast<double>(records.Commit(bytes));
+  return fresh.IsEmpty() ? Napi::Number::New(env, at) : fresh;
+}
+
+Napi::Value RecordChunks::Reserve(Napi::Env env, size_t bytes) {
+  if (chunk_.IsEmpty() || size_ - used_ < bytes) {
+    size_ = std::max(kChunkBytes, bytes);
+    Napi::ArrayBuffer fresh = Napi::ArrayBuffer::New(env, size_);
+    chunk_ = Napi::Persistent(fresh);
+    data_ = static_cast<uint8_t *>(fresh.Data());
+    used_ = 0;
+    handed_ = false;
+  }
+  // A chunk whose first record was dropped (malformed) has not reached JS yet.
+  return handed_ ? Napi::Value() : chunk_.Value();
+}
+
+size_t RecordChunks::Commit(size_t bytes) {
+  handed_ = true;
+  size_t at = used_;
+  used_ += bytes;
+  return at;
 }
 
 // The body is already copied to record + kRecordBytes: validates it, leases
@@ -101,6 +128,7 @@ void ConsumerState::Shutdown() {
   shut = true;
   bell.reset();  // disarmed: nobody rings a participant that left
   bodies.reset();
+  records = RecordChunks();
   stream_releases.WaitAll();
   Detach();  // hands back claims, releases leases
 }
@@ -158,7 +186,7 @@ void ConsumerCore::ThrowHeldError(Napi::Env env) {
   throw e;
 }
 
-// tryNext(spinMicros = 0): a frame now, or null. With spinMicros it busy-polls
+// tryNext(spinMicros = 0): a frame now (see Receive), or null. With spinMicros it busy-polls
 // the ring on the calling (JS) thread for up to that long first: the caller
 // trades a blocked event loop for a wake-up in well under a microsecond.
 // Never overtakes a request already waiting.

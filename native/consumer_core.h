@@ -20,6 +20,28 @@
 
 namespace gpuring {
 
+// Where records handed to JS one at a time are written: chunks of memory JS
+// can see, bump-allocated, so a frame costs no ArrayBuffer of its own (an
+// allocation, and work for the collector, per frame). A chunk is never
+// reused: frames' views keep it alive until the last of them is collected.
+class RecordChunks {
+ public:
+  static constexpr size_t kChunkBytes = 64 << 10;
+  // Makes room for `bytes`. Returns the chunk if JS must take it (it is new),
+  // else an empty value.
+  Napi::Value Reserve(Napi::Env env, size_t bytes);
+  uint8_t *Next() const { return data_ + used_; }
+  // Takes the reserved bytes; returns their offset in the chunk, which JS now holds.
+  size_t Commit(size_t bytes);
+
+ private:
+  Napi::Reference<Napi::ArrayBuffer> chunk_;
+  uint8_t *data_ = nullptr;
+  size_t used_ = 0;
+  size_t size_ = 0;
+  bool handed_ = false;
+};
+
 struct ConsumerState : LoopParticipant {
   struct Request {
     uint64_t id;
@@ -28,6 +50,7 @@ struct ConsumerState : LoopParticipant {
   };
 
   std::unique_ptr<BodyReader> bodies;
+  RecordChunks records;
   StreamReleases stream_releases;
   std::deque<Request> pending;
   uint64_t next_request = 1;

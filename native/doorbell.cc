@@ -52,6 +52,15 @@ Doorbell::Doorbell(Napi::Env env, gpr_segment *seg, uint32_t index, Callback on_
   uv_poll_init(loop, &handles_->poll, fd_);
   uv_timer_init(loop, &handles_->timer);
   handles_->poll.data = handles_->timer.data = handles_;
+  // Polled from now until closed: starting and stopping a poll costs epoll_ctl
+  // system calls on every sleep and wake. The socket is readable only when
+  // rung, so an idle poll costs nothing; it keeps the process alive only while
+  // a Sleep() asks for that.
+  uv_unref(reinterpret_cast<uv_handle_t *>(&handles_->poll));
+  uv_poll_start(&handles_->poll, UV_READABLE, [](uv_poll_t *h, int, int) {
+    auto *hs = static_cast<Handles *>(h->data);
+    if (hs->owner) hs->owner->Wake();
+  });
 }
 
 Doorbell::~Doorbell() {
@@ -75,10 +84,6 @@ void Doorbell::Sleep(uint64_t timeout_ms, bool keep_alive) {
   sleeping_ = true;
   for (auto *h : {reinterpret_cast<uv_handle_t *>(&handles_->poll), reinterpret_cast<uv_handle_t *>(&handles_->timer)})
     keep_alive ? uv_ref(h) : uv_unref(h);
-  uv_poll_start(&handles_->poll, UV_READABLE, [](uv_poll_t *h, int, int) {
-    auto *hs = static_cast<Handles *>(h->data);
-    if (hs->owner) hs->owner->Wake();
-  });
   uv_timer_start(&handles_->timer, [](uv_timer_t *h) {
     auto *hs = static_cast<Handles *>(h->data);
     if (hs->owner) hs->owner->Wake();
@@ -87,14 +92,16 @@ void Doorbell::Sleep(uint64_t timeout_ms, bool keep_alive) {
 
 void Doorbell::Stop() {
   sleeping_ = false;
-  uv_poll_stop(&handles_->poll);
+  uv_unref(reinterpret_cast<uv_handle_t *>(&handles_->poll));
   uv_timer_stop(&handles_->timer);
 }
 
+// A ring that comes while awake (a producer saw our armed bit just before we
+// cleared it) is drained and ignored: the poll is level-triggered.
 void Doorbell::Wake() {
+  Drain();
   if (!sleeping_) return;
   Stop();
-  Drain();
   on_wake_();
 }
 

@@ -35,10 +35,10 @@ class Doorbell {
   void Arm(uint32_t bit);
   // Clears every bit this participant set (it woke on its own or stops waiting).
   void Disarm();
-  // Polls the socket and starts the timer; the callback runs once. With
+  // Starts the timer and takes the next ring; the callback runs once. With
   // keep_alive false the wait does not keep the process alive.
   void Sleep(uint64_t timeout_ms, bool keep_alive = true);
-  // Stops polling without running the callback.
+  // Ends the sleep without running the callback.
   void Stop();
 
   struct Handles;  // the uv handles; freed by their close callbacks, which may run after us

@@ -5,6 +5,7 @@ import { Field, Float32, Int32, makeData, makeVector, Table, vectorFromArray } f
 import { absentBuffer, Consumer, ERROR_CODES, GpuringError, hostBuffer, Producer, Ring, type BufferDescriptor, type FrameDescription } from '../lib/index.js';
 import { native } from '../lib/native.js';
 import { HANDLE_BYTES } from '../lib/codec/layout.js';
+import { encodeFrame } from '../lib/codec/encode.js';
 import { uniqueName, withRing } from './helpers/ring.js';
 
 const frame = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
@@ -301,5 +302,36 @@ test('publishMany(): N frames in one call, in order with their tags; nextBatch()
     for (const f of rest) f.release();
     t.is((await t.throwsAsync(prepared.publishMany(0), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
     t.is((await t.throwsAsync(prepared.publishMany(3, { tags: new BigUint64Array(2) }), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
+  });
+});
+
+test('frames taken one at a time keep their own bodies while held: small and large bodies, many at once', async (t) => {
+  // Single frames are handed over in shared record chunks (64 KiB): none may
+  // see another's bytes, across chunk boundaries and for bodies larger than a chunk.
+  await withRing('held', { slots: 512 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const wide = (i: number, columns: number) => {
+      const data: Record<string, ReturnType<typeof makeVector>> = {};
+      for (let c = 0; c < columns; c++) data[`column_${i}_${c}`] = makeVector(Int32Array.of(i * 1000 + c));
+      return new Table(data);
+    };
+    const shapes = Array.from({ length: 400 }, (_, i) => (i % 97 === 5 ? 900 : 1 + (i % 7)));
+    const held = [];
+    for (const [i, columns] of shapes.entries()) {
+      await producer.publish(wide(i, columns), { tag: BigInt(i) });
+      held.push(consumer.tryNext()!);
+    }
+    t.true(held.some((f) => encodeFrame(f.description).length > 64 << 10), 'some bodies are larger than a chunk');
+    for (const [i, f] of held.entries()) {
+      t.is(f.tag, BigInt(i));
+      const table = f.toTable();
+      t.is(table.numCols, shapes[i]);
+      t.is(table.schema.fields.at(-1)!.name, `column_${i}_${shapes[i]! - 1}`);
+      t.is(table.getChildAt(shapes[i]! - 1)!.get(0), i * 1000 + shapes[i]! - 1);
+      f.release();
+    }
+    consumer.close();
+    producer.close();
   });
 });
