@@ -7,7 +7,9 @@
  *     process, spin path (frames back to back, the consumer busy-polling) and
  *     futex path (2 ms apart, the consumer asleep);
  *     baselines: its description as JSON over a Unix socket, and a MessagePort
- *     between worker threads (the in-process reference)
+ *     between worker threads (the in-process reference); and a prepared frame
+ *     every 20 µs to a consumer spinning in next({ spin }), against the C ring
+ *     alone and the 3 µs target
  *  2. the C ring alone across two processes: one-way latency and records/s
  *  3. a 1 GiB table made visible in another process, against tableToIPC over
  *     a Unix socket and tableFromIPC
@@ -50,9 +52,9 @@ const exited = (p: ReturnType<typeof child>) => new Promise((r) => p.on('exit', 
 
 /**
  * Spin path: the consumer busy-polls on its JS thread (`next({ spin })`), so a
- * frame is taken with no thread wake-up. Futex path: it sleeps in `next()`; the
- * producer's futex wake reaches its waiter thread, which hands the frame to
- * the event loop.
+ * frame is taken with no thread wake-up. Futex path (the name users know; the
+ * Node consumer sleeps on its doorbell): it sleeps in `next()` and the
+ * producer's publish wakes its event loop.
  */
 async function gpuringHandOff(n: number, gapMs: number, spin: number): Promise<number[]> {
   return withRing('bench-ho', { slots: 64 }, async (_ring, name) => {
@@ -123,6 +125,37 @@ function wakeFloor(n: number, gapUs: number): Record<'p50' | 'p99' | 'p99.9', nu
   return { p50: ns.p50! / 1000, p99: ns.p99! / 1000, 'p99.9': ns['p99.9']! / 1000 };
 }
 
+/**
+ * A consumer busy-polling in next({ spin }), a prepared frame every `gapUs`
+ * (the producer busy-waits between frames): publish call to JS, µs.
+ */
+async function spinningHandOff(n: number, gapUs: number): Promise<number[]> {
+  return withRing('bench-spin', { slots: 1024 }, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = child('prepared', name, n, gapUs);
+    producer.stdout!.resume();
+    const latencies: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const f = await consumer.next({ timeout: 30_000, spin: 1_000_000 });
+      latencies.push(microsSince(f.tag));
+      f.release();
+    }
+    consumer.close();
+    await exited(producer);
+    return latencies;
+  });
+}
+
+async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]> {
+  const ours = await spinningHandOff(n, gapUs);
+  const ring = cRingLatency();
+  const name = `hand-off, consumer spinning, prepared frame ${gapUs} µs apart (publish call to JS)`;
+  return [
+    ...(['p50', 'p99', 'p99.9'] as const).map((p) => compare(name, p, 'µs', percentile(ours, p === 'p50' ? 50 : p === 'p99' ? 99 : 99.9), 'C ring alone, both sides spinning', ring[p === 'p99.9' ? 'p999' : p]! / 1000, false)),
+    compare(name, 'p50', 'µs', percentile(ours, 50), '3 µs (target)', 3, false),
+  ];
+}
+
 /** A consumer asleep in next(), a prepared frame every `gapUs`: each hop's time, µs. */
 async function sleepingHandOff(n: number, gapUs: number) {
   return withRing('bench-sleep', { slots: 1024 }, async (_ring, name) => {
@@ -165,11 +198,14 @@ async function sleepingRecords(n: number, gapUs: number, socket: number[] | null
   return records;
 }
 
+/** The C ring alone, two processes spinning: one-way latency percentiles in ns. */
+function cRingLatency(): Record<string, number> {
+  return JSON.parse(execFileSync(cProgramBuilt('ring_bench'), ['latency', '200000'], { encoding: 'utf8' })) as Record<string, number>;
+}
+
 function cRing(): BenchRecord[] {
-  const bin = join(dir, 'ring_bench');
-  execFileSync('cc', ['-std=c11', '-O2', `-I${join(root, 'interop/include')}`, join(root, 'bench/ring_bench.c'), '-o', bin, '-lrt']);
-  const lat = JSON.parse(execFileSync(bin, ['latency', '200000'], { encoding: 'utf8' })) as Record<string, number>;
-  const rate = JSON.parse(execFileSync(bin, ['rate', '2000000'], { encoding: 'utf8' })) as { recordsPerSecond: number };
+  const lat = cRingLatency();
+  const rate = JSON.parse(execFileSync(cProgramBuilt('ring_bench'), ['rate', '2000000'], { encoding: 'utf8' })) as { recordsPerSecond: number };
   return [
     compare('C ring, one-way across processes', 'p50', 'µs', lat.p50! / 1000, 'TensorPipe shm p50 (published)', 1.7, false),
     compare('C ring, one-way across processes', 'p99', 'µs', lat.p99! / 1000, 'TensorPipe shm p50 (published)', 1.7, false),
@@ -268,6 +304,8 @@ try {
     const futex = await gpuringHandOff(500, 2, 0);
     const socketGap = await socketHandOff(500, 2);
     records.push(...handOffRecords('futex path', futex, 'JSON over a Unix socket', socketGap));
+    progress('hand-off latency, consumer spinning, prepared frame ...');
+    records.push(...(await spinningRecords(5000, 20)));
   }
   if (want('sleeping')) {
     progress('sleeping consumer, hop by hop, 2 ms and 100 µs between frames ...');

@@ -16,6 +16,8 @@
  */
 import { Frame, type FrameSource, type Lease } from './frame.js';
 import { Header } from './codec/layout.js';
+import { handleName } from './codec/description.js';
+import { FrameLayouts } from './arrow/frame-layout.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
 import { batchOptions, consumerOptions, nextOptions, openFlags, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
@@ -34,6 +36,7 @@ export class Consumer implements AsyncIterable<Frame> {
   readonly name: string;
   readonly #core: NativeConsumerCore;
   readonly #arenas = new Map<string, ArrayBuffer>();
+  readonly #layouts = new FrameLayouts();
   readonly #source: FrameSource;
   /**
    * Frames collected while still leased would hold their slots forever: one such
@@ -57,6 +60,7 @@ export class Consumer implements AsyncIterable<Frame> {
       arena: (arenaName) => this.#arena(arenaName),
       release: (pos) => callNative(() => this.#core.release(pos)),
       handBack: (pos) => callNative(() => this.#core.handBack(pos)),
+      fastTable: (body, describe) => this.#layouts.of(body, describe).table(body, (handle) => this.#arena(handleName(handle))),
       settle: (frame, lease) => lease.watched && this.#unreleased.unregister(frame),
       releaseAfter: (pos, device, stream, mappings) => callNative(() => this.#core.releaseAfter(pos, device, stream, mappings)),
     };

@@ -53,6 +53,8 @@ export interface FrameSource {
   handBack(pos: number): void;
   /** The frame's lease ended (any of the ways above): it needs no rescue if collected. */
   settle(frame: Frame, lease: Lease): void;
+  /** The frame as a Table straight from its body when its layout allows (FrameLayout), else null. */
+  fastTable(body: Uint8Array, describe: () => FrameDescription): Table | null;
   /** Ends the lease once `stream` completes the work queued so far; drops `mappings` (64-byte handles) then. */
   releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;
 }
@@ -116,7 +118,7 @@ export class Frame implements Disposable {
   /** The frame as an apache-arrow Table whose buffers are the producer's memory (no copy). */
   toTable(): Table {
     this.#requireLeased();
-    return tableFromFrame(this.description, (b) => this.#resolve(b));
+    return this.#source.fastTable(this.#body, () => this.description) ?? tableFromFrame(this.description, (b) => this.#resolve(b));
   }
 
   /**

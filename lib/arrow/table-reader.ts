@@ -7,8 +7,8 @@
  */
 import { Data, DataType, Dictionary, Field, makeData, makeVector, RecordBatch, Schema, Struct, Table, Type } from 'apache-arrow';
 import type { BufferDescriptor, ColumnDescriptor, FrameDescription } from '../codec/description.js';
-import { parseFormat } from '../codec/format.js';
-import { aligned, checkedOffsets } from '../codec/value-offsets.js';
+import { parseFormat, type FormatInfo } from '../codec/format.js';
+import { aligned, checkedOffsets, type NodeSlice } from '../codec/value-offsets.js';
 import { indexTypeOfFormat, typeOfFormat } from './types.js';
 
 /** Resolves a buffer descriptor to its bytes (exactly descriptor.length of them). */
@@ -42,22 +42,14 @@ class Reader {
 
   data(c: ColumnDescriptor, type: DataType): Data {
     const f = parseFormat(c.format)!;
-    const nullBitmap = c.buffers[0]!.kind === 'absent' ? undefined : this.buffer(c, 0);
-    const common = { offset: c.offset, length: c.length, nullCount: c.nullCount < 0 ? undefined : c.nullCount, nullBitmap };
+    const buffer = (i: number) => (c.buffers[i]!.kind === 'absent' ? undefined : this.buffer(c, i));
+    if (type.typeId !== Type.Dictionary && isFlat(f)) return flatData(type, f, c, c.nullCount, buffer);
+    const common = { offset: c.offset, length: c.length, nullCount: c.nullCount < 0 ? undefined : c.nullCount, nullBitmap: buffer(0) };
     switch (f.layout) {
-      case 'bool':
-        return makeData({ type, ...common, data: this.buffer(c, 1) } as never);
       case 'fixed': {
-        const width = f.bitWidth / 8;
-        const values = this.buffer(c, 1).subarray(c.offset * width, (c.offset + c.length) * width);
-        const element = type.typeId === Type.Dictionary ? (type as Dictionary).indices.ArrayType.BYTES_PER_ELEMENT : (type.ArrayType as { BYTES_PER_ELEMENT: number }).BYTES_PER_ELEMENT;
-        const props = { type, ...common, data: aligned(values, element) };
-        if (type.typeId !== Type.Dictionary) return makeData(props as never);
-        return makeData({ ...props, dictionary: makeVector(this.data(this.frame.dictionaries[c.dictionary]!, (type as Dictionary).dictionary)) } as never);
-      }
-      case 'varbin': {
-        const chars = this.buffer(c, 2);
-        return makeData({ type, ...common, valueOffsets: this.offsets(c, f.offsetBytes, chars.length), data: chars } as never);
+        const indices = (type as Dictionary).indices.ArrayType.BYTES_PER_ELEMENT;
+        const values = aligned(this.buffer(c, 1).subarray(c.offset * indices, (c.offset + c.length) * indices), indices);
+        return makeData({ type, ...common, data: values, dictionary: makeVector(this.data(this.frame.dictionaries[c.dictionary]!, (type as Dictionary).dictionary)) } as never);
       }
       case 'list': {
         const child = c.children[0]!;
@@ -74,8 +66,44 @@ class Reader {
         const children = c.children.map((child, i) => this.data(child, fields[i]!.type).slice(c.offset, c.length));
         return makeData({ type, ...common, children } as never);
       }
+      default:
+        throw new Error(`unreachable: ${f.layout} reaches flatData`);
     }
   }
+}
+
+/** Layouts whose nodes have no children: bool, fixed-width and var-size binary. */
+export const isFlat = (f: FormatInfo) => f.layout === 'bool' || f.layout === 'fixed' || f.layout === 'varbin';
+
+/**
+ * The Data of a flat node (see isFlat; not dictionary-encoded) over its
+ * buffers: `buffer(i)` is the node's i-th buffer, undefined when absent.
+ * `nullCount` -1 means unknown.
+ */
+export function flatData(type: DataType, f: FormatInfo, node: NodeSlice, nullCount: number, buffer: (i: number) => Uint8Array | undefined): Data {
+  // What makeData() would build, without its per-call visitor dispatch and
+  // option objects (a third of a small frame's toTable()): values as the
+  // type's array over the slice, validity as given (offset applies to it alone).
+  const bitmap = buffer(0);
+  const nulls = nullCount >= 0 ? nullCount : bitmap ? -1 : 0;
+  const validity = bitmap ?? new Uint8Array(0);
+  const values = buffer(1) ?? EMPTY;
+  if (f.layout === 'bool') return new Data(type, node.offset, node.length, nulls, [undefined, values, validity]);
+  if (f.layout === 'fixed') {
+    const width = f.bitWidth / 8;
+    const Values = type.ArrayType as { new (buffer: ArrayBufferLike, byteOffset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number };
+    const bytes = aligned(values.subarray(node.offset * width, (node.offset + node.length) * width), Values.BYTES_PER_ELEMENT);
+    return new Data(type, node.offset, node.length, nulls, [undefined, new Values(bytes.buffer, bytes.byteOffset, bytes.length / Values.BYTES_PER_ELEMENT), validity] as never);
+  }
+  const chars = buffer(2) ?? EMPTY;
+  return new Data(type, node.offset, node.length, nulls, [checkedOffsets(node, values, f.offsetBytes, chars.length), chars, validity] as never);
+}
+
+const EMPTY = new Uint8Array(0);
+
+/** A Table of one batch from columns' Data (the struct type is new Struct(schema.fields), built once per schema by callers that can). */
+export function tableOf(schema: Schema, struct: Struct, rows: number, children: Data[]): Table {
+  return new Table([new RecordBatch(schema, makeData({ type: struct, length: rows, nullCount: 0, children }))]);
 }
 
 export function tableFromFrame(frame: FrameDescription, resolve: BufferResolver): Table {
@@ -83,8 +111,7 @@ export function tableFromFrame(frame: FrameDescription, resolve: BufferResolver)
   const fields = frame.columns.map((c) => reader.fieldOf(c));
   const schema = new Schema(fields, frame.metadata ? new Map(frame.metadata) : undefined);
   const children = frame.columns.map((c, i) => reader.data(c, fields[i]!.type));
-  const batch = new RecordBatch(schema, makeData({ type: new Struct(fields), length: frame.rowCount, nullCount: 0, children }));
-  return new Table([batch]);
+  return tableOf(schema, new Struct(fields), frame.rowCount, children);
 }
 
 /** The apache-arrow schema of a frame (no buffer is touched). */

@@ -6,6 +6,9 @@
 import { GpuringError } from '../errors.js';
 import type { ColumnDescriptor } from './description.js';
 
+/** What the checks need of a node: its name (for messages) and its slice. */
+export type NodeSlice = Pick<ColumnDescriptor, 'name' | 'offset' | 'length'>;
+
 /** A view usable as `bytesPerElement`-wide elements: the same memory if aligned, else a copy. */
 export function aligned(bytes: Uint8Array, bytesPerElement: number): Uint8Array {
   const usable = bytes.subarray(0, bytes.length - (bytes.length % bytesPerElement));
@@ -18,7 +21,7 @@ export function aligned(bytes: Uint8Array, bytesPerElement: number): Uint8Array 
  * first >= 0, each >= the one before, the last <= `limit` (the data's bytes or
  * the child's length), else FRAME_BOUNDS.
  */
-export function checkedOffsets(c: ColumnDescriptor, raw: Uint8Array, width: number, limit: number): Int32Array | BigInt64Array {
+export function checkedOffsets(c: NodeSlice, raw: Uint8Array, width: number, limit: number): Int32Array | BigInt64Array {
   if (c.length === 0) return width === 4 ? new Int32Array(1) : new BigInt64Array(1);
   const bytes = aligned(raw, width);
   const all = width === 4 ? new Int32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4) : new BigInt64Array(bytes.buffer, bytes.byteOffset, bytes.length / 8);

@@ -1,0 +1,149 @@
+/**
+ * FrameLayout: what the frames of one stream share, learned from the first
+ * and kept by the consumer (FrameLayouts): the apache-arrow Schema, and where
+ * each column's counts and buffers lie in the body. A later frame whose layout
+ * bytes are the same (node count, names, formats, flags, metadata: everything
+ * but lengths, null counts, offsets and buffers) becomes a Table straight from
+ * its body, with no FrameDescription decoded and no type built again: the
+ * consumer's half of "schema once, frames as fixed binary descriptors".
+ *
+ * Only flat host frames take this path (columns without children or
+ * dictionaries, every buffer in host memory or absent); the rest build their
+ * Table from the description as before. Both give the same Table, with the
+ * same checks (buffers inside their arena, value offsets: table-reader.ts).
+ */
+import { type DataType, Schema, Struct, type Table } from 'apache-arrow';
+import type { FrameDescription } from '../codec/description.js';
+import { parseFormat, type FormatInfo } from '../codec/format.js';
+import { Buffer_, BUFFER_BYTES, Header, HEADER_BYTES, HANDLE_BYTES, Node, NODE_BYTES } from '../codec/layout.js';
+import { GpuringError } from '../errors.js';
+import { flatData, isFlat, schemaOfFrame, tableOf } from './table-reader.js';
+
+/** Maps a buffer's handle (64 bytes, the arena's name) to the arena's memory. */
+export type ArenaResolver = (handle: Uint8Array) => ArrayBuffer;
+
+/** Where one flat column's node and first buffer lie in the body. */
+interface ColumnPlan {
+  name: string;
+  type: DataType;
+  format: FormatInfo;
+  nodeAt: number;
+  buffersAt: number;
+  buffers: number;
+}
+
+const KIND_ABSENT = 0;
+const KIND_HOST = 1;
+/** Layout words of the header: node, buffer, root and dictionary counts, string bytes; then the metadata's place. */
+const HEADER_WORDS: [number, number][] = [[Header.nodeCount, Header.rowCount], [Header.metadataOffset, Header.syncKind]];
+/** Layout words of a node: everything before its length. */
+const NODE_WORDS = Node.length;
+
+const u64 = (v: DataView, at: number) => v.getUint32(at, true) + v.getUint32(at + 4, true) * 2 ** 32;
+const i64 = (v: DataView, at: number) => v.getUint32(at, true) + v.getInt32(at + 4, true) * 2 ** 32;
+
+export class FrameLayout {
+  /** The body's layout words (see file comment), compared word by word with later bodies. */
+  readonly #words: Uint32Array;
+  readonly #schema: Schema;
+  readonly #struct: Struct;
+  /** null: not a flat frame (Tables come from the description). */
+  readonly #columns: ColumnPlan[] | null;
+
+  private constructor(words: Uint32Array, schema: Schema, columns: ColumnPlan[] | null) {
+    this.#words = words;
+    this.#schema = schema;
+    this.#struct = new Struct(schema.fields);
+    this.#columns = columns;
+  }
+
+  /** The layout of a validated body and its description. */
+  static of(body: Uint8Array, frame: FrameDescription): FrameLayout {
+    const schema = schemaOfFrame(frame);
+    const flat = frame.dictionaries.length === 0 && frame.columns.every((c) => c.children.length === 0 && c.dictionary < 0 && isFlat(parseFormat(c.format)!));
+    let buffersAt = HEADER_BYTES + frame.columns.length * NODE_BYTES;
+    const columns = frame.columns.map((c, i) => {
+      const plan = { name: c.name, type: schema.fields[i]!.type, format: parseFormat(c.format)!, nodeAt: HEADER_BYTES + i * NODE_BYTES, buffersAt, buffers: c.buffers.length };
+      buffersAt += c.buffers.length * BUFFER_BYTES;
+      return plan;
+    });
+    return new FrameLayout(layoutWords(body), schema, flat ? columns : null);
+  }
+
+  /** Whether `body` (validated) has this layout. */
+  matches(body: Uint8Array): boolean {
+    const words = this.#words;
+    let k = 0;
+    let same = true;
+    forEachLayoutWord(body, (word) => (same = k < words.length && words[k++] === word));
+    return same && k === words.length;
+  }
+
+  /** The frame as a Table, or null when it must be built from its description (not flat, or device buffers). */
+  table(body: Uint8Array, arena: ArenaResolver): Table | null {
+    if (!this.#columns) return null;
+    const v = new DataView(body.buffer, body.byteOffset, body.byteLength);
+    for (const c of this.#columns)
+      for (let i = 0, at = c.buffersAt; i < c.buffers; i++, at += BUFFER_BYTES) {
+        const kind = v.getUint16(at + Buffer_.kind, true);
+        if (kind !== KIND_HOST && kind !== KIND_ABSENT) return null;
+      }
+    const children = this.#columns.map((c) => {
+      const node = { name: c.name, offset: u64(v, c.nodeAt + Node.offset), length: u64(v, c.nodeAt + Node.length) };
+      return flatData(c.type, c.format, node, i64(v, c.nodeAt + Node.nullCount), (i) => hostBuffer(v, body, c.buffersAt + i * BUFFER_BYTES, arena));
+    });
+    return tableOf(this.#schema, this.#struct, u64(v, Header.rowCount), children);
+  }
+}
+
+/** The bytes of the host buffer described at `at` in the body, or undefined if it is absent. */
+function hostBuffer(v: DataView, body: Uint8Array, at: number, arena: ArenaResolver): Uint8Array | undefined {
+  if (v.getUint16(at + Buffer_.kind, true) === KIND_ABSENT) return undefined;
+  const memory = arena(body.subarray(at + Buffer_.handle, at + Buffer_.handle + HANDLE_BYTES));
+  const offset = u64(v, at + Buffer_.offset);
+  const length = u64(v, at + Buffer_.length);
+  if (offset + length > memory.byteLength) throw new GpuringError('FRAME_BOUNDS', `a buffer [${offset}, +${length}) lies outside its ${memory.byteLength}-byte arena`);
+  return new Uint8Array(memory, offset, length);
+}
+
+/** Calls `visit` with each layout word of a validated body, in order. */
+function forEachLayoutWord(body: Uint8Array, visit: (word: number) => boolean | void): void {
+  const v = new DataView(body.buffer, body.byteOffset, body.byteLength);
+  for (const [from, to] of HEADER_WORDS) for (let at = from; at < to; at += 4) if (visit(v.getUint32(at, true)) === false) return;
+  const nodes = v.getUint32(Header.nodeCount, true);
+  for (let n = 0, base = HEADER_BYTES; n < nodes; n++, base += NODE_BYTES)
+    for (let at = base; at < base + NODE_WORDS; at += 4) if (visit(v.getUint32(at, true)) === false) return;
+  const strings = HEADER_BYTES + nodes * NODE_BYTES + v.getUint32(Header.bufferCount, true) * BUFFER_BYTES;
+  const end = strings + v.getUint32(Header.stringsLength, true);
+  for (let at = strings; at < end; at += 4) if (visit(end - at >= 4 ? v.getUint32(at, true) : tail(v, at, end)) === false) return;
+}
+
+/** The last 1-3 bytes of the string table as a word. */
+function tail(v: DataView, at: number, end: number): number {
+  let word = 0;
+  for (let i = 0; at + i < end; i++) word |= v.getUint8(at + i) << (8 * i);
+  return word >>> 0;
+}
+
+function layoutWords(body: Uint8Array): Uint32Array {
+  const words: number[] = [];
+  forEachLayoutWord(body, (w) => void words.push(w));
+  return Uint32Array.from(words);
+}
+
+/** The layouts a consumer has met, most recent first; bounded, as producers and streams come and go. */
+export class FrameLayouts {
+  static readonly MAX = 32;
+  readonly #known: FrameLayout[] = [];
+
+  /** The layout of a validated body, learned from `describe()` the first time. */
+  of(body: Uint8Array, describe: () => FrameDescription): FrameLayout {
+    const known = this.#known;
+    const i = known.findIndex((l) => l.matches(body));
+    if (i === 0) return known[0]!;
+    const layout = i > 0 ? known.splice(i, 1)[0]! : FrameLayout.of(body, describe());
+    known.unshift(layout);
+    if (known.length > FrameLayouts.MAX) known.pop();
+    return layout;
+  }
+}
