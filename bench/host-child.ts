@@ -13,8 +13,9 @@
  *   ipc PATH BYTES            builds the same table, sends it with tableToIPC over a Unix socket
  *   flood NAME N              publishes N small frames as fast as backpressure allows, then drains;
  *                             prints {"seconds"} from first publish to last release
- *   sink NAME BATCH           consumes until told 'stop' (IPC); with BATCH=1 takes every frame already
- *                             waiting after each wake-up (nextBatch); prints the count
+ *   sink NAME BATCH TABLE     consumes until told 'stop' (IPC); with BATCH=1 takes every frame already
+ *                             waiting after each wake-up (nextBatch); with TABLE=1 builds each frame's
+ *                             Table (toTable) before releasing it; prints the count
  *   stream PATH N             sends N small frame descriptions as JSON lines (serialized per frame), as fast
  *                             as the socket takes them
  */
@@ -124,12 +125,13 @@ async function sink(): Promise<void> {
   const { Consumer } = await import('../dist/index.js');
   const consumer = Consumer.open(target!);
   const batch = Number(count) === 1;
+  const tables = Number(gap) === 1;
   let frames = 0;
   process.on('message', () => consumer.close());
   try {
     for (;;) {
       const got = batch ? await consumer.nextBatch() : [await consumer.next()];
-      for (const f of got) f.release();
+      for (const f of got) (tables && f.toTable(), f.release());
       frames += got.length;
     }
   } catch (error) {

@@ -13,10 +13,11 @@
  *  2. the C ring alone across two processes: one-way latency and records/s
  *  3. a 1 GiB table made visible in another process, against tableToIPC over
  *     a Unix socket and tableFromIPC
- *  4. throughput, frames/s of 8-column frames from one producer to 1, 2 and 4
- *     consumer processes, with and without batching (taking every waiting
- *     frame per wake-up); baseline: JSON lines over a Unix socket, 1 consumer;
- *     and of a prepared frame, 1 consumer, batched
+ *  4. throughput, frames/s of 8-column frames from one producer (publish(table))
+ *     to 1, 2 and 4 consumer processes that build each frame's Table, with and
+ *     without batching (taking every waiting frame per wake-up); baseline: JSON
+ *     lines over a Unix socket (parsed), 1 consumer; and of a prepared frame,
+ *     1 consumer, batched
  *  5. a sleeping consumer hop by hop: a prepared frame published every 2 ms
  *     and every 100 µs to a consumer asleep in next(), timestamped at publish
  *     call, publish return (in the ring), JS callback and toTable(); anchor:
@@ -248,9 +249,9 @@ async function bigTable(bytes: number): Promise<BenchRecord[]> {
   return [compare(`${bytes >> 20} MiB table made visible in another process`, 'latency', 'ms', ours, 'tableToIPC over a Unix socket + tableFromIPC', theirs, false)];
 }
 
-async function throughput(frames: number, consumers: number, batch: boolean, producer = 'flood'): Promise<number> {
+async function throughput(frames: number, consumers: number, batch: boolean, producer = 'flood', tables = producer === 'flood'): Promise<number> {
   const { seconds, total } = await withRing('bench-tp', { slots: 1024 }, async (_ring, name) => {
-    const sinks = Array.from({ length: consumers }, () => child('sink', name, batch ? 1 : 0));
+    const sinks = Array.from({ length: consumers }, () => child('sink', name, batch ? 1 : 0, tables ? 1 : 0));
     const counts = sinks.map((c) => new Promise<number>((r) => c.stdout!.once('data', (d: Buffer) => r(Number(d.toString())))));
     await new Promise((r) => setTimeout(r, 1500)); // let the consumers attach before timing
     // The producer times itself, first publish to last release: its process start-up is not throughput.
@@ -323,8 +324,9 @@ try {
         const rate = await throughput(20000, consumers, batch);
         series[batch ? 1 : 0]!.points.push([consumers, rate]);
         if (batch) series[2]!.points.push([consumers, baselineRate]); // measured with 1 consumer
-        records.push(compare(`throughput, 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''}${batch ? ', batched' : ''}`, 'rate', 'frames/s', rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
+        records.push(compare(`throughput, publish(table) of 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''} taking toTable()${batch ? ', batched' : ''}`, 'rate', 'frames/s', rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
       }
+    records.push(compare('throughput, publish(table) of 8-column frames, 1 consumer taking toTable(), batched', 'rate', 'frames/s', series[1]!.points[0]![1], '100,000 frames/s (target)', 1e5, true));
     const prepared = await throughput(200_000, 1, true, 'flood-prepared');
     records.push(compare('throughput, prepared frame, publishMany(256) to 1 consumer taking nextBatch()', 'rate', 'frames/s', prepared, '1,000,000 frames/s (target)', 1e6, true));
     charts['throughput-vs-consumers'] = { title: 'Throughput, 8-column frames, one Node producer', x: { label: 'consumer processes' }, y: { label: 'frames per second' }, series };
