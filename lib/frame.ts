@@ -7,7 +7,9 @@
  * works), when the consumer closes, or when this process dies. After release,
  * tables from `toTable()` still point at the producer's memory, which it may
  * overwrite at any time: copy what you keep (e.g. `tableFromIPC(tableToIPC(t))`)
- * before releasing.
+ * before releasing. A Frame object kept after release holds a little host
+ * memory: its description, in a record block shared with frames taken around
+ * the same time (64 KiB), freed when the last of them is collected.
  *
  * Device frames (cuda-ipc buffers): `toTable()` copies each buffer to the host,
  * on the device after the producer's event (no host wait for the producer's
