@@ -55,12 +55,14 @@ const exited = (p: ReturnType<typeof child>) => new Promise((r) => p.on('exit', 
  * Spin path: the consumer busy-polls on its JS thread (`next({ spin })`), so a
  * frame is taken with no thread wake-up. Futex path (the name users know; the
  * Node consumer sleeps on its doorbell): it sleeps in `next()` and the
- * producer's publish wakes its event loop.
+ * producer's publish wakes its event loop. `gap` between frames is in the
+ * child role's unit (see host-child.ts): ms for gpuring, µs for prepared.
  */
-async function gpuringHandOff(n: number, gapMs: number, spin: number): Promise<number[]> {
-  return withRing('bench-ho', { slots: 64 }, async (_ring, name) => {
+async function gpuringHandOff(n: number, gap: number, spin: number, role = 'gpuring'): Promise<number[]> {
+  return withRing('bench-ho', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const producer = child('gpuring', name, n, gapMs);
+    const producer = child(role, name, n, gap);
+    producer.stdout!.resume();
     const latencies: number[] = [];
     for (let i = 0; i < n; i++) {
       const f = await consumer.next({ timeout: 30_000, spin });
@@ -126,29 +128,9 @@ function wakeFloor(n: number, gapUs: number): Record<'p50' | 'p99' | 'p99.9', nu
   return { p50: ns.p50! / 1000, p99: ns.p99! / 1000, 'p99.9': ns['p99.9']! / 1000 };
 }
 
-/**
- * A consumer busy-polling in next({ spin }), a prepared frame every `gapUs`
- * (the producer busy-waits between frames): publish call to JS, µs.
- */
-async function spinningHandOff(n: number, gapUs: number): Promise<number[]> {
-  return withRing('bench-spin', { slots: 1024 }, async (_ring, name) => {
-    const consumer = Consumer.open(name);
-    const producer = child('prepared', name, n, gapUs);
-    producer.stdout!.resume();
-    const latencies: number[] = [];
-    for (let i = 0; i < n; i++) {
-      const f = await consumer.next({ timeout: 30_000, spin: 1_000_000 });
-      latencies.push(microsSince(f.tag));
-      f.release();
-    }
-    consumer.close();
-    await exited(producer);
-    return latencies;
-  });
-}
-
 async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]> {
-  const ours = await spinningHandOff(n, gapUs);
+  // A prepared frame every `gapUs` (the producer busy-waits between frames), the consumer busy-polling.
+  const ours = await gpuringHandOff(n, gapUs, 1_000_000, 'prepared');
   const ring = cRingLatency();
   const name = `hand-off, consumer spinning, prepared frame ${gapUs} µs apart (publish call to JS)`;
   return [
