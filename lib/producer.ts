@@ -334,36 +334,51 @@ export class Producer {
   #sendBody(body: Uint8Array, used: Loose[], timeout: number, tag: bigint): number | Promise<number> {
     const list = used.length ? new Float64Array(used.flatMap((a) => [a.arena, a.offset, a.length])) : NO_ALLOCATIONS;
     for (const a of used) this.#loose.delete(`${a.arena}:${a.offset}`);
-    // Not published: the allocations are ours (or the caller's) again.
-    const unsent = (error: unknown): never => {
-      for (const a of used) this.#loose.set(`${a.arena}:${a.offset}`, a);
-      this.#unuse(used);
-      throw error;
-    };
-    const track = (id: number) => (this.#inFlight.add(id), id);
     let pending: number | Promise<number>;
     try {
       pending = callNative(() => this.#core.publish(body, list, tag, toNativeTimeout(timeout)));
     } catch (error) {
-      return unsent(error);
+      return this.#unsent(used, error);
     }
-    return typeof pending === 'number' ? track(pending) : awaitNative(pending).then(track, unsent);
+    if (typeof pending === 'number') return this.#track(pending);
+    return awaitNative(pending).then((id) => this.#track(id), (error: unknown) => this.#unsent(used, error));
+  }
+
+  #track(id: number): number {
+    this.#inFlight.add(id);
+    return id;
+  }
+
+  /** Not published: the allocations are ours (or the caller's) again. */
+  #unsent(used: Loose[], error: unknown): never {
+    for (const a of used) this.#loose.set(`${a.arena}:${a.offset}`, a);
+    this.#unuse(used);
+    throw error;
   }
 
   /** Publishes a device frame; what it holds (memory, an event) is freed on release, or at once if it never went out. */
   #sendDevice(frame: FrameDescription | Uint8Array, owned: DeviceOwned, timeout: number, tag: bigint): number | Promise<number> {
-    const keep = (id: number) => ((owned.memory || owned.eventId >= 0) && this.#deviceFrames.set(id, owned), id);
-    const unsent = (error: unknown): never => {
-      this.#freeDevice(owned);
-      throw error;
-    };
     let sent: number | Promise<number>;
     try {
       sent = frame instanceof Uint8Array ? this.#sendBody(frame, [], timeout, tag) : this.#send(frame, [], timeout, tag);
     } catch (error) {
-      return unsent(error);
+      this.#freeDevice(owned);
+      throw error;
     }
-    return typeof sent === 'number' ? keep(sent) : sent.then(keep, unsent);
+    if (typeof sent === 'number') return this.#keepDevice(sent, owned);
+    return sent.then(
+      (id) => this.#keepDevice(id, owned),
+      (error: unknown) => {
+        this.#freeDevice(owned);
+        throw error;
+      },
+    );
+  }
+
+  /** What a device frame holds is freed when it is released (host frames hold nothing). */
+  #keepDevice(id: number, owned: DeviceOwned): number {
+    if (owned.memory || owned.eventId >= 0) this.#deviceFrames.set(id, owned);
+    return id;
   }
 
   /**

@@ -60,13 +60,13 @@ export class FrameLayout {
   /** The layout of a validated body and its description. */
   static of(body: Uint8Array, frame: FrameDescription): FrameLayout {
     const schema = schemaOfFrame(frame);
-    const flat = frame.dictionaries.length === 0 && frame.columns.every((c) => c.children.length === 0 && c.dictionary < 0 && isFlat(parseFormat(c.format)!));
     let buffersAt = HEADER_BYTES + frame.columns.length * NODE_BYTES;
     const columns = frame.columns.map((c, i) => {
       const plan = { name: c.name, type: schema.fields[i]!.type, format: parseFormat(c.format)!, nodeAt: HEADER_BYTES + i * NODE_BYTES, buffersAt, buffers: c.buffers.length };
       buffersAt += c.buffers.length * BUFFER_BYTES;
       return plan;
     });
+    const flat = frame.dictionaries.length === 0 && frame.columns.every((c, i) => c.children.length === 0 && c.dictionary < 0 && isFlat(columns[i]!.format));
     return new FrameLayout(layoutWords(body), schema, flat ? columns : null);
   }
 
