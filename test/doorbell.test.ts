@@ -10,7 +10,7 @@ import { Int32, Table, vectorFromArray } from 'apache-arrow';
 import { Consumer, Producer, type Ring } from '../lib/index.js';
 import { describeBatch } from '../lib/arrow/table-writer.js';
 import { absentBuffer } from '../lib/codec/description.js';
-import { child, cProgram, eventually, exitOf, root, withRing } from './helpers/ring.js';
+import { child, cProgram, eventually, exitOf, root, SPEC_ONLY, withRing } from './helpers/ring.js';
 
 const NEVER_SWEEP = 600_000;
 const WAIT = { timeout: 20_000 };
@@ -34,12 +34,13 @@ with gpuring.Producer.open(sys.argv[1]) as p:
 const producers: Record<string, (name: string, frames: number) => ChildProcess> = {
   Node: (name, frames) => child('stress-produce', name, 7, frames),
   C: (name, frames) => spawn(cProgram('producer', 'interop/c'), [name, String(frames), '3'], { stdio: ['ignore', 'ignore', 'inherit'] }),
+  'spec-only C': (name, frames) => spawn(cProgram('spec_producer', SPEC_ONLY), [name, String(frames), '3'], { stdio: ['ignore', 'ignore', 'inherit'] }),
   Python: pythonProducer,
 };
 
 for (const [language, start] of Object.entries(producers)) {
   test(`a consumer asleep in next() is woken by a ${language} producer's publish, and takes every frame in order`, async (t) => {
-    await withRing(`bell-${language}`, { slots: 16 }, async (ring, name) => {
+    await withRing(`bell-${language.replace(/\W/g, '')}`, { slots: 16 }, async (ring, name) => {
       const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });
       const first = consumer.next(WAIT);
       t.true(await eventually(() => asleep(ring, consumer.index).includes('data')), 'the waiting consumer declares itself asleep');
@@ -143,6 +144,7 @@ with gpuring.Consumer.open(sys.argv[1]) as c:
 const consumers: Record<string, (name: string, frames: number) => ChildProcess> = {
   Node: (name, frames) => child('take-release', name, frames),
   C: (name, frames) => spawn(cProgram('consumer', 'interop/c'), [name, String(frames)], { stdio: ['ignore', 'ignore', 'inherit'] }),
+  'spec-only C': (name, frames) => spawn(cProgram('spec_consumer', SPEC_ONLY), [name, String(frames)], { stdio: ['ignore', 'ignore', 'inherit'] }),
   Python: pythonConsumer,
 };
 
@@ -152,7 +154,7 @@ const emptyFrame = () => describeBatch(new Table({ i: vectorFromArray([], new In
 
 for (const [language, start] of Object.entries(consumers)) {
   test(`a producer waiting for space sleeps on its doorbell and is woken by a ${language} consumer's releases`, async (t) => {
-    await withRing(`space-${language}`, { slots: 4 }, async (ring, name) => {
+    await withRing(`space-${language.replace(/\W/g, '')}`, { slots: 4 }, async (ring, name) => {
       const producer = Producer.open(name, { sweepInterval: NEVER_SWEEP });
       for (let i = 0; i < 4; i++) await producer.publish(oneRow(i), { timeout: 0 });
       const blocked = producer.publish(oneRow(4), WAIT);

@@ -1,4 +1,4 @@
-/** Runs interop/c/consumer and computes, in Node, the report it must print. */
+/** Runs interop/c/consumer (or interop/spec-only/spec_consumer) and computes, in Node, the report it must print. */
 import { spawn } from 'node:child_process';
 import * as A from 'apache-arrow';
 import { createInterface } from 'node:readline';
@@ -20,9 +20,12 @@ export interface FrameReport {
   columns: ColumnReport[];
 }
 
-/** Starts the C consumer on RING and resolves with its FRAMES report lines once it exited 0. */
-export function cConsumerReport(ring: string, frames: number): Promise<FrameReport[]> {
-  const proc = spawn(cProgram('consumer', 'interop/c'), [ring, String(frames), '30000'], { stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Starts a C consumer (interop/c/consumer, or PROGRAM: one that prints the same
+ * report) on RING and resolves with its FRAMES report lines once it exited 0.
+ */
+export function cConsumerReport(ring: string, frames: number, program = cProgram('consumer', 'interop/c')): Promise<FrameReport[]> {
+  const proc = spawn(program, [ring, String(frames), '30000'], { stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: FrameReport[] = [];
   let stderr = '';
   proc.stderr!.on('data', (d) => (stderr += d));
@@ -59,4 +62,37 @@ export function expectedReport(table: A.Table, frame: number, tag: number, memor
     rows: table.numRows,
     columns: table.schema.fields.map((f) => columnReport(f.name, table.getChild(f.name)!, memory)),
   };
+}
+
+/** The columns interop/c/producer and interop/spec-only/spec_producer write in frame K of ROWS rows. */
+export function producerColumns(k: number, rows: number): { id: number[]; score: (number | null)[]; name: string[] } {
+  const ids = Array.from({ length: rows }, (_, r) => k * rows + r);
+  return { id: ids, score: ids.map((i) => (i % 7 === 0 ? null : i / 4)), name: ids.map((i) => `row-${i}`) };
+}
+
+/** The same three columns as read from TABLE. */
+export function tableColumns(table: A.Table): { id: number[]; score: (number | null)[]; name: string[] } {
+  return {
+    id: Array.from(table.getChild('id')!.toArray() as BigInt64Array, Number),
+    score: [...table.getChild('score')!] as (number | null)[],
+    name: [...table.getChild('name')!] as string[],
+  };
+}
+
+/**
+ * Two tables with every column kind the consumers' reports sum (int32, float64
+ * and utf8 with nulls, a fixed-size list of float32), the second a slice, so
+ * that offsets and validity bits that start mid-byte are read too.
+ */
+export function reportSources(): A.Table[] {
+  const tables = [0, 1].map((k) => {
+    const idx = Array.from({ length: 300 + k }, (_, i) => i);
+    return new A.Table({
+      id: A.vectorFromArray(idx.map((i) => i * 3 + k), new A.Int32()),
+      score: A.vectorFromArray(idx.map((i) => (i % 5 === 0 ? null : i * 0.25 - k)), new A.Float64()),
+      name: A.vectorFromArray(idx.map((i) => (i % 11 === 0 ? null : `név-${i}`)), new A.Utf8()),
+      tensor: A.vectorFromArray(idx.map((i) => [i, i + 0.5, -i, k]), new A.FixedSizeList(4, new A.Field('item', new A.Float32(), false))),
+    });
+  });
+  return [tables[0]!, tables[1]!.slice(7, 250)];
 }

@@ -71,6 +71,9 @@ export function exitOf(proc: ChildProcess): Promise<{ code: number | null; signa
 
 let helperDir: string | undefined;
 
+/** The directory of the C programs written from SPEC.md alone (interop/spec-only). */
+export const SPEC_ONLY = 'interop/spec-only';
+
 /**
  * Builds a C or C++ program of the repository once per test process:
  * interop/tests/NAME.c, or DIR/NAME.c or .cc. Where no compiler is installed

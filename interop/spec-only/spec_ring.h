@@ -1,0 +1,619 @@
+/* spec_ring.h: the ring protocol of interop/SPEC.md, written from that document
+ * alone (no gpuring.h), for spec_producer.c and spec_consumer.c. Each function
+ * names the section it implements. It is the proof that SPEC.md suffices, not a
+ * library: errors print and return -1, and only what the two programs need is
+ * here (host memory only; the futex for waiting, doorbells only rung).
+ *
+ * Shared memory is read through the helpers below: every word at a fixed
+ * offset of a validated geometry, atomics with the orders SPEC.md names. */
+#ifndef SPEC_RING_H
+#define SPEC_RING_H
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+/* §1.1 constants */
+#define SEG_MAGIC 0x00474E4952555047ull
+#define ARENA_MAGIC 0x414E455241525047ull
+#define BODY_MAGIC 0x46525047u
+#define LAYOUT_HASH 0xddb92fd56ec23d52ull
+#define VERSION_MAJOR 2u
+#define MASK48 ((1ull << 48) - 1u)
+#define NOTHING_PENDING MASK48
+#define ROLE_PRODUCER 1u
+#define ROLE_CONSUMER 2u
+
+/* §12 field offsets: segment header, control (from 256), participant entry, slot, reference */
+enum { H_READY = 8, H_HEADER_SIZE = 12, H_HASH = 16, H_TOTAL = 24, H_SLOTS = 32, H_SLOT_SIZE = 36,
+       H_PCAP = 40, H_PSIZE = 44, H_CONTROL = 48, H_POFF = 56, H_SOFF = 64, H_PIDNS = 72 };
+enum { C_TAIL = 256, C_HEAD = 384, C_DATA_SEQ = 512, C_DATA_WAITERS = 516, C_DATA_BELLS = 520,
+       C_SPACE_SEQ = 640, C_SPACE_WAITERS = 644, C_SPACE_BELLS = 648, C_REDELIVER = 768,
+       C_RECOVERED = 896, C_REDELIVERED = 904 };
+enum { P_STATE = 0, P_PID = 8, P_ROLES = 12, P_START = 16, P_ATTACHED = 24, P_ARENAS = 32,
+       P_PUBLISHED = 40, P_LEASED = 48, P_RELEASED = 56, P_BELL = 64, P_KEY = 72 };
+enum { REF_FRAME_ID = 0, REF_PRODUCER = 8, REF_PRODUCER_GEN = 12, REF_BODY_ARENA = 16,
+       REF_BODY_LENGTH = 20, REF_BODY_OFFSET = 24, REF_USER_TAG = 32 };
+/* §4 participant states, §5.1 slot states, §6.1 doorbell bits */
+enum { P_FREE, P_ACTIVE, P_DEAD, P_ATTACHING, P_FREEING };
+enum { S_EMPTY, S_WRITING, S_READY, S_CLAIMED, S_LEASED, S_RELEASED };
+enum { BELL_DATA = 1, BELL_SPACE = 2 };
+enum { RING_OK = 0, RING_NONE = 1 }; /* RING_NONE: full (publish) or empty (claim) */
+
+typedef struct ring {
+  char name[33];
+  int fd;
+  uint8_t *base;
+  uint64_t size, poff, soff;
+  uint32_t slots, capacity;
+  uint32_t me, gen; /* our entry (plain index) and its generation */
+} ring;
+
+/* A frame reference copied out of a slot (§12). */
+typedef struct frame_ref {
+  uint64_t frame_id, body_offset, user_tag;
+  uint32_t producer, producer_gen, body_arena, body_length;
+} frame_ref;
+
+static inline int spec_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#include <stdarg.h>
+static inline int spec_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  return -1;
+}
+
+/* ---- words in shared memory ---- */
+static inline uint64_t *w64(const ring *r, uint64_t off) { return (uint64_t *)(r->base + off); }
+static inline uint32_t *w32(const ring *r, uint64_t off) { return (uint32_t *)(r->base + off); }
+static inline uint64_t entry(const ring *r, uint32_t i) { return r->poff + 128ull * i; }
+static inline uint64_t slot_at(const ring *r, uint64_t pos) { return r->soff + 128ull * (pos & (r->slots - 1u)); }
+static inline int cas64(uint64_t *p, uint64_t expect, uint64_t want) {
+  return __atomic_compare_exchange_n(p, &expect, want, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/* §5.1 slot word and §4 participant word */
+static inline uint64_t sword(uint64_t seq, uint32_t state, uint32_t owner) {
+  return (seq & MASK48) << 16 | (uint64_t)state << 13 | owner;
+}
+static inline uint64_t sw_seq(uint64_t w) { return w >> 16; }
+static inline uint32_t sw_state(uint64_t w) { return (uint32_t)(w >> 13) & 7u; }
+static inline uint32_t sw_owner(uint64_t w) { return (uint32_t)w & 0x1fffu; }
+static inline uint64_t pword(uint32_t gen, uint32_t pid, uint32_t state) {
+  return (uint64_t)gen << 32 | (uint64_t)(pid & 0x1fffffffu) << 3 | state;
+}
+static inline uint32_t pw_state(uint64_t w) { return (uint32_t)w & 7u; }
+static inline uint32_t pw_gen(uint64_t w) { return (uint32_t)(w >> 32); }
+static inline uint32_t pw_pid(uint64_t w) { return (uint32_t)(w >> 3) & 0x1fffffffu; }
+/* §5.2: positions compare by their signed 48-bit difference */
+static inline int64_t seqdiff(uint64_t a, uint64_t b) { return (int64_t)((a - b) << 16) >> 16; }
+
+static inline uint64_t now_ns(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- §4 process identity: /proc/PID/stat state (field 3) and start time (field 22) ---- */
+static inline int proc_stat(uint32_t pid, char *state, uint64_t *start) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%u/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1u);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  char *p = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
+  if (!p || p[1] != ' ') return -1;
+  *state = p[2];
+  p += 2;
+  for (int field = 3; field < 22; field++) {
+    p = strchr(p, ' ');
+    if (!p) return -1;
+    p++;
+  }
+  *start = strtoull(p, NULL, 10);
+  return 0;
+}
+static inline int pid_running(uint32_t pid) {
+  char st;
+  uint64_t start;
+  return pid != 0 && proc_stat(pid, &st, &start) == 0 && st != 'Z' && st != 'X';
+}
+static inline int process_alive(uint32_t pid, uint64_t start_time) {
+  char st;
+  uint64_t start;
+  return pid != 0 && proc_stat(pid, &st, &start) == 0 && st != 'Z' && st != 'X' && start == start_time;
+}
+
+/* ---- §3.1 opening a segment ---- */
+static inline int header_check(const uint8_t *h, uint64_t file_size, ring *r) {
+  uint32_t u32v[16];
+  uint64_t hash, total, poff, soff, pidns;
+  memcpy(u32v, h, 64);
+  memcpy(&hash, h + H_HASH, 8);
+  memcpy(&total, h + H_TOTAL, 8);
+  memcpy(&poff, h + H_POFF, 8);
+  memcpy(&soff, h + H_SOFF, 8);
+  memcpy(&pidns, h + H_PIDNS, 8);
+  uint32_t ready = u32v[H_READY / 4], slots = u32v[H_SLOTS / 4], cap = u32v[H_PCAP / 4];
+  uint64_t control;
+  memcpy(&control, h + H_CONTROL, 8);
+  if (ready >> 16 != VERSION_MAJOR) return spec_fail("SEGMENT_VERSION: version %u.%u", ready >> 16, ready & 0xffffu);
+  if (hash != LAYOUT_HASH || u32v[H_HEADER_SIZE / 4] != 256 || u32v[H_SLOT_SIZE / 4] != 128 ||
+      u32v[H_PSIZE / 4] != 128 || control != 256)
+    return spec_fail("SEGMENT_LAYOUT: layout hash or sizes differ");
+  if (slots < 2 || slots > (1u << 20) || (slots & (slots - 1u)) || cap < 1 || cap > 8190)
+    return spec_fail("SEGMENT_LAYOUT: slot count %u or capacity %u out of range", slots, cap);
+  uint64_t want_soff = 1024ull + 128ull * cap;
+  uint64_t want_total = (want_soff + 128ull * slots + 4095u) & ~4095ull;
+  if (poff != 1024 || soff != want_soff || total != want_total) return spec_fail("SEGMENT_LAYOUT: offsets");
+  if (file_size < total) return spec_fail("SEGMENT_TRUNCATED: %" PRIu64 " < %" PRIu64, file_size, total);
+  if (file_size > total) return spec_fail("SEGMENT_LAYOUT: file larger than total_size");
+  struct stat ns;
+  if (stat("/proc/self/ns/pid", &ns) == 0 && (uint64_t)ns.st_ino != pidns)
+    return spec_fail("PID_NAMESPACE: segment made in another PID namespace");
+  r->slots = slots;
+  r->capacity = cap;
+  r->poff = poff;
+  r->soff = soff;
+  r->size = total;
+  return 0;
+}
+
+static inline int ring_open(ring *r, const char *name, uint32_t timeout_ms) {
+  char shm[64];
+  memset(r, 0, sizeof *r);
+  snprintf(r->name, sizeof r->name, "%s", name);
+  snprintf(shm, sizeof shm, "/gpuring.%s", name);
+  uint64_t deadline = now_ns(CLOCK_MONOTONIC) + timeout_ms * 1000000ull;
+  while ((r->fd = shm_open(shm, O_RDWR | O_CLOEXEC, 0)) < 0) { /* the creator may start after us */
+    if (errno != ENOENT || now_ns(CLOCK_MONOTONIC) > deadline) return spec_fail("SEGMENT_NOT_FOUND: %s", shm);
+    usleep(2000);
+  }
+  struct stat st;
+  if (fstat(r->fd, &st) != 0 || st.st_uid != geteuid()) return spec_fail("SEGMENT_OWNER: %s", shm);
+  uint8_t h[256];
+  for (;;) {
+    memset(h, 0, sizeof h);
+    ssize_t n = pread(r->fd, h, sizeof h, 0);
+    uint64_t magic;
+    uint32_t ready;
+    memcpy(&magic, h, 8);
+    memcpy(&ready, h + H_READY, 4);
+    if (n >= 8 && magic != 0 && magic != SEG_MAGIC) return spec_fail("SEGMENT_FOREIGN: %s", shm);
+    if (magic == SEG_MAGIC && n < 256) return spec_fail("SEGMENT_TRUNCATED: header");
+    if (magic == SEG_MAGIC && ready != 0) break;
+    if (now_ns(CLOCK_MONOTONIC) > deadline) return spec_fail("SEGMENT_NOT_READY: %s", shm);
+    usleep(1000);
+  }
+  if (fstat(r->fd, &st) != 0 || header_check(h, (uint64_t)st.st_size, r) != 0) return -1;
+  r->base = (uint8_t *)mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
+  if (r->base == MAP_FAILED) return spec_fail("mmap: %s", strerror(errno));
+  /* §3.1 step 4: the acquire load through the mapping orders the creator's writes before ours */
+  if (__atomic_load_n(w32(r, H_READY), __ATOMIC_ACQUIRE) == 0) return spec_fail("SEGMENT_NOT_READY");
+  return 0;
+}
+
+/* §2: a creator checks /dev/shm's free space, then reserves the pages. */
+static inline int shm_reserve(int fd, uint64_t bytes) {
+  struct statvfs vfs;
+  if (statvfs("/dev/shm", &vfs) != 0 || (uint64_t)vfs.f_bavail * vfs.f_frsize < bytes)
+    return spec_fail("NO_SPACE: /dev/shm cannot hold %" PRIu64 " bytes", bytes);
+  int e = posix_fallocate(fd, 0, (off_t)bytes);
+  return e ? spec_fail("NO_SPACE: posix_fallocate: %s", strerror(e)) : 0;
+}
+
+/* §3.1 creating: exclusively, sized and reserved (§2), every field, slot words, then ready_version (release). */
+static inline int ring_create(const char *name, uint32_t slots, uint32_t capacity) {
+  char shm[64];
+  snprintf(shm, sizeof shm, "/gpuring.%s", name);
+  int fd = shm_open(shm, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return errno == EEXIST ? 1 : spec_fail("shm_open(%s): %s", shm, strerror(errno));
+  uint64_t soff = 1024ull + 128ull * capacity, total = (soff + 128ull * slots + 4095u) & ~4095ull;
+  uint8_t *b = NULL;
+  if (fchmod(fd, 0600) != 0 || shm_reserve(fd, total) != 0 ||
+      (b = (uint8_t *)mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+    close(fd);
+    return spec_fail("cannot create %s", shm);
+  }
+  close(fd);
+  struct stat ns;
+  uint64_t u64v[] = {SEG_MAGIC, LAYOUT_HASH, total, 256, 1024, soff, 0, now_ns(CLOCK_REALTIME)};
+  uint32_t u32v[] = {256, slots, 128, capacity, 128, (uint32_t)getpid()};
+  if (stat("/proc/self/ns/pid", &ns) == 0) u64v[6] = (uint64_t)ns.st_ino;
+  memcpy(b + 0, &u64v[0], 8);
+  memcpy(b + H_HEADER_SIZE, &u32v[0], 4);
+  memcpy(b + H_HASH, &u64v[1], 8);
+  memcpy(b + H_TOTAL, &u64v[2], 8);
+  memcpy(b + H_SLOTS, &u32v[1], 4);
+  memcpy(b + H_SLOT_SIZE, &u32v[2], 4);
+  memcpy(b + H_PCAP, &u32v[3], 4);
+  memcpy(b + H_PSIZE, &u32v[4], 4);
+  memcpy(b + H_CONTROL, &u64v[3], 8);
+  memcpy(b + H_POFF, &u64v[4], 8);
+  memcpy(b + H_SOFF, &u64v[5], 8);
+  memcpy(b + H_PIDNS, &u64v[6], 8);
+  memcpy(b + 80, &u64v[7], 8);  /* created_unix_ns */
+  memcpy(b + 88, &u32v[5], 4);  /* creator_pid */
+  memcpy(b + 96, name, strlen(name)); /* name, zero-padded to 32 bytes */
+  for (uint64_t i = 0; i < slots; i++) {
+    uint64_t w = sword(i, S_EMPTY, 0);
+    memcpy(b + soff + 128u * i, &w, 8);
+  }
+  __atomic_store_n((uint32_t *)(b + H_READY), VERSION_MAJOR << 16, __ATOMIC_RELEASE);
+  munmap(b, total);
+  return 0;
+}
+
+/* §2: removing the segment (the detach before it freed our entry and our arenas). */
+static inline void ring_unlink(const char *name) {
+  char shm[64];
+  snprintf(shm, sizeof shm, "/gpuring.%s", name);
+  shm_unlink(shm);
+}
+
+/* ---- §4 attach ---- */
+static inline uint64_t self_start_time(void) {
+  char st;
+  uint64_t start = 0;
+  proc_stat((uint32_t)getpid(), &st, &start);
+  return start;
+}
+
+static inline int ring_attach(ring *r, uint32_t roles) {
+  for (uint32_t i = 0; i < r->capacity; i++) {
+    uint64_t *state = w64(r, entry(r, i) + P_STATE);
+    uint64_t w = __atomic_load_n(state, __ATOMIC_ACQUIRE);
+    if (pw_state(w) != P_FREE) continue;
+    uint32_t g = pw_gen(w) + 1u;
+    if (!cas64(state, w, pword(g, (uint32_t)getpid(), P_ATTACHING))) continue;
+    uint64_t e = entry(r, i);
+    *w64(r, e + P_START) = self_start_time();
+    __atomic_store_n(w32(r, e + P_PID), (uint32_t)getpid(), __ATOMIC_RELEASE);
+    *w32(r, e + P_ROLES) = roles;
+    *w64(r, e + P_ATTACHED) = now_ns(CLOCK_REALTIME);
+    *w32(r, e + P_ARENAS) = 0;
+    *w64(r, e + P_PUBLISHED) = *w64(r, e + P_LEASED) = *w64(r, e + P_RELEASED) = 0;
+    *w32(r, e + P_BELL) = 0;
+    *w64(r, e + P_KEY) = 0;
+    __atomic_store_n(state, pword(g, 0, P_ACTIVE), __ATOMIC_RELEASE);
+    r->me = i;
+    r->gen = g;
+    return 0;
+  }
+  return spec_fail("PARTICIPANTS_FULL");
+}
+
+static inline void count_up(const ring *r, uint32_t counter) {
+  uint64_t *c = w64(r, entry(r, r->me) + counter);
+  __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1u, __ATOMIC_RELAXED);
+}
+
+/* ---- §6 notifying: futex, then doorbells ---- */
+static inline void ring_doorbell(const ring *r, uint64_t key) {
+  struct sockaddr_un a;
+  memset(&a, 0, sizeof a);
+  a.sun_family = AF_UNIX;
+  int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1u, "gpuring.%s.%016" PRIx64, r->name, key);
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  char byte = 1;
+  sendto(fd, &byte, 1, MSG_DONTWAIT, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1u + (unsigned)n));
+  close(fd);
+}
+
+/* §6.1 clearing: AND the bits away, and for each that was set take 1 from its count, never below 0. */
+static inline uint32_t bells_clear(const ring *r, uint32_t index, uint32_t bits) {
+  uint32_t was = __atomic_fetch_and(w32(r, entry(r, index) + P_BELL), ~bits, __ATOMIC_SEQ_CST) & bits;
+  for (uint32_t bit = BELL_DATA; bit <= BELL_SPACE; bit <<= 1) {
+    if (!(was & bit)) continue;
+    uint32_t *count = w32(r, bit == BELL_DATA ? C_DATA_BELLS : C_SPACE_BELLS);
+    uint32_t c = __atomic_load_n(count, __ATOMIC_SEQ_CST);
+    while (c > 0 && !__atomic_compare_exchange_n(count, &c, c - 1u, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+  }
+  return was;
+}
+
+static inline void ring_notify(const ring *r, uint32_t bell) {
+  uint32_t seq = bell == BELL_DATA ? C_DATA_SEQ : C_SPACE_SEQ;
+  uint32_t waiters = bell == BELL_DATA ? C_DATA_WAITERS : C_SPACE_WAITERS;
+#if defined(__SANITIZE_THREAD__) /* ThreadSanitizer does not model fences; a seq_cst RMW stands in */
+  uint32_t sleeping = __atomic_fetch_add(w32(r, waiters), 0u, __ATOMIC_SEQ_CST);
+#else
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  uint32_t sleeping = __atomic_load_n(w32(r, waiters), __ATOMIC_SEQ_CST);
+#endif
+  if (sleeping > 0) {
+    __atomic_fetch_add(w32(r, seq), 1u, __ATOMIC_RELEASE);
+    syscall(SYS_futex, w32(r, seq), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  }
+  uint32_t count = __atomic_load_n(w32(r, bell == BELL_DATA ? C_DATA_BELLS : C_SPACE_BELLS), __ATOMIC_SEQ_CST);
+  for (uint32_t i = 0, seen = 0; i < r->capacity && seen < count; i++) {
+    if (!(__atomic_load_n(w32(r, entry(r, i) + P_BELL), __ATOMIC_SEQ_CST) & bell)) continue;
+    seen++;
+    uint64_t key = __atomic_load_n(w64(r, entry(r, i) + P_KEY), __ATOMIC_ACQUIRE);
+    if (bells_clear(r, i, bell) && key) ring_doorbell(r, key);
+  }
+}
+
+/* §6 waiting on a futex word: returns when `attempt` succeeded or after timeout_ms. */
+static inline int ring_wait(const ring *r, uint32_t bell, int (*attempt)(void *), void *ctx, uint32_t timeout_ms) {
+  uint32_t *seq = w32(r, bell == BELL_DATA ? C_DATA_SEQ : C_SPACE_SEQ);
+  uint32_t *waiters = w32(r, bell == BELL_DATA ? C_DATA_WAITERS : C_SPACE_WAITERS);
+  __atomic_fetch_add(waiters, 1u, __ATOMIC_SEQ_CST);
+  uint32_t seen = __atomic_load_n(seq, __ATOMIC_SEQ_CST);
+  int done = attempt(ctx);
+  if (!done) {
+    struct timespec ts = {(time_t)(timeout_ms / 1000u), (long)(timeout_ms % 1000u) * 1000000L};
+    syscall(SYS_futex, seq, FUTEX_WAIT, seen, &ts, NULL, 0);
+  }
+  __atomic_fetch_sub(waiters, 1u, __ATOMIC_SEQ_CST);
+  return done;
+}
+
+/* ---- §5.2 scans ---- */
+/* "Reload the hint": use it if at least 2 ahead of pos and less than slot_count ahead of pos + 1. */
+static inline uint64_t reload_hint(const ring *r, uint32_t hint, uint64_t pos) {
+  uint64_t h = __atomic_load_n(w64(r, hint), __ATOMIC_RELAXED) & MASK48;
+  if (seqdiff(h, pos) >= 2 && seqdiff(h, pos + 1u) < (int64_t)r->slots) return h;
+  return (pos + 1u) & MASK48;
+}
+static inline void advance_hint(const ring *r, uint32_t hint, uint64_t pos) {
+  uint64_t *h = w64(r, hint);
+  uint64_t next = (pos + 1u) & MASK48;
+  if (seqdiff(next, __atomic_load_n(h, __ATOMIC_RELAXED) & MASK48) > 0) __atomic_store_n(h, next, __ATOMIC_RELAXED);
+}
+
+/* Publish, first half: claims the slot for the next position as WRITING. */
+static inline int ring_claim_write(const ring *r, uint64_t *out) {
+  uint64_t pos = __atomic_load_n(w64(r, C_TAIL), __ATOMIC_RELAXED) & MASK48;
+  for (uint32_t probe = 0; probe < 2u * r->slots + 2u; probe++) {
+    uint64_t *word = w64(r, slot_at(r, pos));
+    uint64_t w = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    int64_t d = seqdiff(sw_seq(w), pos);
+    if (d == 0 && sw_state(w) == S_EMPTY) {
+      if (!cas64(word, w, sword(pos, S_WRITING, r->me + 1u))) continue; /* lost a race: probe again */
+      advance_hint(r, C_TAIL, pos);
+      *out = pos;
+      return RING_OK;
+    }
+    if (d == 0) pos = (pos + 1u) & MASK48;
+    else if (d < -(int64_t)r->slots) pos = sw_seq(w); /* a bogus hint */
+    else if (d < 0) return RING_NONE;                  /* the slot serves the previous lap: full */
+    else pos = reload_hint(r, C_TAIL, pos);
+  }
+  return RING_NONE;
+}
+
+static inline void ref_write(const ring *r, uint64_t pos, const frame_ref *f) {
+  uint8_t *p = r->base + slot_at(r, pos) + 16u;
+  memset(p, 0, 48);
+  memcpy(p + REF_FRAME_ID, &f->frame_id, 8);
+  memcpy(p + REF_PRODUCER, &f->producer, 4);
+  memcpy(p + REF_PRODUCER_GEN, &f->producer_gen, 4);
+  memcpy(p + REF_BODY_ARENA, &f->body_arena, 4);
+  memcpy(p + REF_BODY_LENGTH, &f->body_length, 4);
+  memcpy(p + REF_BODY_OFFSET, &f->body_offset, 8);
+  memcpy(p + REF_USER_TAG, &f->user_tag, 8);
+}
+
+static inline void ref_read(const ring *r, uint64_t pos, frame_ref *f) {
+  uint8_t p[48];
+  memcpy(p, r->base + slot_at(r, pos) + 16u, 48); /* copy out, then use (§1) */
+  memcpy(&f->frame_id, p + REF_FRAME_ID, 8);
+  memcpy(&f->producer, p + REF_PRODUCER, 4);
+  memcpy(&f->producer_gen, p + REF_PRODUCER_GEN, 4);
+  memcpy(&f->body_arena, p + REF_BODY_ARENA, 4);
+  memcpy(&f->body_length, p + REF_BODY_LENGTH, 4);
+  memcpy(&f->body_offset, p + REF_BODY_OFFSET, 8);
+  memcpy(&f->user_tag, p + REF_USER_TAG, 8);
+}
+
+/* Publish, second half: the reference, then READY (release), then wake consumers. */
+static inline int ring_commit(const ring *r, uint64_t pos, const frame_ref *f) {
+  ref_write(r, pos, f);
+  if (!cas64(w64(r, slot_at(r, pos)), sword(pos, S_WRITING, r->me + 1u), sword(pos, S_READY, r->me + 1u)))
+    return spec_fail("FRAME_STATE: a sweeper took the claim at %" PRIu64 " back", pos);
+  count_up(r, P_PUBLISHED);
+  ring_notify(r, BELL_DATA);
+  return 0;
+}
+
+static inline int claim_at(const ring *r, uint64_t pos, uint64_t w, frame_ref *f) {
+  if (!cas64(w64(r, slot_at(r, pos)), w, sword(pos, S_CLAIMED, r->me + 1u))) return 0;
+  ref_read(r, pos, f);
+  return 1;
+}
+
+/* §5.3 the consumer's side: claim a handed-back frame between redeliver's position and pos. */
+static inline int ring_redelivered(const ring *r, uint64_t head, uint64_t *out, frame_ref *f) {
+  uint64_t *word = w64(r, C_REDELIVER);
+  uint64_t red = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+  uint64_t from = red >> 16;
+  if (red == 0 || from == NOTHING_PENDING) return RING_NONE;
+  if (seqdiff(head, from) > (int64_t)r->slots || seqdiff(head, from) < 0) from = (head - r->slots) & MASK48;
+  for (uint64_t p = from; seqdiff(head, p) > 0; p = (p + 1u) & MASK48) {
+    uint64_t w = __atomic_load_n(w64(r, slot_at(r, p)), __ATOMIC_ACQUIRE);
+    if (sw_seq(w) == p && sw_state(w) == S_READY && claim_at(r, p, w, f)) {
+      *out = p;
+      return RING_OK;
+    }
+  }
+  cas64(word, red, NOTHING_PENDING << 16 | ((red + 1u) & 0xffffu)); /* fails if a hand-back came meanwhile */
+  return RING_NONE;
+}
+
+/* §5.2 claim: the oldest READY frame, else a redelivered one. */
+static inline int ring_claim(const ring *r, uint64_t *out, frame_ref *f) {
+  uint64_t pos = __atomic_load_n(w64(r, C_HEAD), __ATOMIC_RELAXED) & MASK48;
+  for (uint32_t probe = 0; probe < 2u * r->slots + 2u; probe++) {
+    uint64_t w = __atomic_load_n(w64(r, slot_at(r, pos)), __ATOMIC_ACQUIRE);
+    int64_t d = seqdiff(sw_seq(w), pos);
+    uint32_t st = sw_state(w);
+    if (d == 0 && st == S_READY) {
+      if (!claim_at(r, pos, w, f)) continue;
+      advance_hint(r, C_HEAD, pos);
+      *out = pos;
+      return RING_OK;
+    }
+    if (d < -(int64_t)r->slots) pos = sw_seq(w);
+    else if (d < 0 || (d == 0 && (st == S_EMPTY || st == S_WRITING))) return ring_redelivered(r, pos, out, f);
+    else if (d == 0) pos = (pos + 1u) & MASK48;
+    else pos = reload_hint(r, C_HEAD, pos);
+  }
+  return RING_NONE;
+}
+
+static inline int ring_confirm(const ring *r, uint64_t pos) {
+  if (!cas64(w64(r, slot_at(r, pos)), sword(pos, S_CLAIMED, r->me + 1u), sword(pos, S_LEASED, r->me + 1u)))
+    return spec_fail("FRAME_STATE: claim at %" PRIu64 " was taken back", pos);
+  count_up(r, P_LEASED);
+  return 0;
+}
+
+/* §5.2 release by `owner` (index): RELEASED for a live producer, else straight to EMPTY. */
+static inline int release_as(const ring *r, uint32_t owner, uint64_t pos, const frame_ref *f) {
+  uint64_t next = sword(pos + r->slots, S_EMPTY, 0);
+  if (f->producer < r->capacity) {
+    uint64_t pw = __atomic_load_n(w64(r, entry(r, f->producer) + P_STATE), __ATOMIC_ACQUIRE);
+    if (pw == pword(f->producer_gen, 0, P_ACTIVE)) next = sword(pos, S_RELEASED, f->producer + 1u);
+  }
+  if (!cas64(w64(r, slot_at(r, pos)), sword(pos, S_LEASED, owner + 1u), next)) return -1;
+  ring_notify(r, BELL_SPACE);
+  return 0;
+}
+
+static inline int ring_release(const ring *r, uint64_t pos, const frame_ref *f) {
+  if (release_as(r, r->me, pos, f) != 0) return spec_fail("FRAME_STATE: lease at %" PRIu64 " lost", pos);
+  count_up(r, P_RELEASED);
+  return 0;
+}
+
+/* §5.3 hand-back by `owner`: CLAIMED -> READY, then mark redeliver and wake consumers. */
+static inline int handback_as(const ring *r, uint32_t owner, uint64_t pos, uint32_t producer) {
+  if (!cas64(w64(r, slot_at(r, pos)), sword(pos, S_CLAIMED, owner + 1u), sword(pos, S_READY, producer + 1u)))
+    return -1;
+  uint64_t *word = w64(r, C_REDELIVER);
+  for (;;) {
+    uint64_t red = __atomic_load_n(word, __ATOMIC_ACQUIRE), at = red >> 16;
+    uint64_t lower = red == 0 || at == NOTHING_PENDING || seqdiff(pos, at) < 0 ? pos : at;
+    if (cas64(word, red, lower << 16 | ((red + 1u) & 0xffffu))) break;
+  }
+  ring_notify(r, BELL_DATA);
+  return 0;
+}
+
+/* §5.2 reap by the producer: RELEASED -> EMPTY for the next lap. Returns 1 if reaped. */
+static inline int ring_reap(const ring *r, uint64_t pos) {
+  if (!cas64(w64(r, slot_at(r, pos)), sword(pos, S_RELEASED, r->me + 1u), sword(pos + r->slots, S_EMPTY, 0)))
+    return 0;
+  ring_notify(r, BELL_SPACE);
+  return 1;
+}
+
+/* ---- §7 sweep (steps 1, 3 and 4; step 2, damage, is left to other sweepers) ---- */
+static inline void arena_shm_name(const ring *r, uint32_t index, uint32_t gen, uint32_t arena, char out[96]) {
+  snprintf(out, 96, "/gpuring.%s.p%ug%u.a%u", r->name, index, gen, arena);
+}
+
+/* §4 free: win the entry (DEAD or orphaned FREEING -> FREEING naming us), unlink its arenas, FREE. */
+static inline int free_entry(const ring *r, uint32_t i, uint64_t w) {
+  uint64_t e = entry(r, i), mine = pword(pw_gen(w), (uint32_t)getpid(), P_FREEING);
+  if (!cas64(w64(r, e + P_STATE), w, mine)) return 0;
+  uint32_t arenas = __atomic_load_n(w32(r, e + P_ARENAS), __ATOMIC_ACQUIRE);
+  for (uint32_t a = 0; a < arenas && a < 4096u; a++) {
+    char name[96];
+    arena_shm_name(r, i, pw_gen(w), a, name);
+    shm_unlink(name);
+  }
+  bells_clear(r, i, BELL_DATA | BELL_SPACE);
+  __atomic_store_n(w64(r, e + P_KEY), 0, __ATOMIC_RELAXED);
+  __atomic_store_n(w32(r, e + P_PID), 0, __ATOMIC_RELEASE);
+  return cas64(w64(r, e + P_STATE), mine, pword(pw_gen(w), 0, P_FREE));
+}
+
+static inline int entry_dead(const ring *r, uint32_t i) {
+  uint64_t w = __atomic_load_n(w64(r, entry(r, i) + P_STATE), __ATOMIC_ACQUIRE);
+  return pw_state(w) == P_DEAD || (pw_state(w) == P_FREEING && !pid_running(pw_pid(w)));
+}
+
+/* Repairs what a dead owner left in slot i (step 3); returns the dead producer it still refers to, or -1. */
+static inline int64_t sweep_slot(const ring *r, uint64_t i) {
+  uint64_t *word = w64(r, r->soff + 128u * i);
+  uint64_t w = __atomic_load_n(word, __ATOMIC_ACQUIRE), pos = sw_seq(w);
+  uint32_t st = sw_state(w), owner = sw_owner(w);
+  int dead = owner >= 1u && owner <= r->capacity && entry_dead(r, owner - 1u);
+  frame_ref f;
+  ref_read(r, pos, &f);
+  if (dead && (st == S_WRITING || st == S_RELEASED)) {
+    if (cas64(word, w, sword(pos + r->slots, S_EMPTY, 0))) ring_notify(r, BELL_SPACE);
+  } else if (dead && st == S_CLAIMED && handback_as(r, owner - 1u, pos, f.producer) == 0) {
+    __atomic_fetch_add(w64(r, C_REDELIVERED), 1u, __ATOMIC_RELAXED);
+  } else if (dead && st == S_LEASED) {
+    release_as(r, owner - 1u, pos, &f);
+  }
+  /* Who the slot refers to now: its owner while READY or RELEASED, the
+   * reference's producer while CLAIMED or LEASED (§7 step 4). */
+  w = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+  st = sw_state(w);
+  uint32_t producer = st == S_READY || st == S_RELEASED ? sw_owner(w) : 0;
+  if (st == S_CLAIMED || st == S_LEASED) {
+    ref_read(r, sw_seq(w), &f);
+    producer = f.producer + 1u;
+  }
+  return producer >= 1u && producer <= r->capacity && entry_dead(r, producer - 1u) ? (int64_t)producer - 1 : -1;
+}
+
+static inline void ring_sweep(const ring *r) {
+  int any = 0;
+  for (uint32_t i = 0; i < r->capacity; i++) { /* step 1 */
+    uint64_t e = entry(r, i), w = __atomic_load_n(w64(r, e + P_STATE), __ATOMIC_ACQUIRE);
+    uint32_t pid = __atomic_load_n(w32(r, e + P_PID), __ATOMIC_ACQUIRE);
+    if ((pw_state(w) == P_ACTIVE && !process_alive(pid, *w64(r, e + P_START))) ||
+        (pw_state(w) == P_ATTACHING && !pid_running(pw_pid(w))))
+      cas64(w64(r, e + P_STATE), w, pword(pw_gen(w), 0, P_DEAD));
+    any |= entry_dead(r, i);
+  }
+  if (!any) return;
+  uint8_t *referred = (uint8_t *)calloc(r->capacity, 1);
+  for (uint64_t i = 0; i < r->slots; i++) { /* step 3 */
+    int64_t p = sweep_slot(r, i);
+    if (p >= 0) referred[p] = 1;
+  }
+  for (uint32_t i = 0; i < r->capacity; i++) /* step 4 */
+    if (!referred[i] && entry_dead(r, i)) free_entry(r, i, __atomic_load_n(w64(r, entry(r, i) + P_STATE), __ATOMIC_ACQUIRE));
+  free(referred);
+}
+
+/* §4 detach: clear our doorbell bits, ACTIVE -> DEAD, then sweep (which frees the entry once nothing refers to it). */
+static inline void ring_detach(ring *r) {
+  bells_clear(r, r->me, BELL_DATA | BELL_SPACE);
+  cas64(w64(r, entry(r, r->me) + P_STATE), pword(r->gen, 0, P_ACTIVE), pword(r->gen, 0, P_DEAD));
+  ring_sweep(r);
+  munmap(r->base, r->size);
+  close(r->fd);
+}
+
+#endif
