@@ -238,7 +238,7 @@ GPR_INLINE int gpr_await_header(int fd, const char *name, uint32_t timeout_ms,
     if (magic_ok && (size_t)n < sizeof *out)
       return gpr_fail(err, GPR_E_SEGMENT_TRUNCATED, 0,
                       "segment '%s' is shorter (%zd bytes) than its header", name, n);
-    if (magic_ok && __atomic_load_n(&out->ready_version, __ATOMIC_ACQUIRE) != 0) return 0;
+    if (magic_ok && out->ready_version != 0) return 0; /* a copy: the acquire load is on the mapping */
     if (gpr_monotonic_ns() >= deadline) {
       return gpr_fail(err, GPR_E_SEGMENT_NOT_READY, 0,
                       "segment '%s' was never fully initialized (its creator may have died); "
@@ -286,6 +286,9 @@ GPR_INLINE int gpr_segment_open(gpr_segment *seg, const char *name,
     close(fd);
     return gpr_fail(err, GPR_E_SYSTEM, e, "mmap failed: %s", strerror(e));
   }
+  /* SPEC §3.1 step 4: pread orders nothing; this load pairs with the creator's
+   * release store and makes its participant table and slot words visible. */
+  (void)__atomic_load_n(&((const gpr_segment_header *)base)->ready_version, __ATOMIC_ACQUIRE);
   seg->fd = fd;
   gpr_segment_bind(seg, (uint8_t *)base, l.total_size, h.slot_count, h.participant_capacity, &l);
   snprintf(seg->name, sizeof seg->name, "%s", name);
