@@ -8,6 +8,7 @@ namespace gpuring {
 namespace {
 constexpr uint64_t kForever = UINT64_MAX;
 constexpr uint64_t kLazyReapMs = 20;  // how stale released memory may get while nobody waits for it
+constexpr uint32_t kFullReapEvery = 128;  // publish-path reaps between full passes (ReapOldest)
 
 uint64_t DeadlineAfter(double timeout_ms) {
   if (timeout_ms < 0) return kForever;
@@ -15,11 +16,13 @@ uint64_t DeadlineAfter(double timeout_ms) {
 }
 }  // namespace
 
-// Frees the memory of every in-flight frame whose slot was released.
-size_t ProducerState::Reap() {
+// Frees the memory of in-flight frames whose slots were released: every one
+// (full), or the oldest up to the first still out (ReapOldest).
+size_t ProducerState::Reap(bool full) {
   size_t reaped = 0;
   for (auto it = inflight.begin(); it != inflight.end();) {
     if (!gpr_ring_reap(&seg, me, it->pos)) {
+      if (!full) break;
       ++it;
       continue;
     }
@@ -29,6 +32,20 @@ size_t ProducerState::Reap() {
     reaped++;
   }
   return reaped;
+}
+
+// The publish paths' reap. A full pass costs a slot load per frame in flight,
+// which made every publish O(queue depth) behind a lagging consumer; frames
+// are mostly released in order, so these paths reap the oldest only, and a
+// full pass runs every kFullReapEvery calls, on every wake and tick of the
+// loop, and before a publish waits for space. A frame released behind one
+// still held is so reaped a little later, never lost.
+size_t ProducerState::ReapOldest() {
+  if (++reaps_since_full >= kFullReapEvery) {
+    reaps_since_full = 0;
+    return Reap(true);
+  }
+  return Reap(false);
 }
 
 // Publishes waiting requests in order; stops at the first that does not fit.
@@ -211,7 +228,7 @@ Napi::Value ProducerCore::Allocate(const Napi::CallbackInfo &info) {
   if (!(bytes >= 0) || bytes > static_cast<double>(GPR_MAX_COUNT))
     Throw(env, GPR_E_INVALID_ARGUMENT, "allocation size must be a non-negative integer");
   gpr_allocation a{};
-  s_->Reap();
+  s_->ReapOldest();
   Check(env, [&](gpr_error *e) { return gpr_arena_alloc(&s_->pool, static_cast<uint64_t>(bytes), &a, e); });
   s_->loose[{a.arena, a.offset}] = a.length;
   Napi::Array out = Napi::Array::New(env, 3);
@@ -277,7 +294,7 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
       Throw(env, GPR_E_INVALID_ARGUMENT, "a column buffer is not an unpublished allocation of this producer");
     allocs.push_back(a);
   }
-  s.Reap();
+  s.ReapOldest();
   Napi::Value out = Enqueue(env, body.Data(), body.ByteLength(), std::move(allocs), tag, timeout_ms);
   if (out.IsEmpty()) {
     char why[512];
@@ -302,7 +319,7 @@ Napi::Value ProducerCore::PublishMany(const Napi::CallbackInfo &info) {
     Throw(env, GPR_E_INVALID_ARGUMENT, "publishMany(): fewer tags than frames");
   double timeout_ms = info[3].As<Napi::Number>().DoubleValue();
   ProducerState &s = *s_;
-  s.Reap();
+  s.ReapOldest();
   Napi::Array out = Napi::Array::New(env);
   for (uint32_t i = 0; i < count; i++) {
     uint64_t tag = tagged ? info[2].As<Napi::BigUint64Array>()[i] : 0;
@@ -332,7 +349,10 @@ Napi::Value ProducerCore::Enqueue(Napi::Env env, const uint8_t *body, size_t len
   ref.body_offset = allocs[0].offset;
   ref.user_tag = tag;
   uint64_t pos = 0;
-  if (s.pending.empty() && gpr_ring_try_publish(&s.seg, s.me, &ref, &pos) == 0) {
+  // A full ring may only hold frames released behind a held one: reap them all before waiting.
+  bool went = s.pending.empty() && (gpr_ring_try_publish(&s.seg, s.me, &ref, &pos) == 0 ||
+                                    (s.Reap(true) > 0 && gpr_ring_try_publish(&s.seg, s.me, &ref, &pos) == 0));
+  if (went) {
     s.next_frame_id++;
     s.inflight.push_back(ProducerState::Frame{ref.frame_id, pos, std::move(allocs)});
     // The first frame in flight starts the watch for releases (prompt, or lazy).

@@ -49,7 +49,9 @@ struct ProducerState : LoopParticipant {
   uint32_t holds = 0;  // drains in progress: the watch keeps the process alive
   bool shut = false;
 
-  size_t Reap();
+  size_t Reap(bool full = true);
+  size_t ReapOldest();
+  uint32_t reaps_since_full = 0;
   bool PublishPending(Napi::Env env);
   void ExpirePending(Napi::Env env);
   void ReturnAllocs(const std::vector<gpr_allocation> &allocs);
