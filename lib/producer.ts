@@ -12,11 +12,13 @@
  */
 import { EventEmitter } from 'node:events';
 import type { RecordBatch, Table } from 'apache-arrow';
-import { describeBatch, type BufferPlacer } from './arrow/table-writer.js';
+import { describeBatch, toBatch, type BufferPlacer } from './arrow/table-writer.js';
+import { FlatBatchWriter } from './arrow/flat-batch-writer.js';
 import { forEachBuffer, handleName, hostBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
 import { decodeFrame } from './codec/decode.js';
 import { BodyTemplate } from './codec/body-template.js';
 import { encodeFrame } from './codec/encode.js';
+import { align64 } from './codec/layout.js';
 import { eventDevice, recordFrameEvent, uploadBatch } from './device-upload.js';
 import { PreparedFrame, type SendBody, type SendMany } from './prepared-frame.js';
 import type { DeviceBuffer } from './device-buffer.js';
@@ -56,6 +58,7 @@ export class Producer {
   /** Per arena, a descriptor whose handle and UUID arrays every buffer in that arena shares (read only). */
   readonly #arenaDescriptors: BufferDescriptor[] = [];
   readonly #arenaIndex = new Map<ArrayBuffer, number>();
+  readonly #arenaBytes: Uint8Array[] = [];
   readonly #loose = new Map<string, Loose>();
   readonly #events = new EventEmitter();
   /** Published and not yet released. */
@@ -64,6 +67,8 @@ export class Producer {
   readonly #deviceFrames = new Map<number, DeviceOwned>();
   /** Body templates by the apache-arrow Schema their frames came from (see #encode). */
   readonly #templates = new WeakMap<object, BodyTemplate>();
+  /** Per Schema: its FlatBatchWriter, or null where the schema is not flat. */
+  readonly #flat = new WeakMap<object, FlatBatchWriter | null>();
   #listening = false;
   #draining = 0;
   #prompt = false;
@@ -115,7 +120,11 @@ export class Producer {
    * Publishes a Table (of at most one record batch) or a RecordBatch; resolves
    * to the frame id. With `device: N` the columns are uploaded to CUDA device N
    * and travel as cuda-ipc buffers (the consumer maps them; nothing crosses
-   * host memory but the frame description).
+   * host memory but the frame description). Host columns are copied once into
+   * the producer's arena; batches of a flat schema (no nested or dictionary
+   * column) sharing one Schema object are written from that schema's template
+   * without describing them (FlatBatchWriter): publish a stream's batches with
+   * one Schema to get that path.
    */
   async publish(source: Table | RecordBatch, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
@@ -127,12 +136,17 @@ export class Producer {
       const frame = uploadBatch(source, o.device);
       return this.#sendDevice(frame.description, { memory: frame.memory, eventId: frame.eventId }, o.timeout, o.tag);
     }
+    const batch = toBatch(source);
+    let flat = this.#flat.get(batch.schema);
+    if (flat === undefined) this.#flat.set(batch.schema, (flat = FlatBatchWriter.of(batch)));
+    const sent = flat && this.#sendFlat(flat, batch, o.timeout, o.tag);
+    if (sent !== null && sent !== undefined) return sent;
     const used: Loose[] = [];
     const copies: PendingCopy[] = [];
     const placer: BufferPlacer = { place: (bytes) => this.#inPlace(bytes, used) ?? deferCopy(bytes, copies) };
     let description: FrameDescription;
     try {
-      description = describeBatch(source, placer);
+      description = describeBatch(batch, placer);
       this.#copyIn(copies, used);
     } catch (error) {
       this.#unuse(used);
@@ -299,6 +313,28 @@ export class Producer {
       this.#events.emit('release', id);
     }
     if (ids.length && this.#inFlight.size === 0) this.#events.emit('drained');
+  }
+
+  /**
+   * publish() of a flat batch (FlatBatchWriter): its buffers copied into one
+   * allocation and the body written from the stream's template, without a
+   * description. Null when a buffer already lies in an unpublished allocation
+   * of the caller: the describing path publishes that one without a copy.
+   */
+  #sendFlat(flat: FlatBatchWriter, batch: RecordBatch, timeout: number, tag: bigint): number | Promise<number> | null {
+    const total = flat.gather(batch);
+    for (const part of flat.parts) if (part && this.#arenaIndex.has(part.buffer as ArrayBuffer)) return null;
+    if (total === 0) return this.#sendBody(flat.body(0, NO_HANDLE), [], timeout, tag);
+    const a = this.#allocate(total, true);
+    const arena = (this.#arenaBytes[a.arena] ??= new Uint8Array(this.#arenaBuffer(a.arena)));
+    let at = a.offset;
+    for (const part of flat.parts) {
+      if (!part) continue;
+      arena.set(part, at);
+      at += align64(part.length);
+    }
+    const handle = (this.#arenaDescriptors[a.arena] ??= hostBuffer(this.#arenaName(a.arena), 0, 0)).handle;
+    return this.#sendBody(flat.body(a.offset, handle), [a], timeout, tag);
   }
 
   /** Encodes and publishes; the id at once when the ring had space, else a promise of it. */
@@ -495,8 +531,9 @@ interface PendingCopy {
   desc: BufferDescriptor;
 }
 
-const align64 = (n: number) => Math.ceil(n / 64) * 64;
 const NO_ALLOCATIONS = new Float64Array(0);
+/** The handle of a frame without host buffers (never read: no buffer names it). */
+const NO_HANDLE = new Uint8Array(64);
 
 function deferCopy(bytes: Uint8Array, copies: PendingCopy[]): BufferDescriptor {
   const desc = {} as BufferDescriptor; // filled in by #copyIn

@@ -21,15 +21,15 @@ export interface BufferPlacer {
 const ABSENT = absentBuffer();
 
 /** Zero-row columns built by apache-arrow may have no buffer at all. */
-function byteView(values: ArrayBufferView | undefined, byteLength: number): Uint8Array {
+export function byteView(values: ArrayBufferView | undefined, byteLength: number): Uint8Array {
   if (!values) return new Uint8Array(0);
   return new Uint8Array(values.buffer, values.byteOffset, Math.min(values.byteLength, byteLength));
 }
 
-/** Format strings and layouts by type object: a stream's batches share their schema's types. */
+/** Format strings and layouts by type object: a stream's batches share their schema's types (FlatBatchWriter uses them too). */
 const layouts = new WeakMap<DataType, { format: string; f: FormatInfo }>();
 
-function layoutOf(type: DataType): { format: string; f: FormatInfo } {
+export function layoutOf(type: DataType): { format: string; f: FormatInfo } {
   let layout = layouts.get(type);
   if (!layout) {
     const format = formatOf(type);
@@ -126,7 +126,7 @@ export function describeBatch(source: RecordBatch | Table, placer: BufferPlacer)
   };
 }
 
-function toBatch(source: RecordBatch | Table): RecordBatch {
+export function toBatch(source: RecordBatch | Table): RecordBatch {
   if (source instanceof RecordBatch) return source;
   if (!(source instanceof Table)) throw new GpuringError('INVALID_ARGUMENT', 'publish() takes an apache-arrow Table or RecordBatch');
   if (source.batches.length === 1) return source.batches[0]!;

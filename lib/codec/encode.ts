@@ -61,7 +61,7 @@ function metadata(pairs: [string, string][] | null, path: string): Uint8Array {
 }
 
 /** Writes an integer of at most 2^53 (or -1) as 64 bits without a BigInt. */
-function setU64(view: DataView, at: number, n: number): void {
+export function setU64(view: DataView, at: number, n: number): void {
   view.setUint32(at, n >>> 0, true);
   view.setUint32(at + 4, n < 0 ? 0xffffffff : Math.floor(n / 0x100000000), true);
 }

@@ -65,6 +65,9 @@ export const NodeFlags = { nullable: 1, dictionaryOrdered: 2, mapKeysSorted: 4 }
 export const MEMORY_KINDS = ['absent', 'host', 'cuda-ipc'] as const;
 export type MemoryKind = (typeof MEMORY_KINDS)[number];
 
+/** Arena allocations and the buffers a producer copies into one start at 64-byte boundaries. */
+export const align64 = (n: number): number => Math.ceil(n / 64) * 64;
+
 export function bodySize(nodes: number, buffers: number, strings: number): number {
   return HEADER_BYTES + nodes * NODE_BYTES + buffers * BUFFER_BYTES + Math.ceil(strings / 8) * 8;
 }

@@ -1,0 +1,129 @@
+/**
+ * publish(table) without describing, for flat schemas. A flat schema has only
+ * columns without children or a dictionary whose buffers are validity and
+ * fixed-width values, bits (bool), or offsets and bytes (utf8, binary and
+ * their large forms). For such a stream the body's strings, names, formats,
+ * flags and buffer counts are the same in every frame: the writer encodes one
+ * body per Schema and then, per batch, gathers the buffers describeBatch()
+ * would place (the same views, in wire order), and writes into a copy of that
+ * body only the row count, each node's length and null count, and each buffer
+ * descriptor. The bytes equal describeBatch() + encodeFrame() with the buffers
+ * copied one after another at 64-byte alignment, as the producer's describing
+ * path places them (test/flat-batch-writer.test.ts).
+ *
+ * One writer per Schema; not re-entrant (gather() and body() share its arrays),
+ * which a producer's synchronous publish path never is.
+ */
+import { type Data, type RecordBatch, Type } from 'apache-arrow';
+import { absentBuffer } from '../codec/description.js';
+import { encodeFrame, setU64 } from '../codec/encode.js';
+import { align64, Buffer_, BUFFER_BYTES, Header, HANDLE_BYTES, HEADER_BYTES, Node, NODE_BYTES } from '../codec/layout.js';
+import { sliceBits } from './bits.js';
+import { byteView, describeBatch, layoutOf } from './table-writer.js';
+
+type ColumnPlan = { layout: 'fixed'; bits: number } | { layout: 'bool' } | { layout: 'varbin'; offsetBytes: number };
+
+const ABSENT = absentBuffer();
+const NO_HANDLE = new Uint8Array(HANDLE_BYTES);
+
+function planOf(type: Data['type']): ColumnPlan | null {
+  if (type.typeId === Type.Dictionary) return null;
+  const { f } = layoutOf(type);
+  if (f.layout === 'fixed') return { layout: 'fixed', bits: f.bitWidth };
+  if (f.layout === 'bool') return { layout: 'bool' };
+  if (f.layout === 'varbin') return { layout: 'varbin', offsetBytes: f.offsetBytes };
+  return null;
+}
+
+export class FlatBatchWriter {
+  readonly #plans: ColumnPlan[];
+  readonly #template: Uint8Array;
+  readonly #buffersAt: number;
+  /** This batch's buffers in wire order (null: absent), each node's length and null count, from gather(). */
+  readonly #parts: (Uint8Array | null)[] = [];
+  readonly #lengths: number[] = [];
+  readonly #nulls: number[] = [];
+  #rows = 0;
+
+  private constructor(plans: ColumnPlan[], template: Uint8Array) {
+    this.#plans = plans;
+    this.#template = template;
+    this.#buffersAt = HEADER_BYTES + plans.length * NODE_BYTES;
+  }
+
+  /** A writer for batches of `batch`'s Schema, or null if that schema is not flat. */
+  static of(batch: RecordBatch): FlatBatchWriter | null {
+    const plans: ColumnPlan[] = [];
+    for (const field of batch.schema.fields) {
+      const plan = planOf(field.type);
+      if (!plan) return null;
+      plans.push(plan);
+    }
+    // Where buffers go is written per frame; the template only fixes the rest.
+    return new FlatBatchWriter(plans, encodeFrame(describeBatch(batch, { place: () => ABSENT })));
+  }
+
+  /**
+   * Gathers `batch`'s buffers (views, or re-based bit slices) in wire order;
+   * returns the bytes they take, each at a 64-byte boundary. Then parts()
+   * lists them for copying and body() writes the frame.
+   */
+  gather(batch: RecordBatch): number {
+    this.#parts.length = 0;
+    this.#lengths.length = 0;
+    this.#nulls.length = 0;
+    this.#rows = batch.numRows;
+    const columns = batch.data.children;
+    let total = 0;
+    const add = (part: Uint8Array | null) => {
+      this.#parts.push(part);
+      if (part) total += align64(part.length);
+    };
+    for (let i = 0; i < this.#plans.length; i++) {
+      const data = columns[i]! as Data;
+      const plan = this.#plans[i]!;
+      const n = data.length;
+      const validity = data.nullCount === 0 || !data.nullBitmap || data.nullBitmap.length === 0 ? null : sliceBits(data.nullBitmap, data.offset, n);
+      add(validity);
+      this.#lengths.push(n);
+      this.#nulls.push(validity ? data.nullCount : 0);
+      if (plan.layout === 'fixed') add(n > 0 ? byteView(data.values as ArrayBufferView, (n * plan.bits) / 8) : null);
+      else if (plan.layout === 'bool') add(n > 0 ? sliceBits(data.values as Uint8Array, data.offset, n) : null);
+      else {
+        const end = n ? Number((data.valueOffsets as Int32Array | BigInt64Array)[n]!) : 0;
+        add(n > 0 ? byteView(data.valueOffsets as ArrayBufferView, (n + 1) * plan.offsetBytes) : null);
+        add(n > 0 ? byteView(data.values as Uint8Array, end) : null);
+      }
+    }
+    return total;
+  }
+
+  /** The buffers gather() found, in wire order; null for an absent one. */
+  get parts(): readonly (Uint8Array | null)[] {
+    return this.#parts;
+  }
+
+  /**
+   * The body of the gathered batch, its buffers copied one after another
+   * from byte `base` of the arena whose shm name `handle` holds.
+   */
+  body(base: number, handle: Uint8Array): Uint8Array {
+    const out = this.#template.slice();
+    const view = new DataView(out.buffer);
+    setU64(view, Header.rowCount, this.#rows);
+    for (let i = 0; i < this.#nulls.length; i++) {
+      setU64(view, HEADER_BYTES + i * NODE_BYTES + Node.length, this.#lengths[i]!);
+      setU64(view, HEADER_BYTES + i * NODE_BYTES + Node.nullCount, this.#nulls[i]!);
+    }
+    let at = this.#buffersAt;
+    for (const part of this.#parts) {
+      view.setUint16(at + Buffer_.kind, part ? 1 : 0, true);
+      setU64(view, at + Buffer_.offset, part ? base : 0);
+      setU64(view, at + Buffer_.length, part ? part.length : 0);
+      out.set(part ? handle : NO_HANDLE, at + Buffer_.handle);
+      if (part) base += align64(part.length);
+      at += BUFFER_BYTES;
+    }
+    return out;
+  }
+}
