@@ -324,7 +324,7 @@ export class Producer {
   #sendFlat(flat: FlatBatchWriter, batch: RecordBatch, timeout: number, tag: bigint): number | Promise<number> | null {
     const total = flat.gather(batch);
     for (const part of flat.parts) if (part && this.#arenaIndex.has(part.buffer as ArrayBuffer)) return null;
-    if (total === 0) return this.#sendBody(flat.body(0, NO_HANDLE), [], timeout, tag);
+    if (total === 0) return this.#sendBody(flat.body(0), [], timeout, tag);
     const a = this.#allocate(total, true);
     const arena = (this.#arenaBytes[a.arena] ??= new Uint8Array(this.#arenaBuffer(a.arena)));
     let at = a.offset;
@@ -333,8 +333,7 @@ export class Producer {
       arena.set(part, at);
       at += align64(part.length);
     }
-    const handle = (this.#arenaDescriptors[a.arena] ??= hostBuffer(this.#arenaName(a.arena), 0, 0)).handle;
-    return this.#sendBody(flat.body(a.offset, handle), [a], timeout, tag);
+    return this.#sendBody(flat.body(a.offset, this.#arenaDescriptor(a.arena).handle), [a], timeout, tag);
   }
 
   /** Encodes and publishes; the id at once when the ring had space, else a promise of it. */
@@ -498,8 +497,12 @@ export class Producer {
 
   /** Describes bytes in one of this producer's arenas without allocating handle bytes per buffer. */
   #hostBuffer(arena: number, offset: number, length: number): BufferDescriptor {
-    const shared = (this.#arenaDescriptors[arena] ??= hostBuffer(this.#arenaName(arena), 0, 0));
-    return { ...shared, offset, length };
+    return { ...this.#arenaDescriptor(arena), offset, length };
+  }
+
+  /** The descriptor every buffer in `arena` shares its handle and UUID arrays with (read only). */
+  #arenaDescriptor(arena: number): BufferDescriptor {
+    return (this.#arenaDescriptors[arena] ??= hostBuffer(this.#arenaName(arena), 0, 0));
   }
 
   /** Copies a frame's remaining buffers into one allocation (one native call), filling in their descriptors. */
@@ -532,8 +535,6 @@ interface PendingCopy {
 }
 
 const NO_ALLOCATIONS = new Float64Array(0);
-/** The handle of a frame without host buffers (never read: no buffer names it). */
-const NO_HANDLE = new Uint8Array(64);
 
 function deferCopy(bytes: Uint8Array, copies: PendingCopy[]): BufferDescriptor {
   const desc = {} as BufferDescriptor; // filled in by #copyIn

@@ -105,9 +105,10 @@ export class FlatBatchWriter {
 
   /**
    * The body of the gathered batch, its buffers copied one after another
-   * from byte `base` of the arena whose shm name `handle` holds.
+   * from byte `base` of the arena whose shm name `handle` holds (a batch
+   * without buffers needs none).
    */
-  body(base: number, handle: Uint8Array): Uint8Array {
+  body(base: number, handle: Uint8Array = NO_HANDLE): Uint8Array {
     const out = this.#template.slice();
     const view = new DataView(out.buffer);
     setU64(view, Header.rowCount, this.#rows);
