@@ -12,12 +12,13 @@
  * Table from the description as before. Both give the same Table, with the
  * same checks (buffers inside their arena, value offsets: table-reader.ts).
  */
-import { type DataType, Schema, Struct, type Table } from 'apache-arrow';
+import type { DataType, Table } from 'apache-arrow';
 import type { FrameDescription } from '../codec/description.js';
 import { parseFormat, type FormatInfo } from '../codec/format.js';
 import { Buffer_, BUFFER_BYTES, Header, HEADER_BYTES, HANDLE_BYTES, Node, NODE_BYTES } from '../codec/layout.js';
 import { GpuringError } from '../errors.js';
-import { flatData, isFlat, schemaOfFrame, tableOf } from './table-reader.js';
+import { flatData, isFlat, schemaOfFrame } from './table-reader.js';
+import { TableTemplate } from './table-template.js';
 
 /** Maps a buffer's handle (64 bytes, the arena's name) to the arena's memory. */
 export type ArenaResolver = (handle: Uint8Array) => ArrayBuffer;
@@ -43,17 +44,26 @@ const u64 = (v: DataView, at: number) => v.getUint32(at, true) + v.getUint32(at 
 const i64 = (v: DataView, at: number) => v.getUint32(at, true) + v.getInt32(at + 4, true) * 2 ** 32;
 
 export class FrameLayout {
-  /** The body's layout words (see file comment), compared word by word with later bodies. */
+  /** The body's layout words (see file comment), compared word by word with later bodies... */
   readonly #words: Uint32Array;
-  readonly #schema: Schema;
-  readonly #struct: Struct;
+  /** ...each read at this byte offset (the last may be a partial word, ending at #end). */
+  readonly #at: Uint32Array;
+  /** Where the string table, the last layout bytes, ends. */
+  readonly #end: number;
+  readonly #tables: TableTemplate;
   /** null: not a flat frame (Tables come from the description). */
   readonly #columns: ColumnPlan[] | null;
+  /** The arena of the last host buffer resolved, by its handle: a stream's frames mostly share one. */
+  readonly #lastHandle = new Uint32Array(HANDLE_BYTES / 4);
+  #lastArena: ArrayBuffer | undefined;
 
-  private constructor(words: Uint32Array, schema: Schema, columns: ColumnPlan[] | null) {
-    this.#words = words;
-    this.#schema = schema;
-    this.#struct = new Struct(schema.fields);
+  private constructor(body: Uint8Array, tables: TableTemplate, columns: ColumnPlan[] | null) {
+    const words: number[] = [];
+    const at: number[] = [];
+    this.#end = forEachLayoutWord(body, (word, offset) => void (words.push(word), at.push(offset)));
+    this.#words = Uint32Array.from(words);
+    this.#at = Uint32Array.from(at);
+    this.#tables = tables;
     this.#columns = columns;
   }
 
@@ -67,16 +77,22 @@ export class FrameLayout {
       return plan;
     });
     const flat = frame.dictionaries.length === 0 && frame.columns.every((c, i) => c.children.length === 0 && c.dictionary < 0 && isFlat(columns[i]!.format));
-    return new FrameLayout(layoutWords(body), schema, flat ? columns : null);
+    return new FrameLayout(body, new TableTemplate(schema), flat ? columns : null);
   }
 
-  /** Whether `body` (validated) has this layout. */
+  /**
+   * Whether `body` (validated) has this layout. The header's words come first
+   * and hold the counts that place the rest, so a body that gets past them
+   * has its nodes and strings where this layout's are.
+   */
   matches(body: Uint8Array): boolean {
+    if (body.byteLength < this.#end) return false;
+    const v = new DataView(body.buffer, body.byteOffset, body.byteLength);
     const words = this.#words;
-    let k = 0;
-    let same = true;
-    forEachLayoutWord(body, (word) => (same = k < words.length && words[k++] === word));
-    return same && k === words.length;
+    const at = this.#at;
+    const end = this.#end;
+    for (let k = 0; k < at.length; k++) if (wordAt(v, at[k]!, end) !== words[k]) return false;
+    return true;
   }
 
   /** The frame as a Table, or null when it must be built from its description (not flat, or device buffers). */
@@ -90,45 +106,52 @@ export class FrameLayout {
       }
     const children = this.#columns.map((c) => {
       const node = { name: c.name, offset: u64(v, c.nodeAt + Node.offset), length: u64(v, c.nodeAt + Node.length) };
-      return flatData(c.type, c.format, node, i64(v, c.nodeAt + Node.nullCount), (i) => hostBuffer(v, body, c.buffersAt + i * BUFFER_BYTES, arena));
+      return flatData(c.type, c.format, node, i64(v, c.nodeAt + Node.nullCount), (i) => this.#hostBuffer(v, c.buffersAt + i * BUFFER_BYTES, arena));
     });
-    return tableOf(this.#schema, this.#struct, u64(v, Header.rowCount), children);
+    return this.#tables.table(u64(v, Header.rowCount), children);
+  }
+
+  /** The bytes of the host buffer described at `at` in the body, or undefined if it is absent. */
+  #hostBuffer(v: DataView, at: number, arena: ArenaResolver): Uint8Array | undefined {
+    if (v.getUint16(at + Buffer_.kind, true) === KIND_ABSENT) return undefined;
+    const memory = this.#arenaOf(v, at + Buffer_.handle, arena);
+    const offset = u64(v, at + Buffer_.offset);
+    const length = u64(v, at + Buffer_.length);
+    if (offset + length > memory.byteLength) throw new GpuringError('FRAME_BOUNDS', `a buffer [${offset}, +${length}) lies outside its ${memory.byteLength}-byte arena`);
+    return new Uint8Array(memory, offset, length);
+  }
+
+  /** The arena whose handle is at `at`: the last one when the 64 bytes are the same, else from `arena`. */
+  #arenaOf(v: DataView, at: number, arena: ArenaResolver): ArrayBuffer {
+    const last = this.#lastHandle;
+    let same = this.#lastArena !== undefined;
+    for (let k = 0; same && k < last.length; k++) same = v.getUint32(at + 4 * k, true) === last[k];
+    if (same) return this.#lastArena!;
+    const handle = new Uint8Array(v.buffer, v.byteOffset + at, HANDLE_BYTES);
+    this.#lastArena = arena(handle);
+    for (let k = 0; k < last.length; k++) last[k] = v.getUint32(at + 4 * k, true);
+    return this.#lastArena;
   }
 }
 
-/** The bytes of the host buffer described at `at` in the body, or undefined if it is absent. */
-function hostBuffer(v: DataView, body: Uint8Array, at: number, arena: ArenaResolver): Uint8Array | undefined {
-  if (v.getUint16(at + Buffer_.kind, true) === KIND_ABSENT) return undefined;
-  const memory = arena(body.subarray(at + Buffer_.handle, at + Buffer_.handle + HANDLE_BYTES));
-  const offset = u64(v, at + Buffer_.offset);
-  const length = u64(v, at + Buffer_.length);
-  if (offset + length > memory.byteLength) throw new GpuringError('FRAME_BOUNDS', `a buffer [${offset}, +${length}) lies outside its ${memory.byteLength}-byte arena`);
-  return new Uint8Array(memory, offset, length);
-}
-
-/** Calls `visit` with each layout word of a validated body, in order. */
-function forEachLayoutWord(body: Uint8Array, visit: (word: number) => boolean | void): void {
+/** Calls `visit` with each layout word of a validated body and its offset, in order; returns where the strings end. */
+function forEachLayoutWord(body: Uint8Array, visit: (word: number, at: number) => void): number {
   const v = new DataView(body.buffer, body.byteOffset, body.byteLength);
-  for (const [from, to] of HEADER_WORDS) for (let at = from; at < to; at += 4) if (visit(v.getUint32(at, true)) === false) return;
+  for (const [from, to] of HEADER_WORDS) for (let at = from; at < to; at += 4) visit(v.getUint32(at, true), at);
   const nodes = v.getUint32(Header.nodeCount, true);
-  for (let n = 0, base = HEADER_BYTES; n < nodes; n++, base += NODE_BYTES)
-    for (let at = base; at < base + NODE_WORDS; at += 4) if (visit(v.getUint32(at, true)) === false) return;
+  for (let n = 0, base = HEADER_BYTES; n < nodes; n++, base += NODE_BYTES) for (let at = base; at < base + NODE_WORDS; at += 4) visit(v.getUint32(at, true), at);
   const strings = HEADER_BYTES + nodes * NODE_BYTES + v.getUint32(Header.bufferCount, true) * BUFFER_BYTES;
   const end = strings + v.getUint32(Header.stringsLength, true);
-  for (let at = strings; at < end; at += 4) if (visit(end - at >= 4 ? v.getUint32(at, true) : tail(v, at, end)) === false) return;
+  for (let at = strings; at < end; at += 4) visit(wordAt(v, at, end), at);
+  return end;
 }
 
-/** The last 1-3 bytes of the string table as a word. */
-function tail(v: DataView, at: number, end: number): number {
+/** The word at `at`; within 4 bytes of `end` (the string table's last 1-3 bytes), those bytes alone. */
+function wordAt(v: DataView, at: number, end: number): number {
+  if (end - at >= 4) return v.getUint32(at, true);
   let word = 0;
   for (let i = 0; at + i < end; i++) word |= v.getUint8(at + i) << (8 * i);
   return word >>> 0;
-}
-
-function layoutWords(body: Uint8Array): Uint32Array {
-  const words: number[] = [];
-  forEachLayoutWord(body, (w) => void words.push(w));
-  return Uint32Array.from(words);
 }
 
 /** The layouts a consumer has met, most recent first; bounded, as producers and streams come and go. */

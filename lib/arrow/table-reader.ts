@@ -89,21 +89,24 @@ export function flatData(type: DataType, f: FormatInfo, node: NodeSlice, nullCou
   const validity = bitmap ?? new Uint8Array(0);
   const values = buffer(1) ?? EMPTY;
   if (f.layout === 'bool') return new Data(type, node.offset, node.length, nulls, [undefined, values, validity]);
-  if (f.layout === 'fixed') {
-    const width = f.bitWidth / 8;
-    const Values = type.ArrayType as { new (buffer: ArrayBufferLike, byteOffset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number };
-    const bytes = aligned(values.subarray(node.offset * width, (node.offset + node.length) * width), Values.BYTES_PER_ELEMENT);
-    return new Data(type, node.offset, node.length, nulls, [undefined, new Values(bytes.buffer, bytes.byteOffset, bytes.length / Values.BYTES_PER_ELEMENT), validity] as never);
-  }
+  if (f.layout === 'fixed') return new Data(type, node.offset, node.length, nulls, [undefined, fixedValues(type, f.bitWidth / 8, node, values), validity] as never);
   const chars = buffer(2) ?? EMPTY;
   return new Data(type, node.offset, node.length, nulls, [checkedOffsets(node, values, f.offsetBytes, chars.length), chars, validity] as never);
 }
 
 const EMPTY = new Uint8Array(0);
 
-/** A Table of one batch from columns' Data (the struct type is new Struct(schema.fields), built once per schema by callers that can). */
-export function tableOf(schema: Schema, struct: Struct, rows: number, children: Data[]): Table {
-  return new Table([new RecordBatch(schema, makeData({ type: struct, length: rows, nullCount: 0, children }))]);
+type ValuesArray = { new (buffer: ArrayBufferLike, byteOffset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number };
+
+/** The node's slice of a fixed-width values buffer as the type's array: in place when aligned, else copied. */
+function fixedValues(type: DataType, width: number, node: NodeSlice, values: Uint8Array): ArrayBufferView {
+  const Values = type.ArrayType as ValuesArray;
+  const size = Values.BYTES_PER_ELEMENT;
+  const end = Math.min(values.length, (node.offset + node.length) * width);
+  const start = Math.min(node.offset * width, end);
+  const count = Math.floor((end - start) / size);
+  if ((values.byteOffset + start) % size === 0) return new Values(values.buffer, values.byteOffset + start, count);
+  return new Values(values.slice(start, end).buffer, 0, count);
 }
 
 export function tableFromFrame(frame: FrameDescription, resolve: BufferResolver): Table {
@@ -111,7 +114,7 @@ export function tableFromFrame(frame: FrameDescription, resolve: BufferResolver)
   const fields = frame.columns.map((c) => reader.fieldOf(c));
   const schema = new Schema(fields, frame.metadata ? new Map(frame.metadata) : undefined);
   const children = frame.columns.map((c, i) => reader.data(c, fields[i]!.type));
-  return tableOf(schema, new Struct(fields), frame.rowCount, children);
+  return new Table([new RecordBatch(schema, makeData({ type: new Struct(fields), length: frame.rowCount, nullCount: 0, children }))]);
 }
 
 /** The apache-arrow schema of a frame (no buffer is touched). */

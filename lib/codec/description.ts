@@ -99,7 +99,6 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return true;
 }
 
-/** Calls `fn` for every buffer of every column and dictionary, in wire order. */
 /** Each buffer descriptor of `description` to its position in wire order (as forEachBuffer visits them). */
 export function bufferIndex(description: FrameDescription): Map<BufferDescriptor, number> {
   const index = new Map<BufferDescriptor, number>();
@@ -107,6 +106,7 @@ export function bufferIndex(description: FrameDescription): Map<BufferDescriptor
   return index;
 }
 
+/** Calls `fn` for every buffer of every column and dictionary, in wire order. */
 export function forEachBuffer(description: FrameDescription, fn: (buffer: BufferDescriptor) => void): void {
   const visit = (columns: ColumnDescriptor[]): void => {
     for (const c of columns) {
