@@ -59,7 +59,9 @@ export class Producer {
   readonly #arenaDescriptors: BufferDescriptor[] = [];
   readonly #arenaIndex = new Map<ArrayBuffer, number>();
   readonly #arenaBytes: Uint8Array[] = [];
-  readonly #loose = new Map<string, Loose>();
+  /** Allocations not yet published, by looseKey(). */
+  readonly #loose = new Map<number, Loose>();
+  readonly #oneAllocation = new Float64Array(3);
   readonly #events = new EventEmitter();
   /** Published and not yet released. */
   readonly #inFlight = new Set<number>();
@@ -103,7 +105,7 @@ export class Producer {
   allocate(bytes: number): HostAllocation {
     this.#requireOpen();
     const a = this.#allocate(bytes, false);
-    const key = `${a.arena}:${a.offset}`;
+    const key = looseKey(a);
     return {
       arena: a.arena,
       offset: a.offset,
@@ -367,8 +369,8 @@ export class Producer {
    * had space (no promise on the hot path), else a promise of it.
    */
   #sendBody(body: Uint8Array, used: Loose[], timeout: number, tag: bigint): number | Promise<number> {
-    const list = used.length ? new Float64Array(used.flatMap((a) => [a.arena, a.offset, a.length])) : NO_ALLOCATIONS;
-    for (const a of used) this.#loose.delete(`${a.arena}:${a.offset}`);
+    const list = this.#allocationList(used);
+    for (const a of used) this.#loose.delete(looseKey(a));
     let pending: number | Promise<number>;
     try {
       pending = callNative(() => this.#core.publish(body, list, tag, toNativeTimeout(timeout)));
@@ -379,6 +381,14 @@ export class Producer {
     return awaitNative(pending).then((id) => this.#track(id), (error: unknown) => this.#unsent(used, error));
   }
 
+  /** What publish() reads of `used`: arena, offset and length of each, read during the call (so one list serves every single-allocation frame). */
+  #allocationList(used: Loose[]): Float64Array {
+    if (used.length === 0) return NO_ALLOCATIONS;
+    const list = used.length === 1 ? this.#oneAllocation : new Float64Array(3 * used.length);
+    used.forEach((a, i) => ((list[3 * i] = a.arena), (list[3 * i + 1] = a.offset), (list[3 * i + 2] = a.length)));
+    return list;
+  }
+
   #track(id: number): number {
     this.#inFlight.add(id);
     return id;
@@ -386,7 +396,7 @@ export class Producer {
 
   /** Not published: the allocations are ours (or the caller's) again. */
   #unsent(used: Loose[], error: unknown): never {
-    for (const a of used) this.#loose.set(`${a.arena}:${a.offset}`, a);
+    for (const a of used) this.#loose.set(looseKey(a), a);
     this.#unuse(used);
     throw error;
   }
@@ -459,7 +469,7 @@ export class Producer {
   /** Frees the allocations a failed publish made for itself; the caller's stay theirs. */
   #unuse(used: Loose[]): void {
     for (const a of used) {
-      if (!a.internal || !this.#loose.delete(`${a.arena}:${a.offset}`) || this.#closed) continue;
+      if (!a.internal || !this.#loose.delete(looseKey(a)) || this.#closed) continue;
       callNative(() => this.#core.free(a.arena, a.offset));
     }
   }
@@ -467,7 +477,7 @@ export class Producer {
   #allocate(bytes: number, internal: boolean): Loose {
     const [arena, offset, length] = callNative(() => this.#core.allocate(bytes));
     const loose = { arena, offset, length, internal };
-    this.#loose.set(`${arena}:${offset}`, loose);
+    this.#loose.set(looseKey(loose), loose);
     return loose;
   }
 
@@ -535,6 +545,9 @@ interface PendingCopy {
 }
 
 const NO_ALLOCATIONS = new Float64Array(0);
+
+/** An allocation's key among the loose ones: arena indexes stay far below 2^12 and offsets below 2^40, so the number is exact. */
+const looseKey = (a: { arena: number; offset: number }): number => a.arena * 2 ** 40 + a.offset;
 
 function deferCopy(bytes: Uint8Array, copies: PendingCopy[]): BufferDescriptor {
   const desc = {} as BufferDescriptor; // filled in by #copyIn

@@ -15,13 +15,13 @@ const ARENA = '/gpuring.flat.p3g2.a1';
 const BASE = 4160;
 
 /** The describing path: buffers placed one after another from BASE, as the producer copies them. */
-function described(batch: A.RecordBatch): { body: Uint8Array; placed: Uint8Array[] } {
+function described(batch: A.RecordBatch, arena = ARENA): { body: Uint8Array; placed: Uint8Array[] } {
   const placed: Uint8Array[] = [];
   let at = BASE;
   const description = describeBatch(batch, {
     place: (bytes) => {
       placed.push(bytes.slice());
-      const d = hostBuffer(ARENA, at, bytes.length);
+      const d = hostBuffer(arena, at, bytes.length);
       at += align64(bytes.length);
       return d;
     },
@@ -65,11 +65,16 @@ for (const [name, batch] of cases) {
   });
 }
 
-test('one writer serves every batch of its schema, each frame its own counts', (t) => {
+test('one writer serves every batch of its schema, each frame its own counts, buffers and arena', (t) => {
   const writer = FlatBatchWriter.of(cases[0]![1])!;
-  for (const batch of [allFlat.slice(1, 20), allFlat.slice(0, 0), allFlat].map((x) => x.batches[0]!)) {
+  const other = '/gpuring.flat.p3g2.a2';
+  // As the producer calls it: one handle object per arena, the same object again for the same arena.
+  const handles = new Map([ARENA, other].map((name) => [name, hostBuffer(name, 0, 0).handle]));
+  const frames: [A.Table, string][] = [[allFlat.slice(1, 20), ARENA], [allFlat.slice(0, 0), ARENA], [allFlat, ARENA], [allFlat.slice(2, 9), other], [allFlat, ARENA]];
+  for (const [table, arena] of frames) {
+    const batch = table.batches[0]!;
     writer.gather(batch);
-    t.deepEqual(writer.body(BASE, hostBuffer(ARENA, 0, 0).handle), described(batch).body);
+    t.deepEqual(writer.body(BASE, handles.get(arena)), described(batch, arena).body);
   }
 });
 

@@ -11,7 +11,8 @@
  * copied one after another at 64-byte alignment, as the producer's describing
  * path places them (test/flat-batch-writer.test.ts).
  *
- * One writer per Schema; not re-entrant (gather() and body() share its arrays),
+ * One writer per Schema; not re-entrant (gather() and body() share its arrays and
+ * body() its output),
  * which a producer's synchronous publish path never is.
  */
 import { type Data, type RecordBatch, Type } from 'apache-arrow';
@@ -37,8 +38,12 @@ function planOf(type: Data['type']): ColumnPlan | null {
 
 export class FlatBatchWriter {
   readonly #plans: ColumnPlan[];
-  readonly #template: Uint8Array;
+  /** The body of every frame: the schema's encoding, whose counts and buffer descriptors body() rewrites. */
+  readonly #out: Uint8Array;
+  readonly #view: DataView;
   readonly #buffersAt: number;
+  /** The handle each buffer descriptor of #out holds now (the same object per arena), so that body() writes a handle only when it changes. */
+  readonly #handles: Uint8Array[] = [];
   /** This batch's buffers in wire order (null: absent), each node's length and null count, from gather(). */
   readonly #parts: (Uint8Array | null)[] = [];
   readonly #lengths: number[] = [];
@@ -47,7 +52,8 @@ export class FlatBatchWriter {
 
   private constructor(plans: ColumnPlan[], template: Uint8Array) {
     this.#plans = plans;
-    this.#template = template;
+    this.#out = template;
+    this.#view = new DataView(template.buffer, template.byteOffset, template.byteLength);
     this.#buffersAt = HEADER_BYTES + plans.length * NODE_BYTES;
   }
 
@@ -106,24 +112,26 @@ export class FlatBatchWriter {
   /**
    * The body of the gathered batch, its buffers copied one after another
    * from byte `base` of the arena whose shm name `handle` holds (a batch
-   * without buffers needs none).
+   * without buffers needs none). The writer's own buffer, rewritten by the
+   * next call: the producer's publish copies it before that.
    */
   body(base: number, handle: Uint8Array = NO_HANDLE): Uint8Array {
-    const out = this.#template.slice();
-    const view = new DataView(out.buffer);
+    const out = this.#out;
+    const view = this.#view;
     setU64(view, Header.rowCount, this.#rows);
     for (let i = 0; i < this.#nulls.length; i++) {
       setU64(view, HEADER_BYTES + i * NODE_BYTES + Node.length, this.#lengths[i]!);
       setU64(view, HEADER_BYTES + i * NODE_BYTES + Node.nullCount, this.#nulls[i]!);
     }
     let at = this.#buffersAt;
-    for (const part of this.#parts) {
+    for (let i = 0; i < this.#parts.length; i++, at += BUFFER_BYTES) {
+      const part = this.#parts[i];
       view.setUint16(at + Buffer_.kind, part ? 1 : 0, true);
       setU64(view, at + Buffer_.offset, part ? base : 0);
       setU64(view, at + Buffer_.length, part ? part.length : 0);
-      out.set(part ? handle : NO_HANDLE, at + Buffer_.handle);
+      const named = part ? handle : NO_HANDLE;
+      if (this.#handles[i] !== named) (out.set(named, at + Buffer_.handle), (this.#handles[i] = named));
       if (part) base += align64(part.length);
-      at += BUFFER_BYTES;
     }
     return out;
   }
