@@ -29,3 +29,10 @@ export function emptyFrameDescription(): FrameDescription {
 export function toJson(value: unknown): string {
   return JSON.stringify(value, (_k, v) => (v instanceof Uint8Array ? Array.from(v) : typeof v === 'bigint' ? String(v) : v));
 }
+
+/**
+ * Frames every throughput run sends before it starts timing, gpuring's and the
+ * socket baseline's alike: throughput is the steady state, after both ends'
+ * code is compiled (the first thousand frames run several times slower).
+ */
+export const WARMUP_FRAMES = 5120;

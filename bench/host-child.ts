@@ -7,23 +7,25 @@
  *                             times each publish returned (the frame was in the ring) as one JSON line
  *   flood-prepared NAME N     publishes a prepared frame N times, 256 per publishMany(), as fast as
  *                             backpressure allows; prints {"seconds"} from first publish to last release
+ *                             (after WARMUP_FRAMES more, untimed, each released)
  *   socket PATH N GAP_MS      sends the same frame's description as a JSON line (serialized per frame,
  *                             as each frame's differs), waits for an ack
  *   big NAME BYTES            writes a BYTES float64 column into arena memory, then publishes it once
  *   ipc PATH BYTES            builds the same table, sends it with tableToIPC over a Unix socket
  *   flood NAME N              publishes N small frames as fast as backpressure allows, then drains;
- *                             prints {"seconds"} from first publish to last release
+ *                             prints {"seconds"} from first publish to last release (after
+ *                             WARMUP_FRAMES more, untimed, each released)
  *   sink NAME BATCH TABLE     consumes until told 'stop' (IPC); with BATCH=1 takes every frame already
  *                             waiting after each wake-up (nextBatch); with TABLE=1 builds each frame's
  *                             Table (toTable) before releasing it; prints the count
- *   stream PATH N             sends N small frame descriptions as JSON lines (serialized per frame), as fast
- *                             as the socket takes them
+ *   stream PATH N             sends N + WARMUP_FRAMES small frame descriptions as JSON lines (serialized
+ *                             per frame), as fast as the socket takes them
  */
 import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { Float64, makeData, makeVector, Table, tableToIPC } from 'apache-arrow';
 import { Producer } from '../dist/index.js';
-import { emptyFrameDescription, smallFrame, smallFrameDescription, toJson } from './frames.js';
+import { emptyFrameDescription, smallFrame, smallFrameDescription, toJson, WARMUP_FRAMES } from './frames.js';
 
 const [role, target, count, gap] = process.argv.slice(2);
 const n = Number(count);
@@ -61,10 +63,12 @@ async function prepared(): Promise<void> {
   process.stdout.write(`${JSON.stringify(committed)}\n`);
 }
 
-/** Prints {"seconds": ...} from just before the first publish until every frame was released. */
-async function timed(producer: Producer, publishAll: () => Promise<void>): Promise<void> {
+/** Publishes WARMUP_FRAMES and waits for their release, then prints {"seconds": ...} from just before the first publish of `n` until every frame was released. */
+async function timed(producer: Producer, publishAll: (n: number) => Promise<void>): Promise<void> {
+  await publishAll(WARMUP_FRAMES);
+  await producer.drain();
   const started = performance.now();
-  await publishAll();
+  await publishAll(n);
   await producer.drain();
   process.stdout.write(`${JSON.stringify({ seconds: (performance.now() - started) / 1000 })}\n`);
   producer.close();
@@ -73,8 +77,8 @@ async function timed(producer: Producer, publishAll: () => Promise<void>): Promi
 async function floodPrepared(): Promise<void> {
   const producer = Producer.open(target!);
   const frame = producer.prepare(emptyFrameDescription());
-  await timed(producer, async () => {
-    for (let i = 0; i < n; i += 256) await frame.publishMany(Math.min(256, n - i));
+  await timed(producer, async (count) => {
+    for (let i = 0; i < count; i += 256) await frame.publishMany(Math.min(256, count - i));
   });
 }
 
@@ -116,8 +120,8 @@ async function ipc(): Promise<void> {
 async function flood(): Promise<void> {
   const producer = Producer.open(target!);
   const table = smallFrame();
-  await timed(producer, async () => {
-    for (let i = 0; i < n; i++) await producer.publish(table);
+  await timed(producer, async (count) => {
+    for (let i = 0; i < count; i++) await producer.publish(table);
   });
 }
 
@@ -144,7 +148,7 @@ async function sink(): Promise<void> {
 async function stream(): Promise<void> {
   const s = connect(target!);
   const frame = smallFrameDescription();
-  for (let i = 0; i < n; i++) if (!s.write(`${toJson(frame)}\n`)) await new Promise((r) => s.once('drain', r));
+  for (let i = 0; i < n + WARMUP_FRAMES; i++) if (!s.write(`${toJson(frame)}\n`)) await new Promise((r) => s.once('drain', r));
   s.end();
   await new Promise((r) => s.on('close', r));
 }

@@ -36,6 +36,7 @@ import { tableFromIPC } from 'apache-arrow';
 import { Consumer } from '../dist/index.js';
 import { withRing } from '../test/helpers/ring.js';
 import { compare, microsSince, percentile, report, type BenchRecord } from './harness.js';
+import { WARMUP_FRAMES } from './frames.js';
 import type { Chart, Series } from './plot.js';
 
 const json = process.argv.includes('--json');
@@ -244,7 +245,7 @@ async function throughput(frames: number, consumers: number, batch: boolean, pro
     for (const c of sinks) c.send('stop');
     return { seconds: elapsed, total: (await Promise.all(counts)).reduce((a, b) => a + b, 0) };
   });
-  if (total !== frames) throw new Error(`throughput: ${total} of ${frames} frames consumed`);
+  if (total !== frames + WARMUP_FRAMES) throw new Error(`throughput: ${total} of ${frames + WARMUP_FRAMES} frames consumed`);
   return frames / seconds;
 }
 
@@ -253,13 +254,13 @@ async function socketThroughput(frames: number): Promise<number> {
   let received = 0;
   let done!: () => void;
   const all = new Promise<void>((r) => (done = r));
-  // Timed from the first line received, as gpuring's producer times itself from its first publish.
+  // Timed from the first line after the warm-up, as gpuring's producer times itself from its first publish after it.
   let started = 0;
   const server = createServer((s: Socket) =>
     createInterface({ input: s }).on('line', (line) => {
-      if (received === 0) started = performance.now();
+      if (received === WARMUP_FRAMES) started = performance.now();
       JSON.parse(line);
-      if (++received === frames) done();
+      if (++received === frames + WARMUP_FRAMES) done();
     }),
   );
   await new Promise<void>((r) => server.listen(path, r));
@@ -303,7 +304,7 @@ try {
     const series: Series[] = [{ label: 'gpuring', points: [] }, { label: 'gpuring, batched', points: [] }, { label: 'JSON lines, socket', points: [] }];
     for (const consumers of [1, 2, 4])
       for (const batch of [false, true]) {
-        const rate = await throughput(20000, consumers, batch);
+        const rate = await throughput(50_000, consumers, batch);
         series[batch ? 1 : 0]!.points.push([consumers, rate]);
         if (batch) series[2]!.points.push([consumers, baselineRate]); // measured with 1 consumer
         records.push(compare(`throughput, publish(table) of 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''} taking toTable()${batch ? ', batched' : ''}`, 'rate', 'frames/s', rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
