@@ -145,6 +145,67 @@ static void test_hostile_hints(gpr_segment *seg, uint32_t p, uint32_t pg, uint32
   }
 }
 
+/* Datagrams waiting on each of `n` sockets: which sleepers were rung. */
+static int rung(const int *fds, int n, int *got) {
+  int count = 0;
+  char b[16];
+  for (int i = 0; i < n; i++) got[i] = fds[i] >= 0 && recv(fds[i], b, sizeof b, MSG_DONTWAIT) > 0, count += got[i];
+  return count;
+}
+
+/* SPEC.md §6.1: a publish rings one doorbell sleeper it can reach, skipping a
+ * dead one (no socket bound to its name); hand-backs ring every sleeper. */
+static void test_publish_rings_one_sleeper(const char *base) {
+  char name[48];
+  snprintf(name, sizeof name, "%s-bells", base);
+  gpr_segment seg;
+  gpr_error err;
+  gpr_segment_options o = {8, 8, 0, 0, 0};
+  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
+  uint32_t p, pg, idx[4], g;
+  int fds[4], got[4];
+  CHECK(gpr_participant_attach(&seg, GPR_ROLE_PRODUCER, &p, &pg, &err) == 0);
+  for (int i = 0; i < 4; i++) {
+    CHECK(gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &idx[i], &g, &err) == 0);
+    uint64_t key = 0x5eed0000u + (uint64_t)i;
+    __atomic_store_n(&seg.participants[idx[i]].doorbell_key, key, __ATOMIC_RELEASE);
+    fds[i] = -1;
+    if (i > 0) { /* sleeper 0 is dead: nothing is bound to its name */
+      struct sockaddr_un addr;
+      socklen_t len = gpr_doorbell_address(seg.name, key, &addr);
+      fds[i] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      CHECK(fds[i] >= 0 && bind(fds[i], (struct sockaddr *)&addr, len) == 0);
+    }
+    gpr_doorbell_arm(&seg, idx[i], GPR_BELL_DATA);
+  }
+  gpr_frame_ref r = ref_for(p, pg, 1);
+  uint64_t pos;
+  CHECK(gpr_ring_try_publish(&seg, p, &r, &pos) == 0);
+  CHECK(rung(fds, 4, got) == 1 && got[1]);
+  CHECK(seg.control->data_doorbells == 2);
+  CHECK(gpr_ring_try_publish(&seg, p, &r, &pos) == 0);
+  CHECK(rung(fds, 4, got) == 1 && got[2]);
+  /* A sleeper whose queue is full already holds a wake-up: it counts as rung. */
+  gpr_doorbell_arm(&seg, idx[1], GPR_BELL_DATA);
+  struct sockaddr_un full;
+  socklen_t full_len = gpr_doorbell_address(seg.name, 0x5eed0001u, &full);
+  int filler = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  while (sendto(filler, "", 1, 0, (struct sockaddr *)&full, full_len) >= 0) {
+  }
+  CHECK(errno == EAGAIN);
+  close(filler);
+  CHECK(gpr_ring_try_publish(&seg, p, &r, &pos) == 0);
+  CHECK(seg.participants[idx[1]].doorbell == 0 && (seg.participants[idx[3]].doorbell & GPR_BELL_DATA));
+  while (rung(fds, 4, got) > 0) {
+  }
+  for (int i = 1; i < 4; i++) gpr_doorbell_arm(&seg, idx[i], GPR_BELL_DATA);
+  gpr_notify_data(&seg); /* what a hand-back rings */
+  CHECK(rung(fds, 4, got) == 3 && seg.control->data_doorbells == 0);
+  for (int i = 1; i < 4; i++) close(fds[i]);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, &err);
+}
+
 int main(void) {
   char name[32];
   snprintf(name, sizeof name, "ctest-ring-%d", (int)getpid());
@@ -160,6 +221,7 @@ int main(void) {
   test_dead_participant(&seg, p, pg, c);
   test_corrupt_words(&seg, p, pg, c);
   test_hostile_hints(&seg, p, pg, c);
+  test_publish_rings_one_sleeper(name);
   gpr_segment_close(&seg);
   gpr_segment_unlink(name, &err);
   return CHECK_DONE();

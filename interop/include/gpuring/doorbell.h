@@ -18,7 +18,10 @@
  *    the socket. Whoever clears a set bit subtracts the one again.
  *  - Notifier, after its release store and the seq_cst fence of gpr_notify:
  *    if the count is non-zero, clear each set bit of that kind with fetch_and;
- *    for each bit it cleared, subtract one and send one datagram.
+ *    for each bit it cleared, subtract one and send one datagram. A publish
+ *    stops after one sleeper it could reach: only one consumer can take the
+ *    frame, and waking every sleeper for it cost the producer a system call
+ *    per sleeper per frame (4 sleeping consumers took fewer frames/s than 1).
  * Either the sleeper's last look sees the new state or the notifier sees the
  * bit (the same pairing as the futex waiters). A bell rings once per sleep: a
  * notifier finds the bit clear until its owner sleeps again, so a busy stream
@@ -80,12 +83,15 @@ GPR_INLINE void gpr_doorbell_arm(gpr_segment *seg, uint32_t index, uint32_t bit)
   if (!(was & bit)) __atomic_fetch_add(gpr_doorbell_count(seg, bit), 1u, __ATOMIC_SEQ_CST);
 }
 
-/* Notifier: rings every entry asleep waiting for `bit`. The caller has issued
- * the seq_cst fence after its release store (gpr_notify does). The scan stops
- * after as many set bits as the count announced, and never passes the table. */
-GPR_INLINE void gpr_doorbell_ring(gpr_segment *seg, uint32_t bit) {
+/* Notifier: rings entries asleep waiting for `bit`, at most `max` live ones.
+ * The caller has issued the seq_cst fence after its release store (gpr_notify
+ * does). The scan stops after as many set bits as the count announced, and
+ * never passes the table. A sleeper whose socket is gone (ECONNREFUSED: it
+ * died) was rung by nobody and does not count against `max`; a full queue
+ * (EAGAIN) already holds a wake-up, so that sleeper counts as rung. */
+GPR_INLINE void gpr_doorbell_ring(gpr_segment *seg, uint32_t bit, uint32_t max) {
   uint32_t left = __atomic_load_n(gpr_doorbell_count(seg, bit), __ATOMIC_RELAXED);
-  for (uint32_t i = 0; left > 0 && i < seg->participant_capacity; i++) {
+  for (uint32_t i = 0; left > 0 && max > 0 && i < seg->participant_capacity; i++) {
     gpr_participant *p = &seg->participants[i];
     if (!(__atomic_load_n(&p->doorbell, __ATOMIC_RELAXED) & bit)) continue;
     left--;
@@ -93,21 +99,26 @@ GPR_INLINE void gpr_doorbell_ring(gpr_segment *seg, uint32_t bit) {
     struct sockaddr_un addr;
     socklen_t len = gpr_doorbell_address(seg->name, __atomic_load_n(&p->doorbell_key, __ATOMIC_ACQUIRE), &addr);
     int fd = gpr_doorbell_sender(seg);
-    /* A full queue already holds a wake-up; a missing socket is a dead sleeper. */
-    if (fd >= 0) (void)sendto(fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&addr, len);
+    if (fd < 0) return;
+    if (sendto(fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&addr, len) >= 0 || errno == EAGAIN) max--;
   }
 }
 
-/* Wakes everyone waiting for `bit` (GPR_BELL_DATA: consumers on data_seq;
- * GPR_BELL_SPACE: producers on space_seq) after a release store: futex sleepers
- * and doorbell sleepers alike. No system call while nobody sleeps. */
-GPR_INLINE void gpr_notify_bell(gpr_segment *seg, uint32_t bit) {
+/* Wakes waiters for `bit` (GPR_BELL_DATA: consumers on data_seq; GPR_BELL_SPACE:
+ * producers on space_seq) after a release store: every futex sleeper, and up
+ * to `doorbells` doorbell sleepers. No system call while nobody sleeps. */
+GPR_INLINE void gpr_notify_bell(gpr_segment *seg, uint32_t bit, uint32_t doorbells) {
   gpr_control *c = seg->control;
   uint32_t *seq = bit == GPR_BELL_DATA ? &c->data_seq : &c->space_seq;
   uint32_t *waiters = bit == GPR_BELL_DATA ? &c->data_waiters : &c->space_waiters;
   gpr_notify(seq, waiters);
-  if (__atomic_load_n(gpr_doorbell_count(seg, bit), __ATOMIC_RELAXED) != 0) gpr_doorbell_ring(seg, bit);
+  if (__atomic_load_n(gpr_doorbell_count(seg, bit), __ATOMIC_RELAXED) != 0) gpr_doorbell_ring(seg, bit, doorbells);
 }
 
-GPR_INLINE void gpr_notify_data(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_DATA); }
-GPR_INLINE void gpr_notify_space(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_SPACE); }
+/* One new frame can be taken by one consumer only: a publish rings one
+ * doorbell sleeper, not all of them (SPEC.md §6.1), so that several sleeping
+ * consumers do not all wake, and cost the producer a system call each, for
+ * every frame. */
+GPR_INLINE void gpr_notify_published(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_DATA, 1u); }
+GPR_INLINE void gpr_notify_data(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_DATA, UINT32_MAX); }
+GPR_INLINE void gpr_notify_space(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_SPACE, UINT32_MAX); }

@@ -80,7 +80,7 @@ GPR_INLINE int gpr_ring_try_publish(gpr_segment *seg, uint32_t me, const gpr_fra
                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED))
         return -(int)GPR_E_FRAME_STATE;
       gpr_count(&seg->participants[me].published);
-      gpr_notify_data(seg);
+      gpr_notify_published(seg);
       if (out_pos) *out_pos = pos;
       return 0;
     }

@@ -126,3 +126,51 @@ def test_an_arena_name_another_user_created_first_is_skipped(ring_name):
     finally:
         os.close(fd)
         os.unlink(squatted)
+
+
+def test_a_publish_rings_one_reachable_sleeper_skipping_dead_ones(ring_name):
+    """SPEC.md §6.1: a frame can be taken by one consumer, so its publish wakes one
+    doorbell sleeper; a sleeper whose socket is gone does not count."""
+    import socket
+    from gpuring import doorbell
+    from gpuring.slot_protocol import FrameRef, try_publish
+    with _segment(ring_name, 5) as seg:
+        p, pg = seg.attach(L.ROLE_PRODUCER)
+        sleepers, bells = [], {}
+        for n in range(4):
+            index, _ = seg.attach(L.ROLE_CONSUMER)
+            key = 0x5EED0000 + n
+            seg.mem.store64(seg.participant(index, "doorbell_key"), key)
+            if n > 0:  # the first sleeper is dead: no socket bound to its name
+                bells[index] = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                bells[index].bind(doorbell.address(seg.name, key))
+                bells[index].setblocking(False)
+            seg.mem.or32(seg.participant(index, "doorbell"), L.BELL_DATA)
+            seg.mem.add32(seg.control("data_doorbells"), 1)
+            sleepers.append(index)
+
+        def rung():
+            got = []
+            for index, s in bells.items():
+                try:
+                    s.recv(16)
+                    got.append(index)
+                except BlockingIOError:
+                    pass
+            return got
+
+        def armed():
+            return [i for i in sleepers if seg.mem.load32(seg.participant(i, "doorbell")) & L.BELL_DATA]
+
+        try:
+            try_publish(seg, p, FrameRef(100, p, pg, 0, 0, 0))
+            assert rung() == [sleepers[1]]  # the dead one was tried first, and skipped
+            assert armed() == sleepers[2:]
+            assert seg.mem.load32(seg.control("data_doorbells")) == 2
+            try_publish(seg, p, FrameRef(101, p, pg, 0, 0, 0))
+            try_publish(seg, p, FrameRef(102, p, pg, 0, 0, 0))
+            assert rung() == sleepers[2:]
+            assert armed() == [] and seg.mem.load32(seg.control("data_doorbells")) == 0
+        finally:
+            for s in bells.values():
+                s.close()

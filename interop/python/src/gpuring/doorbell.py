@@ -4,7 +4,8 @@ An event-loop participant (the Node consumer) sleeps on an AF_UNIX datagram
 socket bound to the abstract name "\\0gpuring.NAME.KEY" instead of a futex, and
 sets a bit in its entry's ``doorbell`` word while asleep. Every notifier rings
 those bells after its futex notify (SPEC.md §6.1): it clears each set bit of the
-kind it signals (fetch-and; one winner) and sends one datagram per bit cleared.
+kind it signals (fetch-and; one winner) and sends one datagram per bit cleared; a
+publish stops after one sleeper it reached, as only one consumer can take its frame.
 This package only rings; its own waits use the futex.
 """
 from __future__ import annotations
@@ -39,20 +40,29 @@ def clear(seg, index: int, bits: int) -> int:
     return was
 
 
-def ring(seg, bit: int) -> None:
-    """Rings every entry asleep waiting for ``bit``; call after the seq_cst notify."""
+def ring(seg, bit: int, most: int | None = None) -> None:
+    """Rings entries asleep waiting for ``bit``, at most ``most`` reachable ones (None: all);
+    call after the seq_cst notify. A sleeper whose socket is gone (it died) reached
+    nobody and does not count; a full queue already holds a wake-up, so it does."""
     left = seg.mem.load32(_count_at(seg, bit))
     i = 0
-    while left > 0 and i < seg.participant_capacity:
+    while left > 0 and (most is None or most > 0) and i < seg.participant_capacity:
         if seg.mem.load32(seg.participant(i, "doorbell")) & bit:
             left -= 1
-            if clear(seg, i, bit):
-                key = seg.mem.load64(seg.participant(i, "doorbell_key"))
-                try:
-                    _sender(seg).sendto(b"\0", socket.MSG_DONTWAIT, address(seg.name, key))
-                except OSError:
-                    pass  # a full queue already holds a wake-up; a missing socket is a dead sleeper
+            if clear(seg, i, bit) and _send(seg, seg.mem.load64(seg.participant(i, "doorbell_key"))) and most is not None:
+                most -= 1
         i += 1
+
+
+def _send(seg, key: int) -> bool:
+    """One datagram to the doorbell of ``key``: whether it reached a sleeper's queue."""
+    try:
+        _sender(seg).sendto(b"\0", socket.MSG_DONTWAIT, address(seg.name, key))
+        return True
+    except BlockingIOError:
+        return True  # the queue is full: it already holds a wake-up
+    except OSError:
+        return False  # no such socket: a dead sleeper
 
 
 def _sender(seg) -> socket.socket:

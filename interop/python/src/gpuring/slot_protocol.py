@@ -62,10 +62,11 @@ def _scan_limit(seg: Segment) -> int:
     return 2 * seg.slot_count + 2
 
 
-def notify_data(seg: Segment) -> None:
+def notify_data(seg: Segment, doorbells: int | None = None) -> None:
+    """Wakes every futex sleeper and up to ``doorbells`` doorbell sleepers (None: all)."""
     seg.mem.notify(seg.control("data_seq"), seg.control("data_waiters"))
     if seg.mem.load32(seg.control("data_doorbells")):
-        doorbell.ring(seg, L.BELL_DATA)
+        doorbell.ring(seg, L.BELL_DATA, doorbells)
 
 
 def notify_space(seg: Segment) -> None:
@@ -90,7 +91,7 @@ def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
             if not mem.cas64(at, slot_word(pos, L.WRITING, me + 1), slot_word(pos, L.READY, me + 1)):
                 raise GpuringError("FRAME_STATE", "the ring took this producer's slot back (was it judged dead?)")
             seg.count(me, "published")
-            notify_data(seg)
+            notify_data(seg, doorbells=1)  # one consumer can take the frame (SPEC.md §6.1)
             return pos
         if d == 0:
             pos = (pos + 1) & L.SEQ_MASK
