@@ -1,6 +1,7 @@
 export { Ring, type CreateOptions, type OpenOptions, type RingInspection } from './ring.js';
 export { Producer, type HostAllocation, type ProducerOptions, type PublishOptions } from './producer.js';
 export { PreparedFrame, type PreparedPublishOptions } from './prepared-frame.js';
+export { FrameLoan, type LoanColumn, type LoanOptions, type LoanPublishOptions } from './frame-loan.js';
 export { Consumer, type ConsumerOptions, type NextOptions } from './consumer.js';
 export { Frame } from './frame.js';
 export type { ColumnView, TypedValues } from './column-view.js';

@@ -11,7 +11,7 @@
  * Frames are published in call order.
  */
 import { EventEmitter } from 'node:events';
-import type { RecordBatch, Table } from 'apache-arrow';
+import { type RecordBatch, type Schema, Table } from 'apache-arrow';
 import { describeBatch, toBatch, type BufferPlacer } from './arrow/table-writer.js';
 import { FlatBatchWriter } from './arrow/flat-batch-writer.js';
 import { forEachBuffer, handleName, hostBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
@@ -21,6 +21,7 @@ import { encodeFrame } from './codec/encode.js';
 import { align64 } from './codec/layout.js';
 import { eventDevice, recordFrameEvent, uploadBatch } from './device-upload.js';
 import { PreparedFrame, type SendBody, type SendMany } from './prepared-frame.js';
+import { FrameLoan, loanLayout, type LoanOptions, type LoanSink } from './frame-loan.js';
 import type { DeviceBuffer } from './device-buffer.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeProducerCore, type ProducerStats } from './native.js';
@@ -139,8 +140,7 @@ export class Producer {
       return this.#sendDevice(frame.description, { memory: frame.memory, eventId: frame.eventId }, o.timeout, o.tag);
     }
     const batch = toBatch(source);
-    let flat = this.#flat.get(batch.schema);
-    if (flat === undefined) this.#flat.set(batch.schema, (flat = FlatBatchWriter.of(batch)));
+    const flat = this.#flatWriter(batch);
     const sent = flat && this.#sendFlat(flat, batch, o.timeout, o.tag);
     if (sent !== null && sent !== undefined) return sent;
     const used: Loose[] = [];
@@ -155,6 +155,38 @@ export class Producer {
       throw error;
     }
     return this.#send(description, used, o.timeout, o.tag, source.schema);
+  }
+
+  /**
+   * Lends arena memory for one frame of `schema` (flat: no nested or
+   * dictionary column) with `rows` rows, to fill in place and publish without
+   * a copy; see FrameLoan for the layout and who owns the memory when.
+   * `bytes` gives each utf8/binary column its character bytes.
+   */
+  loan(schema: Schema, rows: number, options: LoanOptions = {}): FrameLoan {
+    this.#requireOpen();
+    if (!Number.isSafeInteger(rows) || rows < 0) throw new GpuringError('INVALID_ARGUMENT', `loan(): rows must be a whole number >= 0, not ${rows}`);
+    const writer = this.#flatWriter(toBatch(new Table(schema)));
+    if (!writer) throw new GpuringError('INVALID_ARGUMENT', 'loan() takes flat schemas (no nested or dictionary column); build a Table and publish() it instead');
+    const [regions, total] = loanLayout(schema, writer.plans, rows, options.bytes ?? {});
+    const a = total > 0 ? this.#allocate(total, false) : null;
+    const memory = a ? new Uint8Array(this.#arenaBuffer(a.arena), a.offset, total) : new Uint8Array(0);
+    const sink: LoanSink = {
+      publish: async (n, nulls, buffers, tag, timeout) => {
+        this.#requireOpen();
+        writer.place(n, nulls, buffers);
+        return this.#sendBody(writer.body(a?.offset ?? 0, a ? this.#arenaDescriptor(a.arena).handle : undefined), a ? [a] : [], timeout, tag);
+      },
+      free: () => void (a && this.#loose.delete(looseKey(a)) && !this.#closed && callNative(() => this.#core.free(a.arena, a.offset))),
+    };
+    return new FrameLoan(schema, rows, regions, memory, sink);
+  }
+
+  /** The FlatBatchWriter of `batch`'s Schema (made on first use), or null where that schema is not flat. */
+  #flatWriter(batch: RecordBatch): FlatBatchWriter | null {
+    let flat = this.#flat.get(batch.schema);
+    if (flat === undefined) this.#flat.set(batch.schema, (flat = FlatBatchWriter.of(batch)));
+    return flat;
   }
 
   /**

@@ -22,7 +22,7 @@ import { align64, Buffer_, BUFFER_BYTES, Header, HANDLE_BYTES, HEADER_BYTES, Nod
 import { sliceBits } from './bits.js';
 import { byteView, describeBatch, layoutOf } from './table-writer.js';
 
-type ColumnPlan = { layout: 'fixed'; bits: number } | { layout: 'bool' } | { layout: 'varbin'; offsetBytes: number };
+export type ColumnPlan = { layout: 'fixed'; bits: number } | { layout: 'bool' } | { layout: 'varbin'; offsetBytes: number };
 
 const ABSENT = absentBuffer();
 const NO_HANDLE = new Uint8Array(HANDLE_BYTES);
@@ -46,6 +46,9 @@ export class FlatBatchWriter {
   readonly #handles: Uint8Array[] = [];
   /** This batch's buffers in wire order (null: absent), each node's length and null count, from gather(). */
   readonly #parts: (Uint8Array | null)[] = [];
+  /** Per buffer in wire order: its place from the allocation's start, and its bytes (-1: absent); from gather() or place(). */
+  readonly #at: number[] = [];
+  readonly #sizes: number[] = [];
   readonly #lengths: number[] = [];
   readonly #nulls: number[] = [];
   #rows = 0;
@@ -75,14 +78,13 @@ export class FlatBatchWriter {
    * lists them for copying and body() writes the frame.
    */
   gather(batch: RecordBatch): number {
-    this.#parts.length = 0;
-    this.#lengths.length = 0;
-    this.#nulls.length = 0;
-    this.#rows = batch.numRows;
+    this.#reset(batch.numRows);
     const columns = batch.data.children;
     let total = 0;
     const add = (part: Uint8Array | null) => {
       this.#parts.push(part);
+      this.#at.push(total);
+      this.#sizes.push(part ? part.length : -1);
       if (part) total += align64(part.length);
     };
     for (let i = 0; i < this.#plans.length; i++) {
@@ -104,16 +106,38 @@ export class FlatBatchWriter {
     return total;
   }
 
+  #reset(rows: number): void {
+    this.#parts.length = this.#lengths.length = this.#nulls.length = this.#at.length = this.#sizes.length = 0;
+    this.#rows = rows;
+  }
+
+  /** Each column's layout, in schema order (what a FrameLoan lays out). */
+  get plans(): readonly ColumnPlan[] {
+    return this.#plans;
+  }
+
+  /**
+   * Instead of gather(), for buffers already in place (a FrameLoan): `rows`
+   * rows, each column's null count, and each buffer in wire order as its
+   * place from the allocation's start and its bytes, or null when absent.
+   */
+  place(rows: number, nulls: readonly number[], buffers: readonly ({ at: number; length: number } | null)[]): void {
+    this.#reset(rows);
+    for (const n of nulls) (this.#lengths.push(rows), this.#nulls.push(n));
+    for (const b of buffers) (this.#at.push(b ? b.at : 0), this.#sizes.push(b ? b.length : -1));
+  }
+
   /** The buffers gather() found, in wire order; null for an absent one. */
   get parts(): readonly (Uint8Array | null)[] {
     return this.#parts;
   }
 
   /**
-   * The body of the gathered batch, its buffers copied one after another
-   * from byte `base` of the arena whose shm name `handle` holds (a batch
-   * without buffers needs none). The writer's own buffer, rewritten by the
-   * next call: the producer's publish copies it before that.
+   * The body of the gathered (or placed) batch, its buffers placed from byte
+   * `base` of the arena whose shm name `handle` holds (a batch without
+   * buffers needs none); gathered buffers lie one after another, each at a
+   * 64-byte boundary. The writer's own buffer, rewritten by the next call:
+   * the producer's publish copies it before that.
    */
   body(base: number, handle: Uint8Array = NO_HANDLE): Uint8Array {
     const out = this.#out;
@@ -124,14 +148,13 @@ export class FlatBatchWriter {
       setU64(view, HEADER_BYTES + i * NODE_BYTES + Node.nullCount, this.#nulls[i]!);
     }
     let at = this.#buffersAt;
-    for (let i = 0; i < this.#parts.length; i++, at += BUFFER_BYTES) {
-      const part = this.#parts[i];
-      view.setUint16(at + Buffer_.kind, part ? 1 : 0, true);
-      setU64(view, at + Buffer_.offset, part ? base : 0);
-      setU64(view, at + Buffer_.length, part ? part.length : 0);
-      const named = part ? handle : NO_HANDLE;
+    for (let i = 0; i < this.#sizes.length; i++, at += BUFFER_BYTES) {
+      const size = this.#sizes[i]!;
+      view.setUint16(at + Buffer_.kind, size >= 0 ? 1 : 0, true);
+      setU64(view, at + Buffer_.offset, size >= 0 ? base + this.#at[i]! : 0);
+      setU64(view, at + Buffer_.length, Math.max(size, 0));
+      const named = size >= 0 ? handle : NO_HANDLE;
       if (this.#handles[i] !== named) (out.set(named, at + Buffer_.handle), (this.#handles[i] = named));
-      if (part) base += align64(part.length);
     }
     return out;
   }
