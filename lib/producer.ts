@@ -174,6 +174,7 @@ export class Producer {
     const sink: LoanSink = {
       publish: async (n, nulls, buffers, tag, timeout) => {
         this.#requireOpen();
+        if (a && this.#loose.get(looseKey(a)) !== a) throw new GpuringError('FRAME_STATE', "the loan's memory was published or freed by another call (publish(table) over it?)");
         writer.place(n, nulls, buffers);
         return this.#sendBody(writer.body(a?.offset ?? 0, a ? this.#arenaDescriptor(a.arena).handle : undefined), a ? [a] : [], timeout, tag);
       },

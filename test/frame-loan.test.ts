@@ -132,6 +132,13 @@ test('offsets outside the lent bytes are refused and the loan stays open; abando
     t.is(producer.stats().unpublishedAllocations, 0);
     await t.throwsAsync(abandoned.publish(), { code: 'FRAME_STATE' });
     t.throws(() => producer.loan(schema, 1, { bytes: { nope: 1 } }), { code: 'INVALID_ARGUMENT' });
+
+    // A Table built over a loan's memory and published takes that memory without a copy: the loan can no longer publish it.
+    const numbers = new A.Schema([new A.Field('x', new A.Float64(), false)]);
+    const taken = producer.loan(numbers, 4);
+    const x = taken.column('x').values as Float64Array;
+    await producer.publish(new A.Table({ x: A.makeVector(A.makeData({ type: new A.Float64(), length: 4, data: x })) }));
+    await t.throwsAsync(taken.publish(), { code: 'FRAME_STATE', message: /published or freed by another call/ });
     t.throws(() => producer.loan(allTypesTable(2).schema, 2), { code: 'INVALID_ARGUMENT', message: /flat schemas/ });
     producer.close();
   });
