@@ -20,6 +20,7 @@
  */
 import type { Schema } from 'apache-arrow';
 import type { ColumnPlan } from './arrow/flat-batch-writer.js';
+import type { ValuesArray } from './arrow/table-reader.js';
 import { align64 } from './codec/layout.js';
 import { GpuringError } from './errors.js';
 
@@ -88,8 +89,6 @@ export function loanLayout(schema: Schema, plans: readonly ColumnPlan[], rows: n
     if (!schema.fields.some((f, i) => f.name === name && plans[i]!.layout === 'varbin')) throw new GpuringError('INVALID_ARGUMENT', `loan(): bytes given for '${name}', which is no utf8/binary column`);
   return [columns, total];
 }
-
-type ValuesArray = { new (buffer: ArrayBufferLike, byteOffset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number };
 
 export class FrameLoan implements Disposable {
   /** Rows lent: publish() sends these or fewer. */

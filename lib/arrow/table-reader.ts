@@ -96,7 +96,8 @@ export function flatData(type: DataType, f: FormatInfo, node: NodeSlice, nullCou
 
 const EMPTY = new Uint8Array(0);
 
-type ValuesArray = { new (buffer: ArrayBufferLike, byteOffset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number };
+/** A typed-array constructor as apache-arrow types name theirs (`type.ArrayType`). */
+export type ValuesArray = { new (buffer: ArrayBufferLike, byteOffset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number };
 
 /** The node's slice of a fixed-width values buffer as the type's array: in place when aligned, else copied. */
 function fixedValues(type: DataType, width: number, node: NodeSlice, values: Uint8Array): ArrayBufferView {
