@@ -59,7 +59,7 @@ Doorbell::Doorbell(Napi::Env env, gpr_segment *seg, uint32_t index, Callback on_
   uv_unref(reinterpret_cast<uv_handle_t *>(&handles_->poll));
   uv_poll_start(&handles_->poll, UV_READABLE, [](uv_poll_t *h, int, int) {
     auto *hs = static_cast<Handles *>(h->data);
-    if (hs->owner) hs->owner->Wake();
+    if (hs->owner) hs->owner->Rung();
   });
 }
 
@@ -76,7 +76,10 @@ Doorbell::~Doorbell() {
   close(fd_);
 }
 
-void Doorbell::Arm(uint32_t bit) { gpr_doorbell_arm(seg_, index_, bit); }
+void Doorbell::Arm(uint32_t bit) {
+  if (unread_) Drain();
+  gpr_doorbell_arm(seg_, index_, bit);
+}
 
 void Doorbell::Disarm() { gpr_doorbell_clear(seg_, index_, GPR_BELL_DATA | GPR_BELL_SPACE); }
 
@@ -96,10 +99,19 @@ void Doorbell::Stop() {
   uv_timer_stop(&handles_->timer);
 }
 
-// A ring that comes while awake (a producer saw our armed bit just before we
-// cleared it) is drained and ignored: the poll is level-triggered.
+// A ring that wakes us is left unread: reading it (the datagram, then the
+// EAGAIN that proves the socket empty) would put two system calls between the
+// ring and the JS callback. The next Arm() reads it before declaring us asleep
+// again, so no ring meant for that sleep is read away. A ring that comes while
+// awake (a producer saw our armed bit just before we cleared it) is read and
+// ignored at once: the poll is level-triggered.
+void Doorbell::Rung() {
+  if (!sleeping_) return Drain();
+  unread_ = true;
+  Wake();
+}
+
 void Doorbell::Wake() {
-  Drain();
   if (!sleeping_) return;
   Stop();
   on_wake_();
@@ -110,6 +122,7 @@ void Doorbell::Drain() {
   char buf[64];
   while (recv(fd_, buf, sizeof buf, MSG_DONTWAIT) >= 0) {
   }
+  unread_ = false;
 }
 
 }  // namespace gpuring

@@ -31,7 +31,8 @@ class Doorbell {
   Doorbell &operator=(const Doorbell &) = delete;
 
   // Declares this participant asleep waiting for `bit` (GPR_BELL_DATA or
-  // GPR_BELL_SPACE). Look at the ring once more after this, before Sleep().
+  // GPR_BELL_SPACE), first reading any ring left from the last wake-up. Look
+  // at the ring once more after this, before Sleep().
   void Arm(uint32_t bit);
   // Clears every bit this participant set (it woke on its own or stops waiting).
   void Disarm();
@@ -44,7 +45,8 @@ class Doorbell {
   struct Handles;  // the uv handles; freed by their close callbacks, which may run after us
 
  private:
-  void Wake();
+  void Rung();  // the socket became readable
+  void Wake();  // rung, or the timeout passed
   void Drain();
 
   gpr_segment *seg_;
@@ -53,6 +55,7 @@ class Doorbell {
   Callback on_wake_;
   Handles *handles_ = nullptr;
   bool sleeping_ = false;
+  bool unread_ = false;  // a ring that woke us may still be in the socket
 };
 
 }  // namespace gpuring

@@ -61,6 +61,22 @@ for (const [language, start] of Object.entries(producers)) {
   });
 }
 
+test('a consumer that goes back to sleep right after each wake-up misses no ring (each frame published only once it sleeps)', async (t) => {
+  await withRing('bell-lockstep', { slots: 16 }, async (_ring, name) => {
+    const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });
+    const producer = child('publish-to-sleeper', name, 50);
+    const ids: number[] = [];
+    for (let i = 0; i < 50; i++) {
+      const f = await consumer.next(WAIT);
+      ids.push(f.id);
+      f.release();
+    }
+    t.deepEqual(ids, run(ids, 50));
+    t.is((await exitOf(producer)).code, 0);
+    consumer.close();
+  });
+});
+
 test('nextBatch() takes every ready frame in order in one call, at most max, and waits for the first', async (t) => {
   await withRing('bell-batch', { slots: 64 }, async (ring, name) => {
     const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });

@@ -4,6 +4,7 @@
  *   publish-all-types NAME ROWS   publishes the every-type table, a slice of it at offset 3 and a zero-row table
  *   publish-wide NAME COLUMNS     publishes a table of COLUMNS columns
  *   stress-produce NAME ID FRAMES publishes FRAMES small frames tagged ID, drains, exits
+ *   publish-to-sleeper NAME FRAMES publishes FRAMES small frames, each only once a consumer sleeps waiting for data
  *   stress-consume NAME           consumes and checks frames until told 'stop' (IPC), reports what it saw
  *   take-release NAME COUNT       takes and releases COUNT frames, then exits
  *   hold NAME COUNT               takes COUNT frames, never releases them, reports their tags, waits to be killed
@@ -14,7 +15,7 @@
 import v8 from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { makeData, makeVector, Table, Utf8 } from 'apache-arrow';
-import { Consumer, type Frame, Producer } from '../../lib/index.js';
+import { Consumer, type Frame, Producer, Ring } from '../../lib/index.js';
 import { allTypesTable, wideTable } from './all-types.js';
 
 const [role, name, ...args] = process.argv.slice(2);
@@ -75,6 +76,18 @@ async function main(): Promise<void> {
       await producer.drain();
       producer.close();
       say({ done: true });
+      return;
+    }
+    case 'publish-to-sleeper': {
+      const ring = Ring.open(name!);
+      const producer = Producer.open(name!);
+      for (let i = 0; i < Number(args[0]); i++) {
+        while (ring.inspect().doorbells.data === 0) await new Promise((r) => setTimeout(r, 1));
+        await producer.publish(stressFrame(0, i));
+      }
+      await producer.drain();
+      producer.close();
+      ring.close();
       return;
     }
     case 'stress-consume':
