@@ -18,19 +18,28 @@ import { Frame, type FrameSource, type Lease } from './frame.js';
 import { Header } from './codec/layout.js';
 import { handleName } from './codec/description.js';
 import { FrameLayouts } from './arrow/frame-layout.js';
-import { awaitNative, callNative, GpuringError } from './errors.js';
+import { callNative, fromNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
 import { batchOptions, consumerOptions, nextOptions, openFlags, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
 
 const MAX_CACHED_ARENAS = 256;
 /** Frames handed out since the last leak-watch pass; a loop that never yields to the event loop passes here. */
 const MAX_UNWATCHED = 1024;
+/**
+ * Milliseconds between a frame being handed out and the pass that watches it
+ * for leaks if it is still unreleased: a frame released sooner costs no
+ * FinalizationRegistry entry, and one timer serves every frame of the interval
+ * (a timer or immediate per frame would cost a sleeping consumer's wake-up more
+ * than the rest of its JS).
+ */
+const LEAK_WATCH_MS = 50;
 /** Bytes before the body in what the native core hands over (see ReceivedRecord). */
 const RECORD_BYTES = 32;
 
 export type ConsumerOptions = Partial<typeof consumerOptions._input>;
 export type NextOptions = { timeout?: number; signal?: AbortSignal; spin?: number };
 export type BatchOptions = NextOptions & { max?: number };
+type NextParsed = { timeout: number; signal?: AbortSignal | undefined; spin: number };
 
 export class Consumer implements AsyncIterable<Frame> {
   readonly name: string;
@@ -38,6 +47,8 @@ export class Consumer implements AsyncIterable<Frame> {
   readonly #arenas = new Map<string, ArrayBuffer>();
   readonly #layouts = new FrameLayouts();
   readonly #source: FrameSource;
+  /** What the core turns each record a wait() gets into; it holds this only weakly. */
+  readonly #receivedByCore: (record: ReceivedRecord) => Frame;
   /**
    * Frames collected while still leased would hold their slots forever: one such
    * frame stops the whole ring a lap later (slots come free in order). Their
@@ -48,14 +59,15 @@ export class Consumer implements AsyncIterable<Frame> {
    */
   readonly #unreleased = new FinalizationRegistry<Lease>((lost) => this.#rescue(lost));
   readonly #unwatched: Frame[] = [];
-  #watchPass: NodeJS.Immediate | undefined;
+  #watchPass: NodeJS.Timeout | undefined;
   /** The chunk the native core writes single records into (ReceivedRecord), and a view of it. */
   #chunk: DataView | undefined;
   #closed = false;
 
-  private constructor(name: string, core: NativeConsumerCore) {
+  private constructor(name: string, core: NativeConsumerCore, received: (record: ReceivedRecord) => Frame) {
     this.name = name;
     this.#core = core;
+    this.#receivedByCore = received;
     this.#source = {
       arena: (arenaName) => this.#arena(arenaName),
       release: (pos) => callNative(() => this.#core.release(pos)),
@@ -70,8 +82,12 @@ export class Consumer implements AsyncIterable<Frame> {
   static open(name: string, options?: ConsumerOptions): Consumer {
     const n = parseSegmentName(name);
     const o = parseOptions(consumerOptions, options, 'consumer options');
-    const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout, o.sweepInterval, openFlags(o)));
-    return new Consumer(n, core);
+    // The core settles a wait() with the Frame (or the GpuringError) itself, so
+    // that a sleeping next() resumes its caller one microtask after the wake-up.
+    const received = (record: ReceivedRecord): Frame => consumer.#received(record);
+    const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout, o.sweepInterval, openFlags(o), received, fromNative));
+    const consumer: Consumer = new Consumer(n, core, received);
+    return consumer;
   }
 
   /** This consumer's participant index in the ring. */
@@ -98,23 +114,43 @@ export class Consumer implements AsyncIterable<Frame> {
    * With `spin: µs` it first busy-polls for up to that long on this thread
    * (the event loop is blocked meanwhile), then waits as usual.
    */
-  async next(options?: NextOptions): Promise<Frame> {
-    return this.#next(parseOptions(nextOptions, options, 'next() options'));
+  next(options?: NextOptions): Promise<Frame> {
+    // Not async: each async layer between the core's promise and the caller
+    // would cost the wake-up a microtask or three.
+    try {
+      return this.#next(parseOptions(nextOptions, options, 'next() options'));
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
-  async #next(o: { timeout: number; signal?: AbortSignal | undefined; spin: number }): Promise<Frame> {
+  /** Throws synchronously; with a signal, an async wait that cancels on abort. */
+  #next(o: NextParsed): Promise<Frame> {
     this.#requireOpen();
-    if (o.signal?.aborted) throw new GpuringError('ABORTED', 'the wait for a frame was aborted', { cause: o.signal.reason });
-    const ready = callNative(() => this.#core.tryNext(Math.min(o.spin, o.timeout * 1000)));
-    if (ready !== null) return this.#received(ready);
+    if (o.signal) return this.#nextAbortable(o, o.signal);
+    const ready = this.#ready(o);
+    if (ready) return Promise.resolve(ready);
+    return callNative(() => this.#core.wait(toNativeTimeout(o.timeout)))[1] as Promise<Frame>;
+  }
+
+  async #nextAbortable(o: NextParsed, signal: AbortSignal): Promise<Frame> {
+    if (signal.aborted) throw new GpuringError('ABORTED', 'the wait for a frame was aborted', { cause: signal.reason });
+    const ready = this.#ready(o);
+    if (ready) return ready;
     const [request, promise] = callNative(() => this.#core.wait(toNativeTimeout(o.timeout)));
     const abort = () => this.#core.cancel(request);
-    o.signal?.addEventListener('abort', abort, { once: true });
+    signal.addEventListener('abort', abort, { once: true });
     try {
-      return this.#received(await awaitNative(promise));
+      return (await promise) as Frame;
     } finally {
-      o.signal?.removeEventListener('abort', abort);
+      signal.removeEventListener('abort', abort);
     }
+  }
+
+  /** A frame ready now, after spinning up to `o.spin` µs for one; else null. */
+  #ready(o: NextParsed): Frame | null {
+    const record = callNative(() => this.#core.tryNext(Math.min(o.spin, o.timeout * 1000)));
+    return record === null ? null : this.#received(record);
   }
 
   /**
@@ -178,7 +214,7 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#closed = true;
     this.#core.close();
     this.#arenas.clear();
-    if (this.#watchPass) clearImmediate(this.#watchPass);
+    if (this.#watchPass) clearTimeout(this.#watchPass);
     this.#unwatched.length = 0;
   }
 
@@ -218,13 +254,13 @@ export class Consumer implements AsyncIterable<Frame> {
     const body = new Uint8Array(records.buffer, at + RECORD_BYTES, records.getUint32(at + RECORD_BYTES + Header.bodyLength, true));
     const frame = new Frame(id, records.getUint32(at + 16, true), records.getBigUint64(at + 24, true), body, this.#source, lease);
     if (this.#unwatched.push(frame) >= MAX_UNWATCHED) this.#watch();
-    else this.#watchPass ??= setImmediate(() => this.#watch()).unref();
+    else this.#watchPass ??= setTimeout(() => this.#watch(), LEAK_WATCH_MS).unref();
     return frame;
   }
 
   /** Registers the frames handed out since the last pass that are still leased. */
   #watch(): void {
-    if (this.#watchPass) (clearImmediate(this.#watchPass), (this.#watchPass = undefined));
+    if (this.#watchPass) (clearTimeout(this.#watchPass), (this.#watchPass = undefined));
     for (const frame of this.#unwatched) {
       const lease = frame.heldLease();
       if (lease) (lease.watched = true, this.#unreleased.register(frame, lease, frame));

@@ -105,7 +105,8 @@ export interface NativeConsumerCore {
   tryNext(spinMicros?: number): ReceivedRecord | null;
   /** Every frame ready now, up to `max`, as records back to back in one buffer (`used` bytes of it); never waits. */
   tryNextMany(max: number): [records: ArrayBuffer, used: number] | null;
-  wait(timeoutMs: number): [number, Promise<ReceivedRecord>];
+  /** A request id and its promise: the record, or received(record) (see the constructor). */
+  wait(timeoutMs: number): [number, Promise<unknown>];
   cancel(request: number): void;
   release(pos: number): void;
   /** Gives a leased frame its user never saw back to the ring, for redelivery. */
@@ -172,7 +173,18 @@ export interface NativeAddon {
     unlink(name: string): void;
   };
   ProducerCore: new (name: string, arenaBytes: number, openTimeoutMs: number, openFlags: number, sweepIntervalMs: number) => NativeProducerCore;
-  ConsumerCore: new (name: string, openTimeoutMs: number, sweepIntervalMs: number, openFlags: number) => NativeConsumerCore;
+  /**
+   * With `received` and `failed`, a wait() promise resolves to received(record)
+   * and rejects with failed(error); the core holds both weakly.
+   */
+  ConsumerCore: new (
+    name: string,
+    openTimeoutMs: number,
+    sweepIntervalMs: number,
+    openFlags: number,
+    received?: (record: ReceivedRecord) => unknown,
+    failed?: (error: unknown) => unknown,
+  ) => NativeConsumerCore;
   cudaInfo(): CudaInfo;
   deviceAlloc(ordinal: number, bytes: number): bigint;
   deviceFree(ordinal: number, ptr: bigint): void;

@@ -71,7 +71,7 @@ void ConsumerState::Expire(Napi::Env env) {
       ++it;
       continue;
     }
-    it->deferred.Reject(MakeError(env, GPR_E_TIMEOUT, "no frame arrived before the timeout").Value());
+    Reject(*it, MakeError(env, GPR_E_TIMEOUT, "no frame arrived before the timeout"));
     it = pending.erase(it);
   }
 }
@@ -108,10 +108,31 @@ void ConsumerState::Service(Napi::Env env) {
     Request r = pending.front();
     pending.pop_front();
     try {
-      r.deferred.Resolve(Receive(env, pos, ref));
+      Resolve(r, Receive(env, pos, ref));
     } catch (const Napi::Error &e) {
-      r.deferred.Reject(e.Value());
+      Reject(r, e);
     }
+  }
+}
+
+namespace {
+Napi::Function Live(const Napi::FunctionReference &ref) {
+  return ref.IsEmpty() ? Napi::Function() : ref.Value();
+}
+}  // namespace
+
+void ConsumerState::Resolve(Request &r, Napi::Value record) {
+  Napi::Function make = Live(received);
+  r.deferred.Resolve(make.IsEmpty() ? record : make.Call({record}));
+}
+
+void ConsumerState::Reject(Request &r, const Napi::Error &e) {
+  Napi::Function make = Live(failed);
+  if (make.IsEmpty()) return r.deferred.Reject(e.Value());
+  try {
+    r.deferred.Reject(make.Call({e.Value()}));
+  } catch (const Napi::Error &thrown) {
+    r.deferred.Reject(thrown.Value());
   }
 }
 
@@ -148,7 +169,7 @@ Napi::Function ConsumerCore::Define(Napi::Env env) {
                       InstanceMethod<&ConsumerCore::Close>("close")});
 }
 
-// new ConsumerCore(segmentName, openTimeoutMs, sweepIntervalMs, openFlags)
+// new ConsumerCore(segmentName, openTimeoutMs, sweepIntervalMs, openFlags[, received, failed])
 ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<ConsumerCore>(info) {
   Napi::Env env = info.Env();
   std::string name = info[0].As<Napi::String>();
@@ -160,6 +181,12 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
     s.bodies = std::make_unique<BodyReader>(&s.seg);
     ConsumerState *raw = s_.get();
     s.StartBell(env, "gpuring-consumer", info[2].As<Napi::Number>().Uint32Value(), [raw] { raw->OnWake(); });
+    if (info.Length() > 5 && info[4].IsFunction() && info[5].IsFunction()) {
+      // Weak: the Consumer holds them, and a strong reference from here would
+      // keep it (and so this core) alive forever.
+      s.received = Napi::Weak(info[4].As<Napi::Function>());
+      s.failed = Napi::Weak(info[5].As<Napi::Function>());
+    }
   } catch (...) {
     s.Shutdown();
     throw;
@@ -287,7 +314,7 @@ Napi::Value ConsumerCore::Cancel(const Napi::CallbackInfo &info) {
   auto &pending = s_->pending;
   for (auto it = pending.begin(); it != pending.end(); ++it)
     if (it->id == id) {
-      it->deferred.Reject(MakeError(env, GPR_E_ABORTED, "the wait for a frame was aborted").Value());
+      s_->Reject(*it, MakeError(env, GPR_E_ABORTED, "the wait for a frame was aborted"));
       pending.erase(it);
       break;
     }
@@ -350,7 +377,7 @@ Napi::Value ConsumerCore::Close(const Napi::CallbackInfo &info) {
   if (closed_) return env.Undefined();
   closed_ = true;
   s_->Shutdown();
-  for (auto &r : s_->pending) r.deferred.Reject(MakeError(env, GPR_E_CLOSED, "the consumer was closed").Value());
+  for (auto &r : s_->pending) s_->Reject(r, MakeError(env, GPR_E_CLOSED, "the consumer was closed"));
   s_->pending.clear();
   return env.Undefined();
 }

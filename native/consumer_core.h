@@ -56,9 +56,16 @@ struct ConsumerState : LoopParticipant {
   uint64_t next_request = 1;
   std::optional<Napi::Error> held_error;  // a bad frame met after good ones in a batch
   bool shut = false;
+  // Optional JS functions a waiting request is settled through: received(record)
+  // makes what the promise resolves to, failed(error) what it rejects with. The
+  // caller then awaits the promise itself, one microtask after the wake-up
+  // instead of one per layer of async functions that would convert it.
+  Napi::FunctionReference received, failed;
 
   // Serves waiting requests from the ring in order; sleeps if any remain.
   void Service(Napi::Env env);
+  void Resolve(Request &r, Napi::Value record);
+  void Reject(Request &r, const Napi::Error &e);
   void OnWake();
   void Expire(Napi::Env env);
   uint64_t NextWakeMs() const;
