@@ -14,8 +14,7 @@
  * alive; an idle consumer does not, and its leases are released when the
  * process exits even if `close()` was never called.
  */
-import { Frame, type FrameSource, type Lease } from './frame.js';
-import { Header } from './codec/layout.js';
+import { Frame, type FrameSource, type Lease, recordLength } from './frame.js';
 import { handleName } from './codec/description.js';
 import { FrameLayouts } from './arrow/frame-layout.js';
 import { callNative, fromNative, GpuringError } from './errors.js';
@@ -33,8 +32,6 @@ const MAX_UNWATCHED = 1024;
  * than the rest of its JS).
  */
 const LEAK_WATCH_MS = 50;
-/** Bytes before the body in what the native core hands over (see ReceivedRecord). */
-const RECORD_BYTES = 32;
 
 export type ConsumerOptions = Partial<typeof consumerOptions._input>;
 export type NextOptions = { timeout?: number; signal?: AbortSignal; spin?: number };
@@ -176,7 +173,7 @@ export class Consumer implements AsyncIterable<Frame> {
     const [records, used] = ready;
     const view = new DataView(records);
     const frames: Frame[] = [];
-    for (let at = 0; at < used; at += RECORD_BYTES + Math.ceil(view.getUint32(at + RECORD_BYTES + Header.bodyLength, true) / 8) * 8)
+    for (let at = 0; at < used; at += recordLength(view, at))
       frames.push(this.#frame(view, at));
     return frames;
   }
@@ -249,10 +246,7 @@ export class Consumer implements AsyncIterable<Frame> {
 
   /** The record at `at` of `records` (see ReceivedRecord); the native core validated its body. */
   #frame(records: DataView, at: number): Frame {
-    const lease: Lease = { pos: records.getFloat64(at, true), watched: false };
-    const id = records.getFloat64(at + 8, true);
-    const body = new Uint8Array(records.buffer, at + RECORD_BYTES, records.getUint32(at + RECORD_BYTES + Header.bodyLength, true));
-    const frame = new Frame(id, records.getUint32(at + 16, true), records.getBigUint64(at + 24, true), body, this.#source, lease);
+    const frame = new Frame(records, at, this.#source);
     if (this.#unwatched.push(frame) >= MAX_UNWATCHED) this.#watch();
     else this.#watchPass ??= setTimeout(() => this.#watch(), LEAK_WATCH_MS).unref();
     return frame;

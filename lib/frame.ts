@@ -61,39 +61,71 @@ export interface FrameSource {
   releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;
 }
 
+/** Bytes before the body in a record the native core hands over (see ReceivedRecord). */
+export const RECORD_BYTES = 32;
+
+/** Bytes the record at `at` takes in its block, body and padding included. */
+export function recordLength(records: DataView, at: number): number {
+  return RECORD_BYTES + Math.ceil(records.getUint32(at + RECORD_BYTES + Header.bodyLength, true) / 8) * 8;
+}
+
 export class Frame implements Disposable {
-  /** Producer-assigned id, unique per producer. */
-  readonly id: number;
-  /** Participant index of the producer. */
-  readonly producer: number;
-  /** The number the producer attached to the frame. */
-  readonly tag: bigint;
-  readonly #body: Uint8Array;
-  #description: FrameDescription | undefined;
-  readonly #lease: Lease;
+  // A frame is made on every wake-up of a sleeping consumer, where each object
+  // and field touched costs cache misses: everything is read from the record
+  // (or made) on first use.
+  readonly #records: DataView;
+  readonly #at: number;
   readonly #source: FrameSource;
+  #body: Uint8Array | undefined;
+  #lease: Lease | undefined;
   #released = false;
+  #description: FrameDescription | undefined;
   #views: (DeviceView | null)[] | undefined;
   #index: Map<BufferDescriptor, number> | undefined;
 
-  /** @internal */
-  constructor(id: number, producer: number, tag: bigint, body: Uint8Array, source: FrameSource, lease: Lease) {
-    this.id = id;
-    this.producer = producer;
-    this.tag = tag;
-    this.#body = body;
+  /** @internal The frame whose record is at `at` of `records` (see RECORD_BYTES). */
+  constructor(records: DataView, at: number, source: FrameSource) {
+    this.#records = records;
+    this.#at = at;
     this.#source = source;
-    this.#lease = lease;
+  }
+
+  /** Producer-assigned id, unique per producer. */
+  get id(): number {
+    return this.#records.getFloat64(this.#at + 8, true);
+  }
+
+  /** Participant index of the producer. */
+  get producer(): number {
+    return this.#records.getUint32(this.#at + 16, true);
+  }
+
+  /** The number the producer attached to the frame. */
+  get tag(): bigint {
+    return this.#records.getBigUint64(this.#at + 24, true);
+  }
+
+  get #pos(): number {
+    return this.#records.getFloat64(this.#at, true);
+  }
+
+  get #bytes(): Uint8Array {
+    const r = this.#records;
+    return (this.#body ??= new Uint8Array(r.buffer, r.byteOffset + this.#at + RECORD_BYTES, r.getUint32(this.#at + RECORD_BYTES + Header.bodyLength, true)));
+  }
+
+  #leased(): Lease {
+    return (this.#lease ??= { pos: this.#pos, watched: false });
   }
 
   /** @internal The lease while it lasts, for the consumer's leak watch; null once released. */
   heldLease(): Lease | null {
-    return this.#released ? null : this.#lease;
+    return this.#released ? null : this.#leased();
   }
 
   /** Device allocations this frame mapped (references into the IpcHandleCache). */
   get #devices(): DeviceMappings {
-    return (this.#lease.devices ??= new DeviceMappings());
+    return (this.#leased().devices ??= new DeviceMappings());
   }
 
   /**
@@ -102,11 +134,11 @@ export class Frame implements Disposable {
    * frame that is only passed along or counted costs no decoding.
    */
   get description(): FrameDescription {
-    return (this.#description ??= decodeValidatedFrame(this.#body));
+    return (this.#description ??= decodeValidatedFrame(this.#bytes));
   }
 
   get numRows(): number {
-    return Number(new DataView(this.#body.buffer, this.#body.byteOffset).getBigUint64(Header.rowCount, true));
+    return Number(this.#records.getBigUint64(this.#at + RECORD_BYTES + Header.rowCount, true));
   }
 
   get schema(): Schema {
@@ -120,7 +152,7 @@ export class Frame implements Disposable {
   /** The frame as an apache-arrow Table whose buffers are the producer's memory (no copy). */
   toTable(): Table {
     this.#requireLeased();
-    return this.#source.fastTable(this.#body, () => this.description) ?? tableFromFrame(this.description, (b) => this.#resolve(b));
+    return this.#source.fastTable(this.#bytes, () => this.description) ?? tableFromFrame(this.description, (b) => this.#resolve(b));
   }
 
   /**
@@ -160,7 +192,7 @@ export class Frame implements Disposable {
 
   /** Every device buffer mapped, once per frame; per buffer in wire order. */
   #deviceViews(): (DeviceView | null)[] {
-    return (this.#views ??= this.#devices.mapAll(this.#body));
+    return (this.#views ??= this.#devices.mapAll(this.#bytes));
   }
 
   /**
@@ -248,17 +280,21 @@ export class Frame implements Disposable {
     if (this.#released) return;
     if (stream === undefined) {
       this.#released = true;
-      this.#lease.devices?.releaseAll();
-      this.#source.settle(this, this.#lease);
-      this.#source.release(this.#lease.pos);
+      this.#settle()?.devices?.releaseAll();
+      this.#source.release(this.#pos);
       return;
     }
     const device = stream instanceof DeviceStream ? stream.device : this.#firstDevice();
     const handle = DeviceStream.handleOf(stream);
-    this.#source.releaseAfter(this.#lease.pos, device, handle, this.#devices.handles());
-    this.#source.settle(this, this.#lease);
+    this.#source.releaseAfter(this.#pos, device, handle, this.#devices.handles());
     this.#released = true;
-    this.#lease.devices?.forget();
+    this.#settle()?.devices?.forget();
+  }
+
+  /** Tells the consumer the lease ended; the lease, if one was made (a frame released at once has none). */
+  #settle(): Lease | undefined {
+    if (this.#lease) this.#source.settle(this, this.#lease);
+    return this.#lease;
   }
 
   [Symbol.dispose](): void {
@@ -269,8 +305,8 @@ export class Frame implements Disposable {
   handBack(): void {
     if (this.#released) return;
     this.#released = true;
-    this.#source.settle(this, this.#lease);
-    this.#source.handBack(this.#lease.pos);
+    this.#settle();
+    this.#source.handBack(this.#pos);
   }
 
   /** The producer's event, when the frame carries one. */
