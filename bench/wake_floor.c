@@ -1,10 +1,12 @@
 /* The one-wake floor (bench/host.ts runs it): how long one process takes to
  * wake another that sleeps in epoll_wait on a socket, the mechanism a Node
  * consumer's doorbell uses, measured in C with nothing else on the path.
- *   wake_floor N GAP_US   a child sleeps in epoll_wait on an abstract AF_UNIX
- *                         datagram socket; the parent sends N datagrams, each
- *                         carrying CLOCK_MONOTONIC, GAP_US apart. Prints the
- *                         child's wake latencies' p50/p99/p99.9 in ns as JSON. */
+ *   wake_floor N GAP_US [SKIP]  a child sleeps in epoll_wait on an abstract
+ *                         AF_UNIX datagram socket; the parent sends SKIP + N
+ *                         datagrams, each carrying CLOCK_MONOTONIC, GAP_US
+ *                         apart. Prints the wake latencies' p50/p99/p99.9 in
+ *                         ns as JSON, of the last N (the first SKIP warm up,
+ *                         as the Node runs it is compared with do). */
 #include "gpuring.h"
 #include <sys/epoll.h>
 #include <sys/wait.h>
@@ -17,6 +19,8 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
   uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000;
   uint64_t gap_us = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000;
+  uint64_t skip = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
+  n += skip;
   struct sockaddr_un addr;
   char name[32];
   snprintf(name, sizeof name, "wake-floor-%d", (int)getpid());
@@ -44,8 +48,10 @@ int main(int argc, char **argv) {
     sendto(tx, &now, sizeof now, 0, (struct sockaddr *)&addr, len);
   }
   waitpid(child, NULL, 0);
-  qsort(lat, n, sizeof *lat, cmp);
-  printf("{\"p50\": %llu, \"p99\": %llu, \"p99.9\": %llu}\n", (unsigned long long)lat[n / 2],
-         (unsigned long long)lat[n * 99 / 100], (unsigned long long)lat[n * 999 / 1000]);
+  uint64_t *kept = lat + skip;
+  n -= skip;
+  qsort(kept, n, sizeof *kept, cmp);
+  printf("{\"p50\": %llu, \"p99\": %llu, \"p99.9\": %llu}\n", (unsigned long long)kept[n / 2],
+         (unsigned long long)kept[n * 99 / 100], (unsigned long long)kept[n * 999 / 1000]);
   return 0;
 }
