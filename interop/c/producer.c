@@ -49,7 +49,14 @@ static int64_t fill(uint8_t *p, const layout *l, uint64_t first_id, uint32_t row
     if (id % 7 == 0) nulls++;
     else p[l->score_validity + r / 8u] |= (uint8_t)(1u << (r % 8u));
     memcpy(p + l->name_offsets + 4u * r, &at, 4);
-    at += sprintf((char *)p + l->name_chars + at, "row-%" PRId64, id);
+    /* Not sprintf into the arena: its terminating NUL would land one byte past
+     * the last value, which is the first byte of the next allocation (another
+     * frame's, possibly one a consumer is reading) when this one ends on a
+     * 64-byte boundary. */
+    char text[32];
+    int n = snprintf(text, sizeof text, "row-%" PRId64, id);
+    memcpy(p + l->name_chars + at, text, (size_t)n);
+    at += n;
   }
   memcpy(p + l->name_offsets + 4u * rows, &at, 4);
   return nulls;

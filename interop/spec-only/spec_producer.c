@@ -57,7 +57,10 @@ static int64_t fill_columns(uint8_t *at, const plan *p, uint64_t first_id, uint3
     if (id % 7 == 0) nulls++;
     else at[p->validity + r / 8u] |= (uint8_t)(1u << (r % 8u));
     memcpy(at + p->offsets + 4u * r, &end, 4);
-    end += sprintf((char *)at + p->chars + end, "row-%" PRId64, id);
+    char text[32]; /* no sprintf into shared memory: its NUL would pass the last value */
+    int n = snprintf(text, sizeof text, "row-%" PRId64, id);
+    memcpy(at + p->chars + end, text, (size_t)n);
+    end += n;
   }
   memcpy(at + p->offsets + 4u * rows, &end, 4);
   *chars = (uint64_t)end;
