@@ -31,6 +31,19 @@ test('options are validated: unknown keys are named, bad values explained', (t) 
   t.is(code(() => Ring.open(uniqueName('missing'))), 'SEGMENT_NOT_FOUND');
 });
 
+test('next() rejects bad options with INVALID_ARGUMENT (a rejected promise, never a throw), hot keys as zod would', async (t) => {
+  await withRing('next-opt', {}, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    for (const bad of [{ spin: -1 }, { spin: 2_000_000 }, { spin: Number.NaN }, { timeout: -1 }, { timeout: '5' }, { spinn: 1 }]) {
+      const e = await t.throwsAsync(consumer.next(bad as never), { instanceOf: GpuringError }, JSON.stringify(bad));
+      t.is(e!.code, 'INVALID_ARGUMENT');
+    }
+    t.is((await t.throwsAsync(consumer.next({ spin: 50, timeout: 0 }), { instanceOf: GpuringError }))!.code, 'TIMEOUT');
+    consumer.close();
+    t.is((await t.throwsAsync(consumer.next(), { instanceOf: GpuringError }))!.code, 'CLOSED');
+  });
+});
+
 test('creating an existing ring fails with SEGMENT_EXISTS', async (t) => {
   await withRing('exists', {}, async (_ring, name) => {
     t.is(code(() => Ring.create(name)), 'SEGMENT_EXISTS');
