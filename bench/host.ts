@@ -20,7 +20,8 @@
  *     1 consumer, batched
  *  5. a sleeping consumer hop by hop: a prepared frame published every 2 ms
  *     and every 100 µs to a consumer asleep in next(), timestamped at publish
- *     call, publish return (in the ring), JS callback and toTable(); anchor:
+ *     call, publish return (in the ring), consumer wake-up (lastWake), JS
+ *     callback and toTable(); anchor:
  *     the one-wake floor, a C process woken from epoll_wait on a socket by
  *     another (bench/wake_floor.c), measured in the same run; each series
  *     leaves its first SLEEP_WARMUP frames out
@@ -162,7 +163,7 @@ async function sleepingHandOff(n: number, gapUs: number) {
       const f = await consumer.next({ timeout: 30_000 });
       const js = process.hrtime.bigint();
       f.toTable();
-      stamps.push([f.tag, js, process.hrtime.bigint()]);
+      stamps.push([f.tag, js, process.hrtime.bigint(), consumer.lastWake]);
       f.release();
     }
     consumer.close();
@@ -173,7 +174,8 @@ async function sleepingHandOff(n: number, gapUs: number) {
     return {
       total: stamps.map(([tag, js]) => us(tag!, js!)),
       publish: stamps.map(([tag], i) => us(tag!, committed[i]!)),
-      wake: stamps.map(([, js], i) => us(committed[i]!, js!)),
+      wake: stamps.map(([tag, , , woken]) => us(tag!, woken!)),
+      receive: stamps.map(([, js, , woken]) => us(woken!, js!)),
       table: stamps.map(([, js, table]) => us(js!, table!)),
     };
   });
@@ -188,7 +190,8 @@ async function sleepingRecords(n: number, gapUs: number, socket: number[] | null
     compare(name, p, 'µs', percentile(hops.total, p === 'p50' ? 50 : p === 'p99' ? 99 : 99.9), 'C one-wake floor (epoll_wait on a socket)', floor[p], false));
   if (socket) records.push(compare(name, 'p99.9', 'µs', percentile(hops.total, 99.9), 'JSON over a Unix socket (2 ms apart)', percentile(socket, 99.9), false));
   records.push(hop(`  hop: publish call until the frame is in the ring (${gap})`, hops.publish));
-  records.push(hop(`  hop: in the ring until the JS callback (wake + receive, ${gap})`, hops.wake));
+  records.push(hop(`  hop: publish call until the consumer's event loop wakes (publish + doorbell + wake-up, ${gap})`, hops.wake));
+  records.push(hop(`  hop: wake-up until next() resolves in JS (claim, copy, Frame, promise, ${gap})`, hops.receive));
   records.push(hop(`  hop: toTable() of the received frame (${gap})`, hops.table));
   return records;
 }

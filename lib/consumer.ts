@@ -96,6 +96,16 @@ export class Consumer implements AsyncIterable<Frame> {
     return this.#closed;
   }
 
+  /**
+   * When this consumer last woke from sleep (its doorbell rang, or a timeout
+   * or sweep tick passed): CLOCK_MONOTONIC in nanoseconds, as `process.hrtime.bigint()`
+   * reads it, in any process; 0n before the first. For latency breakdowns: a
+   * frame's hand-off is publish -> wake-up -> next() resolving.
+   */
+  get lastWake(): bigint {
+    return this.#core.wokenAt();
+  }
+
   /** A frame if one is waiting, else null. Never waits. */
   tryNext(): Frame | null {
     this.#requireOpen();

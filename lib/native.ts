@@ -108,6 +108,8 @@ export interface NativeConsumerCore {
   /** A request id and its promise: the record, or received(record) (see the constructor). */
   wait(timeoutMs: number): [number, Promise<unknown>];
   cancel(request: number): void;
+  /** CLOCK_MONOTONIC ns of the last wake-up of the event loop for this consumer (doorbell or timer); 0n before the first. */
+  wokenAt(): bigint;
   release(pos: number): void;
   /** Gives a leased frame its user never saw back to the ring, for redelivery. */
   handBack(pos: number): void;

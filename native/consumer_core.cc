@@ -138,6 +138,7 @@ void ConsumerState::Reject(Request &r, const Napi::Error &e) {
 
 // Runs on the event loop when the bell rang or the tick passed.
 void ConsumerState::OnWake() {
+  woken_ns = gpr_monotonic_ns();
   Woken([this](Napi::Env e) {
     stream_releases.Collect();
     Service(e);
@@ -166,7 +167,8 @@ Napi::Function ConsumerCore::Define(Napi::Env env) {
                       InstanceMethod<&ConsumerCore::ReleaseAfter>("releaseAfter"),
                       InstanceMethod<&ConsumerCore::HandBack>("handBack"),
                       InstanceMethod<&ConsumerCore::OpenArena>("openArena"),
-                      InstanceMethod<&ConsumerCore::Close>("close")});
+                      InstanceMethod<&ConsumerCore::Close>("close"),
+                      InstanceMethod<&ConsumerCore::WokenAt>("wokenAt")});
 }
 
 // new ConsumerCore(segmentName, openTimeoutMs, sweepIntervalMs, openFlags[, received, failed])
@@ -364,6 +366,10 @@ Napi::Value ConsumerCore::ReleaseAfter(const Napi::CallbackInfo &info) {
   s_->stream_releases.Queue(env, &s_->seg, s_->me, pos, info[1].As<Napi::Number>().Int32Value(), cuda::StreamOf(info[2]),
                             std::move(mappings));
   return env.Undefined();
+}
+
+Napi::Value ConsumerCore::WokenAt(const Napi::CallbackInfo &info) {
+  return Napi::BigInt::New(info.Env(), s_->woken_ns);
 }
 
 Napi::Value ConsumerCore::OpenArena(const Napi::CallbackInfo &info) {

@@ -61,6 +61,7 @@ struct ConsumerState : LoopParticipant {
   // caller then awaits the promise itself, one microtask after the wake-up
   // instead of one per layer of async functions that would convert it.
   Napi::FunctionReference received, failed;
+  uint64_t woken_ns = 0;  // CLOCK_MONOTONIC of the last wake-up (latency breakdowns)
 
   // Serves waiting requests from the ring in order; sleeps if any remain.
   void Service(Napi::Env env);
@@ -94,6 +95,7 @@ class ConsumerCore : public Napi::ObjectWrap<ConsumerCore> {
   Napi::Value HandBack(const Napi::CallbackInfo &info);
   Napi::Value OpenArena(const Napi::CallbackInfo &info);
   Napi::Value Close(const Napi::CallbackInfo &info);
+  Napi::Value WokenAt(const Napi::CallbackInfo &info);
   void RequireOpen(Napi::Env env) const;
   void ThrowHeldError(Napi::Env env);
 

@@ -66,12 +66,17 @@ test('a consumer that goes back to sleep right after each wake-up misses no ring
     const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });
     const producer = child('publish-to-sleeper', name, 50);
     const ids: number[] = [];
+    let wokenInWait = 0;
     for (let i = 0; i < 50; i++) {
+      const before = process.hrtime.bigint();
       const f = await consumer.next(WAIT);
+      const woken = consumer.lastWake;
+      if (woken > before && woken <= process.hrtime.bigint()) wokenInWait++;
       ids.push(f.id);
       f.release();
     }
     t.deepEqual(ids, run(ids, 50));
+    t.is(wokenInWait, 50, 'each frame came through a wake-up during its wait (lastWake)');
     t.is((await exitOf(producer)).code, 0);
     consumer.close();
   });
