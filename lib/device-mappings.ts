@@ -25,11 +25,13 @@ export class DeviceMappings {
    * view, or null for host and absent buffers.
    */
   mapAll(body: Uint8Array): (DeviceView | null)[] {
-    const { views, handles } = callNative(() => native().mapFrame(body));
-    this.#held.push(handles);
-    const data = new DataView(views);
+    const mapped = callNative(() => native().mapFrame(body));
+    const data = new DataView(mapped);
+    const count = data.getUint32(0, true);
+    const end = 8 + 24 * count;
+    this.#held.push(new Uint8Array(mapped, end, 64 * data.getUint32(4, true)));
     const out: (DeviceView | null)[] = [];
-    for (let at = 0; at < views.byteLength; at += 24)
+    for (let at = 8; at < end; at += 24)
       out.push(data.getUint32(at + 20, true) ? { ptr: data.getBigUint64(at, true), byteLength: Number(data.getBigUint64(at + 8, true)), device: data.getInt32(at + 16, true) } : null);
     return out;
   }

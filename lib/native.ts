@@ -197,7 +197,8 @@ export interface NativeAddon {
   allocOtherMemory(kind: 'pinned' | 'managed' | 'pool' | 'vmm', bytes: number): bigint;
   exportDeviceMemory(ptr: bigint): DeviceExport;
   ipcReleaseAll(handles: Uint8Array): void;
-  mapFrame(body: Uint8Array): { views: ArrayBuffer; handles: Uint8Array };
+  /** count u32 | taken u32 | count views of 24 bytes | taken 64-byte handles (see cuda_ipc.cc). */
+  mapFrame(body: Uint8Array): ArrayBuffer;
   ipcStats(): IpcStats;
   pinnedHostStats(): PinnedHostStats;
   ipcSetLimits(entries: number, bytes: number): void;

@@ -111,12 +111,14 @@ int OrdinalOfUuid(Napi::Env env, const Driver &d, const uint8_t *uuid) {
         std::string("the frame's device (UUID ") + hex + ") is not visible in this process; check CUDA_VISIBLE_DEVICES");
 }
 
-// mapFrame(body) -> { views: ArrayBuffer, handles: Buffer }. Maps every
-// cuda-ipc buffer of a validated frame body in one call: per buffer in wire
-// order, 24 bytes `ptr u64 | length u64 | device i32 | mapped u32` (mapped 0:
-// host or absent); `handles` holds the 64-byte handle of each reference taken
-// (one per distinct allocation), for ipcReleaseAll at release. On any error
-// the references already taken are dropped.
+// mapFrame(body) -> ArrayBuffer. Maps every cuda-ipc buffer of a validated
+// frame body in one call, and returns it all in one buffer (one allocation
+// where objects would cost a device frame's hand-off microseconds):
+//   count u32 | taken u32 | count views | taken handles (room for count)
+// a view per buffer in wire order, 24 bytes `ptr u64 | length u64 | device i32 |
+// mapped u32` (mapped 0: host or absent); then the 64-byte handle of each
+// reference taken (one per distinct allocation), for ipcReleaseAll at release.
+// On any error the references already taken are dropped.
 Napi::Value MapFrame(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   const Driver &d = Require(env);
@@ -125,9 +127,11 @@ Napi::Value MapFrame(const Napi::CallbackInfo &info) {
   gpr_error err{};
   if (gpr_body_validate(body.Data(), body.ByteLength(), &view, &err) != 0) throw MakeError(env, err);
   uint32_t n = view.header->buffer_count;
-  Napi::ArrayBuffer views = Napi::ArrayBuffer::New(env, static_cast<size_t>(n) * 24);
-  auto *out = static_cast<uint8_t *>(views.Data());
-  memset(out, 0, views.ByteLength());
+  size_t views_bytes = static_cast<size_t>(n) * 24;
+  Napi::ArrayBuffer result = Napi::ArrayBuffer::New(env, 8 + views_bytes + static_cast<size_t>(n) * sizeof(CUipcMemHandle));
+  auto *start = static_cast<uint8_t *>(result.Data());
+  uint8_t *out = start + 8;
+  memset(out, 0, views_bytes);
   std::vector<CUipcMemHandle> taken;
   IpcHandleCache &cache = IpcHandleCache::Get();
   try {
@@ -157,10 +161,10 @@ Napi::Value MapFrame(const Napi::CallbackInfo &info) {
     for (const auto &h : taken) cache.Release(h);
     throw;
   }
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("views", views);
-  o.Set("handles", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t *>(taken.data()), taken.size() * sizeof(CUipcMemHandle)));
-  return o;
+  uint32_t counts[2] = {n, static_cast<uint32_t>(taken.size())};
+  memcpy(start, counts, sizeof counts);
+  if (!taken.empty()) memcpy(out + views_bytes, taken.data(), taken.size() * sizeof(CUipcMemHandle));
+  return result;
 }
 
 // ipcReleaseAll(handles): drops one reference per 64-byte handle.
