@@ -23,8 +23,8 @@
  *     call, publish return (in the ring), consumer wake-up (lastWake), JS
  *     callback and toTable(); anchor:
  *     the one-wake floor, a C process woken from epoll_wait on a socket by
- *     another (bench/wake_floor.c), measured in the same run; each series
- *     leaves its first SLEEP_WARMUP frames out
+ *     another (bench/wake_floor.c), measured in the same run
+ * Every latency series leaves its first LATENCY_WARMUP frames out.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -55,6 +55,15 @@ function child(role: string, ...args: (string | number)[]) {
 const exited = (p: ReturnType<typeof child>) => new Promise((r) => p.on('exit', r));
 
 /**
+ * Frames each latency series sends first and leaves out of its percentiles,
+ * ours and every baseline's alike (the C floor too): the first frames through
+ * a process pay for compiling its code and mapping its memory (ours: 5-20 ms
+ * for frame 0), which is start-up, not hand-off, and would otherwise be the
+ * p99.9 of a 1,000-frame run.
+ */
+const LATENCY_WARMUP = 100;
+
+/**
  * Spin path: the consumer busy-polls on its JS thread (`next({ spin })`), so a
  * frame is taken with no thread wake-up. Futex path (the name users know; the
  * Node consumer sleeps on its doorbell): it sleeps in `next()` and the
@@ -64,17 +73,17 @@ const exited = (p: ReturnType<typeof child>) => new Promise((r) => p.on('exit', 
 async function gpuringHandOff(n: number, gap: number, spin: number, role = 'gpuring'): Promise<number[]> {
   return withRing('bench-ho', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const producer = child(role, name, n, gap);
+    const producer = child(role, name, n + LATENCY_WARMUP, gap);
     producer.stdout!.resume();
     const latencies: number[] = [];
-    for (let i = 0; i < n; i++) {
+    for (let i = 0; i < n + LATENCY_WARMUP; i++) {
       const f = await consumer.next({ timeout: 30_000, spin });
       latencies.push(microsSince(f.tag));
       f.release();
     }
     consumer.close();
     await exited(producer);
-    return latencies;
+    return latencies.slice(LATENCY_WARMUP);
   });
 }
 
@@ -89,9 +98,9 @@ async function socketHandOff(n: number, gapMs: number): Promise<number[]> {
     });
   });
   await new Promise<void>((r) => server.listen(path, r));
-  await exited(child('socket', path, n, gapMs));
+  await exited(child('socket', path, n + LATENCY_WARMUP, gapMs));
   server.close();
-  return latencies;
+  return latencies.slice(LATENCY_WARMUP);
 }
 
 async function messagePortHandOff(n: number): Promise<number[]> {
@@ -102,11 +111,11 @@ async function messagePortHandOff(n: number): Promise<number[]> {
     parentPort.on('message', () => (++i < workerData.n ? send() : parentPort.close()));
     send();`;
   const { smallFrameDescription, toJson } = await import('./frames.js');
-  const worker = new Worker(code, { eval: true, workerData: { n, frame: toJson(smallFrameDescription()) } });
+  const worker = new Worker(code, { eval: true, workerData: { n: n + LATENCY_WARMUP, frame: toJson(smallFrameDescription()) } });
   const latencies: number[] = [];
   worker.on('message', (m: { t: bigint }) => (latencies.push(microsSince(m.t)), worker.postMessage('ok')));
   await new Promise((r) => worker.on('exit', r));
-  return latencies;
+  return latencies.slice(LATENCY_WARMUP);
 }
 
 function handOffRecords(path: string, ours: number[], baseline: string, theirs: number[]): BenchRecord[] {
@@ -125,18 +134,9 @@ function cProgramBuilt(name: string): string {
   return bin;
 }
 
-/**
- * Frames each sleeping-consumer series sends first and leaves out of its
- * percentiles, ours and the baselines' alike: the first frames through a
- * process pay for compiling its code and mapping its memory (ours: 5-20 ms
- * for frame 0), which is start-up, not hand-off, and would otherwise be the
- * p99.9 of a 1,000-frame run.
- */
-const SLEEP_WARMUP = 100;
-
 /** The one-wake floor: p50/p99/p99.9 in µs of a C process woken from epoll_wait by another. */
 function wakeFloor(n: number, gapUs: number): Record<'p50' | 'p99' | 'p99.9', number> {
-  const ns = JSON.parse(execFileSync(cProgramBuilt('wake_floor'), [String(n), String(gapUs), String(SLEEP_WARMUP)], { encoding: 'utf8' })) as Record<string, number>;
+  const ns = JSON.parse(execFileSync(cProgramBuilt('wake_floor'), [String(n), String(gapUs), String(LATENCY_WARMUP)], { encoding: 'utf8' })) as Record<string, number>;
   return { p50: ns.p50! / 1000, p99: ns.p99! / 1000, 'p99.9': ns['p99.9']! / 1000 };
 }
 
@@ -155,11 +155,11 @@ async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]>
 async function sleepingHandOff(n: number, gapUs: number) {
   return withRing('bench-sleep', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const producer = child('prepared', name, n + SLEEP_WARMUP, gapUs);
+    const producer = child('prepared', name, n + LATENCY_WARMUP, gapUs);
     const out: Buffer[] = [];
     producer.stdout!.on('data', (d: Buffer) => out.push(d));
     const stamps: bigint[][] = [];
-    for (let i = 0; i < n + SLEEP_WARMUP; i++) {
+    for (let i = 0; i < n + LATENCY_WARMUP; i++) {
       const f = await consumer.next({ timeout: 30_000 });
       const js = process.hrtime.bigint();
       f.toTable();
@@ -168,8 +168,8 @@ async function sleepingHandOff(n: number, gapUs: number) {
     }
     consumer.close();
     await exited(producer);
-    const committed = (JSON.parse(Buffer.concat(out).toString()) as string[]).slice(SLEEP_WARMUP).map(BigInt);
-    stamps.splice(0, SLEEP_WARMUP);
+    const committed = (JSON.parse(Buffer.concat(out).toString()) as string[]).slice(LATENCY_WARMUP).map(BigInt);
+    stamps.splice(0, LATENCY_WARMUP);
     const us = (a: bigint, b: bigint) => Number(b - a) / 1000;
     return {
       total: stamps.map(([tag, js]) => us(tag!, js!)),
@@ -308,7 +308,7 @@ try {
   if (want('sleeping')) {
     progress('sleeping consumer, hop by hop, 2 ms and 100 µs between frames ...');
     // 3,000 frames: a p99.9 is then the 4th-worst of its run, not the 2nd.
-    const socketGap = (await socketHandOff(3000 + SLEEP_WARMUP, 2)).slice(SLEEP_WARMUP);
+    const socketGap = await socketHandOff(3000, 2);
     records.push(...(await sleepingRecords(3000, 2000, socketGap)));
     records.push(...(await sleepingRecords(3000, 100, null)));
   }
