@@ -124,6 +124,7 @@ export const batchOptions = nextOptions
 type Quick = (value: unknown) => Record<string, unknown> | undefined;
 const isTimeout = (v: unknown) => typeof v === 'number' && v >= 0;
 const isSpin = (v: unknown) => typeof v === 'number' && v >= 0 && v <= 1_000_000;
+const isDevice = (v: unknown) => Number.isInteger(v) && (v as number) >= 0;
 const TAG_LIMIT = 2n ** 64n;
 const isTag = (v: unknown) => typeof v === 'bigint' && v >= 0n && v < TAG_LIMIT;
 function quickParser(checks: Record<string, (v: unknown) => boolean>, defaults: Record<string, unknown>): Quick {
@@ -140,6 +141,7 @@ function quickParser(checks: Record<string, (v: unknown) => boolean>, defaults: 
   };
 }
 const quickParsers = new Map<z.ZodType, Quick>([
+  [publishOptions, quickParser({ timeout: isTimeout, tag: isTag, device: isDevice }, { timeout: Infinity, tag: 0n })],
   [preparedPublishOptions, quickParser({ timeout: isTimeout, tag: isTag }, { timeout: Infinity, tag: 0n })],
   [nextOptions, quickParser({ timeout: isTimeout, spin: isSpin }, { timeout: Infinity, spin: 0 })],
 ]);

@@ -44,6 +44,26 @@ test('next() rejects bad options with INVALID_ARGUMENT (a rejected promise, neve
   });
 });
 
+test('publish() and publishFrame() reject bad options with INVALID_ARGUMENT, hot keys as zod would, and publish nothing', async (t) => {
+  await withRing('publish-opt', {}, async (ring, name) => {
+    const producer = Producer.open(name);
+    const noColumns: FrameDescription = { rowCount: 0, metadata: null, columns: [], dictionaries: [], syncKind: 0, syncHandle: new Uint8Array(HANDLE_BYTES) };
+    const bads = [{ device: -1 }, { device: 1.5 }, { tag: -1n }, { tag: 2n ** 64n }, { tag: 5 }, { timeout: -1 }, { timeout: Number.NaN }, { bogus: 1 }];
+    for (const bad of bads) {
+      t.is((await t.throwsAsync(producer.publish(frame(0), bad as never), { instanceOf: GpuringError }, JSON.stringify(bad, (_k, v) => (typeof v === 'bigint' ? String(v) : v))))!.code, 'INVALID_ARGUMENT');
+      t.is((await t.throwsAsync(producer.publishFrame(noColumns, bad as never), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
+    }
+    t.is(ring.inspect().participants.find((p) => p.index === producer.index)?.published, 0);
+    const consumer = Consumer.open(name);
+    await producer.publish(frame(3), { tag: 2n ** 64n - 1n, timeout: 0 });
+    const f = await consumer.next({ timeout: 5000 });
+    t.is(f.tag, 2n ** 64n - 1n, 'the largest tag passes the quick check');
+    f.release();
+    consumer.close();
+    producer.close();
+  });
+});
+
 test('creating an existing ring fails with SEGMENT_EXISTS', async (t) => {
   await withRing('exists', {}, async (_ring, name) => {
     t.is(code(() => Ring.create(name)), 'SEGMENT_EXISTS');

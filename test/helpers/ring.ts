@@ -55,12 +55,17 @@ export function deviceChildWithEnv(env: NodeJS.ProcessEnv, role: string, ...args
   return helper('device-child.ts', role, args, env);
 }
 
-/** The next stdout line of a child, parsed as JSON. */
+/**
+ * The next stdout line of a child, parsed as JSON. Fails when its stdout ends
+ * first, not when it exits: a child that prints and dies at once (SIGKILL
+ * right after a flush) can be reported exited before its last lines are read.
+ */
 export function nextLine<T = unknown>(proc: ChildProcess): Promise<T> {
   return new Promise((resolve, reject) => {
     const rl = createInterface({ input: proc.stdout! });
-    rl.once('line', (line) => (rl.close(), resolve(JSON.parse(line) as T)));
-    proc.once('exit', (code) => reject(new Error(`child exited (${code}) before printing`)));
+    let read = false;
+    rl.once('line', (line) => ((read = true), rl.close(), resolve(JSON.parse(line) as T)));
+    rl.once('close', () => read || reject(new Error(`child's output ended (exit ${proc.exitCode ?? proc.signalCode}) before it printed a line`)));
   });
 }
 
