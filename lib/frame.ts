@@ -64,9 +64,12 @@ export interface FrameSource {
 /** Bytes before the body in a record the native core hands over (see ReceivedRecord). */
 export const RECORD_BYTES = 32;
 
+/** Bytes of the body of the record at `at`. */
+const bodyLength = (records: DataView, at: number): number => records.getUint32(at + RECORD_BYTES + Header.bodyLength, true);
+
 /** Bytes the record at `at` takes in its block, body and padding included. */
 export function recordLength(records: DataView, at: number): number {
-  return RECORD_BYTES + Math.ceil(records.getUint32(at + RECORD_BYTES + Header.bodyLength, true) / 8) * 8;
+  return RECORD_BYTES + Math.ceil(bodyLength(records, at) / 8) * 8;
 }
 
 export class Frame implements Disposable {
@@ -111,7 +114,7 @@ export class Frame implements Disposable {
 
   get #bytes(): Uint8Array {
     const r = this.#records;
-    return (this.#body ??= new Uint8Array(r.buffer, r.byteOffset + this.#at + RECORD_BYTES, r.getUint32(this.#at + RECORD_BYTES + Header.bodyLength, true)));
+    return (this.#body ??= new Uint8Array(r.buffer, r.byteOffset + this.#at + RECORD_BYTES, bodyLength(r, this.#at)));
   }
 
   #leased(): Lease {

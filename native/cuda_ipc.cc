@@ -114,7 +114,7 @@ int OrdinalOfUuid(Napi::Env env, const Driver &d, const uint8_t *uuid) {
 // mapFrame(body) -> ArrayBuffer. Maps every cuda-ipc buffer of a validated
 // frame body in one call, and returns it all in one buffer (one allocation
 // where objects would cost a device frame's hand-off microseconds):
-//   count u32 | taken u32 | count views | taken handles (room for count)
+//   count u32 | taken u32 | count views | taken handles
 // a view per buffer in wire order, 24 bytes `ptr u64 | length u64 | device i32 |
 // mapped u32` (mapped 0: host or absent); then the 64-byte handle of each
 // reference taken (one per distinct allocation), for ipcReleaseAll at release.
@@ -127,11 +127,8 @@ Napi::Value MapFrame(const Napi::CallbackInfo &info) {
   gpr_error err{};
   if (gpr_body_validate(body.Data(), body.ByteLength(), &view, &err) != 0) throw MakeError(env, err);
   uint32_t n = view.header->buffer_count;
-  size_t views_bytes = static_cast<size_t>(n) * 24;
-  Napi::ArrayBuffer result = Napi::ArrayBuffer::New(env, 8 + views_bytes + static_cast<size_t>(n) * sizeof(CUipcMemHandle));
-  auto *start = static_cast<uint8_t *>(result.Data());
-  uint8_t *out = start + 8;
-  memset(out, 0, views_bytes);
+  std::vector<uint8_t> views(static_cast<size_t>(n) * 24);
+  uint8_t *out = views.data();
   std::vector<CUipcMemHandle> taken;
   IpcHandleCache &cache = IpcHandleCache::Get();
   try {
@@ -162,8 +159,12 @@ Napi::Value MapFrame(const Napi::CallbackInfo &info) {
     throw;
   }
   uint32_t counts[2] = {n, static_cast<uint32_t>(taken.size())};
-  memcpy(start, counts, sizeof counts);
-  if (!taken.empty()) memcpy(out + views_bytes, taken.data(), taken.size() * sizeof(CUipcMemHandle));
+  size_t handles_bytes = taken.size() * sizeof(CUipcMemHandle);
+  Napi::ArrayBuffer result = Napi::ArrayBuffer::New(env, sizeof counts + views.size() + handles_bytes);
+  auto *at = static_cast<uint8_t *>(result.Data());
+  memcpy(at, counts, sizeof counts);
+  if (!views.empty()) memcpy(at + sizeof counts, views.data(), views.size());
+  if (handles_bytes) memcpy(at + sizeof counts + views.size(), taken.data(), handles_bytes);
   return result;
 }
 
