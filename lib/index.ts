@@ -1,4 +1,4 @@
-export { Ring, type CreateOptions, type OpenOptions, type RingInspection } from './ring.js';
+export { Ring, type CreateOptions, type OpenOptions, type RingInspection, type WaitOptions } from './ring.js';
 export { Producer, type HostAllocation, type ProducerOptions, type PublishOptions } from './producer.js';
 export { PreparedFrame, type PreparedPublishOptions } from './prepared-frame.js';
 export { FrameLoan, type LoanColumn, type LoanOptions, type LoanPublishOptions } from './frame-loan.js';

@@ -24,11 +24,28 @@ export interface RawInspection {
   creatorPid: number;
   createdUnixMs: number;
   slots: Record<'empty' | 'writing' | 'ready' | 'claimed' | 'leased' | 'released', number>;
+  /** Slots a consumer holds (claimed or leased), in slot order. */
+  heldSlots: SlotInfo[];
+  /**
+   * The occupied slot with the lowest position, null when every slot is empty.
+   * `blocksProducers`: the ring is full up to it, so no producer can publish
+   * until its holder (the participant named; see its state) lets it go.
+   */
+  oldest: (SlotInfo & { blocksProducers: boolean }) | null;
   participants: ParticipantInfo[];
   recovered: number;
   redelivered: number;
   /** Participants asleep on their doorbells, by what they wait for (the control block's counts). */
   doorbells: { data: number; space: number };
+}
+
+export interface SlotInfo {
+  slot: number;
+  /** The frame's position in the ring (48-bit, counting from 0). */
+  position: number;
+  state: 'writing' | 'ready' | 'claimed' | 'leased' | 'released' | 'damaged';
+  /** The participant index the slot word names: the producer while writing, ready or released, the consumer while claimed or leased. */
+  participant: number | null;
 }
 
 export interface ParticipantInfo {

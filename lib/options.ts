@@ -19,6 +19,21 @@ export const createOptions = z
     participants: z.number().int().min(1).max(8190).default(64),
     /** File mode of the segment and of producers' arenas. */
     mode: z.number().int().min(0o400).max(0o777).default(0o600),
+    /**
+     * When the name is taken: 'fail' with SEGMENT_EXISTS, or 'open' the ring
+     * that is there as it is (its own slots, participants and mode), so that a
+     * producer can be started again without removing the ring first.
+     */
+    ifExists: z.enum(['fail', 'open']).default('fail'),
+  })
+  .strict();
+
+export const waitOptions = z
+  .object({
+    /** Milliseconds to wait for the ring to appear: SEGMENT_NOT_FOUND after that. */
+    timeout: milliseconds.default(Infinity),
+    /** Stops the wait with ABORTED. */
+    signal: z.instanceof(AbortSignal).optional(),
   })
   .strict();
 

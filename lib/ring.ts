@@ -5,13 +5,18 @@
  * (or Producer.open / Consumer.open from any process).
  */
 import { Consumer, type ConsumerOptions } from './consumer.js';
-import { callNative } from './errors.js';
+import { existsSync } from 'node:fs';
+import { callNative, GpuringError } from './errors.js';
 import { native, type NativeSegmentHandle, type RawInspection, type SweepReport } from './native.js';
-import { createOptions, openFlags, openOptions, parseOptions, parseSegmentName } from './options.js';
+import { createOptions, openFlags, openOptions, parseOptions, parseSegmentName, waitOptions } from './options.js';
 import { Producer, type ProducerOptions } from './producer.js';
 
 export type CreateOptions = Partial<typeof createOptions._input>;
 export type OpenOptions = Partial<typeof openOptions._input>;
+export type WaitOptions = Partial<typeof waitOptions._input>;
+
+/** How often waitFor() looks for the segment: a stat, cheap enough to keep a start-up wait short. */
+const WAIT_POLL_MS = 10;
 export type RingInspection = RawInspection;
 
 export class Ring {
@@ -24,13 +29,47 @@ export class Ring {
   }
 
   /**
-   * Creates ring `name`; fails with SEGMENT_EXISTS if it exists, NO_SPACE if
+   * Creates ring `name`; fails with SEGMENT_EXISTS if it exists (unless
+   * `ifExists: 'open'`, which opens that ring as it is), NO_SPACE if
    * /dev/shm cannot hold it. The segment persists until `Ring.unlink(name)`.
    */
   static create(name: string, options?: CreateOptions): Ring {
     const n = parseSegmentName(name);
     const o = parseOptions(createOptions, options, 'ring options');
-    return new Ring(n, callNative(() => new (native().SegmentHandle)(n, true, o.slots, o.participants, o.mode, 0)));
+    const make = () => new Ring(n, callNative(() => new (native().SegmentHandle)(n, true, o.slots, o.participants, o.mode, 0)));
+    if (o.ifExists === 'fail') return make();
+    // Another process may create or remove the name between our two calls: try again.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return make();
+      } catch (error) {
+        if ((error as GpuringError).code !== 'SEGMENT_EXISTS') throw error;
+      }
+      try {
+        return Ring.open(n);
+      } catch (error) {
+        if ((error as GpuringError).code !== 'SEGMENT_NOT_FOUND' || attempt >= 100) throw error;
+      }
+    }
+  }
+
+  /**
+   * Resolves once ring `name` exists, so that a consumer (or producer) may be
+   * started before whoever creates the ring: then open it as usual (the open
+   * waits `openTimeout` for a creator still initializing it). Rejects with
+   * SEGMENT_NOT_FOUND after `timeout` ms (default: no limit) and with ABORTED
+   * when `signal` aborts.
+   */
+  static async waitFor(name: string, options?: WaitOptions): Promise<void> {
+    const n = parseSegmentName(name);
+    const o = parseOptions(waitOptions, options, 'waitFor() options');
+    const deadline = performance.now() + o.timeout;
+    for (;;) {
+      if (o.signal?.aborted) throw new GpuringError('ABORTED', `the wait for ring '${n}' was aborted`, { cause: o.signal.reason });
+      if (existsSync(`/dev/shm/gpuring.${n}`)) return;
+      if (performance.now() >= deadline) throw new GpuringError('SEGMENT_NOT_FOUND', `no segment named '${n}' after waiting ${o.timeout} ms`);
+      await new Promise((resolve) => setTimeout(resolve, Math.min(WAIT_POLL_MS, Math.max(0, deadline - performance.now()))));
+    }
   }
 
   /** Opens an existing ring, verifying magic, version, layout and size. */

@@ -39,6 +39,18 @@ Napi::Object Participant(Napi::Env env, const gpr_segment &seg, uint32_t i, uint
   o.Set("released", Num(env, __atomic_load_n(&p.released, __ATOMIC_RELAXED)));
   return o;
 }
+
+// An occupied slot: where it is, its frame's position, its state and the participant its word names.
+Napi::Object SlotInfo(Napi::Env env, const gpr_segment &seg, uint32_t slot, uint64_t w) {
+  uint32_t st = gpr_word_state(w), owner = gpr_word_owner(w);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("slot", Num(env, slot));
+  o.Set("position", Num(env, gpr_word_seq(w)));
+  o.Set("state", Napi::String::New(env, st < 6 ? kSlotStates[st] : "damaged"));
+  bool named = owner >= 1 && owner <= seg.participant_capacity;
+  o.Set("participant", named ? Num(env, owner - 1) : env.Null());
+  return o;
+}
 }  // namespace
 
 Napi::Function SegmentHandle::Define(Napi::Env env) {
@@ -96,16 +108,40 @@ Napi::Value SegmentHandle::Inspect(const Napi::CallbackInfo &info) {
   o.Set("creatorPid", Num(env, h->creator_pid));
   o.Set("createdUnixMs", Num(env, h->created_unix_ns / 1000000ull));
   std::vector<uint64_t> counts(6, 0), leases(seg.participant_capacity, 0);
+  Napi::Array held = Napi::Array::New(env);
+  uint64_t oldest_word = 0, first_empty = 0;
+  uint32_t oldest_slot = UINT32_MAX;
+  bool any_empty = false;
   for (uint32_t i = 0; i < seg.slot_count; i++) {
     uint64_t w = gpr_slot_load(&seg.slots[i]);
     uint32_t st = gpr_word_state(w), owner = gpr_word_owner(w);
     if (st < 6) counts[st]++;
-    if ((st == GPR_SLOT_LEASED || st == GPR_SLOT_CLAIMED) && owner >= 1 && owner <= seg.participant_capacity)
+    if (st == GPR_SLOT_EMPTY) {
+      if (!any_empty || gpr_seq_diff(gpr_word_seq(w), first_empty) < 0) first_empty = gpr_word_seq(w);
+      any_empty = true;
+      continue;
+    }
+    if (oldest_slot == UINT32_MAX || gpr_seq_diff(gpr_word_seq(w), gpr_word_seq(oldest_word)) < 0)
+      oldest_word = w, oldest_slot = i;
+    if ((st == GPR_SLOT_LEASED || st == GPR_SLOT_CLAIMED) && owner >= 1 && owner <= seg.participant_capacity) {
       leases[owner - 1]++;
+      held.Set(held.Length(), SlotInfo(env, seg, i, w));
+    }
   }
   Napi::Object slots = Napi::Object::New(env);
   for (int i = 0; i < 6; i++) slots.Set(kSlotStates[i], Num(env, counts[i]));
   o.Set("slots", slots);
+  o.Set("heldSlots", held);
+  if (oldest_slot == UINT32_MAX) {
+    o.Set("oldest", env.Null());
+  } else {
+    // Producers write positions in order: the next one they need is the first
+    // empty slot's, and a slot a whole ring behind it must be freed first.
+    int64_t behind = any_empty ? gpr_seq_diff(first_empty, gpr_word_seq(oldest_word)) : INT64_MAX;
+    Napi::Object oldest = SlotInfo(env, seg, oldest_slot, oldest_word);
+    oldest.Set("blocksProducers", Napi::Boolean::New(env, behind >= static_cast<int64_t>(seg.slot_count)));
+    o.Set("oldest", oldest);
+  }
   Napi::Array parts = Napi::Array::New(env);
   for (uint32_t i = 0; i < seg.participant_capacity; i++)
     if (gpr_pstate(gpr_participant_word(&seg, i)) != GPR_PARTICIPANT_FREE)

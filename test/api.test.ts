@@ -1,12 +1,13 @@
 // The Node API's contracts: options, timeouts, abort, backpressure, releases,
 // zero-copy allocation, explicit offsets, lifetime.
+import { spawnSync } from 'node:child_process';
 import test from 'ava';
 import { Field, Float32, Int32, makeData, makeVector, Table, vectorFromArray } from 'apache-arrow';
 import { absentBuffer, Consumer, ERROR_CODES, GpuringError, hostBuffer, Producer, Ring, type BufferDescriptor, type FrameDescription } from '../lib/index.js';
 import { native } from '../lib/native.js';
 import { HANDLE_BYTES } from '../lib/codec/layout.js';
 import { encodeFrame } from '../lib/codec/encode.js';
-import { uniqueName, withRing } from './helpers/ring.js';
+import { root, uniqueName, withRing } from './helpers/ring.js';
 
 const frame = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
 const code = (fn: () => unknown) => {
@@ -64,10 +65,44 @@ test('publish() and publishFrame() reject bad options with INVALID_ARGUMENT, hot
   });
 });
 
-test('creating an existing ring fails with SEGMENT_EXISTS', async (t) => {
-  await withRing('exists', {}, async (_ring, name) => {
+test('creating an existing ring fails with SEGMENT_EXISTS, or opens it as it is with ifExists: open', async (t) => {
+  await withRing('exists', { slots: 8 }, async (ring, name) => {
     t.is(code(() => Ring.create(name)), 'SEGMENT_EXISTS');
+    const producer = ring.producer();
+    const again = Ring.create(name, { slots: 64, ifExists: 'open' });
+    t.is(again.inspect().slotCount, 8, 'the ring that was there');
+    t.is(again.inspect().participants.length, 1, 'with its participants');
+    again.close();
+    producer.close();
   });
+  const fresh = uniqueName('exists-fresh');
+  const made = Ring.create(fresh, { slots: 16, ifExists: 'open' });
+  t.is(made.inspect().slotCount, 16, 'a missing ring is created');
+  made.close();
+  Ring.unlink(fresh);
+});
+
+test('Ring.waitFor() resolves once another process creates the ring; times out with SEGMENT_NOT_FOUND; aborts with ABORTED', async (t) => {
+  const name = uniqueName('waitfor');
+  const waiting = Ring.waitFor(name, { timeout: 30_000 });
+  await new Promise((r) => setTimeout(r, 100));
+  const creator = spawnSync(process.execPath, ['--import', 'tsx', 'lib/cli/main.ts', 'create', name, '--slots', '4'], { cwd: root });
+  t.is(creator.status, 0, String(creator.stderr));
+  try {
+    await waiting;
+    const consumer = Consumer.open(name);
+    t.is(consumer.tryNext(), null);
+    consumer.close();
+    const missing = uniqueName('waitfor-missing');
+    const started = performance.now();
+    t.is((await t.throwsAsync(Ring.waitFor(missing, { timeout: 60 })))?.code, 'SEGMENT_NOT_FOUND');
+    t.true(performance.now() - started >= 59);
+    const abort = new AbortController();
+    setTimeout(() => abort.abort(), 30);
+    t.is((await t.throwsAsync(Ring.waitFor(missing, { signal: abort.signal })))?.code, 'ABORTED');
+  } finally {
+    Ring.unlink(name);
+  }
 });
 
 test('next() times out with TIMEOUT; tryNext() returns null on an empty ring', async (t) => {

@@ -1,11 +1,13 @@
 // The gpuring command line, run as a user would (a separate process).
 import { execFile } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import { existsSync, readdirSync, unlinkSync } from 'node:fs';
 import { promisify } from 'node:util';
 import test from 'ava';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
-import { cudaInfo, Producer, Ring } from '../lib/index.js';
-import { root, uniqueName } from './helpers/ring.js';
+import { Consumer, cudaInfo, Producer, Ring } from '../lib/index.js';
+import type { WatchView } from '../lib/cli/inspect-watch.js';
+import { child, eventually, exitOf, nextLine, root, uniqueName, withRing } from './helpers/ring.js';
 
 const run = async (...args: string[]) => {
   try {
@@ -90,10 +92,99 @@ test('doctor reports shared memory, limits, the addon and the CUDA driver', asyn
   t.regex((await run('doctor')).stdout, /native addon: loaded/);
 });
 
-test('bad usage prints help and fails', async (t) => {
-  const r = await run('frobnicate');
-  t.is(r.code, 1);
-  t.regex(r.stderr, /usage: gpuring/);
+test('--help and -h print the commands, or one command\'s options; unknown commands and options say what was wrong', async (t) => {
+  for (const args of [['--help'], ['-h'], ['help']]) {
+    const r = await run(...args);
+    t.is(r.code, 0, args.join(' '));
+    t.regex(r.stdout, /usage: gpuring <command>[\s\S]*inspect NAME[\s\S]*doctor/);
+  }
+  for (const args of [['create', '--help'], ['create', '-h'], ['help', 'create']]) {
+    const r = await run(...args);
+    t.is(r.code, 0, args.join(' '));
+    t.regex(r.stdout, /usage: gpuring create NAME[\s\S]*--slots N[\s\S]*--if-missing/);
+  }
+  t.regex((await run('inspect', '--help')).stdout, /--watch/);
+  const bogus = await run('frobnicate');
+  t.is(bogus.code, 2);
+  t.regex(bogus.stderr, /unknown command 'frobnicate'[\s\S]*usage: gpuring/);
+  t.is(JSON.parse((await run('frobnicate', '--json')).stdout).error.code, 'INVALID_ARGUMENT');
+  const option = await run('create', 'x', '--slot', '4');
+  t.is(option.code, 2);
+  t.regex(option.stderr, /INVALID_ARGUMENT: Unknown option '--slot' \(see 'gpuring create --help'\)/);
+  t.regex((await run('inspect', 'x', '--slots', '4')).stderr, /Unknown option '--slots'/, 'options of another command are refused');
   t.is((await run('create')).code, 2);
   t.regex((await run('create', 'x', '--slots', 'many')).stderr, /--slots must be a positive integer/);
+});
+
+test('create --if-missing leaves an existing ring as it is', async (t) => {
+  const name = uniqueName('cli-ifmissing');
+  try {
+    t.is(JSON.parse((await run('create', name, '--slots', '8', '--json')).stdout).slotCount, 8);
+    const again = await run('create', name, '--slots', '64', '--if-missing', '--json');
+    t.is(again.code, 0, again.stderr);
+    t.is(JSON.parse(again.stdout).slotCount, 8, 'the ring that was there, not a new one');
+    t.is((await run('create', name)).code, 2, 'without the flag the name is taken');
+  } finally {
+    Ring.unlink(name);
+  }
+});
+
+test('inspect --watch shows rates, lease ages and the consumer that holds a full ring up, across processes', async (t) => {
+  await withRing('cli-watch', { slots: 4 }, async (_ring, name) => {
+    const producer = Producer.open(name, { arenaBytes: 1 << 20 });
+    const frame = new Table({ i: vectorFromArray([1], new Int32()) });
+    for (let i = 0; i < 4; i++) await producer.publish(frame);
+    const holder = child('hold', name, 2);
+    try {
+      const { index } = await nextLine<{ index: number }>(holder);
+      const r = await run('inspect', name, '--watch', '--json', '--count', '3', '--interval', '300');
+      t.is(r.code, 0, r.stderr);
+      const views = r.stdout.trim().split('\n').map((l) => JSON.parse(l) as WatchView);
+      t.is(views.length, 3);
+      t.is(views[0]!.rates, null, 'no rate before a second view');
+      t.deepEqual(views[2]!.rates, { published: 0, taken: 0, released: 0 });
+      const last = views[2]!;
+      t.is(last.slots.leased, 2);
+      t.like(last.blockedBy, { slot: 0, position: 0, state: 'leased', participant: index, pid: holder.pid, blocksProducers: true });
+      const held = last.participants.find((p) => p.index === index)!;
+      t.is(held.pid, holder.pid);
+      t.is(held.leases, 2);
+      t.true(held.oldestLeaseMs! >= 500, `the lease was seen held for ${held.oldestLeaseMs} ms over three views 300 ms apart`);
+      const human = await run('inspect', name);
+      t.regex(human.stdout, new RegExp(`RING FULL: producers wait for slot 0 \\(position 0\\), leased by participant ${index}`));
+    } finally {
+      holder.kill('SIGKILL');
+      await exitOf(holder);
+      producer.close();
+    }
+  });
+});
+
+test('inspect --watch counts frames per second and stops when the ring is removed', async (t) => {
+  const name = uniqueName('cli-watch-rm');
+  Ring.create(name, { slots: 1024 });
+  const producer = Producer.open(name, { arenaBytes: 1 << 20 });
+  const consumer = Consumer.open(name);
+  const watch = execFile(process.execPath, ['--import', 'tsx', 'lib/cli/main.ts', 'inspect', name, '--watch', '--json', '--interval', '400'], { cwd: root });
+  const lines: WatchView[] = [];
+  createInterface({ input: watch.stdout! }).on('line', (l) => lines.push(JSON.parse(l) as WatchView));
+  try {
+    t.true(await eventually(() => lines.length >= 1, 20_000), 'a first view');
+    const frame = new Table({ i: vectorFromArray([1], new Int32()) });
+    const seen = lines.length;
+    for (let i = 0; i < 200; i++) {
+      await producer.publish(frame);
+      (await consumer.next()).release();
+    }
+    t.true(await eventually(() => lines.length >= seen + 3), 'a view that saw the last of them');
+    const total = lines.slice(seen).reduce((n, v) => n + (v.rates?.published ?? 0) * (v.intervalMs ?? 0) / 1000, 0);
+    t.is(Math.round(total), 200, 'each frame counted once over the views');
+    t.true(lines.slice(seen).some((v) => (v.rates?.taken ?? 0) > 0 && (v.rates?.released ?? 0) > 0));
+  } finally {
+    producer.close();
+    consumer.close();
+    Ring.unlink(name);
+  }
+  const [code] = await Promise.all([new Promise((resolve) => watch.on('exit', resolve))]);
+  t.is(code, 0, 'the watch ends on its own once the ring is gone');
 });

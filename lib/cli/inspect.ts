@@ -11,6 +11,8 @@ export function formatInspection(i: RingInspection): string {
     `repaired after dead participants: ${i.recovered} slots; frames redelivered: ${i.redelivered}`,
     `participants: ${i.participants.length} of ${i.participantCapacity}; asleep on doorbells: ${i.doorbells.data} for frames, ${i.doorbells.space} for space`,
   ];
+  const o = i.oldest;
+  if (o?.blocksProducers) lines.push(`RING FULL: producers wait for slot ${o.slot} (position ${o.position}), ${o.state} by participant ${o.participant ?? '?'}`);
   if (i.participants.length) {
     const rows = [['index', 'pid', 'roles', 'state', 'alive', 'asleep', 'leases', 'published', 'taken', 'released', 'arenas', 'attached']];
     for (const p of i.participants)

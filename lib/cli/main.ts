@@ -8,18 +8,9 @@ import { Ring } from '../ring.js';
 import { demoCommand, demoConsumer, demoProducer } from './demo.js';
 import { doctorCommand } from './doctor.js';
 import { formatInspection, inspectCommand } from './inspect.js';
+import { watchCommand } from './inspect-watch.js';
+import { commandHelp, COMMANDS, usage } from './commands.js';
 import { makeOutput, type Output } from './output.js';
-
-const USAGE = `usage: gpuring <command> [options]
-
-  create NAME [--slots N] [--participants N] [--mode 0600]   create a ring
-  inspect NAME                                               header, participants, occupancy, leases
-  rm NAME                                                    remove a ring and its arenas
-  demo [--frames N] [--rows N] [--device N]                  stream verified tables between two processes
-                                                             (--device: as device columns on GPU N)
-  doctor                                                     check shared memory, limits and the CUDA driver
-
-  --json    machine-readable output`;
 
 function integer(value: string | undefined, fallback: number, what: string, min: 0 | 1): number {
   if (value === undefined) return fallback;
@@ -47,6 +38,7 @@ async function dispatch(command: string | undefined, args: string[], out: Output
         slots: positiveInt(str('slots'), 1024, '--slots'),
         participants: positiveInt(str('participants'), 64, '--participants'),
         ...(mode ? { mode: parseInt(mode, 8) } : {}),
+        ifExists: values['if-missing'] ? 'open' : 'fail',
       });
       const info = ring.inspect();
       ring.close();
@@ -54,6 +46,7 @@ async function dispatch(command: string | undefined, args: string[], out: Output
       return true;
     }
     case 'inspect':
+      if (values.watch) return watchCommand(args[0]!, positiveInt(str('interval'), 1000, '--interval'), positiveInt(str('count'), Infinity, '--count'), out);
       inspectCommand(args[0]!, out);
       return true;
     case 'rm':
@@ -70,36 +63,55 @@ async function dispatch(command: string | undefined, args: string[], out: Output
       await demoConsumer(args[0]!, Number(args[1]), Number(args[2]));
       return true;
     default:
-      process.stderr.write(`${USAGE}\n`);
-      return command === undefined || command === 'help';
+      throw new GpuringError('INVALID_ARGUMENT', `unknown command '${command}'`);
+  }
+}
+
+/** The command: the first argument that is neither an option nor an option's value. */
+function commandOf(argv: string[]): string | undefined {
+  const { tokens } = parseArgs({ args: argv, strict: false, allowPositionals: true, tokens: true });
+  const first = tokens.find((t) => t.kind === 'positional');
+  return first?.kind === 'positional' ? first.value : undefined;
+}
+
+/** Parses `argv` against the command's own options; an unknown one is a usage error naming the command's help. */
+function parseCommand(command: string, argv: string[]) {
+  const spec = COMMANDS[command]!;
+  const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = { json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } };
+  for (const name of Object.keys(spec.options)) options[name] = { type: 'string' };
+  for (const name of Object.keys(spec.flags ?? {})) options[name] = { type: 'boolean' };
+  try {
+    return parseArgs({ args: argv, allowPositionals: true, options });
+  } catch (error) {
+    const detail = (error as Error).message.split('. ')[0];
+    throw new GpuringError('INVALID_ARGUMENT', `${detail} (see 'gpuring ${command} --help')`);
   }
 }
 
 /** Runs the CLI; resolves to the process exit code. */
 export async function run(argv: string[]): Promise<number> {
-  let json = false;
+  const json = argv.includes('--json');
   try {
-    const { values, positionals } = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: {
-        json: { type: 'boolean' },
-        slots: { type: 'string' },
-        participants: { type: 'string' },
-        mode: { type: 'string' },
-        frames: { type: 'string' },
-        rows: { type: 'string' },
-        device: { type: 'string' },
-      },
-    });
-    json = values.json ?? false;
-    const [command, ...args] = positionals;
-    if (['create', 'inspect', 'rm'].includes(command ?? '') && !args[0]) throw new GpuringError('INVALID_ARGUMENT', `${command} needs a ring NAME`);
+    const command = commandOf(argv);
+    if (command === undefined || command === 'help') {
+      const topic = command && commandOf(argv.slice(argv.indexOf('help') + 1));
+      if (topic && !COMMANDS[topic]) throw new GpuringError('INVALID_ARGUMENT', `unknown command '${topic}'`);
+      process.stdout.write(`${topic ? commandHelp(topic) : usage()}\n`);
+      return command === undefined && !argv.some((a) => a === '--help' || a === '-h') ? 1 : 0;
+    }
+    if (!COMMANDS[command]) throw new GpuringError('INVALID_ARGUMENT', `unknown command '${command}'`);
+    const { values, positionals } = parseCommand(command, argv);
+    if (values.help) {
+      process.stdout.write(`${commandHelp(command)}\n`);
+      return 0;
+    }
+    const args = positionals.slice(1);
+    if (COMMANDS[command]!.needsName && !args[0]) throw new GpuringError('INVALID_ARGUMENT', `${command} needs a ring NAME (see 'gpuring ${command} --help')`);
     return (await dispatch(command, args, makeOutput(json), values)) ? 0 : 1;
   } catch (error) {
     const e = error as Error & { code?: string };
     if (json) process.stdout.write(`${JSON.stringify({ error: { code: e.code ?? 'ERROR', message: e.message } })}\n`);
-    else process.stderr.write(`gpuring: ${e.code ? `${e.code}: ` : ''}${e.message}\n`);
+    else process.stderr.write(`gpuring: ${e.code ? `${e.code}: ` : ''}${e.message}\n${/unknown command/.test(e.message) ? `\n${usage()}\n` : ''}`);
     return 2;
   }
 }

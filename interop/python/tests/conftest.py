@@ -24,11 +24,15 @@ def ring_name():
             os.unlink(f"/dev/shm/{f}")
 
 
+def python_env() -> dict:
+    """The environment of a child interpreter that imports this checkout's gpuring."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "interop/python/src"), os.environ.get("PYTHONPATH", "")]),
+                PYTHONUNBUFFERED="1")
+
+
 def python_child(script: str, *args: str, **kw) -> subprocess.Popen:
     """Starts tests/children/SCRIPT.py in its own interpreter."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "interop/python/src"), os.environ.get("PYTHONPATH", "")]),
-               PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, str(HERE / "children" / f"{script}.py"), *args], env=env,
+    return subprocess.Popen([sys.executable, str(HERE / "children" / f"{script}.py"), *args], env=python_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 

@@ -3,11 +3,13 @@ recovery and damaged segments."""
 import os
 import signal
 import struct
+import subprocess
+import sys
 
 import pyarrow as pa
 import pytest
 
-from conftest import break_utf8_offsets, python_child
+from conftest import break_utf8_offsets, python_child, python_env
 from gpuring import Consumer, GpuringError, Producer, Ring
 from gpuring import layout as L
 
@@ -155,3 +157,24 @@ def test_unlink_removes_the_arenas_left_behind_also_when_the_segment_is_gone(rin
     with pytest.raises(GpuringError) as e:
         Ring.unlink(ring_name)
     assert e.value.code == "SEGMENT_NOT_FOUND"
+
+
+def test_create_exist_ok_opens_the_ring_that_is_there(ring_name):
+    Ring.create(ring_name, slots=8).close()
+    with pytest.raises(GpuringError) as e:
+        Ring.create(ring_name)
+    assert e.value.code == "SEGMENT_EXISTS"
+    with Ring.create(ring_name, slots=64, exist_ok=True) as ring:
+        assert ring.inspect()["slots"] == 8
+
+
+def test_wait_for_returns_once_another_process_creates_the_ring(ring_name):
+    with pytest.raises(GpuringError) as e:
+        Ring.wait_for(ring_name, timeout=0.05)
+    assert e.value.code == "SEGMENT_NOT_FOUND"
+    child = subprocess.Popen([sys.executable, "-c", f"import time, gpuring; time.sleep(0.2); gpuring.Ring.create({ring_name!r}, slots=4).close()"],
+                             env=python_env())
+    Ring.wait_for(ring_name, timeout=30)
+    assert child.wait(timeout=30) == 0
+    with Consumer.open(ring_name) as consumer:
+        assert consumer.try_next() is None

@@ -1,9 +1,13 @@
 """A named ring: create, open, remove, inspect and repair it."""
 from __future__ import annotations
 
+import os
+import time
+
 from . import layout as L
+from .errors import GpuringError
 from .recovery import SweepReport, sweep
-from .segment import Segment
+from .segment import Segment, check_name, segment_path
 
 
 class Ring:
@@ -14,8 +18,35 @@ class Ring:
         self.segment = seg
 
     @staticmethod
-    def create(name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600) -> "Ring":
-        return Ring(Segment.create(name, slots, participants, mode))
+    def create(name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600,
+               exist_ok: bool = False) -> "Ring":
+        """Creates ring ``name``; SEGMENT_EXISTS if the name is taken, unless
+        ``exist_ok``, which opens the ring that is there as it is (its own slots,
+        participants and mode), so that a producer can be started again."""
+        for _ in range(100):
+            try:
+                return Ring(Segment.create(name, slots, participants, mode))
+            except GpuringError as e:
+                if not exist_ok or e.code != "SEGMENT_EXISTS":
+                    raise
+            try:
+                return Ring.open(name)
+            except GpuringError as e:  # removed between the two calls: create it again
+                if e.code != "SEGMENT_NOT_FOUND":
+                    raise
+        raise GpuringError("SEGMENT_NOT_FOUND", f"segment '{name}' kept disappearing while being opened")
+
+    @staticmethod
+    def wait_for(name: str, timeout: float | None = None) -> None:
+        """Returns once ring ``name`` exists (then open it as usual), so that a
+        process may start before the ring's creator; SEGMENT_NOT_FOUND after
+        ``timeout`` seconds (None: no limit)."""
+        check_name(name)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not os.path.exists(segment_path(name)):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise GpuringError("SEGMENT_NOT_FOUND", f"no segment named '{name}' after waiting {timeout} s")
+            time.sleep(0.01 if deadline is None else max(0.0, min(0.01, deadline - time.monotonic())))
 
     @staticmethod
     def open(name: str, timeout: float = 1.0, any_owner: bool = False) -> "Ring":
