@@ -7,6 +7,7 @@ import test from 'ava';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
 import { Consumer, cudaInfo, Producer, Ring } from '../lib/index.js';
 import type { WatchView } from '../lib/cli/inspect-watch.js';
+import { ProgressBar } from '../lib/cli/progress-bar.js';
 import { child, eventually, exitOf, nextLine, root, uniqueName, withRing } from './helpers/ring.js';
 
 const run = async (...args: string[]) => {
@@ -54,17 +55,20 @@ test('rm removes the arenas a ring left behind, also when its segment is already
   t.is((await run('rm', name)).code, 2, 'nothing left: SEGMENT_NOT_FOUND');
 });
 
-test('demo streams verified frames between two processes', async (t) => {
+test('demo reports transport speed, latency and verification apart, every value checked', async (t) => {
   const r = await run('demo', '--frames', '40', '--rows', '64', '--json');
   t.is(r.code, 0, r.stderr);
   const s = JSON.parse(r.stdout);
   t.true(s.ok);
-  t.is(s.received, 40);
-  t.is(s.mismatches, 0);
-  t.true(s.framesPerSecond > 0);
+  t.like(s.transport, { frames: 40 });
+  t.true(s.transport.framesPerSecond > 0 && s.transport.bytesPerSecond > 0 && s.transport.bytes > 40 * 64 * 4);
+  t.true(s.latency.frames > 0 && s.latency.p50Us > 0 && s.latency.p99Us >= s.latency.p50Us);
+  t.deepEqual([s.verification.frames, s.verification.mismatches, s.verification.firstMismatch], [40, 0, null]);
+  t.is(r.stderr, '', '--json prints no progress');
   const human = await run('demo', '--frames', '10', '--rows', '8');
-  t.regex(human.stdout, /every value matched: ok/);
-  t.regex(human.stderr, /10\/10 frames received and verified|producer process -> consumer process/);
+  t.regex(human.stdout, /^transport: 10 frames of 8 rows[\s\S]*frames\/s[\s\S]*hand-off latency[\s\S]*p50 [\d.]+ µs, p99[\s\S]*verification: every value of 10 frames[\s\S]*every value matched: ok/);
+  t.regex(human.stderr, /verifying every value: 10\/10\n/, 'progress as plain lines when stderr is not a terminal');
+  t.true(human.stderr.split('\n').length < 20, 'a few progress lines, not one per frame');
 });
 
 test('demo --device needs a usable GPU and says so at once; with one, device columns cross verified', async (t) => {
@@ -74,7 +78,8 @@ test('demo --device needs a usable GPU and says so at once; with one, device col
     t.is(r.code, 0, r.stderr);
     t.true(s.ok);
     t.is(s.memory, 'device memory on GPU 0');
-    t.is(s.received, 20);
+    t.is(s.verification.frames, 20);
+    t.is(s.verification.mismatches, 0);
   } else {
     t.is(r.code, 2);
     t.is(s.error.code, 'CUDA_UNAVAILABLE');
@@ -187,4 +192,27 @@ test('inspect --watch counts frames per second and stops when the ring is remove
   }
   const [code] = await Promise.all([new Promise((resolve) => watch.on('exit', resolve))]);
   t.is(code, 0, 'the watch ends on its own once the ring is gone');
+});
+
+test('the progress bar redraws one line on a terminal and prints a line a quarter elsewhere', (t) => {
+  const sink = (isTTY: boolean) => {
+    const writes: string[] = [];
+    return { writes, stream: { isTTY, write: (s: string) => writes.push(s) } as unknown as NodeJS.WriteStream };
+  };
+  const tty = sink(true);
+  const bar = new ProgressBar(tty.stream, false);
+  for (let i = 1; i <= 100; i++) bar.update('step', i, 100);
+  t.is(tty.writes.length, 100);
+  t.true(tty.writes.every((w) => w.startsWith('\r') && !w.includes('\n')));
+  t.regex(tty.writes.at(-1)!, /\[#{30}\] 100% {2}step 100\/100$/);
+  bar.finish();
+  t.is(tty.writes.at(-1), '\n');
+  const log = sink(false);
+  const lines = new ProgressBar(log.stream, false);
+  for (let i = 1; i <= 100; i++) lines.update('a', i, 100);
+  for (let i = 1; i <= 10; i++) lines.update('b', i, 10);
+  t.deepEqual(log.writes, ['  a: 1/100\n', '  a: 25/100\n', '  a: 50/100\n', '  a: 75/100\n', '  a: 100/100\n', '  b: 1/10\n', '  b: 3/10\n', '  b: 5/10\n', '  b: 8/10\n', '  b: 10/10\n']);
+  const quiet = sink(true);
+  new ProgressBar(quiet.stream, true).update('x', 1, 2);
+  t.deepEqual(quiet.writes, [], 'silent with --json');
 });

@@ -21,9 +21,19 @@ export function plainValue(value: unknown): unknown {
   return value;
 }
 
+/** A table's values in plain form, column by column: compute once to check many tables against it. */
+export class PlainTable {
+  readonly columns: unknown[][];
+
+  constructor(readonly table: Table) {
+    this.columns = table.schema.fields.map((_, c) => Array.from(table.getChildAt(c)!, plainValue));
+  }
+}
+
 /** null if the tables hold the same schema and values, else what first differs. */
-export function tableDifference(expected: Table, actual: Table): string | null {
-  const ef = expected.schema.fields;
+export function tableDifference(expected: Table | PlainTable, actual: Table): string | null {
+  const plain = expected instanceof PlainTable ? expected : new PlainTable(expected);
+  const ef = plain.table.schema.fields;
   const af = actual.schema.fields;
   if (ef.length !== af.length) return `${af.length} columns, expected ${ef.length}`;
   for (let c = 0; c < ef.length; c++) {
@@ -31,9 +41,9 @@ export function tableDifference(expected: Table, actual: Table): string | null {
     if (e.name !== a.name || String(e.type) !== String(a.type) || e.nullable !== a.nullable)
       return `column ${c}: ${a.name}: ${a.type}${a.nullable ? '?' : ''}, expected ${e.name}: ${e.type}${e.nullable ? '?' : ''}`;
   }
-  if (expected.numRows !== actual.numRows) return `${actual.numRows} rows, expected ${expected.numRows}`;
+  if (plain.table.numRows !== actual.numRows) return `${actual.numRows} rows, expected ${plain.table.numRows}`;
   for (let c = 0; c < ef.length; c++) {
-    const ev = Array.from(expected.getChildAt(c)!, plainValue);
+    const ev = plain.columns[c]!;
     const av = Array.from(actual.getChildAt(c)!, plainValue);
     if (isDeepStrictEqual(ev, av)) continue;
     const r = ev.findIndex((x, i) => !isDeepStrictEqual(x, av[i]));
