@@ -1,7 +1,7 @@
 // binding.gyp builds the same sources as CMake (from sources.gypi), offline,
 // and that addon works: a frame crosses a ring through it.
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import test from 'ava';
@@ -33,5 +33,23 @@ test('node-gyp builds the addon from binding.gyp, and it publishes and consumes'
     t.is(out.trim(), '42');
   } finally {
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('one license everywhere, shipped in the npm tarball; source maps carry their sources', (t) => {
+  const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { license: string };
+  const pyproject = readFileSync(join(root, 'interop/python/pyproject.toml'), 'utf8');
+  t.is(pkg.license, 'Apache-2.0');
+  t.regex(pyproject, /^license = "Apache-2.0"$/m);
+  t.regex(readFileSync(join(root, 'LICENSE'), 'utf8'), /Apache License\s+Version 2\.0/);
+  t.is(readFileSync(join(root, 'interop/python/LICENSE'), 'utf8'), readFileSync(join(root, 'LICENSE'), 'utf8'), 'the wheel ships the same text');
+  const [packed] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })) as { files: { path: string }[] }[];
+  const shipped = packed!.files.map((f) => f.path);
+  t.true(shipped.includes('LICENSE'));
+  const maps = shipped.filter((f) => f.endsWith('.js.map'));
+  t.true(maps.length > 10);
+  for (const map of maps) {
+    const { sources, sourcesContent } = JSON.parse(readFileSync(join(root, map), 'utf8')) as { sources: string[]; sourcesContent?: string[] };
+    t.is(sourcesContent?.length, sources.length, `${map} embeds the TypeScript it maps to (lib/ is not shipped)`);
   }
 });
