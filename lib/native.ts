@@ -236,25 +236,34 @@ export interface NativeAddon {
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..');
 
+/**
+ * Loads GPURING_ADDON if set, else what node-gyp-build finds: a local build
+ * (build/Release, build/Debug) before the prebuilt addon the package ships
+ * (prebuilds/<platform>-<arch>/). Every failure goes into one message.
+ */
 function load(): NativeAddon {
   const require = createRequire(import.meta.url);
-  const candidates = [
-    process.env.GPURING_ADDON,
-    join(packageRoot, 'build', 'Release', 'gpuring.node'),
-    join(packageRoot, 'build', 'Debug', 'gpuring.node'),
-  ].filter((p): p is string => Boolean(p));
   const failures: string[] = [];
-  for (const path of candidates) {
-    if (!existsSync(path)) {
-      failures.push(`  ${path}: not built`);
-      continue;
-    }
+  const attempt = (path: string): NativeAddon | undefined => {
     try {
       return require(path) as NativeAddon;
     } catch (error) {
       failures.push(`  ${path}: ${(error as Error).message}`);
+      return undefined;
     }
+  };
+  const override = process.env.GPURING_ADDON;
+  if (override && !existsSync(override)) failures.push(`  ${override} (GPURING_ADDON): no such file`);
+  const chosen = override && existsSync(override) ? attempt(override) : undefined;
+  if (chosen) return chosen;
+  let found: string | undefined;
+  try {
+    found = (require('node-gyp-build') as { path(dir: string): string }).path(packageRoot);
+  } catch {
+    failures.push(`  ${join(packageRoot, 'build')}/{Release,Debug}, ${join(packageRoot, 'prebuilds', `${process.platform}-${process.arch}`)}: no addon built or prebuilt for this platform`);
   }
+  const loaded = found && attempt(found);
+  if (loaded) return loaded;
   const platform = process.platform === 'linux' ? '' : `\ngpuring runs on Linux only; this is ${process.platform}.`;
   throw new GpuringError(
     'NATIVE_LOAD',

@@ -1,10 +1,11 @@
-// The READMEs' programs run as written, in a fresh project with the packed
-// package installed: every fenced block whose first line names a file
+// The package as users get it: the packed tarball installs into a fresh
+// project without a compiler, and the READMEs' programs run there as written:
+// every fenced block whose first line names a file
 // (`// producer.mjs`, `# consumer.py`) is that file, verbatim. Each pair runs
 // twice, consumer first: it must wait for the ring, and a second producer run
 // must reuse the ring the first one left.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test from 'ava';
@@ -27,22 +28,56 @@ function programs(markdown: string): Map<string, Map<string, string>> {
   return sections;
 }
 
-/** A project directory with `npm install gpuring apache-arrow` done from the packed tarball. */
-function freshProject(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'gpuring-readme-'));
-  const tarball = execFileSync('npm', ['pack', '--ignore-scripts', '--pack-destination', dir], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim().split('\n').at(-1)!;
-  writeFileSync(join(dir, 'package.json'), '{ "name": "readme-check", "private": true, "type": "module" }\n');
-  // The addon this checkout built stands in for the install-time build (the
-  // test checks the package and the programs, not the compiler again).
-  execFileSync('npm', ['install', '--ignore-scripts', '--prefer-offline', '--no-audit', '--no-fund', join(dir, tarball), 'apache-arrow'], { cwd: dir, stdio: 'ignore' });
-  const built = join(dir, 'node_modules/gpuring/build/Release');
-  mkdirSync(built, { recursive: true });
-  copyFileSync(join(root, 'build/Release/gpuring.node'), join(built, 'gpuring.node'));
-  return dir;
+/** A PATH with node, npm and sh (npm runs scripts with it) and nothing else: no cmake, no compiler. */
+function bareBin(dir: string): string {
+  const bin = join(dir, 'bare-bin');
+  mkdirSync(bin);
+  for (const tool of ['node', 'npm', 'sh']) symlinkSync(execFileSync('sh', ['-c', `command -v ${tool}`], { encoding: 'utf8' }).trim(), join(bin, tool));
+  return bin;
 }
 
-let project: string | undefined;
-test.after.always(() => project && rmSync(project, { recursive: true, force: true }));
+/**
+ * A project where `npm install gpuring apache-arrow` was run as the README
+ * says, gpuring from the tarball `npm pack` makes, on a PATH without cmake or
+ * a compiler: the prebuilt addon must do. `installLog` is what npm printed.
+ */
+function freshProject(): { dir: string; installLog: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'gpuring-readme-'));
+  const tarball = execFileSync('npm', ['pack', '--pack-destination', dir], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim().split('\n').at(-1)!;
+  writeFileSync(join(dir, 'package.json'), '{ "name": "readme-check", "private": true, "type": "module" }\n');
+  const installLog = execFileSync('npm', ['install', '--foreground-scripts', '--prefer-offline', '--no-audit', '--no-fund', join(dir, tarball), 'apache-arrow'], {
+    cwd: dir,
+    encoding: 'utf8',
+    env: { ...process.env, PATH: bareBin(dir) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  return { dir, installLog };
+}
+
+let project: ReturnType<typeof freshProject> | undefined;
+test.after.always(() => project && rmSync(project.dir, { recursive: true, force: true }));
+
+test.serial('the packed package installs with no compiler on PATH, from its prebuilt addon; without one, loading says how to fix it', (t) => {
+  t.timeout(300_000);
+  project ??= freshProject();
+  t.false(/cmake|gcc|clang|g\+\+/.test(execFileSync('ls', [join(project.dir, 'bare-bin')], { encoding: 'utf8' })));
+  t.regex(project.installLog, /gpuring: using the prebuilt addon prebuilds\/linux-x64\/gpuring\.napi\.glibc\.node/);
+  const installed = join(project.dir, 'node_modules/gpuring');
+  t.false(existsSync(join(installed, 'build')), 'nothing was built at install');
+  t.true(existsSync(join(installed, 'LICENSE')));
+  const probe = `import { Ring } from 'gpuring'; Ring.create('readme-probe-${process.pid}').close(); Ring.unlink('readme-probe-${process.pid}'); console.log('ok');`;
+  t.is(execFileSync(process.execPath, ['--input-type=module', '-e', probe], { cwd: project.dir, encoding: 'utf8' }).trim(), 'ok');
+  // Without the prebuild (another platform, say), the error names what was tried and the fix.
+  const moved = join(project.dir, 'prebuilds-away');
+  renameSync(join(installed, 'prebuilds'), moved);
+  try {
+    const missing = spawnSync(process.execPath, ['--input-type=module', '-e', probe], { cwd: project.dir, encoding: 'utf8' });
+    t.not(missing.status, 0);
+    t.regex(missing.stderr, /NATIVE_LOAD[\s\S]*no addon built or prebuilt for this platform[\s\S]*Fix: build it with `npm rebuild gpuring`/);
+  } finally {
+    renameSync(moved, join(installed, 'prebuilds'));
+  }
+});
 
 type Program = ChildProcess & { output: () => string };
 
@@ -74,7 +109,7 @@ for (const c of cases) {
   test.serial(`${c.readme}${c.section ? `, "${c.section}"` : ''}: ${c.files.join(' and ')} run as written, twice`, async (t) => {
     t.timeout(300_000);
     project ??= freshProject();
-    const dir = join(project, `${c.readme}-${c.section}`.replace(/\W+/g, '-'));
+    const dir = join(project.dir, `${c.readme}-${c.section}`.replace(/\W+/g, '-'));
     mkdirSync(dir, { recursive: true });
     const sources = programs(c.readme).get(c.section) ?? new Map<string, string>();
     t.true(c.files.every((f) => sources.has(f)), `the section has ${c.files.join(' and ')}: ${[...sources.keys()].join(', ')}`);
