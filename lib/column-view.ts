@@ -14,12 +14,16 @@ import { parseFormat } from './codec/format.js';
 import { aligned, checkedOffsets } from './codec/value-offsets.js';
 import { GpuringError } from './errors.js';
 
+/** The typed arrays a ColumnView's values can be. */
 export type TypedValues = Int8Array | Uint8Array | Int16Array | Uint16Array | Int32Array | Uint32Array | BigInt64Array | BigUint64Array | Float32Array | Float64Array;
 
+/** A received column as plain typed arrays over the frame's buffers (Frame.columns(), Frame.column()): valid until the frame is released. */
 export interface ColumnView {
+  /** The field's name. */
   name: string;
   /** Arrow C data interface format string. */
   format: string;
+  /** Elements in this slice. */
   length: number;
   /** -1 when unknown. */
   nullCount: number;
@@ -36,6 +40,7 @@ export interface ColumnView {
   values: TypedValues | null;
   /** utf8, binary and list columns: this slice's offsets, checked. */
   offsets: Int32Array | BigInt64Array | null;
+  /** Child columns of nested types (list, struct, fixed-size list); [] for others. */
   children: ColumnView[];
 }
 

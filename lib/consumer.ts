@@ -1,19 +1,3 @@
-/**
- * Consumer: takes frames from a ring. Each frame goes to exactly one consumer.
- *
- * Ordering: frames are taken in publication order (per ring, across all
- * producers), except that a frame handed back (its consumer died before its
- * user received it, or an iteration stopped with frames still buffered) is
- * redelivered later. Waiting requests are served in the order they were made.
- *
- * Waking: a consumer that finds the ring empty sleeps on its doorbell, a socket
- * that Node's event loop polls (SPEC.md §6.1): a producer's publish wakes the
- * loop directly, with no thread in between; a busy stream costs no system call
- * at all. Neither the event loop nor the libuv thread pool is ever blocked
- * (except by `next({ spin })`, on request). A pending `next()` keeps the process
- * alive; an idle consumer does not, and its leases are released when the
- * process exits even if `close()` was never called.
- */
 import { Frame, type FrameSource, type Lease, recordLength } from './frame.js';
 import { handleName } from './codec/description.js';
 import { FrameLayouts } from './arrow/frame-layout.js';
@@ -33,12 +17,42 @@ const MAX_UNWATCHED = 1024;
  */
 const LEAK_WATCH_MS = 50;
 
+/** Options of Consumer.open(): openTimeout, anyOwner, sweepInterval. */
 export type ConsumerOptions = Partial<typeof consumerOptions._input>;
-export type NextOptions = { timeout?: number; signal?: AbortSignal; spin?: number };
-export type BatchOptions = NextOptions & { max?: number };
+/** Options of next(). */
+export type NextOptions = {
+  /** Milliseconds to wait for a frame (default: no limit): TIMEOUT after that. */
+  timeout?: number;
+  /** Aborts the wait with ABORTED; no frame is lost. */
+  signal?: AbortSignal;
+  /** Microseconds to busy-poll the ring before sleeping (default 0), blocking the event loop meanwhile. */
+  spin?: number;
+};
+/** Options of nextBatch(): next()'s, and `max`. */
+export type BatchOptions = NextOptions & {
+  /** Frames to take at most (default: every frame that is ready). */
+  max?: number;
+};
 type NextParsed = { timeout: number; signal?: AbortSignal | undefined; spin: number };
 
+/**
+ * Takes frames from a ring. Each frame goes to exactly one consumer.
+ *
+ * Ordering: frames are taken in publication order (per ring, across all
+ * producers), except that a frame handed back (its consumer died before its
+ * user received it, or an iteration stopped with frames still buffered) is
+ * redelivered later. Waiting requests are served in the order they were made.
+ *
+ * Waking: a consumer that finds the ring empty sleeps on its doorbell, a socket
+ * that Node's event loop polls (SPEC.md §6.1): a producer's publish wakes the
+ * loop directly, with no thread in between; a busy stream costs no system call
+ * at all. Neither the event loop nor the libuv thread pool is ever blocked
+ * (except by `next({ spin })`, on request). A pending `next()` keeps the process
+ * alive; an idle consumer does not, and its leases are released when the
+ * process exits even if `close()` was never called.
+ */
 export class Consumer implements AsyncIterable<Frame> {
+  /** The ring's name. */
   readonly name: string;
   readonly #core: NativeConsumerCore;
   readonly #arenas = new Map<string, ArrayBuffer>();
@@ -92,6 +106,7 @@ export class Consumer implements AsyncIterable<Frame> {
     return this.#core.index;
   }
 
+  /** True once close() was called. */
   get closed(): boolean {
     return this.#closed;
   }
@@ -225,6 +240,7 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#unwatched.length = 0;
   }
 
+  /** close(), for `using`. */
   [Symbol.dispose](): void {
     this.close();
   }

@@ -1,8 +1,3 @@
-/**
- * DeviceBuffer: memory on a CUDA device, allocated with the device's primary
- * context (so it is the same memory PyTorch or CuPy in this process would see).
- * The buffer owns the allocation until `free()` (or dispose).
- */
 import { callNative, GpuringError } from './errors.js';
 import type { BufferDescriptor } from './codec/description.js';
 import { native, type CudaInfo, type DeviceExport } from './native.js';
@@ -12,9 +7,15 @@ export function cudaInfo(): CudaInfo {
   return native().cudaInfo();
 }
 
+/**
+ * Memory on a CUDA device, allocated with the device's primary
+ * context (so it is the same memory PyTorch or CuPy in this process would see).
+ * The buffer owns the allocation until `free()` (or dispose).
+ */
 export class DeviceBuffer implements Disposable {
   /** Device address, as CUdeviceptr. */
   readonly ptr: bigint;
+  /** Bytes allocated. */
   readonly byteLength: number;
   /** Device ordinal in this process. */
   readonly device: number;
@@ -45,16 +46,19 @@ export class DeviceBuffer implements Disposable {
     return new Uint8Array(callNative(() => native().deviceDownload(this.device, this.ptr + BigInt(offset), length)));
   }
 
+  /** True once free() was called. */
   get freed(): boolean {
     return this.#freed;
   }
 
+  /** Frees the allocation. Frames published from it must have been released first. */
   free(): void {
     if (this.#freed) return;
     this.#freed = true;
     callNative(() => native().deviceFree(this.device, this.ptr));
   }
 
+  /** free(), for `using`. */
   [Symbol.dispose](): void {
     this.free();
   }

@@ -1,12 +1,3 @@
-/**
- * DeviceFrameCopy: a frame's columns copied into device memory this process
- * owns (Frame.copyToDevice), so the frame itself can be released at once.
- * `description` describes the copy as cuda-ipc buffers of `memory`: read it
- * with `toTable()`, hand `memory` to other code, or publish the copy to
- * another ring with `producer.publishFrame(copy.description)` (keep the copy
- * alive until that frame is released). `free()` returns the memory when the
- * copy allocated it (not a caller's `into` buffer).
- */
 import type { Table } from 'apache-arrow';
 import { tableFromFrame } from './arrow/table-reader.js';
 import { bufferIndex, forEachBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
@@ -24,6 +15,15 @@ export function copyLayout(buffers: BufferDescriptor[]): number[] {
   return [...at, total];
 }
 
+/**
+ * A frame's columns copied into device memory this process
+ * owns (Frame.copyToDevice), so the frame itself can be released at once.
+ * `description` describes the copy as cuda-ipc buffers of `memory`: read it
+ * with `toTable()`, hand `memory` to other code, or publish the copy to
+ * another ring with `producer.publishFrame(copy.description)` (keep the copy
+ * alive until that frame is released). `free()` returns the memory when the
+ * copy allocated it (not a caller's `into` buffer).
+ */
 export class DeviceFrameCopy implements Disposable {
   /** One allocation (or the caller's buffer) holding every buffer of the copy. */
   readonly memory: DeviceBuffer;
@@ -69,10 +69,12 @@ export class DeviceFrameCopy implements Disposable {
     return tableFromFrame(this.#source, (b) => deviceToHost({ ptr: ptr + BigInt(this.#at[index.get(b)!]!), byteLength: b.length, device }, null));
   }
 
+  /** Frees the memory the copy allocated (not a caller's `into` buffer); the description is then invalid. */
   free(): void {
     if (this.#owned) this.memory.free();
   }
 
+  /** free(), for `using`. */
   [Symbol.dispose](): void {
     this.free();
   }

@@ -1,20 +1,22 @@
-/**
- * DeviceMappings: the device allocations one frame has mapped. Mappings come
- * from the process-wide IpcHandleCache (one open per allocation per process,
- * keyed on handle and allocation id); this holds the frame's references and
- * drops them all at release.
- */
 import { callNative } from './errors.js';
 import { native } from './native.js';
 
 /** A frame buffer's address in this process (see Frame.mapDevice()). */
 export interface DeviceView {
+  /** Device address in this process, as CUdeviceptr. */
   ptr: bigint;
+  /** Bytes of the buffer. */
   byteLength: number;
   /** Device ordinal in this process. */
   device: number;
 }
 
+/**
+ * The device allocations one frame has mapped. Mappings come
+ * from the process-wide IpcHandleCache (one open per allocation per process,
+ * keyed on handle and allocation id); this holds the frame's references and
+ * drops them all at release.
+ */
 export class DeviceMappings {
   /** The 64-byte handles of the references taken, one array per mapAll() call. */
   readonly #held: Uint8Array[] = [];

@@ -1,5 +1,8 @@
+import { callNative, GpuringError } from './errors.js';
+import { native } from './native.js';
+
 /**
- * DeviceStream: a CUDA stream of this process, non-blocking, on the device's
+ * A CUDA stream of this process, non-blocking, on the device's
  * primary context (the context PyTorch or CuPy in this process also use).
  *
  * Ordering: work gpuring queues on a stream (`frame.copyToDevice({ stream })`)
@@ -10,9 +13,6 @@
  * taken, a CUstream made by another library (as a bigint; 0n for the legacy
  * default stream) is taken too.
  */
-import { callNative, GpuringError } from './errors.js';
-import { native } from './native.js';
-
 export class DeviceStream implements Disposable {
   /** The CUstream. */
   readonly ptr: bigint;
@@ -36,6 +36,7 @@ export class DeviceStream implements Disposable {
     callNative(() => native().streamSynchronize(this.device, this.ptr));
   }
 
+  /** True once destroy() was called. */
   get destroyed(): boolean {
     return this.#destroyed;
   }
@@ -47,6 +48,7 @@ export class DeviceStream implements Disposable {
     callNative(() => native().streamDestroy(this.device, this.ptr));
   }
 
+  /** destroy(), for `using`. */
   [Symbol.dispose](): void {
     this.destroy();
   }

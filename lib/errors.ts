@@ -36,9 +36,12 @@ export const ERROR_CODES = [
   'NATIVE_LOAD',
 ] as const;
 
+/** One of ERROR_CODES. */
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
+/** What every gpuring failure throws or rejects with: `code` says which, stably across languages. */
 export class GpuringError extends Error {
+  /** Always 'GpuringError'. */
   override readonly name = 'GpuringError';
   /** Stable, language-independent error code. */
   readonly code: ErrorCode;

@@ -1,23 +1,3 @@
-/**
- * FrameLoan: arena memory for one frame of a flat schema, lent to the caller
- * to fill in place, then published without a copy (iceoryx2's loan, Aeron's
- * tryClaim/commit). `producer.loan(schema, rows)` makes one: no apache-arrow
- * object is built and no byte is copied between filling and the consumer.
- *
- * Ownership: from loan() until publish() resolves, the memory is the caller's
- * (unpublished; invisible to consumers). publish() hands it to the frame: the
- * producer reuses it once every consumer released the frame, so the views
- * must not be written after publish() is called. abandon() (or `using`) gives
- * unpublished memory back. A publish that fails (RING_FULL with a timeout,
- * invalid offsets) leaves the loan as it was: fix it, publish again.
- *
- * Layout: per column, in schema order, as Arrow lays it out for `rows` rows:
- * a validity bitmap for nullable fields (all rows valid to begin with; clear
- * bit i for a null at row i), then fixed-width values as the type's typed
- * array, bool values as bits, or utf8/binary offsets (`rows + 1`, the first 0)
- * (all 0: empty strings) and `bytes` of characters. Values and characters
- * start as whatever the arena held.
- */
 import type { Schema } from 'apache-arrow';
 import type { ColumnPlan } from './arrow/flat-batch-writer.js';
 import type { ValuesArray } from './arrow/table-reader.js';
@@ -26,6 +6,7 @@ import { GpuringError } from './errors.js';
 
 /** One column of a loan, as typed arrays over arena memory. */
 export interface LoanColumn {
+  /** The schema field's name. */
   readonly name: string;
   /** Nullable fields: bit i (LSB first) set when row i is valid; all set at first. Else null. */
   readonly validity: Uint8Array | null;
@@ -55,14 +36,17 @@ export interface LoanSink {
   free(): void;
 }
 
+/** Options of Producer.loan(). */
 export type LoanOptions = {
   /** Character bytes to lend each utf8/binary column, by name (default 0). */
   bytes?: Record<string, number>;
 };
 
+/** Options of FrameLoan.publish(). */
 export type LoanPublishOptions = {
   /** Rows to publish, at most the loan's (default: all of them). */
   rows?: number;
+  /** A number for the application, carried with the frame (default 0). */
   tag?: bigint;
   /** How long to wait for space when the ring is full: 0 fails at once with RING_FULL. */
   timeout?: number;
@@ -90,9 +74,30 @@ export function loanLayout(schema: Schema, plans: readonly ColumnPlan[], rows: n
   return [columns, total];
 }
 
+/**
+ * Arena memory for one frame of a flat schema, lent to the caller
+ * to fill in place, then published without a copy (iceoryx2's loan, Aeron's
+ * tryClaim/commit). `producer.loan(schema, rows)` makes one: no apache-arrow
+ * object is built and no byte is copied between filling and the consumer.
+ *
+ * Ownership: from loan() until publish() resolves, the memory is the caller's
+ * (unpublished; invisible to consumers). publish() hands it to the frame: the
+ * producer reuses it once every consumer released the frame, so the views
+ * must not be written after publish() is called. abandon() (or `using`) gives
+ * unpublished memory back. A publish that fails (RING_FULL with a timeout,
+ * invalid offsets) leaves the loan as it was: fix it, publish again.
+ *
+ * Layout: per column, in schema order, as Arrow lays it out for `rows` rows:
+ * a validity bitmap for nullable fields (all rows valid to begin with; clear
+ * bit i for a null at row i), then fixed-width values as the type's typed
+ * array, bool values as bits, or utf8/binary offsets (`rows + 1`, the first 0)
+ * (all 0: empty strings) and `bytes` of characters. Values and characters
+ * start as whatever the arena held.
+ */
 export class FrameLoan implements Disposable {
   /** Rows lent: publish() sends these or fewer. */
   readonly rows: number;
+  /** The schema's columns, in order, as typed arrays over the lent memory. */
   readonly columns: readonly LoanColumn[];
   readonly #regions: ColumnRegions[];
   readonly #sink: LoanSink;
@@ -154,6 +159,7 @@ export class FrameLoan implements Disposable {
     this.#sink.free();
   }
 
+  /** abandon() if not yet published, for `using`. */
   [Symbol.dispose](): void {
     this.abandon();
   }

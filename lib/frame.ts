@@ -1,26 +1,3 @@
-/**
- * Frame: one record batch received from a ring.
- *
- * Ownership: from the moment `consumer.next()` resolves, this process holds a
- * lease on the frame; the producer will not reuse its memory until the lease
- * ends. The lease ends with `release()` (or `[Symbol.dispose]`, so `using`
- * works), when the consumer closes, or when this process dies. After release,
- * tables from `toTable()` still point at the producer's memory, which it may
- * overwrite at any time: copy what you keep (e.g. `tableFromIPC(tableToIPC(t))`)
- * before releasing. A Frame object kept after release holds a little host
- * memory: its description, in a record block shared with frames taken around
- * the same time (64 KiB), freed when the last of them is collected.
- *
- * Device frames (cuda-ipc buffers): `toTable()` copies each buffer to the host,
- * on the device after the producer's event (no host wait for the producer's
- * GPU work). Each allocation is mapped once per process and the frame holds a
- * reference to its mappings until release.
- *
- * Asynchronous consumers: GPU work that reads the frame's buffers and is still
- * queued when the lease ends would read memory the producer is reusing. Queue
- * it on a stream and release with `release({ stream })`: the lease then ends
- * when the stream has completed that work, not when release() returns.
- */
 import type { Schema, Table } from 'apache-arrow';
 import type { BufferDescriptor, FrameDescription } from './codec/description.js';
 import { bufferIndex, forEachBuffer, handleName } from './codec/description.js';
@@ -72,6 +49,29 @@ export function recordLength(records: DataView, at: number): number {
   return RECORD_BYTES + Math.ceil(bodyLength(records, at) / 8) * 8;
 }
 
+/**
+ * One record batch received from a ring.
+ *
+ * Ownership: from the moment `consumer.next()` resolves, this process holds a
+ * lease on the frame; the producer will not reuse its memory until the lease
+ * ends. The lease ends with `release()` (or `[Symbol.dispose]`, so `using`
+ * works), when the consumer closes, or when this process dies. After release,
+ * tables from `toTable()` still point at the producer's memory, which it may
+ * overwrite at any time: copy what you keep (e.g. `tableFromIPC(tableToIPC(t))`)
+ * before releasing. A Frame object kept after release holds a little host
+ * memory: its description, in a record block shared with frames taken around
+ * the same time (64 KiB), freed when the last of them is collected.
+ *
+ * Device frames (cuda-ipc buffers): `toTable()` copies each buffer to the host,
+ * on the device after the producer's event (no host wait for the producer's
+ * GPU work). Each allocation is mapped once per process and the frame holds a
+ * reference to its mappings until release.
+ *
+ * Asynchronous consumers: GPU work that reads the frame's buffers and is still
+ * queued when the lease ends would read memory the producer is reusing. Queue
+ * it on a stream and release with `release({ stream })`: the lease then ends
+ * when the stream has completed that work, not when release() returns.
+ */
 export class Frame implements Disposable {
   // A frame is made on every wake-up of a sleeping consumer, where each object
   // and field touched costs cache misses: everything is read from the record
@@ -140,14 +140,17 @@ export class Frame implements Disposable {
     return (this.#description ??= decodeValidatedFrame(this.#bytes));
   }
 
+  /** Rows in the frame. */
   get numRows(): number {
     return Number(this.#records.getBigUint64(this.#at + RECORD_BYTES + Header.rowCount, true));
   }
 
+  /** The apache-arrow Schema of the frame (no buffer is touched). */
   get schema(): Schema {
     return schemaOfFrame(this.description);
   }
 
+  /** True once the lease ended (release(), the consumer closing). */
   get released(): boolean {
     return this.#released;
   }
@@ -300,6 +303,7 @@ export class Frame implements Disposable {
     return this.#lease;
   }
 
+  /** release(), for `using`. */
   [Symbol.dispose](): void {
     this.release();
   }

@@ -1,8 +1,8 @@
-export { Ring, type CreateOptions, type OpenOptions, type RingInspection, type WaitOptions } from './ring.js';
+export { Ring, type CreateOptions, type OpenOptions, type WaitOptions } from './ring.js';
 export { Producer, type HostAllocation, type ProducerOptions, type PublishOptions } from './producer.js';
-export { PreparedFrame, type PreparedPublishOptions } from './prepared-frame.js';
+export { PreparedFrame, type PreparedPublishOptions, type PublishManyOptions } from './prepared-frame.js';
 export { FrameLoan, type LoanColumn, type LoanOptions, type LoanPublishOptions } from './frame-loan.js';
-export { Consumer, type ConsumerOptions, type NextOptions } from './consumer.js';
+export { Consumer, type BatchOptions, type ConsumerOptions, type NextOptions } from './consumer.js';
 export { Frame } from './frame.js';
 export type { ColumnView, TypedValues } from './column-view.js';
 export type { DeviceView } from './device-mappings.js';
@@ -12,6 +12,6 @@ export type { BufferDescriptor, ColumnDescriptor, FrameDescription } from './cod
 export { absentBuffer, hostBuffer } from './codec/description.js';
 export { encodeFrame } from './codec/encode.js';
 export { decodeFrame } from './codec/decode.js';
-export type { CudaInfo, DeviceInfo, ParticipantInfo, ProducerStats, SweepReport } from './native.js';
+export type { CudaInfo, DeviceExport, DeviceInfo, ParticipantInfo, OldestSlot, ProducerStats, RingInspection, SlotInfo, SweepReport } from './native.js';
 export { DeviceStream } from './device-stream.js';
 export { cudaInfo, DeviceBuffer, deviceBufferDescriptor, exportDeviceMemory } from './device-buffer.js';

@@ -9,20 +9,30 @@ import { fileURLToPath } from 'node:url';
 import { GpuringError } from './errors.js';
 
 export interface NativeSegmentHandle {
-  inspect(): RawInspection;
+  inspect(): RingInspection;
   sweep(): SweepReport;
   close(): void;
 }
 
-export interface RawInspection {
+/** What Ring.inspect() and `gpuring inspect --json` report: header, slot occupancy, participants. */
+export interface RingInspection {
+  /** The ring's name. */
   name: string;
+  /** Format version of the segment, MAJOR.MINOR (SPEC.md). */
   version: string;
+  /** The layout hash the segment was created with, hex. */
   layoutHash: string;
+  /** Bytes of the segment. */
   totalBytes: number;
+  /** Slots: frames the ring holds at once. */
   slotCount: number;
+  /** Participants that may attach at once. */
   participantCapacity: number;
+  /** The process that created the segment. */
   creatorPid: number;
+  /** When it was created, ms since 1970. */
   createdUnixMs: number;
+  /** Slots in each state. */
   slots: Record<'empty' | 'writing' | 'ready' | 'claimed' | 'leased' | 'released', number>;
   /** Slots a consumer holds (claimed or leased), in slot order. */
   heldSlots: SlotInfo[];
@@ -31,49 +41,83 @@ export interface RawInspection {
    * `blocksProducers`: the ring is full up to it, so no producer can publish
    * until its holder (the participant named; see its state) lets it go.
    */
-  oldest: (SlotInfo & { blocksProducers: boolean }) | null;
+  oldest: OldestSlot | null;
+  /** Every participant entry in use, alive or dead. */
   participants: ParticipantInfo[];
+  /** Slots repaired after dead participants, in all. */
   recovered: number;
+  /** Frames handed back for another consumer after their consumer died, in all. */
   redelivered: number;
   /** Participants asleep on their doorbells, by what they wait for (the control block's counts). */
-  doorbells: { data: number; space: number };
+  doorbells: {
+    /** Consumers asleep waiting for frames. */
+    data: number;
+    /** Producers asleep waiting for space or releases. */
+    space: number;
+  };
 }
 
+/** A ring's oldest occupied slot (RingInspection.oldest). */
+export interface OldestSlot extends SlotInfo {
+  /** Producers wait for this slot: the ring is full up to it. */
+  blocksProducers: boolean;
+}
+
+/** An occupied slot of a ring (Ring.inspect()). */
 export interface SlotInfo {
+  /** Its index, 0 to slotCount - 1. */
   slot: number;
   /** The frame's position in the ring (48-bit, counting from 0). */
   position: number;
+  /** What the frame in it is doing (SPEC.md §5.1); damaged: a state no participant writes. */
   state: 'writing' | 'ready' | 'claimed' | 'leased' | 'released' | 'damaged';
   /** The participant index the slot word names: the producer while writing, ready or released, the consumer while claimed or leased. */
   participant: number | null;
 }
 
+/** A producer or consumer in a ring's participant table (Ring.inspect()). */
 export interface ParticipantInfo {
+  /** Entry in the participant table. */
   index: number;
+  /** Grows at every attach to the entry, so that an earlier occupant's arenas are never taken for this one's. */
   generation: number;
+  /** active; dead (gone, with frames still naming it); attaching or freeing (in transition); damaged. */
   state: 'active' | 'dead' | 'attaching' | 'freeing' | 'damaged';
   /** What this participant sleeps on its doorbell for (SPEC.md §6.1): nothing while awake. */
   asleep: ('data' | 'space')[];
+  /** Its process (pid and start time) still runs. */
   alive: boolean;
+  /** Process id. */
   pid: number;
+  /** What it attached as. */
   roles: ('producer' | 'consumer')[];
+  /** When it attached, ms since 1970. */
   attachedUnixMs: number;
+  /** Shared-memory arenas it created (producers). */
   arenas: number;
   /** Frames this participant holds (claimed or leased). */
   leases: number;
-  /** Frames published, taken and released by this participant so far. */
+  /** Frames this participant published so far. */
   published: number;
+  /** Frames it took (claims that became leases). */
   leased: number;
+  /** Frames it released. */
   released: number;
 }
 
 /** What one sweep for dead participants repaired. */
 export interface SweepReport {
+  /** Participants newly found dead. */
   foundDead: number;
+  /** Participant entries freed (their arenas unlinked). */
   freed: number;
+  /** Unpublished claims of dead producers skipped. */
   skipped: number;
+  /** Frames dead consumers had claimed, handed to other consumers. */
   redelivered: number;
+  /** Leases of dead consumers released for them. */
   released: number;
+  /** Released frames of dead producers recycled. */
   recycled: number;
   /** Slot words no participant could have written (damage), reset to empty. */
   corrupt: number;
@@ -98,11 +142,17 @@ export interface NativeProducerCore {
   close(): void;
 }
 
+/** A producer's own counts (Producer.stats()). */
 export interface ProducerStats {
+  /** Frames published and not yet released and reclaimed. */
   inFlight: number;
+  /** publish() calls waiting for space in the ring. */
   waiting: number;
+  /** allocate() results no frame has used yet. */
   unpublishedAllocations: number;
+  /** Arenas this producer has created. */
   arenas: number;
+  /** Free bytes left in them. */
   arenaFreeBytes: number;
 }
 
@@ -137,10 +187,15 @@ export interface NativeConsumerCore {
 
 /** Device memory made shareable: its allocation's IPC handle and the pointer's offset in it. */
 export interface DeviceExport {
+  /** The allocation's 64-byte CUipcMemHandle. */
   handle: Uint8Array;
+  /** Bytes from the allocation's base to the pointer. */
   offset: number;
+  /** The allocation's base address. */
   base: bigint;
+  /** Bytes of the whole allocation. */
   allocationBytes: number;
+  /** Device ordinal in this process. */
   device: number;
   /** CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per allocation for the process's lifetime. */
   allocationId: bigint;
@@ -166,22 +221,37 @@ export interface IpcStats {
 
 /** What the CUDA driver reports (see lib/cuda.ts). */
 export interface CudaInfo {
+  /** libcuda.so.1 loaded and cuInit succeeded. */
   available: boolean;
+  /** Why CUDA is not available. */
   error?: string;
+  /** As cuDriverGetVersion reports it (12040 is 12.4). */
   driverVersion?: number;
+  /** The devices visible to this process, by ordinal. */
   devices: DeviceInfo[];
 }
 
+/** One CUDA device as cudaInfo() reports it. */
 export interface DeviceInfo {
+  /** Device ordinal in this process (after CUDA_VISIBLE_DEVICES). */
   ordinal: number;
+  /** The product name. */
   name: string;
   /** As nvidia-smi prints it: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx. */
   uuid: string;
+  /** The UUID's 16 bytes, as frames carry it. */
   uuidBytes: Uint8Array;
+  /** Device memory in all. */
   totalBytes: number;
+  /** Device memory free when cudaInfo() ran. */
   freeBytes: number;
   /** Whether this device's memory can be exported with CUDA IPC here, and if not why. */
-  ipc: { ok: boolean; reason?: string };
+  ipc: {
+    /** cuIpcGetMemHandle works on this device's memory. */
+    ok: boolean;
+    /** Why it does not. */
+    reason?: string;
+  };
   /** peerAccess[j]: this device can access device j's memory directly. */
   peerAccess: boolean[];
 }

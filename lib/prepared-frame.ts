@@ -1,5 +1,33 @@
+import { HANDLE_BYTES, Header } from './codec/layout.js';
+import { parseOptions, preparedPublishOptions, publishManyOptions } from './options.js';
+import { native } from './native.js';
+import { callNative, GpuringError } from './errors.js';
+
+/** How the producer sends a prepared body: with the event id to recycle on release (-1: none). */
+export type SendBody = (body: Uint8Array, eventId: number, timeout: number, tag: bigint) => number | Promise<number>;
+
+/** How the producer sends `count` copies of a prepared body in one native call. */
+export type SendMany = (body: Uint8Array, eventId: number, count: number, tags: BigUint64Array | null, timeout: number) => Promise<number[]>;
+
+/** Options of PreparedFrame.publish(): as publish()'s, without device. */
+export type PreparedPublishOptions = {
+  /** Milliseconds to wait for space when the ring is full (default: no limit); 0 fails at once with RING_FULL. */
+  timeout?: number;
+  /** A number for the application, carried with the frame (default 0). */
+  tag?: bigint;
+};
+/** Options of PreparedFrame.publishMany(): timeout, and one tag per frame. */
+export type PublishManyOptions = {
+  /** Milliseconds to wait for space (default: no limit); 0 publishes what fits and fails with RING_FULL. */
+  timeout?: number;
+  /** Frame i's tag (default 0). */
+  tags?: BigUint64Array;
+};
+
+const NO_EVENT = new Uint8Array(HANDLE_BYTES);
+
 /**
- * PreparedFrame: a frame description validated and encoded once, published
+ * A frame description validated and encoded once, published
  * as often as you like (Producer.prepare()). For producers with a fixed set
  * of device buffers, a ring of output tensors or double buffering, which
  * otherwise describe, encode and validate the same layout for every frame.
@@ -14,22 +42,6 @@
  * that stream is busy (none when idle), unless the description carries an
  * event of its own.
  */
-import { HANDLE_BYTES, Header } from './codec/layout.js';
-import { parseOptions, preparedPublishOptions, publishManyOptions } from './options.js';
-import { native } from './native.js';
-import { callNative, GpuringError } from './errors.js';
-
-/** How the producer sends a prepared body: with the event id to recycle on release (-1: none). */
-export type SendBody = (body: Uint8Array, eventId: number, timeout: number, tag: bigint) => number | Promise<number>;
-
-/** How the producer sends `count` copies of a prepared body in one native call. */
-export type SendMany = (body: Uint8Array, eventId: number, count: number, tags: BigUint64Array | null, timeout: number) => Promise<number[]>;
-
-export type PreparedPublishOptions = { timeout?: number; tag?: bigint };
-export type PublishManyOptions = { timeout?: number; tags?: BigUint64Array };
-
-const NO_EVENT = new Uint8Array(HANDLE_BYTES);
-
 export class PreparedFrame {
   readonly #body: Uint8Array;
   readonly #header: DataView;

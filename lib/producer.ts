@@ -1,15 +1,3 @@
-/**
- * Producer: publishes frames into a ring.
- *
- * Ownership: every buffer a frame references lives in this producer's host
- * arenas. From a successful `publish()` until the frame is released (by its
- * consumer, or for it when that consumer dies), the memory belongs to the
- * frame; afterwards the producer reuses it. `releases()` and the 'release'
- * event report each frame id once its memory is free again.
- * Backpressure: when the ring is full, `publish()` waits for space (up to
- * `timeout` ms, forever by default; `timeout: 0` fails at once with RING_FULL).
- * Frames are published in call order.
- */
 import { EventEmitter } from 'node:events';
 import { type RecordBatch, type Schema, Table } from 'apache-arrow';
 import { describeBatch, toBatch, type BufferPlacer } from './arrow/table-writer.js';
@@ -27,8 +15,17 @@ import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeProducerCore, type ProducerStats } from './native.js';
 import { openFlags, parseOptions, parseSegmentName, prepareOptions, producerOptions, publishOptions, toNativeTimeout } from './options.js';
 
+/** Options of Producer.open(): arenaBytes, openTimeout, anyOwner, sweepInterval. */
 export type ProducerOptions = Partial<typeof producerOptions._input>;
-export type PublishOptions = { timeout?: number; tag?: bigint; device?: number };
+/** Options of publish() and publishFrame(). */
+export type PublishOptions = {
+  /** Milliseconds to wait for space when the ring is full (default: no limit); 0 fails at once with RING_FULL. */
+  timeout?: number;
+  /** A number for the application, carried with the frame (default 0). */
+  tag?: bigint;
+  /** publish(table): upload the columns to this CUDA device and publish them as device memory. */
+  device?: number;
+};
 
 /**
  * Memory in one of the producer's arenas, for writing a column in place.
@@ -37,10 +34,15 @@ export type PublishOptions = { timeout?: number; tag?: bigint; device?: number }
  * uses it; `free()` returns one that was never published.
  */
 export interface HostAllocation {
+  /** Which of this producer's arenas holds the allocation. */
   readonly arena: number;
+  /** Byte offset of the allocation in its arena. */
   readonly offset: number;
+  /** Bytes allocated. */
   readonly length: number;
+  /** The allocation's memory, to fill before publishing. */
   readonly bytes: Uint8Array;
+  /** Returns an allocation no frame used; one a frame used is the frame's. */
   free(): void;
 }
 
@@ -51,7 +53,20 @@ interface Loose {
   internal: boolean;
 }
 
+/**
+ * Publishes frames into a ring.
+ *
+ * Ownership: every buffer a frame references lives in this producer's host
+ * arenas. From a successful `publish()` until the frame is released (by its
+ * consumer, or for it when that consumer dies), the memory belongs to the
+ * frame; afterwards the producer reuses it. `releases()` and the 'release'
+ * event report each frame id once its memory is free again.
+ * Backpressure: when the ring is full, `publish()` waits for space (up to
+ * `timeout` ms, forever by default; `timeout: 0` fails at once with RING_FULL).
+ * Frames are published in call order.
+ */
 export class Producer {
+  /** The ring's name. */
   readonly name: string;
   readonly #core: NativeProducerCore;
   readonly #arenas: ArrayBuffer[] = [];
@@ -90,14 +105,17 @@ export class Producer {
     return new Producer(n, callNative(() => new (native().ProducerCore)(n, o.arenaBytes, o.openTimeout, openFlags(o), o.sweepInterval)));
   }
 
+  /** This producer's entry in the ring's participant table (as `gpuring inspect` shows it). */
   get index(): number {
     return this.#core.index;
   }
 
+  /** True once close() was called. */
   get closed(): boolean {
     return this.#closed;
   }
 
+  /** Frames in flight, publishes waiting for space, unpublished allocations, arenas and their free bytes. */
   stats(): ProducerStats {
     return this.#core.stats();
   }
@@ -298,6 +316,7 @@ export class Producer {
     return this;
   }
 
+  /** Removes a listener added with on(). */
   off(event: 'release', listener: (frameId: number) => void): this {
     this.#events.off(event, listener);
     this.#watchReleases();
@@ -327,6 +346,7 @@ export class Producer {
     this.#events.emit('close');
   }
 
+  /** close(), for `using`. */
   [Symbol.dispose](): void {
     this.close();
   }

@@ -1,25 +1,28 @@
-/**
- * Ring: a named shared-memory segment (/dev/shm/gpuring.NAME) holding the ring
- * of frames and the table of attached processes. Creating one does not join
- * it: producers and consumers attach with `ring.producer()` / `ring.consumer()`
- * (or Producer.open / Consumer.open from any process).
- */
 import { Consumer, type ConsumerOptions } from './consumer.js';
 import { existsSync } from 'node:fs';
 import { callNative, GpuringError } from './errors.js';
-import { native, type NativeSegmentHandle, type RawInspection, type SweepReport } from './native.js';
+import { native, type NativeSegmentHandle, type RingInspection, type SweepReport } from './native.js';
 import { createOptions, openFlags, openOptions, parseOptions, parseSegmentName, waitOptions } from './options.js';
 import { Producer, type ProducerOptions } from './producer.js';
 
+/** Options of Ring.create(): slots, participants, mode, ifExists. */
 export type CreateOptions = Partial<typeof createOptions._input>;
+/** Options of Ring.open(): openTimeout, anyOwner. */
 export type OpenOptions = Partial<typeof openOptions._input>;
+/** Options of Ring.waitFor(): timeout, signal. */
 export type WaitOptions = Partial<typeof waitOptions._input>;
 
 /** How often waitFor() looks for the segment: a stat, cheap enough to keep a start-up wait short. */
 const WAIT_POLL_MS = 10;
-export type RingInspection = RawInspection;
 
+/**
+ * A named shared-memory segment (/dev/shm/gpuring.NAME) holding the ring
+ * of frames and the table of attached processes. Creating one does not join
+ * it: producers and consumers attach with `ring.producer()` / `ring.consumer()`
+ * (or Producer.open / Consumer.open from any process).
+ */
 export class Ring {
+  /** The ring's name: its segment is /dev/shm/gpuring.NAME. */
   readonly name: string;
   readonly #handle: NativeSegmentHandle;
 
@@ -99,14 +102,17 @@ export class Ring {
     return callNative(() => this.#handle.sweep());
   }
 
+  /** Attaches a producer to this ring (Producer.open(ring.name, options)). */
   producer(options?: ProducerOptions): Producer {
     return Producer.open(this.name, options);
   }
 
+  /** Attaches a consumer to this ring (Consumer.open(ring.name, options)). */
   consumer(options?: ConsumerOptions): Consumer {
     return Consumer.open(this.name, options);
   }
 
+  /** Unmaps the segment from this process; the ring itself stays (see Ring.unlink). */
   close(): void {
     this.#handle.close();
   }

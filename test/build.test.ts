@@ -1,7 +1,7 @@
 // binding.gyp builds the same sources as CMake (from sources.gypi), offline,
 // and that addon works: a frame crosses a ring through it.
-import { execFileSync } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import test from 'ava';
@@ -52,4 +52,14 @@ test('one license everywhere, shipped in the npm tarball; source maps carry thei
     const { sources, sourcesContent } = JSON.parse(readFileSync(join(root, map), 'utf8')) as { sources: string[]; sourcesContent?: string[] };
     t.is(sourcesContent?.length, sources.length, `${map} embeds the TypeScript it maps to (lib/ is not shipped)`);
   }
+});
+
+test('the API reference builds from the doc comments, with every exported symbol documented (TypeDoc, pdoc)', (t) => {
+  t.timeout(180_000);
+  // typedoc.json treats a missing doc comment on anything exported as an error.
+  const run = spawnSync('npm', ['run', 'docs'], { cwd: root, encoding: 'utf8' });
+  t.is(run.status, 0, `${run.stdout}\n${run.stderr}`);
+  for (const page of ['docs/api/node/index.html', 'docs/api/node/classes/Consumer.html', 'docs/api/python/gpuring.html'])
+    t.true(existsSync(join(root, page)), page);
+  t.regex(readFileSync(join(root, 'docs/api/node/classes/Ring.html'), 'utf8'), /Resolves once ring/, 'doc comments are in it');
 });

@@ -7,7 +7,8 @@
 import { existsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ParticipantInfo } from '../native.js';
-import { Ring, type RingInspection } from '../ring.js';
+import type { RingInspection } from '../native.js';
+import { Ring } from '../ring.js';
 import { table, type Output } from './output.js';
 
 export interface WatchParticipant {

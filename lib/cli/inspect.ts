@@ -1,5 +1,6 @@
 /** `gpuring inspect NAME`: header, participants (alive or dead), occupancy, leases. */
-import { Ring, type RingInspection } from '../ring.js';
+import type { RingInspection } from '../native.js';
+import { Ring } from '../ring.js';
 import { bytes, table, type Output } from './output.js';
 
 export function formatInspection(i: RingInspection): string {

@@ -8,6 +8,7 @@ import { utf8, utf8Decoder } from './utf8.js';
 
 /** One buffer of a column, in Arrow order (validity, offsets, data). */
 export interface BufferDescriptor {
+  /** Where the buffer lies: host (a shared-memory arena), cuda-ipc (device memory) or absent. */
   kind: MemoryKind;
   /** The producer's device ordinal; -1 for host memory. */
   deviceOrdinal: number;
@@ -15,6 +16,7 @@ export interface BufferDescriptor {
   deviceUuid: Uint8Array;
   /** Bytes from the base of the allocation the handle names. */
   offset: number;
+  /** Bytes of the buffer. */
   length: number;
   /**
    * cuda-ipc: the allocation's CU_POINTER_ATTRIBUTE_BUFFER_ID in the exporting
@@ -28,33 +30,45 @@ export interface BufferDescriptor {
 
 /** One field of the schema together with its array data. */
 export interface ColumnDescriptor {
+  /** The field's name. */
   name: string;
   /** Arrow C data interface format string. */
   format: string;
+  /** The field may hold nulls. */
   nullable: boolean;
+  /** Dictionary-encoded columns: the dictionary's order is meaningful. */
   dictionaryOrdered: boolean;
+  /** Map columns: keys are sorted within each map. */
   mapKeysSorted: boolean;
   /** Field metadata, in order; null when there is none. */
   metadata: [string, string][] | null;
   /** Index into FrameDescription.dictionaries, or -1. */
   dictionary: number;
+  /** Elements of this column (or child). */
   length: number;
   /** -1 when unknown. */
   nullCount: number;
   /** Element offset, which also indexes the validity bits. */
   offset: number;
+  /** The Arrow buffers of this node, in the C data interface's order (validity first). */
   buffers: BufferDescriptor[];
+  /** Child nodes of nested types; [] for others. */
   children: ColumnDescriptor[];
 }
 
+/** What a frame carries: its schema with each column's buffers, as publishFrame() takes it and Frame.description gives it. */
 export interface FrameDescription {
+  /** Rows of the record batch. */
   rowCount: number;
+  /** Schema metadata, in order; null when there is none. */
   metadata: [string, string][] | null;
+  /** The top-level columns. */
   columns: ColumnDescriptor[];
   /** Value arrays of dictionary-encoded columns. */
   dictionaries: ColumnDescriptor[];
   /** 0 none, 2 a cuda-ipc event handle in syncHandle. */
   syncKind: number;
+  /** 64 bytes: the CUipcEventHandle readers wait on when syncKind is 2; zero otherwise. */
   syncHandle: Uint8Array;
 }
 

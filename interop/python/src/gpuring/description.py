@@ -27,11 +27,13 @@ class BufferDescriptor:
 
     @staticmethod
     def host(arena: str, offset: int, length: int) -> "BufferDescriptor":
+        """A host buffer: ``length`` bytes at ``offset`` in the producer arena named ``arena``."""
         name = arena.encode()[:HANDLE_BYTES - 1]
         return BufferDescriptor("host", -1, bytes(16), offset, length, 0, name.ljust(HANDLE_BYTES, b"\0"))
 
     @property
     def arena_name(self) -> str:
+        """Host buffers: the name of the arena that holds the bytes."""
         return self.handle.split(b"\0", 1)[0].decode(errors="replace")
 
 
@@ -95,6 +97,7 @@ def column_to_json(c: ColumnDescriptor) -> dict:
 
 
 def to_json(d: FrameDescription) -> dict:
+    """The description as the fixtures' JSON form (fixtures/README.md)."""
     return {"rowCount": d.row_count, "metadata": _meta_json(d.metadata),
             "columns": [column_to_json(c) for c in d.columns],
             "dictionaries": [column_to_json(c) for c in d.dictionaries],
@@ -116,6 +119,7 @@ def column_from_json(j: dict) -> ColumnDescriptor:
 
 
 def from_json(j: dict) -> FrameDescription:
+    """The description a fixtures JSON object gives (the inverse of ``to_json``)."""
     return FrameDescription(j["rowCount"], [column_from_json(c) for c in j["columns"]],
                             [column_from_json(c) for c in j["dictionaries"]], _meta_from(j["metadata"]),
                             j["syncKind"], bytes.fromhex(j["syncHandle"]))

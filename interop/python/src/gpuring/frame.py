@@ -33,6 +33,11 @@ class Lease:
 
 
 class Frame:
+    """One record batch taken from a ring (``Consumer.next()``): ``description``
+    says what it carries, ``frame_id`` and ``user_tag`` identify it. Read it with
+    ``to_arrow()``, ``to_cupy()`` or ``to_torch()``; release it when done (see
+    the module's ownership rules)."""
+
     def __init__(self, consumer, description: FrameDescription, frame_id: int, user_tag: int, lease: Lease) -> None:
         self.description = description
         self.frame_id = frame_id
@@ -42,14 +47,17 @@ class Frame:
 
     @property
     def row_count(self) -> int:
+        """Rows in the frame."""
         return self.description.row_count
 
     @property
     def column_names(self) -> list[str]:
+        """The top-level column names, in order."""
         return [c.name for c in self.description.columns]
 
     @property
     def on_device(self) -> bool:
+        """Whether any buffer of the frame is CUDA device memory."""
         return any(b.kind == "cuda-ipc" for b in self.description.buffers())
 
     def _held(self) -> Lease:

@@ -50,6 +50,7 @@ class Ring:
 
     @staticmethod
     def open(name: str, timeout: float = 1.0, any_owner: bool = False) -> "Ring":
+        """Opens an existing ring, waiting up to ``timeout`` seconds for a creator still initializing it; ``any_owner`` joins a ring another user created."""
         return Ring(Segment.open(name, timeout, any_owner))
 
     @staticmethod
@@ -59,6 +60,7 @@ class Ring:
 
     @property
     def name(self) -> str:
+        """The ring's name: its segment is /dev/shm/gpuring.NAME."""
         return self.segment.name
 
     def sweep(self) -> SweepReport:
@@ -85,6 +87,7 @@ class Ring:
                 "recovered": seg.mem.load64(seg.control("recovered"))}
 
     def close(self) -> None:
+        """Unmaps the segment from this process; the ring itself stays (see ``unlink``)."""
         self.segment.close()
 
     def __enter__(self) -> "Ring":
