@@ -44,7 +44,7 @@ gpuTest('gpuring demo --device 0: the Node-to-Node device example runs, every va
   const s = JSON.parse(stdout);
   t.true(s.ok, stdout);
   t.is(s.memory, 'device memory on GPU 0');
-  t.is(s.received, 200);
-  t.is(s.mismatches, 0);
-  t.log(`${s.received} device frames, ${Math.round(s.framesPerSecond)} frames/s`);
+  t.is(s.transport.frames, 200);
+  t.deepEqual([s.verification.frames, s.verification.mismatches], [200, 0]);
+  t.log(`${s.transport.frames} device frames, ${Math.round(s.transport.framesPerSecond)} frames/s; hand-off p50 ${s.latency.p50Us.toFixed(1)} µs`);
 });
