@@ -43,11 +43,11 @@ count_pytest() { # file -> adds pytest's final "N passed, N failed, N skipped, N
   n=$(echo "$line" | grep -Eo '[0-9]+ errors?' | awk '{print $1}'); failed=$((failed + ${n:-0}))
   n=$(echo "$line" | grep -Eo '[0-9]+ skipped' | awk '{print $1}'); skipped=$((skipped + ${n:-0}))
 }
-if python3 -c 'import pytest, pyarrow, numpy, build' 2>/dev/null; then
+if python3 -c 'import pytest, pyarrow, numpy, build, mypy' 2>/dev/null; then
   python3 -m pytest -rs -p no:cacheprovider interop/python 2>&1 | tee "$log/py.txt"
   count_pytest "$log/py.txt"
 else
-  echo "Python suite: needs pytest, pyarrow, numpy and build (python3 -m pip install pytest pyarrow numpy build)"; failed=$((failed + 1))
+  echo "Python suite: needs pytest, pyarrow, numpy, build and mypy (python3 -m pip install pytest pyarrow numpy build mypy)"; failed=$((failed + 1))
 fi
 
 echo "== GPU suite =="

@@ -32,6 +32,7 @@ def test_the_sdist_and_the_wheel_carry_the_code_the_readme_and_the_license(dist)
         names = set(z.namelist())
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "gpuring/consumer.py" in names
+    assert "gpuring/py.typed" in names, "type hints are shipped (PEP 561)"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "License-Expression: Apache-2.0" in metadata
 

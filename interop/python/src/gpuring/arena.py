@@ -124,14 +124,20 @@ class ArenaPool:
             if at is not None:
                 return Allocation(a.number, at, want)
         a = self._create(want)
-        return Allocation(a.number, a.take(want), want)
+        at = a.take(want)
+        assert at is not None, "a new arena holds the allocation it was made for"
+        return Allocation(a.number, at, want)
 
     def free(self, alloc: Allocation) -> None:
-        if alloc.arena < len(self.arenas) and self.arenas[alloc.arena]:
-            self.arenas[alloc.arena].give_back(alloc.offset, alloc.length)
+        arena = self.arenas[alloc.arena] if alloc.arena < len(self.arenas) else None
+        if arena is not None:
+            arena.give_back(alloc.offset, alloc.length)
 
     def memory(self, alloc: Allocation) -> SharedMemory:
-        return self.arenas[alloc.arena].mem
+        arena = self.arenas[alloc.arena]
+        if arena is None:
+            raise GpuringError("ARENA_INVALID", f"arena {alloc.arena} of this producer is closed")
+        return arena.mem
 
     def close(self) -> None:
         """Unmaps; the names stay until a sweep frees this entry, as consumers may still need them."""

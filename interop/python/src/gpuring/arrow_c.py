@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 from .format import parse_format
 
@@ -60,7 +61,7 @@ class ArrowNode:
     length: int
     null_count: int
     offset: int
-    buffers: list
+    buffers: list[Any]
     children: list["ArrowNode"] = field(default_factory=list)
     dictionary: "ArrowNode | None" = None
 
@@ -104,14 +105,14 @@ class _Imported:
 
     def __init__(self, owner: object) -> None:
         self.owner = owner
-        self.objects: list = []
+        self.objects: list[Any] = []
 
 
-def _noop_child_array(p):
+def _noop_child_array(p: Any) -> None:
     p[0].release = _ArrayRelease()
 
 
-def _noop_child_schema(p):
+def _noop_child_schema(p: Any) -> None:
     p[0].release = _SchemaRelease()
 
 
@@ -120,12 +121,12 @@ _child_schema_release = _SchemaRelease(_noop_child_schema)
 
 
 # pyarrow moves the root struct before releasing it, so the key travels in private_data.
-def _root_array_release(p):
+def _root_array_release(p: Any) -> None:
     p[0].release = _ArrayRelease()
     _Imported.live.pop(p[0].private_data, None)
 
 
-def _root_schema_release(p):
+def _root_schema_release(p: Any) -> None:
     p[0].release = _SchemaRelease()
     _Imported.live.pop(p[0].private_data, None)
 
@@ -157,7 +158,7 @@ def _build(node: ArrowNode, keep: _Imported, root: bool) -> tuple[ArrowSchema, A
     return s, a
 
 
-def import_record_batch(root: ArrowNode, owner: object):
+def import_record_batch(root: ArrowNode, owner: object) -> Any:
     """A pyarrow RecordBatch over the memory ``root`` points at, with no copy.
     ``owner`` stays referenced until pyarrow drops the last buffer."""
     import pyarrow as pa

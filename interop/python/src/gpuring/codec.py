@@ -15,7 +15,7 @@ from .layout import (BODY_HEADER as H, BODY_MAGIC, BODY_VERSION,
                      BODY_HEADER_BYTES, BUFFER_BYTES, HANDLE_BYTES, MAX_BODY_BYTES, MAX_BUFFERS,
                      MAX_COUNT, MAX_DEPTH, MAX_NODES, MEMORY_KINDS, NODE_BYTES, NODE_DICT_ORDERED,
                      NODE_MAP_KEYS_SORTED, NODE_NULLABLE)
-from .metadata import decode_metadata, encode_metadata, is_malformed
+from .metadata import decode_metadata, encode_metadata, is_malformed, metadata_pairs
 
 _NODE = struct.Struct("<IIIIIIIIiIQqQ")
 _BUFFER = struct.Struct("<HHi16sQQQ16s64s")
@@ -37,7 +37,7 @@ def _bad_argument(what: str) -> GpuringError:
     return GpuringError("INVALID_ARGUMENT", f"invalid frame description: {what}")
 
 
-def _check_count(v, what: str, low: int = 0) -> None:
+def _check_count(v: object, what: str, low: int = 0) -> None:
     if not isinstance(v, int) or isinstance(v, bool) or v < low or v > MAX_COUNT:
         raise _bad_argument(f"{what} must be an integer from {low} to 2**53-1")
 
@@ -77,7 +77,7 @@ def encode_frame(d: FrameDescription) -> bytes:
     metadata last, every reserved and padding byte zero."""
     nodes: list[ColumnDescriptor] = []
     _flatten(d.columns, nodes)
-    dictionary_roots = []
+    dictionary_roots: list[int] = []
     for dictionary in d.dictionaries:
         dictionary_roots.append(len(nodes))
         _flatten([dictionary], nodes)
@@ -103,9 +103,9 @@ def encode_frame(d: FrameDescription) -> bytes:
     for i, (n, (name, fmt, meta)) in enumerate(zip(nodes, node_strings)):
         flags = ((NODE_NULLABLE if n.nullable else 0) | (NODE_DICT_ORDERED if n.dictionary_ordered else 0)
                  | (NODE_MAP_KEYS_SORTED if n.map_keys_sorted else 0))
-        dictionary = -1 if n.dictionary < 0 else dictionary_roots[n.dictionary]
+        dictionary_node = -1 if n.dictionary < 0 else dictionary_roots[n.dictionary]
         _NODE.pack_into(out, BODY_HEADER_BYTES + i * NODE_BYTES, put(name), len(name), put(fmt), len(fmt),
-                        put(meta), len(meta), len(n.children), flags, dictionary, len(n.buffers),
+                        put(meta), len(meta), len(n.children), flags, dictionary_node, len(n.buffers),
                         n.length, n.null_count, n.offset)
         for b in n.buffers:
             _BUFFER.pack_into(out, buffers_at, MEMORY_KINDS.index(b.kind), 0, b.device_ordinal, b.device_uuid,
@@ -297,13 +297,13 @@ class _Validator:
             return ColumnDescriptor(
                 self.string(name_off, name_len).decode(), self.string(fmt_off, fmt_len).decode(errors="replace"),
                 length, buffers, bool(flags & NODE_NULLABLE), bool(flags & NODE_DICT_ORDERED),
-                bool(flags & NODE_MAP_KEYS_SORTED), decode_metadata(self.string(meta_off, meta_len)),
+                bool(flags & NODE_MAP_KEYS_SORTED), metadata_pairs(self.string(meta_off, meta_len)),
                 -1 if dictionary < 0 else dictionary_index[dictionary], null_count, offset, children)
 
         columns = [build() for _ in range(self.root_count)]
         dictionaries = [build() for _ in range(self.dictionary_count)]
         return FrameDescription(self.row_count, columns, dictionaries,
-                                decode_metadata(self.string(self.metadata_offset, self.metadata_length)),
+                                metadata_pairs(self.string(self.metadata_offset, self.metadata_length)),
                                 self.sync_kind, self.body[H["sync_handle"]:H["sync_handle"] + HANDLE_BYTES])
 
 

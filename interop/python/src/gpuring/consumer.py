@@ -9,6 +9,7 @@ the lease ends.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING, Any, Iterator
 
 from . import layout as L
 from . import slot_protocol as ring
@@ -19,6 +20,11 @@ from .host_columns import ArenaMaps, record_batch
 from .recovery import detach, sweep
 from .segment import Segment
 
+if TYPE_CHECKING:
+    from .description import FrameDescription
+    from .device_columns import DeviceMappings
+    from .stream_releases import StreamReleases
+
 
 class Consumer:
     """One consumer on a ring. ``next`` is for one thread at a time; leases may
@@ -26,12 +32,13 @@ class Consumer:
 
     def __init__(self, seg: Segment) -> None:
         self._seg = seg
+        self._closed = False
         self.index, self.generation = seg.attach(L.ROLE_CONSUMER)
         self._maps = ArenaMaps(seg)
         self._lock = threading.Lock()
         self._held: set[int] = set()
-        self._device = None
-        self._stream_releases = None
+        self._device: DeviceMappings | None = None
+        self._stream_releases: StreamReleases | None = None
         sweep(seg)
 
     @classmethod
@@ -51,7 +58,7 @@ class Consumer:
         pos, ref = ring.wait_for(self._seg, "data", lambda: ring.try_claim(self._seg, self.index), timeout)
         return self._hand_over(pos, ref)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Frame]:
         while True:
             yield self.next()
 
@@ -78,7 +85,7 @@ class Consumer:
 
     def _end_lease(self, pos: int) -> None:
         with self._lock:
-            if self._seg is None:
+            if self._closed:
                 return  # closed: detach already released everything we held
             self._held.discard(pos)
             try:
@@ -86,7 +93,7 @@ class Consumer:
             except GpuringError:
                 pass  # a sweeper released it for us after judging us dead
 
-    def _record_batch(self, description, lease: Lease):
+    def _record_batch(self, description: FrameDescription, lease: Lease) -> Any:
         return record_batch(description, self._maps.address, lease)
 
     def _release_after(self, ordinal: int, stream: int, lease: Lease) -> None:
@@ -95,14 +102,14 @@ class Consumer:
             self._stream_releases = StreamReleases()
         self._stream_releases.add(ordinal, stream, lease)
 
-    def _device_mappings(self):
+    def _device_mappings(self) -> DeviceMappings:
         if self._device is None:
             from .device_columns import DeviceMappings
             self._device = DeviceMappings()
         return self._device
 
     def _check_open(self) -> None:
-        if self._seg is None:
+        if self._closed:
             raise GpuringError("CLOSED", "the consumer is closed")
 
     def close(self) -> None:
@@ -113,9 +120,9 @@ class Consumer:
         if self._stream_releases is not None:
             self._stream_releases.wait_all()
         with self._lock:
-            if self._seg is None:
+            if self._closed:
                 return
-            seg, self._seg = self._seg, None
+            seg, self._closed = self._seg, True
         detach(seg, self.index, self.generation)
         seg.close()
         if self._device is not None:
@@ -124,5 +131,5 @@ class Consumer:
     def __enter__(self) -> "Consumer":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

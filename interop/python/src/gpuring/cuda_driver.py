@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+from typing import Any, Iterator, NoReturn
 
 from .errors import GpuringError
 
@@ -55,7 +56,7 @@ def check(rc: int, what: str) -> None:
         raise GpuringError(code, f"{what} failed: {(name.value or b'?').decode()} ({rc})")
 
 
-def call(fn: str, *args) -> None:
+def call(fn: str, *args: Any) -> None:
     check(getattr(driver(), fn)(*args), fn)
 
 
@@ -63,7 +64,7 @@ _contexts: dict[int, ctypes.c_void_p] = {}
 
 
 @contextlib.contextmanager
-def primary_context(ordinal: int):
+def primary_context(ordinal: int) -> Iterator[None]:
     """Makes the device's primary context current for the block. It is retained
     once and never released: releasing the last reference destroys the context
     and every IPC mapping and event in it, even if CuPy opens it again later."""
@@ -101,16 +102,16 @@ def ordinal_of_uuid(uuid: bytes) -> int:
                        "the producer's GPU must be visible here too (CUDA_VISIBLE_DEVICES)")
 
 
-def pointer_attribute(ptr: int, attribute: int, ctype) -> int:
+def pointer_attribute(ptr: int, attribute: int, ctype: Any) -> int:
     out = ctype()
     call("cuPointerGetAttribute", ctypes.byref(out), attribute, ctypes.c_uint64(ptr))
-    return out.value
+    return int(out.value)
 
 
 def check_exportable(ptr: int) -> None:
     """Legacy CUDA IPC shares cudaMalloc / cuMemAlloc memory only (SPEC.md 9a):
     refuse anything else up front, naming what it is."""
-    def refuse(what: str):
+    def refuse(what: str) -> NoReturn:
         raise GpuringError("NOT_EXPORTABLE", f"{what} cannot be shared with CUDA IPC; allocate with cudaMalloc "
                            "(CuPy's default pool, PyTorch's caching allocator without expandable segments)")
     try:
@@ -181,7 +182,7 @@ def event_complete(event: ctypes.c_void_p) -> bool:
     return True
 
 
-def stream_handle(stream) -> int:
+def stream_handle(stream: object) -> int:
     """The CUstream of ``stream``: an int, a CuPy stream (``.ptr``) or a PyTorch
     stream (``.cuda_stream``); 0 is the legacy default stream."""
     for attribute in ("ptr", "cuda_stream"):

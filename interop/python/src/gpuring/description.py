@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import Any, Iterator
+
 from .layout import HANDLE_BYTES, MEMORY_KINDS
 from .metadata import Metadata
 
@@ -63,9 +65,9 @@ class FrameDescription:
     sync_kind: int = 0             # 0 none, 2 a cuda-ipc event handle in sync_handle
     sync_handle: bytes = bytes(HANDLE_BYTES)
 
-    def buffers(self):
+    def buffers(self) -> Iterator[BufferDescriptor]:
         """Every buffer of every column and dictionary, in wire order."""
-        def visit(columns):
+        def visit(columns: list[ColumnDescriptor]) -> Iterator[BufferDescriptor]:
             for c in columns:
                 yield from c.buffers
                 yield from visit(c.children)
@@ -73,21 +75,21 @@ class FrameDescription:
         yield from visit(self.dictionaries)
 
 
-def _meta_json(m: Metadata):
+def _meta_json(m: Metadata) -> list[list[str]] | None:
     return None if m is None else [[k, v] for k, v in m]
 
 
-def _meta_from(m) -> Metadata:
+def _meta_from(m: list[list[str]] | None) -> Metadata:
     return None if m is None else [(k, v) for k, v in m]
 
 
-def buffer_to_json(b: BufferDescriptor) -> dict:
+def buffer_to_json(b: BufferDescriptor) -> dict[str, Any]:
     return {"kind": b.kind, "deviceOrdinal": b.device_ordinal, "deviceUuid": b.device_uuid.hex(),
             "offset": b.offset, "length": b.length, "allocationId": str(b.allocation_id),
             "handle": b.handle.hex()}
 
 
-def column_to_json(c: ColumnDescriptor) -> dict:
+def column_to_json(c: ColumnDescriptor) -> dict[str, Any]:
     return {"name": c.name, "format": c.format, "nullable": c.nullable,
             "dictionaryOrdered": c.dictionary_ordered, "mapKeysSorted": c.map_keys_sorted,
             "metadata": _meta_json(c.metadata), "dictionary": c.dictionary, "length": c.length,
@@ -96,7 +98,7 @@ def column_to_json(c: ColumnDescriptor) -> dict:
             "children": [column_to_json(k) for k in c.children]}
 
 
-def to_json(d: FrameDescription) -> dict:
+def to_json(d: FrameDescription) -> dict[str, Any]:
     """The description as the fixtures' JSON form (fixtures/README.md)."""
     return {"rowCount": d.row_count, "metadata": _meta_json(d.metadata),
             "columns": [column_to_json(c) for c in d.columns],
@@ -104,21 +106,21 @@ def to_json(d: FrameDescription) -> dict:
             "syncKind": d.sync_kind, "syncHandle": d.sync_handle.hex()}
 
 
-def buffer_from_json(j: dict) -> BufferDescriptor:
+def buffer_from_json(j: dict[str, Any]) -> BufferDescriptor:
     if j["kind"] not in MEMORY_KINDS:
         raise ValueError(f"unknown memory kind {j['kind']!r}")
     return BufferDescriptor(j["kind"], j["deviceOrdinal"], bytes.fromhex(j["deviceUuid"]), j["offset"],
                             j["length"], int(j["allocationId"]), bytes.fromhex(j["handle"]))
 
 
-def column_from_json(j: dict) -> ColumnDescriptor:
+def column_from_json(j: dict[str, Any]) -> ColumnDescriptor:
     return ColumnDescriptor(j["name"], j["format"], j["length"], [buffer_from_json(b) for b in j["buffers"]],
                             j["nullable"], j["dictionaryOrdered"], j["mapKeysSorted"],
                             _meta_from(j["metadata"]), j["dictionary"], j["nullCount"], j["offset"],
                             [column_from_json(k) for k in j["children"]])
 
 
-def from_json(j: dict) -> FrameDescription:
+def from_json(j: dict[str, Any]) -> FrameDescription:
     """The description a fixtures JSON object gives (the inverse of ``to_json``)."""
     return FrameDescription(j["rowCount"], [column_from_json(c) for c in j["columns"]],
                             [column_from_json(c) for c in j["dictionaries"]], _meta_from(j["metadata"]),

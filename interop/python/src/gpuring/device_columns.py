@@ -11,13 +11,17 @@ described as (handle of the whole block, byte offset inside it).
 """
 from __future__ import annotations
 
+import ctypes
 import threading
-
+from typing import TYPE_CHECKING, Any
 from dataclasses import dataclass, field
 
 from . import cuda_driver as cu
 from .description import BufferDescriptor, ColumnDescriptor, FrameDescription
 from .errors import GpuringError
+
+if TYPE_CHECKING:
+    from .frame import Frame, Lease
 from .layout import SYNC_CUDA_EVENT
 
 _FORMATS = {"i1": "c", "u1": "C", "i2": "s", "u2": "S", "i4": "i", "u4": "I", "i8": "l", "u8": "L",
@@ -37,26 +41,27 @@ class DeviceColumn:
     offsets: object = None
     null_count: int = 0
     offset: int = 0
-    children: list = field(default_factory=list)
+    children: list[Any] = field(default_factory=list)
 
 
-def _interface(obj) -> dict:
+def _interface(obj: Any) -> dict[str, Any]:
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is None and hasattr(obj, "__dlpack__"):
         import cupy
         cai = cupy.from_dlpack(obj).__cuda_array_interface__
-    if cai is None:
+    if not isinstance(cai, dict):
         raise GpuringError("INVALID_ARGUMENT", f"{type(obj).__name__} is not a device array "
                            "(no __cuda_array_interface__ or __dlpack__)")
     return cai
 
 
-def _contiguous(cai: dict) -> bool:
+def _contiguous(cai: dict[str, Any]) -> bool:
     strides = cai.get("strides")
     if strides is None:
         return True
     itemsize = int(cai["typestr"][2:])
-    expected, acc = [], itemsize
+    expected: list[int] = []
+    acc = itemsize
     for n in reversed(cai["shape"]):
         expected.insert(0, acc)
         acc *= n
@@ -70,7 +75,7 @@ class _Exporter:
         self.streams: set[int] = set()
         self.ordinal: int | None = None
 
-    def buffer(self, obj) -> tuple[BufferDescriptor, int]:
+    def buffer(self, obj: Any) -> tuple[BufferDescriptor, int]:
         """(descriptor, element count) of one device array."""
         if obj is None:
             return BufferDescriptor(), 0
@@ -87,15 +92,15 @@ class _Exporter:
         if size == 0:
             return BufferDescriptor(), 0
         cu.check_exportable(ptr)
-        ordinal = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, cu.ctypes.c_int)
+        ordinal = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ctypes.c_int)
         with cu.primary_context(ordinal):
-            base = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, cu.ctypes.c_uint64)
-            alloc_id = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_BUFFER_ID, cu.ctypes.c_uint64)
+            base = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ctypes.c_uint64)
+            alloc_id = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_BUFFER_ID, ctypes.c_uint64)
             handle = cu.ipc_mem_handle(base)
         self.ordinal = ordinal
         return BufferDescriptor("cuda-ipc", ordinal, cu.device_uuid(ordinal), ptr - base, size, alloc_id, handle), count
 
-    def column(self, name: str, obj) -> ColumnDescriptor:
+    def column(self, name: str, obj: Any) -> ColumnDescriptor:
         if isinstance(obj, DeviceColumn):
             return self.device_column(name, obj)
         cai = _interface(obj)
@@ -124,7 +129,7 @@ class _Exporter:
                                 offset=c.offset, children=children)
 
 
-def describe_device(data: dict, stream=None) -> tuple[FrameDescription, object]:
+def describe_device(data: object, stream: object = None) -> tuple[FrameDescription, object]:
     """A description of device columns, and what the producer must keep alive
     until the frame is released (the arrays and the event)."""
     if not isinstance(data, dict) or not data:
@@ -135,9 +140,9 @@ def describe_device(data: dict, stream=None) -> tuple[FrameDescription, object]:
     if len(rows) != 1:
         raise GpuringError("INVALID_ARGUMENT", f"columns have different lengths: {sorted(rows)}")
     if stream is not None:
-        ex.streams.add(int(getattr(stream, "ptr", getattr(stream, "cuda_stream", stream))))
+        ex.streams.add(cu.stream_handle(stream))
     description = FrameDescription(rows.pop(), columns)
-    events = []
+    events: list[ctypes.c_void_p] = []
     if ex.ordinal is not None:
         # Readers wait on one event that follows the work queued on every stream
         # the data came from (the legacy default stream, 1, when none was named).
@@ -145,7 +150,7 @@ def describe_device(data: dict, stream=None) -> tuple[FrameDescription, object]:
             streams = sorted(ex.streams) or [1]
             for s in streams[:-1]:
                 events.append(cu.record_ipc_event(s)[0])
-                cu.call("cuStreamWaitEvent", cu.ctypes.c_void_p(streams[-1]), events[-1], 0)
+                cu.call("cuStreamWaitEvent", ctypes.c_void_p(streams[-1]), events[-1], 0)
             event, handle = cu.record_ipc_event(streams[-1])
             events.append(event)
         description.sync_kind, description.sync_handle = SYNC_CUDA_EVENT, handle
@@ -153,7 +158,7 @@ def describe_device(data: dict, stream=None) -> tuple[FrameDescription, object]:
 
 
 class _KeepAlive:
-    def __init__(self, arrays: list, events: list) -> None:
+    def __init__(self, arrays: list[Any], events: list[ctypes.c_void_p]) -> None:
         self.arrays, self.events = arrays, events
 
     def __del__(self) -> None:
@@ -165,13 +170,13 @@ class _DeviceView:
     """Exposes one mapped buffer through __cuda_array_interface__; CuPy and
     PyTorch keep it (and with it the frame's lease) alive as long as their array."""
 
-    def __init__(self, ptr: int, shape: tuple, typestr: str, lease) -> None:
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False),
+    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str, lease: Lease) -> None:
+        self.__cuda_array_interface__: dict[str, Any] = {"shape": shape, "typestr": typestr, "data": (ptr, False),
                                          "version": 3, "strides": None, "stream": None}
         self._lease = lease
 
 
-def _views(frame, lease) -> tuple[dict, int]:
+def _views(frame: Frame, lease: Lease) -> tuple[dict[str, _DeviceView], int]:
     d = frame.description
     mapper = frame._consumer._device_mappings()
     device = next((b for b in d.buffers() if b.kind == "cuda-ipc"), None)
@@ -179,9 +184,10 @@ def _views(frame, lease) -> tuple[dict, int]:
     if d.sync_kind == SYNC_CUDA_EVENT:
         with cu.primary_context(ordinal):
             cu.wait_ipc_event(d.sync_handle)
-    views = {}
+    views: dict[str, _DeviceView] = {}
     for c in d.columns:
-        leaf, shape = c, (c.length,)
+        leaf = c
+        shape: tuple[int, ...] = (c.length,)
         if c.format.startswith("+w:") and c.children:
             leaf, shape = c.children[0], (c.length, int(c.format[3:]))
         typestr = _TYPESTRS.get(leaf.format)
@@ -198,12 +204,12 @@ def _views(frame, lease) -> tuple[dict, int]:
     return views, ordinal
 
 
-def to_cupy(frame, lease) -> dict:
+def to_cupy(frame: Frame, lease: Lease) -> dict[str, Any]:
     """Built from explicit UnownedMemory: asking the runtime which device an IPC
     mapping lives on can answer 'none', and cupy.asarray then tries to copy."""
     import cupy
     views, ordinal = _views(frame, lease)
-    arrays = {}
+    arrays: dict[str, Any] = {}
     for name, v in views.items():
         cai = v.__cuda_array_interface__
         dtype = cupy.dtype(cai["typestr"])
@@ -215,7 +221,7 @@ def to_cupy(frame, lease) -> dict:
     return arrays
 
 
-def to_torch(frame, lease) -> dict:
+def to_torch(frame: Frame, lease: Lease) -> dict[str, Any]:
     import torch
     views, ordinal = _views(frame, lease)
     return {name: torch.as_tensor(v, device=f"cuda:{ordinal}") for name, v in views.items()}
@@ -234,7 +240,7 @@ class DeviceMappings:
         self.refs: dict[tuple[bytes, int], int] = {}
         self._lock = threading.Lock()  # leases end on any thread
 
-    def map(self, b: BufferDescriptor, lease) -> int:
+    def map(self, b: BufferDescriptor, lease: Lease) -> int:
         """The buffer's address here; the mapping is held until ``lease`` ends."""
         key = (b.handle, b.allocation_id)
         hit = self.open.get(key)
@@ -253,7 +259,7 @@ class DeviceMappings:
         lease.on_end(lambda: self._unref(key))
         return hit[0] + b.offset
 
-    def _unref(self, key) -> None:
+    def _unref(self, key: tuple[bytes, int]) -> None:
         with self._lock:
             self.refs[key] -= 1
 

@@ -11,19 +11,23 @@ This package only rings; its own waits use the futex.
 from __future__ import annotations
 
 import socket
+from typing import TYPE_CHECKING
 
 from . import layout as L
+
+if TYPE_CHECKING:
+    from .segment import Segment
 
 
 def address(segment: str, key: int) -> bytes:
     return b"\0" + f"gpuring.{segment}.{key:016x}".encode()
 
 
-def _count_at(seg, bit: int) -> int:
-    return seg.control("data_doorbells" if bit == L.BELL_DATA else "space_doorbells")
+def _count_at(seg: Segment, bit: int) -> int:
+    return int(seg.control("data_doorbells" if bit == L.BELL_DATA else "space_doorbells"))
 
 
-def _count_down(seg, at: int) -> None:
+def _count_down(seg: Segment, at: int) -> None:
     """One less, never below zero: a damaged count must not wrap to 'everyone asleep'."""
     while True:
         n = seg.mem.load32(at)
@@ -31,7 +35,7 @@ def _count_down(seg, at: int) -> None:
             return
 
 
-def clear(seg, index: int, bits: int) -> int:
+def clear(seg: Segment, index: int, bits: int) -> int:
     """Clears ``bits`` of entry ``index``; returns those this call cleared (counts adjusted)."""
     was = seg.mem.and32(seg.participant(index, "doorbell"), ~bits) & bits
     for bit in (L.BELL_DATA, L.BELL_SPACE):
@@ -40,7 +44,7 @@ def clear(seg, index: int, bits: int) -> int:
     return was
 
 
-def ring(seg, bit: int, most: int | None = None) -> None:
+def ring(seg: Segment, bit: int, most: int | None = None) -> None:
     """Rings entries asleep waiting for ``bit``, at most ``most`` reachable ones (None: all);
     call after the seq_cst notify. A sleeper whose socket is gone (it died) reached
     nobody and does not count; a full queue already holds a wake-up, so it does."""
@@ -54,7 +58,7 @@ def ring(seg, bit: int, most: int | None = None) -> None:
         i += 1
 
 
-def _send(seg, key: int) -> bool:
+def _send(seg: Segment, key: int) -> bool:
     """One datagram to the doorbell of ``key``: whether it reached a sleeper's queue."""
     try:
         _sender(seg).sendto(b"\0", socket.MSG_DONTWAIT, address(seg.name, key))
@@ -65,7 +69,7 @@ def _send(seg, key: int) -> bool:
         return False  # no such socket: a dead sleeper
 
 
-def _sender(seg) -> socket.socket:
+def _sender(seg: Segment) -> socket.socket:
     if seg.bell is None:
         seg.bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     return seg.bell

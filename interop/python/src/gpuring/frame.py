@@ -8,20 +8,25 @@ the memory. Releasing early is always safe; arrays never dangle.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
 from . import cuda_driver as cu
 from .description import FrameDescription
 from .errors import GpuringError
+
+if TYPE_CHECKING:
+    from .consumer import Consumer
 
 
 class Lease:
     """Ends the lease when the last reference to it goes (frame or arrays),
     then runs what was registered with on_end (dropping mapping references)."""
 
-    def __init__(self, end) -> None:
-        self._end = end
-        self._after: list = []
+    def __init__(self, end: Callable[[], None]) -> None:
+        self._end: Callable[[], None] | None = end
+        self._after: list[Callable[[], None]] = []
 
-    def on_end(self, fn) -> None:
+    def on_end(self, fn: Callable[[], None]) -> None:
         self._after.append(fn)
 
     def __del__(self) -> None:
@@ -38,7 +43,7 @@ class Frame:
     ``to_arrow()``, ``to_cupy()`` or ``to_torch()``; release it when done (see
     the module's ownership rules)."""
 
-    def __init__(self, consumer, description: FrameDescription, frame_id: int, user_tag: int, lease: Lease) -> None:
+    def __init__(self, consumer: Consumer, description: FrameDescription, frame_id: int, user_tag: int, lease: Lease) -> None:
         self.description = description
         self.frame_id = frame_id
         self.user_tag = user_tag
@@ -65,7 +70,7 @@ class Frame:
             raise GpuringError("FRAME_STATE", "the frame was released")
         return self._lease
 
-    def to_arrow(self):
+    def to_arrow(self) -> Any:
         """The frame as a pyarrow RecordBatch, zero-copy over the producer's
         shared memory (host frames). Device frames: use to_cupy or to_torch."""
         lease = self._held()
@@ -73,17 +78,17 @@ class Frame:
             raise GpuringError("UNSUPPORTED", "this frame holds device columns; use to_cupy() or to_torch()")
         return self._consumer._record_batch(self.description, lease)
 
-    def to_cupy(self) -> dict:
+    def to_cupy(self) -> dict[str, Any]:
         """Device frame columns as CuPy arrays, mapped from the producer's device memory."""
         from .device_columns import to_cupy
         return to_cupy(self, self._held())
 
-    def to_torch(self) -> dict:
+    def to_torch(self) -> dict[str, Any]:
         """Device frame columns as torch tensors (through __cuda_array_interface__)."""
         from .device_columns import to_torch
         return to_torch(self, self._held())
 
-    def release(self, stream=None) -> None:
+    def release(self, stream: object = None) -> None:
         """Gives the frame back. Arrays built from it keep the lease until they go.
 
         With ``stream`` (a CuPy or PyTorch stream, or a CUstream as an int; 0
@@ -102,5 +107,5 @@ class Frame:
     def __enter__(self) -> "Frame":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

@@ -3,6 +3,7 @@ out as pyarrow arrays that point into the producer's shared memory."""
 from __future__ import annotations
 
 import ctypes
+from typing import Any, Callable
 
 from .arena import Allocation, ArenaPool, open_arena
 from .arrow_c import ArrowArray, ArrowNode, ArrowSchema, import_record_batch, read_exported
@@ -10,11 +11,15 @@ from .description import BufferDescriptor, ColumnDescriptor, FrameDescription
 from .errors import GpuringError
 from .format import parse_format
 from .layout import ARENA_ALIGN
-from .metadata import decode_metadata, encode_metadata
+from .metadata import encode_metadata, metadata_pairs
 from .segment import Segment
+from .shared_memory import SharedMemory
+
+# Where a host buffer lies in this process.
+Address = Callable[[BufferDescriptor], int]
 
 
-def as_record_batch(data):
+def as_record_batch(data: object) -> Any:
     """A pyarrow RecordBatch from a Table, RecordBatch or mapping of columns."""
     import pyarrow as pa
 
@@ -29,7 +34,7 @@ def as_record_batch(data):
                        "pass a pyarrow Table, RecordBatch or dict of arrays")
 
 
-def _export(batch) -> ArrowNode:
+def _export(batch: Any) -> ArrowNode:
     s, a = ArrowSchema(), ArrowArray()
     batch._export_to_c(ctypes.addressof(a), ctypes.addressof(s))
     try:
@@ -47,7 +52,8 @@ class _Copier:
     """Lays every buffer of a batch out in one arena allocation, 64-byte aligned."""
 
     def __init__(self, pool: ArenaPool) -> None:
-        self.pool, self.pending, self.total = pool, [], 0
+        self.pool, self.total = pool, 0
+        self.pending: list[tuple[int, int, int]] = []  # (offset in the allocation, address, size)
 
     def reserve(self, address: int, size: int) -> int:
         at = self.total
@@ -63,9 +69,10 @@ class _Copier:
         return alloc
 
 
-def _column(node: ArrowNode, copier: _Copier, dictionaries: list, fixups: list) -> ColumnDescriptor:
+def _column(node: ArrowNode, copier: _Copier, dictionaries: list[ColumnDescriptor],
+            fixups: list[BufferDescriptor]) -> ColumnDescriptor:
     nullable, ordered, keys_sorted = _flags(node.flags)
-    buffers = []
+    buffers: list[BufferDescriptor] = []
     for address, size in node.buffers:
         if not address:
             buffers.append(BufferDescriptor())
@@ -73,23 +80,25 @@ def _column(node: ArrowNode, copier: _Copier, dictionaries: list, fixups: list) 
         b = BufferDescriptor("host", -1, bytes(16), copier.reserve(address, size), size)
         fixups.append(b)
         buffers.append(b)
-    meta = decode_metadata(node.metadata)
+    meta = metadata_pairs(node.metadata)
     column = ColumnDescriptor(node.name, node.format, node.length, buffers, nullable, ordered, keys_sorted,
                               meta, -1, node.null_count, node.offset,
                               [_column(c, copier, dictionaries, fixups) for c in node.children])
     if node.dictionary is not None:
-        dictionaries.append(None)
+        dictionaries.append(column)  # holds the index while nested dictionaries are added
         column.dictionary = len(dictionaries) - 1
         dictionaries[column.dictionary] = _column(node.dictionary, copier, dictionaries, fixups)
     return column
 
 
-def describe_host(data, pool: ArenaPool) -> tuple[FrameDescription, Allocation]:
+def describe_host(data: object, pool: ArenaPool) -> tuple[FrameDescription, Allocation]:
     """Copies a batch's buffers into the producer's arena (one allocation) and
     describes them. The returned allocation is freed when the frame is released."""
     batch = as_record_batch(data)
     root = _export(batch)
-    copier, dictionaries, fixups = _Copier(pool), [], []
+    copier = _Copier(pool)
+    dictionaries: list[ColumnDescriptor] = []
+    fixups: list[BufferDescriptor] = []
     columns = [_column(c, copier, dictionaries, fixups) for c in root.children]
     alloc = copier.copy()
     name = pool.name(alloc.arena)
@@ -105,9 +114,10 @@ class ArenaMaps:
     """A consumer's mapped arenas, by name. Arrays hold their maps alive."""
 
     def __init__(self, seg: Segment) -> None:
-        self.seg, self.maps = seg, {}
+        self.seg = seg
+        self.maps: dict[str, SharedMemory] = {}
 
-    def memory(self, name: str):
+    def memory(self, name: str) -> SharedMemory:
         mem = self.maps.get(name)
         if mem is None:
             mem = self.maps[name] = open_arena(self.seg, name)
@@ -118,10 +128,10 @@ class ArenaMaps:
         mem = self.memory(name)
         if b.offset + b.length > mem.size:
             raise GpuringError("FRAME_BOUNDS", f"buffer [{b.offset}, +{b.length}) outside arena {name} ({mem.size} bytes)")
-        return mem.base + b.offset
+        return int(mem.base + b.offset)
 
 
-def _check_value_offsets(c: ColumnDescriptor, address) -> None:
+def _check_value_offsets(c: ColumnDescriptor, address: Address) -> None:
     """Var-size values must stay inside their data (or child): pyarrow trusts
     the offsets, and shared memory is untrusted (SPEC.md 8.2)."""
     f = parse_format(c.format)
@@ -151,7 +161,7 @@ def _check_offsets_ascend(c: ColumnDescriptor, at: int, width: int) -> None:
                            f"below the one before it ({offsets[k - 1].as_py()})")
 
 
-def _import_node(c: ColumnDescriptor, address, dictionaries: list[ColumnDescriptor]) -> ArrowNode:
+def _import_node(c: ColumnDescriptor, address: Address, dictionaries: list[ColumnDescriptor]) -> ArrowNode:
     _check_value_offsets(c, address)
     flags = (2 if c.nullable else 0) | (1 if c.dictionary_ordered else 0) | (4 if c.map_keys_sorted else 0)
     node = ArrowNode(c.name, c.format, flags, encode_metadata(c.metadata), c.length, c.null_count, c.offset,
@@ -162,7 +172,7 @@ def _import_node(c: ColumnDescriptor, address, dictionaries: list[ColumnDescript
     return node
 
 
-def record_batch(d: FrameDescription, address, owner: object):
+def record_batch(d: FrameDescription, address: Address, owner: object) -> Any:
     """A pyarrow RecordBatch over a frame's buffers; ``address(buffer)`` gives
     each buffer's host address. ``owner`` lives as long as any of its arrays."""
     root = ArrowNode("", "+s", 0, encode_metadata(d.metadata), d.row_count, 0, 0, [0],

@@ -6,7 +6,13 @@ from __future__ import annotations
 import struct
 
 Metadata = list[tuple[str, str]] | None
-_MALFORMED = object()
+
+
+class _Malformed:
+    """What decode_metadata returns for bytes that are not one well-formed encoding."""
+
+
+_MALFORMED = _Malformed()
 
 
 def encode_metadata(pairs: Metadata) -> bytes:
@@ -19,7 +25,7 @@ def encode_metadata(pairs: Metadata) -> bytes:
     return b"".join(out)
 
 
-def decode_metadata(data: bytes):
+def decode_metadata(data: bytes) -> Metadata | _Malformed:
     """Pairs, None for no metadata, or the module's _MALFORMED marker when the
     bytes are not exactly one well-formed encoding with UTF-8 keys and values."""
     if not data:
@@ -31,7 +37,7 @@ def decode_metadata(data: bytes):
         return _MALFORMED
     at, pairs = 4, []
 
-    def take(at: int):
+    def take(at: int) -> "tuple[str, int] | None":
         if at + 4 > len(data):
             return None
         (n,) = struct.unpack_from("<i", data, at)
@@ -45,12 +51,20 @@ def decode_metadata(data: bytes):
     for _ in range(count):
         key = take(at)
         value = take(key[1]) if key else None
-        if not value:
+        if key is None or value is None:
             return _MALFORMED
         pairs.append((key[0], value[0]))
         at = value[1]
     return pairs if at == len(data) else _MALFORMED
 
 
-def is_malformed(decoded) -> bool:
+def is_malformed(decoded: object) -> bool:
     return decoded is _MALFORMED
+
+
+def metadata_pairs(data: bytes) -> Metadata:
+    """The pairs of metadata bytes already validated (or written by us)."""
+    decoded = decode_metadata(data)
+    if isinstance(decoded, _Malformed):
+        raise ValueError("malformed metadata")
+    return decoded

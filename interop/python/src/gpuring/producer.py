@@ -12,6 +12,8 @@ several consumers each frame goes to exactly one of them.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from . import layout as L
 from . import slot_protocol as ring
 from .arena import Allocation, ArenaPool
@@ -23,7 +25,7 @@ from .recovery import detach, sweep
 from .segment import Segment
 
 
-def _is_device(data) -> bool:
+def _is_device(data: object) -> bool:
     from .device_columns import DeviceColumn
     if isinstance(data, dict):
         return any(isinstance(v, DeviceColumn) or hasattr(v, "__cuda_array_interface__")
@@ -31,9 +33,9 @@ def _is_device(data) -> bool:
     return False
 
 
-def _dlpack_on_cuda(v) -> bool:
+def _dlpack_on_cuda(v: Any) -> bool:
     try:
-        return v.__dlpack_device__()[0] in (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+        return bool(v.__dlpack_device__()[0] in (2, 3, 13))  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
     except Exception:
         return False
 
@@ -43,6 +45,7 @@ class Producer:
 
     def __init__(self, seg: Segment, arena_size: int = L.ARENA_DEFAULT_SIZE) -> None:
         self._seg = seg
+        self._closed = False
         self.index, self.generation = seg.attach(L.ROLE_PRODUCER)
         self._pool = ArenaPool(seg, self.index, self.generation, arena_size)
         self._in_flight: dict[int, tuple[list[Allocation], object]] = {}
@@ -60,8 +63,8 @@ class Producer:
         """Frames published and not yet reclaimed."""
         return len(self._in_flight)
 
-    def publish(self, data, *, timeout: float | None = None, block: bool = True, user_tag: int = 0,
-                device: int | None = None, stream=None) -> int:
+    def publish(self, data: object, *, timeout: float | None = None, block: bool = True, user_tag: int = 0,
+                device: int | None = None, stream: object = None) -> int:
         """Publishes one frame and returns its id.
 
         ``data``: a pyarrow Table or RecordBatch, or a dict of pyarrow arrays
@@ -89,7 +92,8 @@ class Producer:
         self._check_open()
         return self._publish(description, [], keep_alive, timeout, block, user_tag)
 
-    def _publish(self, description, allocs: list[Allocation], keep, timeout, block, user_tag) -> int:
+    def _publish(self, description: FrameDescription, allocs: list[Allocation], keep: object, timeout: float | None,
+                 block: bool, user_tag: int) -> int:
         try:
             body = encode_frame(description)
             body_alloc = self._pool.alloc(len(body))
@@ -99,7 +103,7 @@ class Producer:
             ref = ring.FrameRef(frame_id, self.index, self.generation, body_alloc.arena, len(body),
                                 body_alloc.offset, user_tag)
 
-            def attempt():
+            def attempt() -> int | None:
                 self.reap()
                 return ring.try_publish(self._seg, self.index, ref)
 
@@ -126,22 +130,22 @@ class Producer:
         """Waits until every published frame was released (TIMEOUT otherwise)."""
         self._check_open()
 
-        def attempt():
+        def attempt() -> bool | None:
             self.reap()
             return None if self._in_flight else True
 
         ring.wait_for(self._seg, "space", attempt, timeout)
 
     def _check_open(self) -> None:
-        if self._seg is None:
+        if self._closed:
             raise GpuringError("CLOSED", "the producer is closed")
 
     def close(self) -> None:
         """Leaves the ring. Frames still queued stay deliverable (their host
         arenas outlive us); device frames become unreadable once our process ends."""
-        if self._seg is None:
+        if self._closed:
             return
-        seg, self._seg = self._seg, None
+        seg, self._closed = self._seg, True
         detach(seg, self.index, self.generation)
         self._pool.close()
         seg.close()
@@ -149,5 +153,5 @@ class Producer:
     def __enter__(self) -> "Producer":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from . import layout as L
 from .errors import GpuringError
@@ -67,7 +68,7 @@ class Ring:
         """Finds dead participants and repairs what they held."""
         return sweep(self.segment)
 
-    def inspect(self) -> dict:
+    def inspect(self) -> dict[str, Any]:
         """Slot states and participants, as ``gpuring inspect --json`` reports them."""
         seg = self.segment
         states = [0] * len(L.SLOT_STATES)
@@ -93,5 +94,5 @@ class Ring:
     def __enter__(self) -> "Ring":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

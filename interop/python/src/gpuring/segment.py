@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import socket
 import struct
 import time
 
@@ -106,7 +107,7 @@ class Segment:
         self.slot_count, self.mask, self.participant_capacity = slots, slots - 1, parts
         _, self.slots_at, self.size = L.segment_size(slots, parts)
         self.mem = SharedMemory(fd, self.size)
-        self.bell = None  # socket for ringing doorbells (doorbell.py), made on first use
+        self.bell: socket.socket | None = None  # for ringing doorbells (doorbell.py), made on first use
         self.damage_cursor = 0  # where this process's next sweep looks for damaged slot words
 
     @classmethod

@@ -13,6 +13,7 @@ import ctypes.util
 import mmap
 import os
 import platform
+from typing import Any
 
 from .errors import GpuringError
 
@@ -32,7 +33,7 @@ def _load(names: list[str], what: str) -> ctypes.CDLL:
                        "install it (Debian/Ubuntu: apt install libatomic1)")
 
 
-def _bind() -> tuple[dict, ctypes.CDLL]:
+def _bind() -> tuple[dict[str, Any], ctypes.CDLL]:
     if _SYS_FUTEX is None:
         raise GpuringError("UNSUPPORTED", f"gpuring supports x86_64 and aarch64 Linux, not {platform.machine()}")
     atomic = _load(["libatomic.so.1", ctypes.util.find_library("atomic") or "libatomic.so"], "libatomic")
@@ -68,7 +69,7 @@ class SharedMemory:
 
     def __init__(self, fd: int, size: int) -> None:
         self.size = size
-        self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.map: mmap.mmap | None = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self._anchor = ctypes.c_char.from_buffer(self.map)
         self.base = ctypes.addressof(self._anchor)
         self.view = memoryview(self.map)
@@ -90,10 +91,10 @@ class SharedMemory:
         return self.base + offset
 
     def load64(self, offset: int) -> int:
-        return _load64(self._addr(offset, 8), _SEQ_CST)
+        return int(_load64(self._addr(offset, 8), _SEQ_CST))
 
     def load32(self, offset: int) -> int:
-        return _load32(self._addr(offset, 4), _SEQ_CST)
+        return int(_load32(self._addr(offset, 4), _SEQ_CST))
 
     def store64(self, offset: int, value: int) -> None:
         _store64(self._addr(offset, 8), value, _SEQ_CST)
@@ -103,25 +104,25 @@ class SharedMemory:
 
     def cas64(self, offset: int, expected: int, desired: int) -> bool:
         exp = ctypes.c_uint64(expected)
-        return _cas64(self._addr(offset, 8), ctypes.byref(exp), desired, _SEQ_CST, _SEQ_CST)
+        return bool(_cas64(self._addr(offset, 8), ctypes.byref(exp), desired, _SEQ_CST, _SEQ_CST))
 
     def add64(self, offset: int, value: int) -> int:
-        return _add64(self._addr(offset, 8), value, _SEQ_CST)
+        return int(_add64(self._addr(offset, 8), value, _SEQ_CST))
 
     def add32(self, offset: int, value: int) -> int:
-        return _add32(self._addr(offset, 4), value & 0xFFFFFFFF, _SEQ_CST)
+        return int(_add32(self._addr(offset, 4), value & 0xFFFFFFFF, _SEQ_CST))
 
     def cas32(self, offset: int, expected: int, desired: int) -> bool:
         exp = ctypes.c_uint32(expected)
-        return _cas32(self._addr(offset, 4), ctypes.byref(exp), desired, _SEQ_CST, _SEQ_CST)
+        return bool(_cas32(self._addr(offset, 4), ctypes.byref(exp), desired, _SEQ_CST, _SEQ_CST))
 
     def and32(self, offset: int, value: int) -> int:
         """Atomic fetch-and; returns the previous value."""
-        return _and32(self._addr(offset, 4), value & 0xFFFFFFFF, _SEQ_CST)
+        return int(_and32(self._addr(offset, 4), value & 0xFFFFFFFF, _SEQ_CST))
 
     def or32(self, offset: int, value: int) -> int:
         """Atomic fetch-or; returns the previous value."""
-        return _or32(self._addr(offset, 4), value & 0xFFFFFFFF, _SEQ_CST)
+        return int(_or32(self._addr(offset, 4), value & 0xFFFFFFFF, _SEQ_CST))
 
     def read(self, offset: int, length: int) -> bytes:
         """A private copy: validate it, never the shared bytes themselves."""

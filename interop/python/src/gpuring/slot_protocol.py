@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import struct
 import time
+from typing import Callable, TypeVar
 from dataclasses import dataclass
 
 from . import doorbell, layout as L
 from .errors import GpuringError
 from .layout import slot_word, seq_diff, word_owner, word_seq, word_state
 from .segment import Segment
+
+T = TypeVar("T")
 
 _REF = struct.Struct("<QIIIIQQII")
 assert _REF.size == L.REF_BYTES
@@ -235,7 +238,7 @@ def reap(seg: Segment, me: int, pos: int) -> bool:
 SWEEP_EVERY = 0.25  # seconds of waiting between sweeps (SPEC.md §7: waiters sweep)
 
 
-def wait_for(seg: Segment, which: str, attempt, timeout: float | None, spins: int = 200):
+def wait_for(seg: Segment, which: str, attempt: Callable[[], T | None], timeout: float | None, spins: int = 200) -> T:
     """Runs attempt() until it returns something, spinning first, then sleeping on
     the futex word ``{which}_seq``. Raise the waiter count, read seq, try once
     more, only then sleep: a wake-up cannot fall between the last try and the sleep.

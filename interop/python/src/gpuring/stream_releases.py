@@ -10,6 +10,7 @@ need the GIL, which a thread blocked in a CUDA call may hold.)
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 
@@ -21,10 +22,10 @@ _POLL_S = 0.0002
 class StreamReleases:
     def __init__(self) -> None:
         self._cv = threading.Condition()
-        self._pending: list[tuple[int, object, object]] = []  # (device ordinal, event, lease)
+        self._pending: list[tuple[int, ctypes.c_void_p, object]] = []  # (device ordinal, event, lease)
         self._thread: threading.Thread | None = None
 
-    def add(self, ordinal: int, stream: int, lease) -> None:
+    def add(self, ordinal: int, stream: int, lease: object) -> None:
         """Holds ``lease`` until ``stream`` (on device ``ordinal``) completes the
         work queued so far. Raises, holding nothing, if the event cannot be recorded."""
         with cu.primary_context(ordinal):
@@ -52,7 +53,7 @@ class StreamReleases:
             time.sleep(_POLL_S)
 
     @staticmethod
-    def _complete(p) -> bool:
+    def _complete(p: tuple[int, ctypes.c_void_p, object]) -> bool:
         ordinal, event, _ = p
         with cu.primary_context(ordinal):
             if not cu.event_complete(event):
