@@ -44,10 +44,16 @@ export const waitOptions = z
  */
 const anyOwner = z.boolean().default(false);
 
+/**
+ * Milliseconds to wait for a segment another process is still initializing. A
+ * ring that does not exist yet fails at once with SEGMENT_NOT_FOUND: wait for
+ * it with Ring.waitFor().
+ */
+const openTimeout = milliseconds.default(1000);
+
 export const openOptions = z
   .object({
-    /** How long to wait for a segment another process is still creating. */
-    openTimeout: milliseconds.default(1000),
+    openTimeout,
     anyOwner,
   })
   .strict();
@@ -61,7 +67,7 @@ export const producerOptions = z
   .object({
     /** Size of each shared-memory arena that holds this producer's buffers. */
     arenaBytes: z.number().int().min(1 << 16).max(2 ** 40).default(64 << 20),
-    openTimeout: milliseconds.default(1000),
+    openTimeout,
     anyOwner,
     /**
      * Milliseconds a producer waiting for space (or for releases, in drain())
@@ -74,7 +80,7 @@ export const producerOptions = z
 
 export const consumerOptions = z
   .object({
-    openTimeout: milliseconds.default(1000),
+    openTimeout,
     anyOwner,
     /**
      * Milliseconds a consumer waiting in next() sleeps at most before it sweeps
