@@ -9,7 +9,8 @@ import { describeBatch } from './arrow/table-writer.js';
 import { forEachBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
 import { HANDLE_BYTES } from './codec/layout.js';
 import { DeviceBuffer, deviceUuidOf, exportDeviceMemory } from './device-buffer.js';
-import { callNative } from './errors.js';
+import { DeviceStream } from './device-stream.js';
+import { callNative, GpuringError } from './errors.js';
 import { native } from './native.js';
 
 const ALIGN = 256;
@@ -59,13 +60,27 @@ export function eventDevice(description: FrameDescription, option: number | unde
 }
 
 /**
- * Orders a frame's readers after the work queued on `device`'s legacy default
- * stream: records a pooled event there and puts it in the description. When
- * that stream is idle the buffers are complete already and the frame goes
- * without one (syncKind 0). Returns the event's id, or -1 for none.
+ * The CUstream whose queued work a frame on `device` is ordered after: the
+ * caller's `stream`, checked to be on that device; undefined for the legacy
+ * default stream.
  */
-export function recordFrameEvent(description: FrameDescription, device: number): number {
-  const event = callNative(() => native().recordEvent(device, true));
+export function orderingStream(stream: DeviceStream | bigint | undefined, device: number): bigint | undefined {
+  if (stream === undefined) return undefined;
+  if (device < 0) throw new GpuringError('INVALID_ARGUMENT', 'a stream orders device frames, and this one has no device buffer without an event of its own');
+  if (stream instanceof DeviceStream && stream.device !== device)
+    throw new GpuringError('INVALID_ARGUMENT', `the frame's buffers are on device ${device}, its stream on device ${stream.device}`);
+  return DeviceStream.handleOf(stream);
+}
+
+/**
+ * Orders a frame's readers after the work queued on `stream` (default: the
+ * legacy default stream of `device`): records a pooled event there and puts it
+ * in the description. When that stream is idle the buffers are complete
+ * already and the frame goes without one (syncKind 0). Returns the event's
+ * id, or -1 for none.
+ */
+export function recordFrameEvent(description: FrameDescription, device: number, stream?: bigint): number {
+  const event = callNative(() => native().recordEvent(device, true, stream));
   if (!event) return -1;
   description.syncKind = 2;
   description.syncHandle = new Uint8Array(event.handle);

@@ -289,7 +289,7 @@ export interface NativeAddon {
   ipcStats(): IpcStats;
   pinnedHostStats(): PinnedHostStats;
   ipcSetLimits(entries: number, bytes: number): void;
-  recordEvent(device: number, onlyIfBusy?: boolean): { id: number; handle: Uint8Array } | null;
+  recordEvent(device: number, onlyIfBusy?: boolean, stream?: bigint): { id: number; handle: Uint8Array } | null;
   recycleEvent(id: number): void;
   copyToHost(device: number, ptr: bigint, bytes: number, event: Uint8Array | null): ArrayBuffer;
   copyDeviceToDevice(device: number, dst: bigint, src: bigint, bytes: number, event: Uint8Array | null, stream?: bigint): void;
@@ -297,7 +297,7 @@ export interface NativeAddon {
   streamSynchronize(device: number, stream: bigint): void;
   streamDestroy(device: number, stream: bigint): void;
   synchronizeEvent(device: number, event: Uint8Array): void;
-  deviceMemsetAsync(device: number, ptr: bigint, value: number, bytes: number, times: number): void;
+  deviceMemsetAsync(device: number, ptr: bigint, value: number, bytes: number, times: number, stream?: bigint): void;
   errorCodes: string[];
   layoutHash: string;
   versionMajor: number;

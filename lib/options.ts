@@ -3,6 +3,7 @@
  * a misspelt key is an error that names it, not a silently ignored setting.
  */
 import { z } from 'zod';
+import { DeviceStream } from './device-stream.js';
 import { GpuringError } from './errors.js';
 
 const segmentName = z
@@ -91,6 +92,9 @@ export const consumerOptions = z
   })
   .strict();
 
+/** A CUDA stream: a DeviceStream, or a CUstream of another library as a bigint (0n: the legacy default stream). */
+const stream = z.union([z.bigint().min(0n), z.custom<DeviceStream>((v) => v instanceof DeviceStream, 'a DeviceStream or a CUstream as a bigint')]).optional();
+
 export const publishOptions = z
   .object({
     /** How long to wait for space when the ring is full: 0 fails at once with RING_FULL. */
@@ -99,6 +103,8 @@ export const publishOptions = z
     tag: z.bigint().min(0n).max(2n ** 64n - 1n).default(0n),
     /** Upload the columns to this CUDA device and publish them as cuda-ipc buffers. */
     device: z.number().int().min(0).optional(),
+    /** Device frames: the stream whose queued work readers are ordered after (default: the legacy default stream). */
+    stream,
   })
   .strict();
 
@@ -110,6 +116,7 @@ export const publishManyOptions = z
     timeout: z.number().nonnegative().default(Infinity),
     /** The number each frame carries, by position. */
     tags: z.instanceof(BigUint64Array).optional(),
+    stream,
   })
   .strict();
 
@@ -148,6 +155,7 @@ const isSpin = (v: unknown) => typeof v === 'number' && v >= 0 && v <= 1_000_000
 const isDevice = (v: unknown) => Number.isInteger(v) && (v as number) >= 0;
 const TAG_LIMIT = 2n ** 64n;
 const isTag = (v: unknown) => typeof v === 'bigint' && v >= 0n && v < TAG_LIMIT;
+const isStream = (v: unknown) => v instanceof DeviceStream || (typeof v === 'bigint' && v >= 0n);
 function quickParser(checks: Record<string, (v: unknown) => boolean>, defaults: Record<string, unknown>): Quick {
   return (value) => {
     if (typeof value !== 'object' || value === null || Object.getPrototypeOf(value) !== Object.prototype) return undefined;
@@ -162,8 +170,8 @@ function quickParser(checks: Record<string, (v: unknown) => boolean>, defaults: 
   };
 }
 const quickParsers = new Map<z.ZodType, Quick>([
-  [publishOptions, quickParser({ timeout: isTimeout, tag: isTag, device: isDevice }, { timeout: Infinity, tag: 0n })],
-  [preparedPublishOptions, quickParser({ timeout: isTimeout, tag: isTag }, { timeout: Infinity, tag: 0n })],
+  [publishOptions, quickParser({ timeout: isTimeout, tag: isTag, device: isDevice, stream: isStream }, { timeout: Infinity, tag: 0n })],
+  [preparedPublishOptions, quickParser({ timeout: isTimeout, tag: isTag, stream: isStream }, { timeout: Infinity, tag: 0n })],
   [nextOptions, quickParser({ timeout: isTimeout, spin: isSpin }, { timeout: Infinity, spin: 0 })],
 ]);
 

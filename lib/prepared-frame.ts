@@ -2,6 +2,8 @@ import { HANDLE_BYTES, Header } from './codec/layout.js';
 import { parseOptions, preparedPublishOptions, publishManyOptions } from './options.js';
 import { native } from './native.js';
 import { callNative, GpuringError } from './errors.js';
+import type { DeviceStream } from './device-stream.js';
+import { orderingStream } from './device-upload.js';
 
 /** How the producer sends a prepared body: with the event id to recycle on release (-1: none). */
 export type SendBody = (body: Uint8Array, eventId: number, timeout: number, tag: bigint) => number | Promise<number>;
@@ -15,6 +17,8 @@ export type PreparedPublishOptions = {
   timeout?: number;
   /** A number for the application, carried with the frame (default 0). */
   tag?: bigint;
+  /** Readers are ordered after the work queued on this stream so far (default: the device's legacy default stream). */
+  stream?: DeviceStream | bigint;
 };
 /** Options of PreparedFrame.publishMany(): timeout, and one tag per frame. */
 export type PublishManyOptions = {
@@ -22,6 +26,8 @@ export type PublishManyOptions = {
   timeout?: number;
   /** Frame i's tag (default 0). */
   tags?: BigUint64Array;
+  /** As for publish(): one event on this stream orders all the frames. */
+  stream?: DeviceStream | bigint;
 };
 
 const NO_EVENT = new Uint8Array(HANDLE_BYTES);
@@ -38,9 +44,9 @@ const NO_EVENT = new Uint8Array(HANDLE_BYTES);
  * buffers can be prepared: arena allocations belong to a single frame.
  *
  * Ordering: each publish orders its readers after the work queued on the
- * legacy default stream of the frame's device, recording a pooled event when
- * that stream is busy (none when idle), unless the description carries an
- * event of its own.
+ * `stream` it is given (by default the legacy default stream of the frame's
+ * device), recording a pooled event when that stream is busy (none when
+ * idle), unless the description carries an event of its own.
  */
 export class PreparedFrame {
   readonly #body: Uint8Array;
@@ -72,7 +78,7 @@ export class PreparedFrame {
     const o = parseOptions(preparedPublishOptions, options, 'publish() options');
     // The native publish copies the body before it returns, so the header can
     // be patched for every frame without a copy here.
-    return this.#send(this.#body, this.#orderAfterStream(), o.timeout, o.tag);
+    return this.#send(this.#body, this.#orderAfter(o.stream), o.timeout, o.tag);
   }
 
   /**
@@ -87,12 +93,13 @@ export class PreparedFrame {
     const o = parseOptions(publishManyOptions, options, 'publishMany() options');
     if (!Number.isInteger(count) || count < 1 || count > 1 << 20) throw new GpuringError('INVALID_ARGUMENT', `publishMany() takes 1 to ${1 << 20} frames, not ${count}`);
     if (o.tags && o.tags.length < count) throw new GpuringError('INVALID_ARGUMENT', `publishMany(): ${o.tags.length} tags for ${count} frames`);
-    return this.#sendMany(this.#body, this.#orderAfterStream(), count, o.tags ?? null, o.timeout);
+    return this.#sendMany(this.#body, this.#orderAfter(o.stream), count, o.tags ?? null, o.timeout);
   }
 
-  /** Patches the header with an event recorded on the device's stream if it is busy; the event's id, or -1. */
-  #orderAfterStream(): number {
-    const event = this.#eventDevice < 0 ? null : callNative(() => native().recordEvent(this.#eventDevice, true));
+  /** Patches the header with an event recorded on `stream` (default: the device's legacy stream) if it is busy; the event's id, or -1. */
+  #orderAfter(stream: DeviceStream | bigint | undefined): number {
+    const queue = orderingStream(stream, this.#eventDevice);
+    const event = this.#eventDevice < 0 ? null : callNative(() => native().recordEvent(this.#eventDevice, true, queue));
     if (this.#eventDevice >= 0) {
       this.#header.setUint16(Header.syncKind, event ? 2 : 0, true);
       this.#body.set(event ? event.handle : NO_EVENT, Header.syncHandle);

@@ -7,10 +7,11 @@ import { decodeFrame } from './codec/decode.js';
 import { BodyTemplate } from './codec/body-template.js';
 import { encodeFrame } from './codec/encode.js';
 import { align64 } from './codec/layout.js';
-import { eventDevice, recordFrameEvent, uploadBatch } from './device-upload.js';
+import { eventDevice, orderingStream, recordFrameEvent, uploadBatch } from './device-upload.js';
 import { PreparedFrame, type SendBody, type SendMany } from './prepared-frame.js';
 import { FrameLoan, loanLayout, type LoanOptions, type LoanSink } from './frame-loan.js';
 import type { DeviceBuffer } from './device-buffer.js';
+import type { DeviceStream } from './device-stream.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeProducerCore, type ProducerStats } from './native.js';
 import { openFlags, parseOptions, parseSegmentName, prepareOptions, producerOptions, publishOptions, toNativeTimeout } from './options.js';
@@ -25,6 +26,13 @@ export type PublishOptions = {
   tag?: bigint;
   /** publish(table): upload the columns to this CUDA device and publish them as device memory. */
   device?: number;
+  /**
+   * publishFrame(): readers are ordered after the work queued on this stream so
+   * far (a DeviceStream on the buffers' device, or any library's CUstream as a
+   * bigint; default: the device's legacy default stream). Write the buffers on
+   * any stream and publish at once, without synchronizing.
+   */
+  stream?: DeviceStream | bigint;
 };
 
 /**
@@ -150,6 +158,7 @@ export class Producer {
   async publish(source: Table | RecordBatch, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
     this.#requireOpen();
+    if (o.stream !== undefined) throw new GpuringError('INVALID_ARGUMENT', 'publish(table) takes no stream: it uploads device columns itself (publishFrame() takes one)');
     // A loop of publishes that never waits leaves the event loop no turn for
     // release callbacks: collect releases here too before using more memory.
     this.#released(this.#core.takeReleased());
@@ -216,11 +225,12 @@ export class Producer {
    * cuda-ipc buffers (see deviceBufferDescriptor) stay the caller's: keep them
    * alive and unchanged until the frame is released. When the frame has device
    * buffers and no event of its own, consumers are ordered after the work still
-   * queued on the legacy default stream of `options.device` (default: the
-   * device of the first device buffer): an event is recorded there if that
-   * stream is busy (none is needed if it is idle). Work queued on other streams
-   * must be complete before publishing. For the same layout published again
-   * and again, prepare() it once.
+   * queued on `options.stream` (a DeviceStream on the buffers' device, or a
+   * CUstream as a bigint), by default on the legacy default stream of
+   * `options.device` (default: the device of the first device buffer): an
+   * event is recorded there if that stream is busy (none is needed if it is
+   * idle). Work queued on any other stream must be complete before
+   * publishing. For the same layout published again and again, prepare() it once.
    */
   async publishFrame(description: FrameDescription, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
@@ -234,8 +244,9 @@ export class Producer {
     };
     forEachBuffer(description, claim);
     const device = eventDevice(description, o.device);
+    const stream = orderingStream(o.stream, device);
     if (device < 0) return this.#send(description, used, o.timeout, o.tag);
-    const eventId = recordFrameEvent(description, device);
+    const eventId = recordFrameEvent(description, device, stream);
     return this.#sendDevice(description, { eventId }, o.timeout, o.tag);
   }
 

@@ -222,9 +222,10 @@ EventPool &Events() {
   return pool;
 }
 
-// recordEvent(device, onlyIfBusy = false) -> { id, handle } | null: an
-// interprocess event recorded on the legacy default stream, after all work
-// queued there so far. With onlyIfBusy, null when that stream has nothing left
+// recordEvent(device, onlyIfBusy = false, stream = legacy) -> { id, handle } | null:
+// an interprocess event recorded on `stream` (a CUstream as a BigInt; the
+// legacy default stream when absent), after all work queued there so far.
+// With onlyIfBusy, null when that stream has nothing left
 // to do: then the buffers are complete already and a frame needs no event
 // (recording one and waiting on it cost both sides microseconds). Events are
 // reused only after recycleEvent(id) (when the frame carrying it was released).
@@ -232,7 +233,8 @@ Napi::Value RecordEvent(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   int device = info[0].As<Napi::Number>().Int32Value();
   ScopedContext ctx(env, device);
-  if (info.Length() > 1 && info[1].ToBoolean() && ctx.driver().cuStreamQuery(nullptr) == CUDA_SUCCESS) return env.Null();
+  CUstream stream = info.Length() > 2 && info[2].IsBigInt() ? StreamOf(info[2]) : nullptr;
+  if (info.Length() > 1 && info[1].ToBoolean() && ctx.driver().cuStreamQuery(stream) == CUDA_SUCCESS) return env.Null();
   EventPool &pool = Events();
   std::lock_guard<std::mutex> lock(pool.mu);
   uint32_t id = 0;
@@ -251,7 +253,7 @@ Napi::Value RecordEvent(const Napi::CallbackInfo &info) {
     pool.events.push_back(e);
   }
   const CUipcEventHandle &h = pool.events[id].handle;
-  Check(env, ctx.driver().cuEventRecord(pool.events[id].event, nullptr), "cuEventRecord");
+  Check(env, ctx.driver().cuEventRecord(pool.events[id].event, stream), "cuEventRecord");
   Napi::Object o = Napi::Object::New(env);
   o.Set("id", id);
   o.Set("handle", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t *>(h.reserved), sizeof h.reserved));
@@ -414,8 +416,9 @@ Napi::Value DeviceMemsetAsync(const Napi::CallbackInfo &info) {
   unsigned char value = static_cast<unsigned char>(info[2].As<Napi::Number>().Uint32Value());
   size_t n = static_cast<size_t>(info[3].As<Napi::Number>().DoubleValue());
   uint32_t times = info[4].As<Napi::Number>().Uint32Value();
+  CUstream stream = info.Length() > 5 && info[5].IsBigInt() ? StreamOf(info[5]) : nullptr;
   for (uint32_t i = 0; i < times; i++)
-    Check(env, ctx.driver().cuMemsetD8Async(p, i + 1 == times ? value : static_cast<unsigned char>(i), n, nullptr), "cuMemsetD8Async");
+    Check(env, ctx.driver().cuMemsetD8Async(p, i + 1 == times ? value : static_cast<unsigned char>(i), n, stream), "cuMemsetD8Async");
   return env.Undefined();
 }
 

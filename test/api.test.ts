@@ -95,11 +95,11 @@ test('Ring.waitFor() resolves once another process creates the ring; times out w
     consumer.close();
     const missing = uniqueName('waitfor-missing');
     const started = performance.now();
-    t.is((await t.throwsAsync(Ring.waitFor(missing, { timeout: 60 })))?.code, 'SEGMENT_NOT_FOUND');
+    t.is((await t.throwsAsync(Ring.waitFor(missing, { timeout: 60 }), { instanceOf: GpuringError }))?.code, 'SEGMENT_NOT_FOUND');
     t.true(performance.now() - started >= 59);
     const abort = new AbortController();
     setTimeout(() => abort.abort(), 30);
-    t.is((await t.throwsAsync(Ring.waitFor(missing, { signal: abort.signal })))?.code, 'ABORTED');
+    t.is((await t.throwsAsync(Ring.waitFor(missing, { signal: abort.signal }), { instanceOf: GpuringError }))?.code, 'ABORTED');
   } finally {
     Ring.unlink(name);
   }

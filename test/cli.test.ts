@@ -152,7 +152,7 @@ test('inspect --watch shows rates, lease ages and the consumer that holds a full
       t.is(last.slots.leased, 2);
       t.like(last.blockedBy, { slot: 0, position: 0, state: 'leased', participant: index, pid: holder.pid, blocksProducers: true });
       const held = last.participants.find((p) => p.index === index)!;
-      t.is(held.pid, holder.pid);
+      t.is(held.pid, holder.pid!);
       t.is(held.leases, 2);
       t.true(held.oldestLeaseMs! >= 500, `the lease was seen held for ${held.oldestLeaseMs} ms over three views 300 ms apart`);
       const human = await run('inspect', name);

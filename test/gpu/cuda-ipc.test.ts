@@ -3,7 +3,8 @@
 // per allocation, and nothing leaked. Skipped, with the reason, without a GPU.
 import test from 'ava';
 import { tableDifference } from '../../lib/arrow/compare.js';
-import { absentBuffer, Consumer, type Frame, cudaInfo, DeviceBuffer, deviceBufferDescriptor, exportDeviceMemory, GpuringError, Producer, type FrameDescription } from '../../lib/index.js';
+import { Table } from 'apache-arrow';
+import { absentBuffer, Consumer, type Frame, cudaInfo, DeviceBuffer, deviceBufferDescriptor, DeviceStream, exportDeviceMemory, GpuringError, Producer, type FrameDescription } from '../../lib/index.js';
 import { HANDLE_BYTES } from '../../lib/codec/layout.js';
 import { native } from '../../lib/native.js';
 import { allTypesTable } from '../helpers/all-types.js';
@@ -219,6 +220,40 @@ gpuTest('ordering: published while device writes are still queued, the consumer 
     for (let i = 0; i < x.length && bad < 0; i += 1) if (x[i] !== 0x5a) bad = i;
     t.is(bad, -1, `byte ${bad} is ${x[bad]}, not the last write's 0x5a`);
     f.release();
+  });
+});
+
+gpuTest('publishFrame({ stream }) and prepared.publish({ stream }): written on a stream of the producer\'s own, still queued, the consumer sees the writes complete', async (t) => {
+  const bytes = 256 << 20;
+  await fromDeviceProducer('ordering-stream', [bytes, 64], async (consumer) => {
+    for (const value of [0x5a, 0x6b]) {
+      const f = await consumer.next({ timeout: 60_000 });
+      const x = f.toTable().getChild('x')!.data[0]!.values as Uint8Array;
+      let bad = -1;
+      for (let i = 0; i < x.length && bad < 0; i += 1) if (x[i] !== value) bad = i;
+      t.is(bad, -1, `byte ${bad} is ${x[bad]}, not the last write's ${value}`);
+      f.release();
+    }
+  });
+});
+
+gpuTest('a stream on another device than the frame\'s, or for a frame with no device buffer, is refused', async (t) => {
+  await withRing('gpu-stream-refused', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    try {
+      const noColumns: FrameDescription = { rowCount: 0, metadata: null, columns: [], dictionaries: [], syncKind: 0, syncHandle: new Uint8Array(HANDLE_BYTES) };
+      t.is((await t.throwsAsync(producer.publishFrame(noColumns, { stream: 0n }), { instanceOf: GpuringError }))?.code, 'INVALID_ARGUMENT');
+      t.is((await t.throwsAsync(producer.publish(new Table(), { stream: 0n }), { instanceOf: GpuringError }))?.code, 'INVALID_ARGUMENT', 'publish(table) uploads itself');
+      if (cudaInfo().devices.length > 1) {
+        const buf = DeviceBuffer.alloc(64, { device: 0 });
+        const other = DeviceStream.create({ device: 1 });
+        t.is((await t.throwsAsync(producer.publishFrame(float32Column(buf.ptr, 64), { stream: other }), { instanceOf: GpuringError }))?.code, 'INVALID_ARGUMENT');
+        other.destroy();
+        buf.free();
+      }
+    } finally {
+      producer.close();
+    }
   });
 });
 

@@ -4,6 +4,10 @@
  *   big NAME BYTES          one float32 column of BYTES bytes, values 0, 1, 2, ...
  *   offset NAME             a column inside a larger allocation, validity from bit 3
  *   ordering NAME BYTES N   publishes while N memsets of the buffer are still queued
+ *   ordering-stream NAME BYTES N  the same with the memsets on a non-blocking stream of
+ *                           its own, twice: publishFrame({ stream: DeviceStream }) of a
+ *                           buffer written 0x5a, then a prepared frame published with
+ *                           { stream: CUstream bigint } of one written 0x6b
  *   same NAME FRAMES        one allocation published in FRAMES frames
  *   many NAME FRAMES        FRAMES small tables uploaded to the device, frame i all i
  *   on-device NAME ORDINAL  the every-type table (13 rows) uploaded to device ORDINAL
@@ -120,6 +124,17 @@ async function main(): Promise<number> {
       native().deviceMemsetAsync(0, buf.ptr, 0x5a, bytes, Number(process.argv[5])); // device writes, still queued
       await producer.publishFrame(column('C', bytes, [absentBuffer(), deviceBufferDescriptor(buf.ptr, bytes)]));
       return 1;
+    }
+    case 'ordering-stream': {
+      const bytes = Number(arg);
+      const stream = DeviceStream.create({ device: 0 });
+      const [first, second] = [DeviceBuffer.alloc(bytes), DeviceBuffer.alloc(bytes)];
+      native().deviceMemsetAsync(0, first.ptr, 0x5a, bytes, Number(process.argv[5]), stream.ptr);
+      await producer.publishFrame(column('C', bytes, [absentBuffer(), deviceBufferDescriptor(first.ptr, bytes)]), { stream });
+      const prepared = producer.prepare(column('C', bytes, [absentBuffer(), deviceBufferDescriptor(second.ptr, bytes)]));
+      native().deviceMemsetAsync(0, second.ptr, 0x6b, bytes, Number(process.argv[5]), stream.ptr);
+      await prepared.publish({ stream: stream.ptr });
+      return 2;
     }
     case 'same': {
       const buf = DeviceBuffer.alloc(1 << 16);
