@@ -297,7 +297,7 @@ export interface NativeAddon {
   streamSynchronize(device: number, stream: bigint): void;
   streamDestroy(device: number, stream: bigint): void;
   synchronizeEvent(device: number, event: Uint8Array): void;
-  deviceMemsetAsync(device: number, ptr: bigint, value: number, bytes: number, times: number, stream?: bigint): void;
+  deviceMemsetAsync(device: number, ptr: bigint, value: number, bytes: number, times: number, stream?: bigint, stallMs?: number): void;
   errorCodes: string[];
   layoutHash: string;
   versionMajor: number;

@@ -2,11 +2,13 @@
 // interprocess events for ordering, and event-ordered copies to the host.
 #include "cuda_ipc.h"
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <map>
 #include <sys/mman.h>
 #include <mutex>
+#include <thread>
 #include <vector>
 #include "cuda_context.h"
 #include "errors.h"
@@ -406,9 +408,15 @@ Napi::Value CopyDeviceToDevice(const Napi::CallbackInfo &info) {
   return env.Undefined();
 }
 
-// deviceMemsetAsync(device, ptr, byte, bytes, times): queues `times` memsets of
-// the range on the legacy default stream and returns at once (tests use it to
-// keep a buffer busy while a frame is published).
+// Holds a stream for `ms` milliseconds (cuLaunchHostFunc), so that the work
+// queued after it is certainly still pending when a test publishes.
+void Stall(void *ms) { std::this_thread::sleep_for(std::chrono::milliseconds(reinterpret_cast<uintptr_t>(ms))); }
+
+// deviceMemsetAsync(device, ptr, byte, bytes, times, stream = legacy, stallMs = 0):
+// queues, on `stream`, a stall of stallMs, then `times` memsets of the range
+// (the last one writes `byte`), and returns at once. Tests use it to publish
+// a buffer whose writes are still queued: a reader that is not ordered after
+// them reads what was there before.
 Napi::Value DeviceMemsetAsync(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
@@ -417,6 +425,8 @@ Napi::Value DeviceMemsetAsync(const Napi::CallbackInfo &info) {
   size_t n = static_cast<size_t>(info[3].As<Napi::Number>().DoubleValue());
   uint32_t times = info[4].As<Napi::Number>().Uint32Value();
   CUstream stream = info.Length() > 5 && info[5].IsBigInt() ? StreamOf(info[5]) : nullptr;
+  uintptr_t stall_ms = info.Length() > 6 ? info[6].As<Napi::Number>().Uint32Value() : 0;
+  if (stall_ms) Check(env, ctx.driver().cuLaunchHostFunc(stream, Stall, reinterpret_cast<void *>(stall_ms)), "cuLaunchHostFunc");
   for (uint32_t i = 0; i < times; i++)
     Check(env, ctx.driver().cuMemsetD8Async(p, i + 1 == times ? value : static_cast<unsigned char>(i), n, stream), "cuMemsetD8Async");
   return env.Undefined();

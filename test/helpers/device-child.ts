@@ -3,11 +3,12 @@
  *   types NAME ROWS         the every-type table and a slice, uploaded to device 0
  *   big NAME BYTES          one float32 column of BYTES bytes, values 0, 1, 2, ...
  *   offset NAME             a column inside a larger allocation, validity from bit 3
- *   ordering NAME BYTES N   publishes while N memsets of the buffer are still queued
- *   ordering-stream NAME BYTES N  the same with the memsets on a non-blocking stream of
- *                           its own, twice: publishFrame({ stream: DeviceStream }) of a
- *                           buffer written 0x5a, then a prepared frame published with
- *                           { stream: CUstream bigint } of one written 0x6b
+ *   ordering NAME BYTES MS  publishes a zeroed buffer while a write of 0x5a is queued behind
+ *                           an MS-millisecond stall of the legacy default stream
+ *   ordering-stream NAME BYTES MS  the same on a non-blocking stream of its own, twice:
+ *                           publishFrame({ stream: DeviceStream }) of a buffer written 0x5a,
+ *                           then a prepared frame published with { stream: CUstream bigint }
+ *                           of one written 0x6b
  *   same NAME FRAMES        one allocation published in FRAMES frames
  *   many NAME FRAMES        FRAMES small tables uploaded to the device, frame i all i
  *   on-device NAME ORDINAL  the every-type table (13 rows) uploaded to device ORDINAL
@@ -77,6 +78,13 @@ if (role === 'stream-release') {
 
 const producer = Producer.open(name!);
 
+/** A device buffer of `bytes` zero bytes, written before anything else is queued. */
+function zeroed(bytes: number): DeviceBuffer {
+  const buf = DeviceBuffer.alloc(bytes);
+  buf.upload(new Uint8Array(bytes));
+  return buf;
+}
+
 function column(format: string, length: number, buffers: FrameDescription['columns'][0]['buffers'], extra: Partial<FrameDescription['columns'][0]> = {}): FrameDescription {
   return {
     rowCount: length,
@@ -120,19 +128,20 @@ async function main(): Promise<number> {
     }
     case 'ordering': {
       const bytes = Number(arg);
-      const buf = DeviceBuffer.alloc(bytes);
-      native().deviceMemsetAsync(0, buf.ptr, 0x5a, bytes, Number(process.argv[5])); // device writes, still queued
+      const buf = zeroed(bytes);
+      native().deviceMemsetAsync(0, buf.ptr, 0x5a, bytes, 1, undefined, Number(process.argv[5])); // still queued
       await producer.publishFrame(column('C', bytes, [absentBuffer(), deviceBufferDescriptor(buf.ptr, bytes)]));
       return 1;
     }
     case 'ordering-stream': {
       const bytes = Number(arg);
+      const stall = Number(process.argv[5]);
       const stream = DeviceStream.create({ device: 0 });
-      const [first, second] = [DeviceBuffer.alloc(bytes), DeviceBuffer.alloc(bytes)];
-      native().deviceMemsetAsync(0, first.ptr, 0x5a, bytes, Number(process.argv[5]), stream.ptr);
+      const [first, second] = [zeroed(bytes), zeroed(bytes)];
+      native().deviceMemsetAsync(0, first.ptr, 0x5a, bytes, 1, stream.ptr, stall);
       await producer.publishFrame(column('C', bytes, [absentBuffer(), deviceBufferDescriptor(first.ptr, bytes)]), { stream });
       const prepared = producer.prepare(column('C', bytes, [absentBuffer(), deviceBufferDescriptor(second.ptr, bytes)]));
-      native().deviceMemsetAsync(0, second.ptr, 0x6b, bytes, Number(process.argv[5]), stream.ptr);
+      native().deviceMemsetAsync(0, second.ptr, 0x6b, bytes, 1, stream.ptr, stall);
       await prepared.publish({ stream: stream.ptr });
       return 2;
     }
