@@ -198,6 +198,9 @@ export function parseOptions<S extends z.ZodType>(schema: S, value: unknown, wha
   throw new GpuringError('INVALID_ARGUMENT', `invalid ${what}: ${problems}`);
 }
 
+/** Where segment `name` lies (SPEC.md §3). */
+export const segmentPath = (name: string) => `/dev/shm/gpuring.${name}`;
+
 export function parseSegmentName(name: unknown): string {
   const result = segmentName.safeParse(name);
   if (!result.success) throw new GpuringError('INVALID_ARGUMENT', `invalid segment name ${JSON.stringify(name)}: ${result.error.issues[0]?.message}`);

@@ -2,7 +2,7 @@ import { Consumer, type ConsumerOptions } from './consumer.js';
 import { existsSync } from 'node:fs';
 import { callNative, GpuringError } from './errors.js';
 import { native, type NativeSegmentHandle, type RingInspection, type SweepReport } from './native.js';
-import { createOptions, openFlags, openOptions, parseOptions, parseSegmentName, waitOptions } from './options.js';
+import { createOptions, openFlags, openOptions, parseOptions, parseSegmentName, segmentPath, waitOptions } from './options.js';
 import { Producer, type ProducerOptions } from './producer.js';
 
 /** Options of Ring.create(): slots, participants, mode, ifExists. */
@@ -69,7 +69,7 @@ export class Ring {
     const deadline = performance.now() + o.timeout;
     for (;;) {
       if (o.signal?.aborted) throw new GpuringError('ABORTED', `the wait for ring '${n}' was aborted`, { cause: o.signal.reason });
-      if (existsSync(`/dev/shm/gpuring.${n}`)) return;
+      if (existsSync(segmentPath(n))) return;
       if (performance.now() >= deadline) throw new GpuringError('SEGMENT_NOT_FOUND', `no segment named '${n}' after waiting ${o.timeout} ms`);
       await new Promise((resolve) => setTimeout(resolve, Math.min(WAIT_POLL_MS, Math.max(0, deadline - performance.now()))));
     }

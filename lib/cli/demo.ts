@@ -15,6 +15,7 @@ import { createInterface } from 'node:readline';
 import { extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PlainTable, tableDifference } from '../arrow/compare.js';
+import { forEachBuffer } from '../codec/description.js';
 import { Consumer } from '../consumer.js';
 import { cudaInfo } from '../device-buffer.js';
 import { GpuringError } from '../errors.js';
@@ -44,6 +45,7 @@ function seedOf(i: number): number {
   return (i % DISTINCT_TABLES) + 1;
 }
 
+const now = () => process.hrtime.bigint();
 const tablesOf = (rows: number) => Array.from({ length: DISTINCT_TABLES }, (_, i) => demoTable(i + 1, rows));
 
 /** `device` < 0: host memory. */
@@ -51,7 +53,6 @@ export async function demoProducer(name: string, frames: number, rows: number, d
   const tables = tablesOf(rows);
   const producer = Producer.open(name);
   const on = device >= 0 ? { device } : {};
-  const now = () => process.hrtime.bigint();
   for (let i = 0; i < frames; i++) await producer.publish(tables[i % DISTINCT_TABLES]!, { tag: now(), ...on });
   await producer.drain();
   for (let i = 0; i < LATENCY_FRAMES; i++) {
@@ -65,8 +66,9 @@ export async function demoProducer(name: string, frames: number, rows: number, d
 
 /** Bytes of a frame's column buffers (values, validity, offsets; children and dictionaries too). */
 function frameBytes(frame: Frame): number {
-  const visit = (cols: typeof frame.description.columns): number => cols.reduce((n, c) => n + c.buffers.reduce((m, b) => m + b.length, 0) + visit(c.children), 0);
-  return visit(frame.description.columns) + visit(frame.description.dictionaries);
+  let bytes = 0;
+  forEachBuffer(frame.description, (b) => (bytes += b.length));
+  return bytes;
 }
 
 /** Runs `count` frames of one step through `each`, printing progress about four times a second. */
@@ -86,7 +88,6 @@ async function step(consumer: Consumer, name: Step, count: number, each: (frame:
 export async function demoConsumer(name: string, frames: number, rows: number): Promise<void> {
   const expected = tablesOf(rows).map((t) => new PlainTable(t));
   const consumer = Consumer.open(name);
-  const now = () => process.hrtime.bigint();
   const transport: Transport = { frames, bytes: 0, seconds: 0 };
   let started = 0n;
   await step(consumer, 'transport', frames, (frame, i) => {

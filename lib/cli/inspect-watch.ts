@@ -8,6 +8,7 @@ import { existsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ParticipantInfo } from '../native.js';
 import type { RingInspection } from '../native.js';
+import { segmentPath } from '../options.js';
 import { Ring } from '../ring.js';
 import { table, type Output } from './output.js';
 
@@ -131,7 +132,7 @@ export async function watchCommand(name: string, intervalMs: number, count: numb
   const watcher = new RingWatcher();
   try {
     for (let shown = 0; shown < count && !stop.signal.aborted; shown++) {
-      if (!existsSync(`/dev/shm/gpuring.${ring.name}`)) {
+      if (!existsSync(segmentPath(ring.name))) {
         out.progress(`ring ${ring.name} was removed`);
         break;
       }
