@@ -198,7 +198,7 @@ export function parseOptions<S extends z.ZodType>(schema: S, value: unknown, wha
   throw new GpuringError('INVALID_ARGUMENT', `invalid ${what}: ${problems}`);
 }
 
-/** Where segment `name` lies (SPEC.md §3). */
+/** Where segment `name` lies (SPEC.md §2). */
 export const segmentPath = (name: string) => `/dev/shm/gpuring.${name}`;
 
 export function parseSegmentName(name: unknown): string {
