@@ -16,6 +16,8 @@
     "native/ipc_handle_cache.cc",
     "native/parallel_copy.cc",
     "native/pinned_host_pool.cc",
-    "native/stream_release.cc"
+    "native/stream_release.cc",
+    "native/pool_memory.cc",
+    "native/descriptor_channels.cc"
   ]
 }

@@ -80,6 +80,7 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#core = core;
     this.#receivedByCore = received;
     this.#source = {
+      segment: name,
       arena: (arenaName) => this.#arena(arenaName),
       release: (pos) => callNative(() => this.#core.release(pos)),
       handBack: (pos) => callNative(() => this.#core.handBack(pos)),

@@ -1,7 +1,7 @@
 import type { Table } from 'apache-arrow';
 import { tableFromFrame } from './arrow/table-reader.js';
 import { bufferIndex, forEachBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
-import { deviceUuidOf, exportDeviceMemory, type DeviceBuffer } from './device-buffer.js';
+import { deviceUuidOf, exportDeviceMemory, exportedBuffer, type DeviceBuffer } from './device-buffer.js';
 import { deviceToHost } from './device-mappings.js';
 import { GpuringError } from './errors.js';
 
@@ -54,7 +54,7 @@ export class DeviceFrameCopy implements Disposable {
     forEachBuffer(copy, (b) => {
       const at = this.#at[i++]!;
       if (b.kind === 'absent') return;
-      Object.assign(b, { kind: 'cuda-ipc', deviceOrdinal: this.memory.device, deviceUuid: uuid, offset: exported.offset + at, allocationId: exported.allocationId, handle: exported.handle });
+      Object.assign(b, { ...exportedBuffer(exported, uuid), offset: exported.offset + at });
     });
     copy.syncKind = 0;
     copy.syncHandle = new Uint8Array(this.#source.syncHandle.length);

@@ -11,45 +11,65 @@ export interface DeviceView {
   device: number;
 }
 
+/** Who published a frame: its ring and producer (index, generation), where pool memory is fetched from. */
+export interface FrameOrigin {
+  segment: string;
+  producer: number;
+  producerGen: number;
+}
+
 /**
- * The device allocations one frame has mapped. Mappings come
+ * The device allocations one frame has mapped. Legacy-IPC mappings come
  * from the process-wide IpcHandleCache (one open per allocation per process,
- * keyed on handle and allocation id); this holds the frame's references and
- * drops them all at release.
+ * keyed on handle and allocation id), pool memory from PoolImports (one
+ * import per allocation per process, freed when no frame holds it); this
+ * holds the frame's references and drops them all at release.
  */
 export class DeviceMappings {
-  /** The 64-byte handles of the references taken, one array per mapAll() call. */
+  /** The 64-byte handles of the legacy references taken, one array per mapAll() call. */
   readonly #held: Uint8Array[] = [];
+  /** The ids of the pool import references taken, one array per mapAll() call. */
+  readonly #pooled: BigUint64Array[] = [];
 
   /**
    * Maps every device buffer of a validated body in one native call (which
    * bounds-checks each against its allocation): per buffer in wire order, its
    * view, or null for host and absent buffers.
    */
-  mapAll(body: Uint8Array): (DeviceView | null)[] {
-    const mapped = callNative(() => native().mapFrame(body));
+  mapAll(body: Uint8Array, origin: FrameOrigin): (DeviceView | null)[] {
+    const mapped = callNative(() => native().mapFrame(body, origin.segment, origin.producer, origin.producerGen));
     const data = new DataView(mapped);
     const count = data.getUint32(0, true);
-    const end = 8 + 24 * count;
-    this.#held.push(new Uint8Array(mapped, end, 64 * data.getUint32(4, true)));
+    const end = 16 + 24 * count;
+    const legacyBytes = 64 * data.getUint32(4, true);
+    this.#held.push(new Uint8Array(mapped, end, legacyBytes));
+    const pooled = data.getUint32(8, true);
+    if (pooled) this.#pooled.push(new BigUint64Array(mapped, end + legacyBytes, pooled));
     const out: (DeviceView | null)[] = [];
-    for (let at = 8; at < end; at += 24)
+    for (let at = 16; at < end; at += 24)
       out.push(data.getUint32(at + 20, true) ? { ptr: data.getBigUint64(at, true), byteLength: Number(data.getBigUint64(at + 8, true)), device: data.getInt32(at + 16, true) } : null);
     return out;
   }
 
-  /** The handles of every reference held, 64 bytes each, for a release the native side completes. */
+  /** The legacy handles of every reference held, 64 bytes each, for a release the native side completes. */
   handles(): Uint8Array {
     return Buffer.concat(this.#held);
+  }
+
+  /** Whether pool memory is mapped: its imports must be freed before the frame is released (SPEC.md §9b). */
+  get holdsPoolMemory(): boolean {
+    return this.#pooled.length > 0;
   }
 
   /** Forgets the references without dropping them (the native side drops them). */
   forget(): void {
     this.#held.length = 0;
+    this.#pooled.length = 0;
   }
 
   releaseAll(): void {
     for (const handles of this.#held) native().ipcReleaseAll(handles);
+    for (const ids of this.#pooled) native().poolReleaseAll(ids);
     this.forget();
   }
 }

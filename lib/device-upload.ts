@@ -6,9 +6,9 @@
  */
 import type { RecordBatch, Table } from 'apache-arrow';
 import { describeBatch } from './arrow/table-writer.js';
-import { forEachBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
+import { forEachBuffer, isDeviceKind, type BufferDescriptor, type FrameDescription } from './codec/description.js';
 import { HANDLE_BYTES } from './codec/layout.js';
-import { DeviceBuffer, deviceUuidOf, exportDeviceMemory } from './device-buffer.js';
+import { DeviceBuffer, deviceUuidOf, exportDeviceMemory, exportedBuffer } from './device-buffer.js';
 import { DeviceStream } from './device-stream.js';
 import { callNative, GpuringError } from './errors.js';
 import { native } from './native.js';
@@ -39,7 +39,7 @@ export function uploadBatch(source: RecordBatch | Table, device: number): Device
   try {
     for (const p of pieces) if (p.bytes.length) memory.upload(p.bytes, p.desc.offset);
     const exported = exportDeviceMemory(memory.ptr);
-    for (const p of pieces) (p.desc.handle = exported.handle), (p.desc.offset += exported.offset), (p.desc.allocationId = exported.allocationId);
+    for (const p of pieces) Object.assign(p.desc, { ...exportedBuffer(exported, uuid), offset: p.desc.offset + exported.offset });
     return { description, memory, eventId: recordFrameEvent(description, device) };
   } catch (error) {
     memory.free();
@@ -55,7 +55,7 @@ export function uploadBatch(source: RecordBatch | Table, device: number): Device
 export function eventDevice(description: FrameDescription, option: number | undefined): number {
   if (description.syncKind !== 0) return -1;
   let first = -1;
-  forEachBuffer(description, (b) => b.kind === 'cuda-ipc' && first < 0 && (first = b.deviceOrdinal));
+  forEachBuffer(description, (b) => isDeviceKind(b.kind) && first < 0 && (first = b.deviceOrdinal));
   return first < 0 ? -1 : (option ?? first);
 }
 

@@ -33,6 +33,7 @@ export const ERROR_CODES = [
   'DEVICE_NOT_FOUND',
   'NOT_EXPORTABLE',
   'SEGMENT_OWNER',
+  'DESCRIPTOR_UNAVAILABLE',
   'NATIVE_LOAD',
 ] as const;
 

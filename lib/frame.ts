@@ -1,6 +1,6 @@
 import type { Schema, Table } from 'apache-arrow';
 import type { BufferDescriptor, FrameDescription } from './codec/description.js';
-import { bufferIndex, forEachBuffer, handleName } from './codec/description.js';
+import { bufferIndex, forEachBuffer, handleName, isDeviceKind } from './codec/description.js';
 import { decodeValidatedFrame } from './codec/decode.js';
 import { columnView, type ColumnView } from './column-view.js';
 import { Header } from './codec/layout.js';
@@ -34,6 +34,8 @@ export interface FrameSource {
   settle(frame: Frame, lease: Lease): void;
   /** The frame as a Table straight from its body when its layout allows (FrameLayout), else null. */
   fastTable(body: Uint8Array, describe: () => FrameDescription): Table | null;
+  /** The ring's name, which with the frame's producer names where pool memory comes from. */
+  readonly segment: string;
   /** Ends the lease once `stream` completes the work queued so far; drops `mappings` (64-byte handles) then. */
   releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;
 }
@@ -198,7 +200,9 @@ export class Frame implements Disposable {
 
   /** Every device buffer mapped, once per frame; per buffer in wire order. */
   #deviceViews(): (DeviceView | null)[] {
-    return (this.#views ??= this.#devices.mapAll(this.#bytes));
+    const r = this.#records;
+    const origin = { segment: this.#source.segment, producer: this.producer, producerGen: r.getUint32(this.#at + 20, true) };
+    return (this.#views ??= this.#devices.mapAll(this.#bytes, origin));
   }
 
   /**
@@ -260,7 +264,7 @@ export class Frame implements Disposable {
 
   /** This process's ordinal of the device of the frame's first device buffer, else 0. */
   #firstDevice(buffers = this.#buffers()): number {
-    const first = buffers.find((b) => b.kind === 'cuda-ipc');
+    const first = buffers.find((b) => isDeviceKind(b.kind));
     return first ? deviceOrdinalOf(first.deviceUuid) : 0;
   }
 
@@ -292,6 +296,12 @@ export class Frame implements Disposable {
     }
     const device = stream instanceof DeviceStream ? stream.device : this.#firstDevice();
     const handle = DeviceStream.handleOf(stream);
+    if (this.#lease?.devices?.holdsPoolMemory) {
+      // Pool imports are freed before the release (SPEC.md §9b), which a
+      // driver callback may not do: wait for the stream here instead.
+      callNative(() => native().streamSynchronize(device, handle));
+      return this.release();
+    }
     this.#source.releaseAfter(this.#pos, device, handle, this.#devices.handles());
     this.#released = true;
     this.#settle()?.devices?.forget();
@@ -322,7 +332,7 @@ export class Frame implements Disposable {
   }
 
   #resolve(b: BufferDescriptor): Uint8Array {
-    if (b.kind === 'cuda-ipc') return deviceToHost(this.#deviceViews()[(this.#index ??= bufferIndex(this.description)).get(b)!]!, this.#event());
+    if (isDeviceKind(b.kind)) return deviceToHost(this.#deviceViews()[(this.#index ??= bufferIndex(this.description)).get(b)!]!, this.#event());
     const arena = this.#source.arena(handleName(b.handle));
     if (b.offset + b.length > arena.byteLength)
       throw new GpuringError('FRAME_BOUNDS', `a buffer [${b.offset}, +${b.length}) lies outside its ${arena.byteLength}-byte arena`);

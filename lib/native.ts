@@ -187,7 +187,9 @@ export interface NativeConsumerCore {
 
 /** Device memory made shareable: its allocation's IPC handle and the pointer's offset in it. */
 export interface DeviceExport {
-  /** The allocation's 64-byte CUipcMemHandle. */
+  /** cuda-ipc for cudaMalloc memory, cuda-pool for memory of an exportable stream-ordered pool. */
+  kind: 'cuda-ipc' | 'cuda-pool';
+  /** 64 bytes: the allocation's CUipcMemHandle (cuda-ipc) or CUmemPoolPtrExportData (cuda-pool). */
   handle: Uint8Array;
   /** Bytes from the allocation's base to the pointer. */
   offset: number;
@@ -199,6 +201,8 @@ export interface DeviceExport {
   device: number;
   /** CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per allocation for the process's lifetime. */
   allocationId: bigint;
+  /** cuda-pool: this process's number for the pool (0n for cuda-ipc). */
+  poolId: bigint;
 }
 
 /** toTable()'s pinned host blocks (PinnedHostPool). */
@@ -284,8 +288,11 @@ export interface NativeAddon {
   allocOtherMemory(kind: 'pinned' | 'managed' | 'pool' | 'vmm', bytes: number): bigint;
   exportDeviceMemory(ptr: bigint): DeviceExport;
   ipcReleaseAll(handles: Uint8Array): void;
-  /** count u32 | taken u32 | count views of 24 bytes | taken 64-byte handles (see cuda_ipc.cc). */
-  mapFrame(body: Uint8Array): ArrayBuffer;
+  /** count u32 | legacy u32 | pooled u32 | 0 u32 | count views of 24 bytes | legacy 64-byte handles | pooled u64 ids (see cuda_ipc.cc). */
+  mapFrame(body: Uint8Array, segment: string, producer: number, producerGen: number): ArrayBuffer;
+  poolReleaseAll(ids: BigUint64Array): void;
+  poolStats(): { pools: number; imports: number; imported: number; freed: number };
+  deviceAllocPool(device: number, bytes: number): bigint;
   ipcStats(): IpcStats;
   pinnedHostStats(): PinnedHostStats;
   ipcSetLimits(entries: number, bytes: number): void;

@@ -73,6 +73,12 @@ Driver Load() {
   GPR_RESOLVE(cuMemAddressReserve, "cuMemAddressReserve");
   GPR_RESOLVE(cuMemMap, "cuMemMap");
   GPR_RESOLVE(cuMemSetAccess, "cuMemSetAccess");
+  GPR_RESOLVE(cuMemPoolCreate, "cuMemPoolCreate");
+  GPR_RESOLVE(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");
+  GPR_RESOLVE(cuMemPoolExportToShareableHandle, "cuMemPoolExportToShareableHandle");
+  GPR_RESOLVE(cuMemPoolExportPointer, "cuMemPoolExportPointer");
+  GPR_RESOLVE(cuMemPoolImportFromShareableHandle, "cuMemPoolImportFromShareableHandle");
+  GPR_RESOLVE(cuMemPoolImportPointer, "cuMemPoolImportPointer");
 #undef GPR_RESOLVE
   if (!missing.empty()) {
     d.error = "libcuda.so.1 lacks " + missing + " (driver too old)";

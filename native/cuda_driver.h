@@ -34,6 +34,19 @@ struct CUmemAllocationProp {
   unsigned char allocFlags[8];
 };
 struct CUmemAccessDesc { CUmemLocation location; int flags; };
+struct CUmemPoolHandle_st;
+using CUmemoryPool = CUmemPoolHandle_st *;
+struct CUmemPoolProps {
+  int allocType;             // CU_MEM_ALLOCATION_TYPE_PINNED
+  int handleTypes;           // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: exportable
+  CUmemLocation location;
+  void *win32SecurityAttributes;
+  size_t maxSize;
+  unsigned short usage;
+  unsigned char reserved[54];
+};
+struct CUmemPoolPtrExportData { unsigned char reserved[64]; };
+static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps is 88 bytes in the driver ABI");
 static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp is 32 bytes in the driver ABI");
 static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc is 12 bytes in the driver ABI");
 
@@ -57,6 +70,7 @@ constexpr unsigned CU_MEMORYTYPE_DEVICE = 2;
 constexpr int CU_MEM_ALLOCATION_TYPE_PINNED = 1;
 constexpr int CU_MEM_LOCATION_TYPE_DEVICE = 1;
 constexpr int CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3;
+constexpr int CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1;
 
 struct Driver {
   bool loaded = false;
@@ -112,6 +126,12 @@ struct Driver {
   CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
   CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
   CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t) = nullptr;
+  CUresult (*cuMemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *) = nullptr;
+  CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) = nullptr;
+  CUresult (*cuMemPoolExportToShareableHandle)(void *, CUmemoryPool, int, unsigned long long) = nullptr;
+  CUresult (*cuMemPoolExportPointer)(CUmemPoolPtrExportData *, CUdeviceptr) = nullptr;
+  CUresult (*cuMemPoolImportFromShareableHandle)(CUmemoryPool *, void *, int, unsigned long long) = nullptr;
+  CUresult (*cuMemPoolImportPointer)(CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *) = nullptr;
 
   // The process-wide driver, loaded and initialized on first use.
   static const Driver &Get();

@@ -13,7 +13,9 @@
 #include "cuda_context.h"
 #include "errors.h"
 #include "js_values.h"
+#include "descriptor_channels.h"
 #include "ipc_handle_cache.h"
+#include "pool_memory.h"
 #include "parallel_copy.h"
 #include "pinned_host_pool.h"
 
@@ -32,8 +34,9 @@ T Attribute(const Driver &d, int attr, CUdeviceptr p, CUresult *rc) {
   return value;
 }
 
-// Refuses, naming the reason, memory that legacy CUDA IPC cannot export.
-int CheckExportable(Napi::Env env, const Driver &d, CUdeviceptr p) {
+// Refuses, naming the reason, memory that cannot be exported; `*pool` is the
+// pool of stream-ordered pool memory (exported as cuda-pool), else null.
+int CheckExportable(Napi::Env env, const Driver &d, CUdeviceptr p, CUmemoryPool *pool) {
   CUresult rc;
   unsigned type = Attribute<unsigned>(d, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p, &rc);
   if (rc != CUDA_SUCCESS) NotExportable(env, "not memory CUDA knows (" + d.Describe(rc) + ")");
@@ -43,50 +46,86 @@ int CheckExportable(Napi::Env env, const Driver &d, CUdeviceptr p) {
   int device = Attribute<int>(d, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p, &rc);
   Check(env, rc, "cuPointerGetAttribute(DEVICE_ORDINAL)");
   ScopedContext ctx(env, device);
-  void *pool = Attribute<void *>(d, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p, &rc);
-  if (rc == CUDA_SUCCESS && pool)
-    NotExportable(env, "stream-ordered pool memory (cudaMallocAsync / cuMemAllocFromPoolAsync); allocate with cudaMalloc");
+  *pool = Attribute<CUmemoryPool>(d, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p, &rc);
+  if (rc != CUDA_SUCCESS) *pool = nullptr;
+  if (*pool) return device;
   int legacy = Attribute<int>(d, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p, &rc);
   if (rc == CUDA_SUCCESS && !legacy)
     NotExportable(env, "virtual memory management allocations (cuMemCreate, PyTorch expandable segments) are not legacy-IPC capable");
   return device;
 }
 
-// The export of the allocation containing `p`, from this process's earlier
-// exports when the allocation there is still the one exported (same buffer id:
-// one attribute query instead of eight driver calls), else made now.
-Mapping Export(Napi::Env env, const Driver &d, CUdeviceptr p, CUipcMemHandle *h) {
+// One exported allocation, of either device memory kind.
+struct Exported {
+  uint16_t kind = GPR_MEM_CUDA_IPC;
+  uint64_t pool_id = 0;  // cuda-pool only
+  unsigned char handle[64];
   Mapping m;
+};
+
+// Whether the allocation at `p` is still the one with buffer id `id`
+// (addresses are reused; buffer ids are not).
+bool SameAllocation(const Driver &d, CUdeviceptr p, uint64_t id) {
   CUresult rc;
-  if (IpcHandleCache::Get().FindExport(p, h, &m) &&
-      Attribute<unsigned long long>(d, CU_POINTER_ATTRIBUTE_BUFFER_ID, p, &rc) == m.alloc_id && rc == CUDA_SUCCESS)
-    return m;
-  m.device = CheckExportable(env, d, p);
-  ScopedContext ctx(env, m.device);
-  size_t size = 0;
-  Check(env, d.cuMemGetAddressRange(&m.base, &size, p), "cuMemGetAddressRange");
-  m.bytes = size;
-  Check(env, d.cuIpcGetMemHandle(h, m.base), "cuIpcGetMemHandle");
-  m.alloc_id = Attribute<unsigned long long>(d, CU_POINTER_ATTRIBUTE_BUFFER_ID, m.base, &rc);
-  Check(env, rc, "cuPointerGetAttribute(BUFFER_ID)");
-  IpcHandleCache::Get().RememberExport(*h, m.alloc_id, m.base, m.device, m.bytes);
-  return m;
+  return Attribute<unsigned long long>(d, CU_POINTER_ATTRIBUTE_BUFFER_ID, p, &rc) == id && rc == CUDA_SUCCESS;
 }
 
-// exportDeviceMemory(ptr) -> { handle, offset, base, allocationBytes, device, allocationId }
+Exported FromPool(const PoolExport &pe) {
+  Exported e;
+  e.kind = GPR_MEM_CUDA_POOL;
+  e.pool_id = pe.pool_id;
+  memcpy(e.handle, pe.data.reserved, sizeof e.handle);
+  e.m.alloc_id = pe.alloc_id;
+  e.m.base = pe.base;
+  e.m.bytes = pe.bytes;
+  e.m.device = pe.device;
+  return e;
+}
+
+// The export of the allocation containing `p`, from this process's earlier
+// exports when the allocation there is still the one exported (same buffer id:
+// one attribute query instead of eight driver calls), else made now: pool
+// memory as cuda-pool, cudaMalloc memory as cuda-ipc.
+Exported Export(Napi::Env env, const Driver &d, CUdeviceptr p) {
+  Exported e;
+  CUipcMemHandle h;
+  PoolExport pe;
+  if (PoolExports::Get().Find(p, &pe) && SameAllocation(d, p, pe.alloc_id)) return FromPool(pe);
+  if (IpcHandleCache::Get().FindExport(p, &h, &e.m) && SameAllocation(d, p, e.m.alloc_id)) {
+    memcpy(e.handle, h.reserved, sizeof e.handle);
+    return e;
+  }
+  CUmemoryPool pool = nullptr;
+  e.m.device = CheckExportable(env, d, p, &pool);
+  ScopedContext ctx(env, e.m.device);
+  if (pool) return FromPool(PoolExports::Get().Export(env, d, p, e.m.device, pool));
+  size_t size = 0;
+  Check(env, d.cuMemGetAddressRange(&e.m.base, &size, p), "cuMemGetAddressRange");
+  e.m.bytes = size;
+  Check(env, d.cuIpcGetMemHandle(&h, e.m.base), "cuIpcGetMemHandle");
+  CUresult rc;
+  e.m.alloc_id = Attribute<unsigned long long>(d, CU_POINTER_ATTRIBUTE_BUFFER_ID, e.m.base, &rc);
+  Check(env, rc, "cuPointerGetAttribute(BUFFER_ID)");
+  IpcHandleCache::Get().RememberExport(h, e.m.alloc_id, e.m.base, e.m.device, e.m.bytes);
+  memcpy(e.handle, h.reserved, sizeof e.handle);
+  return e;
+}
+
+// exportDeviceMemory(ptr) -> { kind, handle, offset, base, allocationBytes, device, allocationId, poolId }
 Napi::Value ExportDeviceMemory(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   const Driver &d = Require(env);
   CUdeviceptr p = DevicePtr(info[0]);
-  CUipcMemHandle h;
-  Mapping m = Export(env, d, p, &h);
+  Exported e = Export(env, d, p);
   Napi::Object o = Napi::Object::New(env);
-  o.Set("handle", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t *>(h.reserved), sizeof h.reserved));
-  o.Set("offset", static_cast<double>(p - m.base));
-  o.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(m.base)));
-  o.Set("allocationBytes", static_cast<double>(m.bytes));
-  o.Set("device", m.device);
-  o.Set("allocationId", Napi::BigInt::New(env, static_cast<uint64_t>(m.alloc_id)));
+  o.Set("kind", e.kind == GPR_MEM_CUDA_POOL ? "cuda-pool" : "cuda-ipc");
+  o.Set("handle", Napi::Buffer<uint8_t>::Copy(env, e.handle, sizeof e.handle));
+  o.Set("offset", static_cast<double>(p - e.m.base));
+  o.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(e.m.base)));
+  o.Set("allocationBytes", static_cast<double>(e.m.bytes));
+  o.Set("device", e.m.device);
+  o.Set("allocationId", Napi::BigInt::New(env, static_cast<uint64_t>(e.m.alloc_id)));
+  o.Set("poolId", Napi::BigInt::New(env, e.pool_id));
   return o;
 }
 
@@ -113,39 +152,79 @@ int OrdinalOfUuid(Napi::Env env, const Driver &d, const uint8_t *uuid) {
         std::string("the frame's device (UUID ") + hex + ") is not visible in this process; check CUDA_VISIBLE_DEVICES");
 }
 
-// mapFrame(body) -> ArrayBuffer. Maps every cuda-ipc buffer of a validated
-// frame body in one call, and returns it all in one buffer (one allocation
-// where objects would cost a device frame's hand-off microseconds):
-//   count u32 | taken u32 | count views | taken handles
+// The references one frame took while mapping: one per distinct allocation.
+struct FrameReferences {
+  std::vector<CUipcMemHandle> legacy;
+  std::vector<uint64_t> pooled;  // PoolImports ids
+  void DropAll() {
+    for (const auto &h : legacy) IpcHandleCache::Get().Release(h);
+    for (uint64_t id : pooled) PoolImports::Get().Release(id);
+  }
+};
+
+// Maps one device buffer; returns its allocation's base and size.
+Mapping MapBuffer(Napi::Env env, const Driver &d, const gpr_body_buffer &b, int device, const std::string &segment,
+                  const uint32_t producer[2], FrameReferences *refs) {
+  Mapping m;
+  if (b.kind == GPR_MEM_CUDA_POOL && DescriptorChannels::Get().Serves(segment, producer[0], producer[1])) {
+    // Published by this process: CUDA imports pools into other processes
+    // only, and the memory is mapped here already.
+    PoolExport own;
+    if (!PoolExports::Get().FindOwn(b.pool_id, b.alloc_id, &own))
+      Throw(env, GPR_E_DESCRIPTOR_UNAVAILABLE, "this process's producer exported no such pool allocation");
+    m.base = own.base;
+    m.bytes = own.bytes;
+    return m;
+  }
+  if (b.kind == GPR_MEM_CUDA_POOL) {
+    PoolImports::Ref r = PoolImports::Get().Acquire(env, d, segment, producer[0], producer[1], b, device);
+    if (std::find(refs->pooled.begin(), refs->pooled.end(), r.id) != refs->pooled.end()) PoolImports::Get().Release(r.id);
+    else refs->pooled.push_back(r.id);
+    m.base = r.base;
+    m.bytes = r.bytes;
+    return m;
+  }
+  CUipcMemHandle h;
+  memcpy(h.reserved, b.handle, sizeof h.reserved);
+  auto same = [&](const CUipcMemHandle &t) { return memcmp(t.reserved, h.reserved, sizeof h.reserved) == 0; };
+  bool held = std::any_of(refs->legacy.begin(), refs->legacy.end(), same);
+  m = IpcHandleCache::Get().Acquire(env, h, b.alloc_id, device);
+  if (held) IpcHandleCache::Get().Release(h);  // one reference per allocation per frame
+  else refs->legacy.push_back(h);
+  return m;
+}
+
+// mapFrame(body, segment, producer, producerGen) -> ArrayBuffer. Maps every
+// device buffer of a validated frame body (of producer (index, gen) of ring
+// `segment`: pool memory is fetched from its descriptor channel) in one call,
+// and returns it all in one buffer (one allocation where objects would cost a
+// device frame's hand-off microseconds):
+//   count u32 | legacy u32 | pooled u32 | 0 u32 | count views | legacy handles | pooled ids
 // a view per buffer in wire order, 24 bytes `ptr u64 | length u64 | device i32 |
 // mapped u32` (mapped 0: host or absent); then the 64-byte handle of each
-// reference taken (one per distinct allocation), for ipcReleaseAll at release.
+// legacy-IPC reference taken and the u64 id of each pool import reference
+// (one per distinct allocation), for ipcReleaseAll at release.
 // On any error the references already taken are dropped.
 Napi::Value MapFrame(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   const Driver &d = Require(env);
   auto body = info[0].As<Napi::Uint8Array>();
+  std::string segment = info[1].As<Napi::String>();
+  uint32_t producer[2] = {info[2].As<Napi::Number>().Uint32Value(), info[3].As<Napi::Number>().Uint32Value()};
   gpr_body_view view{};
   gpr_error err{};
   if (gpr_body_validate(body.Data(), body.ByteLength(), &view, &err) != 0) throw MakeError(env, err);
   uint32_t n = view.header->buffer_count;
   std::vector<uint8_t> views(static_cast<size_t>(n) * 24);
   uint8_t *out = views.data();
-  std::vector<CUipcMemHandle> taken;
-  IpcHandleCache &cache = IpcHandleCache::Get();
+  FrameReferences refs;
   try {
     for (uint32_t i = 0; i < n; i++) {
       gpr_body_buffer b;
       memcpy(&b, &view.buffers[i], sizeof b);
-      if (b.kind != GPR_MEM_CUDA_IPC) continue;
-      CUipcMemHandle h;
-      memcpy(h.reserved, b.handle, sizeof h.reserved);
+      if (b.kind != GPR_MEM_CUDA_IPC && b.kind != GPR_MEM_CUDA_POOL) continue;
       int device = OrdinalOfUuid(env, d, b.device_uuid);
-      auto same = [&](const CUipcMemHandle &t) { return memcmp(t.reserved, h.reserved, sizeof h.reserved) == 0; };
-      bool held = std::any_of(taken.begin(), taken.end(), same);
-      Mapping m = cache.Acquire(env, h, b.alloc_id, device);
-      if (held) cache.Release(h);  // one reference per allocation per frame
-      else taken.push_back(h);
+      Mapping m = MapBuffer(env, d, b, device, segment, producer, &refs);
       if (!gpr_range_ok(b.offset, b.length, m.bytes))
         Throw(env, GPR_E_FRAME_BOUNDS, "a device buffer [" + std::to_string(b.offset) + ", +" + std::to_string(b.length) +
                                            ") lies outside its " + std::to_string(m.bytes) + "-byte allocation");
@@ -157,17 +236,43 @@ Napi::Value MapFrame(const Napi::CallbackInfo &info) {
       memcpy(out + i * 24 + 20, &mapped, 4);
     }
   } catch (...) {
-    for (const auto &h : taken) cache.Release(h);
+    refs.DropAll();
     throw;
   }
-  uint32_t counts[2] = {n, static_cast<uint32_t>(taken.size())};
-  size_t handles_bytes = taken.size() * sizeof(CUipcMemHandle);
-  Napi::ArrayBuffer result = Napi::ArrayBuffer::New(env, sizeof counts + views.size() + handles_bytes);
+  uint32_t counts[4] = {n, static_cast<uint32_t>(refs.legacy.size()), static_cast<uint32_t>(refs.pooled.size()), 0};
+  size_t legacy_bytes = refs.legacy.size() * sizeof(CUipcMemHandle), pooled_bytes = refs.pooled.size() * 8;
+  Napi::ArrayBuffer result = Napi::ArrayBuffer::New(env, sizeof counts + views.size() + legacy_bytes + pooled_bytes);
   auto *at = static_cast<uint8_t *>(result.Data());
   memcpy(at, counts, sizeof counts);
-  if (!views.empty()) memcpy(at + sizeof counts, views.data(), views.size());
-  if (handles_bytes) memcpy(at + sizeof counts + views.size(), taken.data(), handles_bytes);
+  at += sizeof counts;
+  if (!views.empty()) memcpy(at, views.data(), views.size());
+  if (legacy_bytes) memcpy(at + views.size(), refs.legacy.data(), legacy_bytes);
+  if (pooled_bytes) memcpy(at + views.size() + legacy_bytes, refs.pooled.data(), pooled_bytes);
   return result;
+}
+
+// poolReleaseAll(ids: BigUint64Array): drops one pool import reference per id,
+// freeing imports no frame holds any more.
+Napi::Value PoolReleaseAll(const Napi::CallbackInfo &info) {
+  auto ids = info[0].As<Napi::BigUint64Array>();
+  for (size_t i = 0; i < ids.ElementLength(); i++) PoolImports::Get().Release(ids[i]);
+  return info.Env().Undefined();
+}
+
+Napi::Value PoolStats(const Napi::CallbackInfo &info) { return PoolImports::Get().Stats(info.Env()); }
+
+// deviceAllocPool(device, bytes) -> bigint: memory from gpuring's exportable
+// pool on `device` (published as cuda-pool); free it with deviceFree.
+Napi::Value DeviceAllocPool(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  int device = info[0].As<Napi::Number>().Int32Value();
+  ScopedContext ctx(env, device);
+  const Driver &d = ctx.driver();
+  CUdeviceptr p = 0;
+  size_t n = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
+  Check(env, d.cuMemAllocFromPoolAsync(&p, n, ExportablePool(env, d, device), nullptr), "cuMemAllocFromPoolAsync");
+  Check(env, d.cuStreamSynchronize(nullptr), "cuStreamSynchronize");
+  return Napi::BigInt::New(env, static_cast<uint64_t>(p));
 }
 
 // ipcReleaseAll(handles): drops one reference per 64-byte handle.
@@ -438,6 +543,9 @@ void DefineCudaIpc(Napi::Env env, Napi::Object exports) {
   exports.Set("exportDeviceMemory", Napi::Function::New(env, ExportDeviceMemory));
   exports.Set("ipcReleaseAll", Napi::Function::New(env, IpcReleaseAll));
   exports.Set("mapFrame", Napi::Function::New(env, MapFrame));
+  exports.Set("poolReleaseAll", Napi::Function::New(env, PoolReleaseAll));
+  exports.Set("poolStats", Napi::Function::New(env, PoolStats));
+  exports.Set("deviceAllocPool", Napi::Function::New(env, DeviceAllocPool));
   exports.Set("ipcStats", Napi::Function::New(env, IpcStats));
   exports.Set("pinnedHostStats", Napi::Function::New(env, PinnedHostStats));
   exports.Set("ipcSetLimits", Napi::Function::New(env, IpcSetLimits));

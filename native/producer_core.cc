@@ -1,5 +1,7 @@
 #include "producer_core.h"
 #include "arena_map.h"
+#include "descriptor_channels.h"
+#include "pool_memory.h"
 #include "errors.h"
 #include "js_values.h"
 
@@ -163,10 +165,20 @@ void ProducerState::OnWake() {
   });
 }
 
+// Binds the descriptor channel once this process has pool memory to hand
+// out: consumers of this producer's frames fetch pool descriptors there. A
+// process that never exported pool memory pays one load per publish.
+void ProducerState::ServeDescriptorsIfNeeded(Napi::Env env) {
+  if (serves_descriptors || !cuda::PoolExports::Any()) return;
+  DescriptorChannels::Get().Add(env, &seg, me, gen);
+  serves_descriptors = true;
+}
+
 void ProducerState::Shutdown() {
   if (shut) return;
   shut = true;
   bell.reset();  // disarmed: nobody rings a participant that left
+  if (serves_descriptors) DescriptorChannels::Get().Remove(&seg);
   Detach();  // the arenas stay named until no frame refers to them (recovery.h)
   gpr_arena_pool_destroy(&pool);
 }
@@ -273,6 +285,7 @@ Napi::Uint8Array ProducerCore::ValidBody(Napi::Env env, Napi::Value value) {
   auto body = value.As<Napi::Uint8Array>();
   gpr_error invalid{};
   if (gpr_body_validate(body.Data(), body.ByteLength(), nullptr, &invalid) != 0) throw MakeError(env, invalid);
+  s_->ServeDescriptorsIfNeeded(env);
   return body;
 }
 

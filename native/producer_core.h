@@ -48,6 +48,7 @@ struct ProducerState : LoopParticipant {
   bool prompt = false;
   uint32_t holds = 0;  // drains in progress: the watch keeps the process alive
   bool shut = false;
+  bool serves_descriptors = false;  // its descriptor channel is bound (DescriptorChannels)
 
   size_t Reap(bool full = true);
   size_t ReapOldest();
@@ -62,6 +63,7 @@ struct ProducerState : LoopParticipant {
   void Service(Napi::Env env);
   void OnWake();
   void Shutdown();
+  void ServeDescriptorsIfNeeded(Napi::Env env);
 };
 
 class ProducerCore : public Napi::ObjectWrap<ProducerCore> {

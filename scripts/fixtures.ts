@@ -54,6 +54,10 @@ function cudaBuffer(offset: number, length: number, seed: number): BufferDescrip
   return { kind: 'cuda-ipc', deviceOrdinal: 1, deviceUuid, offset, length, allocationId: 0x8000000000000000n + BigInt(seed), handle };
 }
 
+function poolBuffer(offset: number, length: number, seed: number): BufferDescriptor {
+  return { ...cudaBuffer(offset, length, seed), kind: 'cuda-pool', poolId: 0x4000000000000000n + BigInt(seed) };
+}
+
 /** Every golden frame, by name. */
 export function goldenFrames(): Record<string, FrameDescription> {
   const frames: Record<string, FrameDescription> = {
@@ -83,6 +87,10 @@ export function goldenFrames(): Record<string, FrameDescription> {
         column({ name: 'v', format: 'f', length: 12, nullCount: 0, nullable: false, buffers: [absentBuffer(), cudaBuffer(512, 48, 1)] }),
       ] }),
     ], { syncKind: 2, syncHandle: Uint8Array.from({ length: 64 }, (_, i) => 255 - i) }),
+    // a nullable float64 column whose validity and data are two allocations of one stream-ordered pool
+    'cuda-pool-column': frame(6, [
+      column({ name: 'p', format: 'g', length: 6, nullCount: 1, buffers: [poolBuffer(0, 1, 2), poolBuffer(256, 48, 3)] }),
+    ]),
   };
   return frames;
 }

@@ -65,7 +65,7 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
 /* ------------------------------------------------------------------------ */
 
 #define GPR_VERSION_MAJOR 2u
-#define GPR_VERSION_MINOR 0u
+#define GPR_VERSION_MINOR 1u
 /* "GPURING\0" read as a little-endian u64. */
 #define GPR_SEGMENT_MAGIC 0x00474E4952555047ull
 /* "GPRARENA" read as a little-endian u64. */
@@ -129,7 +129,8 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
   X(CUDA, "a CUDA driver call failed")                                           \
   X(DEVICE_NOT_FOUND, "no visible CUDA device has that ordinal or UUID")         \
   X(NOT_EXPORTABLE, "this memory cannot be shared with CUDA IPC")                \
-  X(SEGMENT_OWNER, "the segment belongs to another user")
+  X(SEGMENT_OWNER, "the segment belongs to another user")                       \
+  X(DESCRIPTOR_UNAVAILABLE, "the producer did not hand over a memory descriptor")
 
 typedef enum gpr_code {
 #define GPR_X_ENUM(name, text) GPR_E_##name,
@@ -334,7 +335,7 @@ typedef struct gpr_body_node {
   uint64_t offset;                /*  56 elements (also indexes validity bits) */
 } gpr_body_node;
 
-enum gpr_memory_kind { GPR_MEM_ABSENT = 0, GPR_MEM_HOST = 1, GPR_MEM_CUDA_IPC = 2 };
+enum gpr_memory_kind { GPR_MEM_ABSENT = 0, GPR_MEM_HOST = 1, GPR_MEM_CUDA_IPC = 2, GPR_MEM_CUDA_POOL = 3 };
 
 typedef struct gpr_body_buffer {
   uint16_t kind;                  /*   0 gpr_memory_kind */
@@ -343,11 +344,14 @@ typedef struct gpr_body_buffer {
   uint8_t device_uuid[16];        /*   8 zero for host */
   uint64_t offset;                /*  24 bytes from the base of the allocation named by handle */
   uint64_t length;                /*  32 bytes */
-  uint64_t alloc_id;              /*  40 cuda-ipc: CU_POINTER_ATTRIBUTE_BUFFER_ID of the allocation
-                                   *     (never reused in the exporting process, unlike addresses
-                                   *     and handles), so mapping caches tell recycled memory apart; 0 for host */
-  uint8_t reserved[16];           /*  48 */
-  uint8_t handle[GPR_HANDLE_BYTES]; /* 64 host: NUL-terminated arena name; cuda-ipc: CUipcMemHandle */
+  uint64_t alloc_id;              /*  40 cuda-ipc, cuda-pool: CU_POINTER_ATTRIBUTE_BUFFER_ID of the
+                                   *     allocation (never reused in the exporting process, unlike
+                                   *     addresses and handles), so mapping caches tell recycled memory
+                                   *     apart; 0 for host */
+  uint64_t pool_id;               /*  48 cuda-pool: the producer's number for the pool (§9b); else 0 */
+  uint8_t reserved[8];            /*  56 */
+  uint8_t handle[GPR_HANDLE_BYTES]; /* 64 host: NUL-terminated arena name; cuda-ipc: CUipcMemHandle;
+                                     *    cuda-pool: CUmemPoolPtrExportData */
 } gpr_body_buffer;
 
 #define GPR_CHECK_SIZE(type, size) GPR_STATIC_ASSERT(sizeof(type) == (size), #type " size")
@@ -449,7 +453,8 @@ GPR_CHECK_OFFSET(gpr_body_buffer, device_uuid, 8);
 GPR_CHECK_OFFSET(gpr_body_buffer, offset, 24);
 GPR_CHECK_OFFSET(gpr_body_buffer, length, 32);
 GPR_CHECK_OFFSET(gpr_body_buffer, alloc_id, 40);
-GPR_CHECK_OFFSET(gpr_body_buffer, reserved, 48);
+GPR_CHECK_OFFSET(gpr_body_buffer, pool_id, 48);
+GPR_CHECK_OFFSET(gpr_body_buffer, reserved, 56);
 GPR_CHECK_OFFSET(gpr_body_buffer, handle, 64);
 
 #define GPR_CONTROL_OFFSET 256u
@@ -458,6 +463,7 @@ GPR_CHECK_OFFSET(gpr_body_buffer, handle, 64);
 #include "gpuring/process.h"
 #include "gpuring/segment.h"
 #include "gpuring/doorbell.h"
+#include "gpuring/descriptor_channel.h"
 #include "gpuring/ring.h"
 #include "gpuring/recovery.h"
 #include "gpuring/arena.h"

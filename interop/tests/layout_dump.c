@@ -57,7 +57,7 @@ int main(void) {
           FIELD(gpr_body_node, offset)));
   STRUCT("body_buffer", gpr_body_buffer,
          (FIELD(gpr_body_buffer, kind), FIELD(gpr_body_buffer, flags), FIELD(gpr_body_buffer, device_ordinal),
-          FIELD(gpr_body_buffer, device_uuid), FIELD(gpr_body_buffer, offset), FIELD(gpr_body_buffer, length), FIELD(gpr_body_buffer, alloc_id),
+          FIELD(gpr_body_buffer, device_uuid), FIELD(gpr_body_buffer, offset), FIELD(gpr_body_buffer, length), FIELD(gpr_body_buffer, alloc_id), FIELD(gpr_body_buffer, pool_id),
           FIELD(gpr_body_buffer, handle)));
   printf("}, \"constants\": {\"version_major\": %u, \"version_minor\": %u, \"layout_hash\": \"%016llx\", "
          "\"layout_string\": \"%s\", \"segment_magic\": \"%016llx\", \"arena_magic\": \"%016llx\", \"body_magic\": \"%08x\", "

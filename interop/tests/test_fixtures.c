@@ -62,6 +62,7 @@ static void flat_of(const gpr_frame_desc *d, text *t) {
       put(t, " %llu %llu %llu ", (unsigned long long)b->offset, (unsigned long long)b->length,
           (unsigned long long)b->alloc_id);
       put_hex(t, b->handle, GPR_HANDLE_BYTES, 0);
+      if (b->kind == GPR_MEM_CUDA_POOL) put(t, " %llu", (unsigned long long)b->pool_id);
       put(t, "\n");
     }
   }
@@ -109,11 +110,12 @@ static int parse_flat(char *s, gpr_frame_desc *d, gpr_node_desc *nodes, gpr_body
     } else if (strncmp(line, "buffer ", 7) == 0) {
       gpr_body_buffer *x = &buffers[d->buffer_count++];
       unsigned kind;
-      unsigned long long off, len, id;
+      unsigned long long off, len, id, pool = 0;
       memset(x, 0, sizeof *x);
-      if (sscanf(line, "buffer %u %d %255s %llu %llu %llu %255s", &kind, &x->device_ordinal, a, &off, &len, &id, h) != 7)
-        return -1;
+      int words = sscanf(line, "buffer %u %d %255s %llu %llu %llu %255s %llu", &kind, &x->device_ordinal, a, &off, &len, &id, h, &pool);
+      if (words != 7 + (kind == GPR_MEM_CUDA_POOL)) return -1;
       x->kind = (uint16_t)kind;
+      x->pool_id = pool;
       x->offset = off;
       x->length = len;
       x->alloc_id = id;

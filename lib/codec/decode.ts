@@ -174,7 +174,7 @@ class BodyValidator {
     const end = n.offset + n.length;
     for (let b = 0; b < f.buffers; b++) {
       const buf = this.buffers[first + b]!;
-      if (buf.kind > 2) throw invalid(`node ${i}: unknown memory kind`);
+      if (buf.kind > 3) throw invalid(`node ${i}: unknown memory kind`);
       if (buf.deviceOrdinal < -1) throw invalid(`node ${i}: device ordinal below -1`);
       if (buf.kind === 0) {
         if (buf.length !== 0n) throw invalid(`node ${i}: absent buffer has a length`);
@@ -185,6 +185,8 @@ class BodyValidator {
       if (buf.length > MAX || buf.offset > MAX - buf.length) throw bounds(`node ${i}: buffer offset + length out of range`);
       if (buf.kind === 1 && !this.bytes.subarray(buf.at + Buffer_.handle, buf.at + Buffer_.handle + HANDLE_BYTES).includes(0))
         throw invalid(`node ${i}: host handle is not NUL-terminated`);
+      if (buf.kind === 3 && new DataView(this.bytes.buffer, this.bytes.byteOffset).getBigUint64(buf.at + Buffer_.poolId, true) === 0n)
+        throw invalid(`node ${i}: cuda-pool buffer without a pool id`);
       let need = 0n;
       if (b === 0) need = bitsToBytes(end, 1n);
       else if (f.layout === 'fixed' || f.layout === 'bool') need = bitsToBytes(end, BigInt(f.bitWidth));
@@ -209,8 +211,11 @@ class BodyValidator {
 }
 
 function describeBuffer(bytes: Uint8Array, raw: RawBuffer): BufferDescriptor {
+  const kind = MEMORY_KINDS[raw.kind]!;
+  const pool = kind === 'cuda-pool' ? { poolId: new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getBigUint64(raw.at + Buffer_.poolId, true) } : {};
   return {
-    kind: MEMORY_KINDS[raw.kind]!,
+    kind,
+    ...pool,
     deviceOrdinal: raw.deviceOrdinal,
     deviceUuid: bytes.slice(raw.at + Buffer_.deviceUuid, raw.at + Buffer_.deviceUuid + 16),
     offset: Number(raw.offset),

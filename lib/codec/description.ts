@@ -6,9 +6,16 @@
 import { HANDLE_BYTES, type MemoryKind } from './layout.js';
 import { utf8, utf8Decoder } from './utf8.js';
 
+/** Whether a buffer of this kind lies in device memory (cuda-ipc or cuda-pool). */
+export const isDeviceKind = (kind: MemoryKind): boolean => kind === 'cuda-ipc' || kind === 'cuda-pool';
+
 /** One buffer of a column, in Arrow order (validity, offsets, data). */
 export interface BufferDescriptor {
-  /** Where the buffer lies: host (a shared-memory arena), cuda-ipc (device memory) or absent. */
+  /**
+   * Where the buffer lies: host (a shared-memory arena), cuda-ipc (device
+   * memory from cudaMalloc), cuda-pool (device memory from an exportable
+   * stream-ordered pool, SPEC.md §9b) or absent.
+   */
   kind: MemoryKind;
   /** The producer's device ordinal; -1 for host memory. */
   deviceOrdinal: number;
@@ -19,12 +26,14 @@ export interface BufferDescriptor {
   /** Bytes of the buffer. */
   length: number;
   /**
-   * cuda-ipc: the allocation's CU_POINTER_ATTRIBUTE_BUFFER_ID in the exporting
+   * cuda-ipc, cuda-pool: the allocation's CU_POINTER_ATTRIBUTE_BUFFER_ID in the exporting
    * process. Unlike addresses and IPC handles it is never reused, so a mapping
    * cache keyed on it never serves recycled memory. 0n for host memory.
    */
   allocationId: bigint;
-  /** 64 bytes: host, the NUL-terminated arena name; cuda-ipc, the CUipcMemHandle. */
+  /** cuda-pool only: the producer's number for the pool, which consumers ask its descriptor channel for. */
+  poolId?: bigint;
+  /** 64 bytes: host, the NUL-terminated arena name; cuda-ipc, the CUipcMemHandle; cuda-pool, the CUmemPoolPtrExportData. */
   handle: Uint8Array;
 }
 

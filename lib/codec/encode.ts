@@ -5,7 +5,7 @@
  * every reserved and padding byte zero.
  */
 import { GpuringError } from '../errors.js';
-import type { ColumnDescriptor, FrameDescription } from './description.js';
+import type { BufferDescriptor, ColumnDescriptor, FrameDescription } from './description.js';
 import { BODY_MAGIC, BODY_VERSION, bodySize, Buffer_, BUFFER_BYTES, HANDLE_BYTES, Header, HEADER_BYTES, MAX_BODY_BYTES, MAX_COUNT, MAX_DEPTH, MAX_NODES, MEMORY_KINDS, Node, NODE_BYTES, NodeFlags } from './layout.js';
 import { encodeMetadata } from './metadata.js';
 import { utf8 } from './utf8.js';
@@ -126,6 +126,13 @@ function putBytes(out: Uint8Array, at: number, b: Uint8Array, held?: HeldBytes):
   if (held?.[at >> 3] !== b) out.set(b, at);
 }
 
+/** The pool_id field: a cuda-pool buffer's pool number (required), 0 for every other kind. */
+function poolIdOf(b: BufferDescriptor, path: string, k: number): bigint {
+  if (b.kind !== 'cuda-pool') return 0n;
+  if (typeof b.poolId !== 'bigint' || b.poolId < 1n || b.poolId > MAX_U64) refuse(path, 'poolId', 'must be a bigint in [1, 2^64) for a cuda-pool buffer', k);
+  return b.poolId;
+}
+
 /** Writes node `n`'s buffer descriptors from byte `at`; returns where the next node's begin. */
 export function writeBuffers(view: DataView, out: Uint8Array, at: number, n: ColumnDescriptor, path: string, held?: HeldBytes): number {
   n.buffers.forEach((b, k) => {
@@ -139,6 +146,7 @@ export function writeBuffers(view: DataView, out: Uint8Array, at: number, n: Col
     setU64(view, at + Buffer_.length, int(b.length, 0, MAX_COUNT, path, 'length', k));
     if (typeof b.allocationId !== 'bigint' || b.allocationId < 0n || b.allocationId > MAX_U64) refuse(path, 'allocationId', 'must be a bigint in [0, 2^64)', k);
     view.setBigUint64(at + Buffer_.allocId, b.allocationId, true);
+    view.setBigUint64(at + Buffer_.poolId, poolIdOf(b, path, k), true);
     putBytes(out, at + Buffer_.handle, bytes(b.handle, HANDLE_BYTES, path, 'handle', k), held);
     at += BUFFER_BYTES;
   });

@@ -57,12 +57,13 @@ export const Buffer_ = {
   offset: 24,
   length: 32,
   allocId: 40,
+  poolId: 48,
   handle: 64,
 } as const;
 
 export const NodeFlags = { nullable: 1, dictionaryOrdered: 2, mapKeysSorted: 4 } as const;
 
-export const MEMORY_KINDS = ['absent', 'host', 'cuda-ipc'] as const;
+export const MEMORY_KINDS = ['absent', 'host', 'cuda-ipc', 'cuda-pool'] as const;
 export type MemoryKind = (typeof MEMORY_KINDS)[number];
 
 /** Arena allocations and the buffers a producer copies into one start at 64-byte boundaries. */

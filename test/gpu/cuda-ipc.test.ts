@@ -8,26 +8,12 @@ import { absentBuffer, Consumer, type Frame, cudaInfo, DeviceBuffer, deviceBuffe
 import { HANDLE_BYTES } from '../../lib/codec/layout.js';
 import { native } from '../../lib/native.js';
 import { allTypesTable } from '../helpers/all-types.js';
-import { child, deviceChild, eventually, exitOf, nextLine, withRing } from '../helpers/ring.js';
+import { child, deviceChild, eventually, exitOf, fromDeviceProducer, nextLine, withRing } from '../helpers/ring.js';
 
 const info = cudaInfo();
 const gpu = info.available && info.devices.length > 0;
 const gpuTest = gpu ? test.serial : test.skip;
 if (!gpu) console.log(`GPU tests skipped: ${info.available ? 'no CUDA device visible' : info.error}`);
-
-async function fromDeviceProducer(role: string, args: (string | number)[], fn: (consumer: Consumer) => Promise<void>): Promise<void> {
-  await withRing('gpu', { slots: 64 }, async (_ring, name) => {
-    const consumer = Consumer.open(name);
-    const producer = deviceChild(role, name, ...args);
-    try {
-      await fn(consumer);
-    } finally {
-      consumer.close();
-    }
-    const exit = await exitOf(producer);
-    if (exit.code !== 0) throw new Error(`device producer ${role} exited with ${JSON.stringify(exit)}`);
-  });
-}
 
 gpuTest('every type published to the device in one process reads back equal in another', async (t) => {
   await fromDeviceProducer('types', [29], async (consumer) => {

@@ -12,6 +12,10 @@
  *   same NAME FRAMES        one allocation published in FRAMES frames
  *   many NAME FRAMES        FRAMES small tables uploaded to the device, frame i all i
  *   on-device NAME ORDINAL  the every-type table (13 rows) uploaded to device ORDINAL
+ *   pool NAME FRAMES        FRAMES float32 columns in memory of gpuring's exportable pool
+ *                           (cuda-pool), frame i all i, each allocation freed once released
+ *                           (so addresses repeat) before the next is made
+ *   pool-exit NAME          one cuda-pool frame, then exits without waiting for its release
  *   read NAME               (a consumer) reads one frame and prints its rows, or its error code
  *   stream-release NAME N   (a consumer) for each of two frames, queues N device copies of it
  *                           on a stream and releases it with release({ stream }): the first on
@@ -154,6 +158,22 @@ async function main(): Promise<number> {
     case 'on-device': {
       await producer.publish(allTypesTable(13), { device: Number(arg) });
       return 1;
+    }
+    case 'pool': {
+      for (let i = 0; i < Number(arg); i++) {
+        const buf = DeviceBuffer.alloc(1 << 20, { pool: true });
+        buf.upload(new Float32Array(1 << 18).fill(i));
+        await producer.publishFrame(column('f', 1 << 18, [absentBuffer(), deviceBufferDescriptor(buf.ptr, 1 << 20)]), { tag: BigInt(i) });
+        await producer.drain();
+        buf.free();
+      }
+      return Number(arg);
+    }
+    case 'pool-exit': {
+      const buf = DeviceBuffer.alloc(1 << 20, { pool: true });
+      await producer.publishFrame(column('f', 1 << 18, [absentBuffer(), deviceBufferDescriptor(buf.ptr, 1 << 20)]));
+      say({ published: 1 });
+      process.exit(0);
     }
     case 'many': {
       // Each frame's memory is freed on release and the next allocation often

@@ -14,7 +14,8 @@ const fromHex = (s: string) => new Uint8Array(Buffer.from(s, 'hex'));
 type Json = Record<string, unknown>;
 
 function bufferJson(b: BufferDescriptor): Json {
-  return { kind: b.kind, deviceOrdinal: b.deviceOrdinal, deviceUuid: hex(b.deviceUuid), offset: b.offset, length: b.length, allocationId: b.allocationId.toString(), handle: hex(b.handle) };
+  const pool = b.kind === 'cuda-pool' ? { poolId: b.poolId!.toString() } : {};
+  return { kind: b.kind, deviceOrdinal: b.deviceOrdinal, deviceUuid: hex(b.deviceUuid), offset: b.offset, length: b.length, allocationId: b.allocationId.toString(), handle: hex(b.handle), ...pool };
 }
 
 function columnJson(c: ColumnDescriptor): Json {
@@ -26,7 +27,8 @@ export function descriptionToJson(d: FrameDescription): Json {
 }
 
 function bufferFrom(j: Json): BufferDescriptor {
-  return { ...(j as unknown as BufferDescriptor), deviceUuid: fromHex(j.deviceUuid as string), handle: fromHex(j.handle as string), allocationId: BigInt(j.allocationId as string) };
+  const pool = j.kind === 'cuda-pool' ? { poolId: BigInt(j.poolId as string) } : {};
+  return { ...(j as unknown as BufferDescriptor), deviceUuid: fromHex(j.deviceUuid as string), handle: fromHex(j.handle as string), allocationId: BigInt(j.allocationId as string), ...pool };
 }
 
 function columnFrom(j: Json): ColumnDescriptor {
@@ -50,8 +52,10 @@ export function descriptionToFlat(d: FrameDescription): string {
     const flags = (n.nullable ? NodeFlags.nullable : 0) | (n.dictionaryOrdered ? NodeFlags.dictionaryOrdered : 0) | (n.mapKeysSorted ? NodeFlags.mapKeysSorted : 0);
     const dictionary = n.dictionary < 0 ? -1 : dictionaryRoots[n.dictionary]!;
     lines.push(`node ${text(n.name)} ${text(n.format)} ${flatHex(encodeMetadata(n.metadata))} ${n.children.length} ${flags} ${dictionary} ${n.buffers.length} ${n.length} ${n.nullCount} ${n.offset}`);
-    for (const b of n.buffers)
-      lines.push(`buffer ${MEMORY_KINDS.indexOf(b.kind)} ${b.deviceOrdinal} ${hex(b.deviceUuid)} ${b.offset} ${b.length} ${b.allocationId} ${hex(b.handle)}`);
+    for (const b of n.buffers) {
+      const pool = b.kind === 'cuda-pool' ? ` ${b.poolId}` : '';
+      lines.push(`buffer ${MEMORY_KINDS.indexOf(b.kind)} ${b.deviceOrdinal} ${hex(b.deviceUuid)} ${b.offset} ${b.length} ${b.allocationId} ${hex(b.handle)}${pool}`);
+    }
   }
   return `${lines.join('\n')}\n`;
 }

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Ring, type CreateOptions } from '../../lib/index.js';
+import { Consumer, Ring, type CreateOptions } from '../../lib/index.js';
 
 export const root = fileURLToPath(new URL('../..', import.meta.url));
 let counter = 0;
@@ -108,4 +108,19 @@ export async function eventually(check: () => boolean, timeoutMs = 10_000): Prom
     await new Promise((r) => setTimeout(r, 25));
   }
   return check();
+}
+
+/** Runs `fn` with a consumer of a new ring that device producer `role` (test/helpers/device-child.ts) publishes into; the producer must exit 0. */
+export async function fromDeviceProducer(role: string, args: (string | number)[], fn: (consumer: Consumer) => Promise<void>): Promise<void> {
+  await withRing('gpu', { slots: 64 }, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = deviceChild(role, name, ...args);
+    try {
+      await fn(consumer);
+    } finally {
+      consumer.close();
+    }
+    const exit = await exitOf(producer);
+    if (exit.code !== 0) throw new Error(`device producer ${role} exited with ${JSON.stringify(exit)}`);
+  });
 }

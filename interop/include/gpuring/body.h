@@ -47,7 +47,7 @@ GPR_INLINE int gpr_body_check_buffers(const gpr_body_view *v, uint32_t i, uint32
   uint64_t end = n->offset + n->length;
   for (uint32_t b = 0; b < f->buffers; b++) {
     const gpr_body_buffer *buf = &v->buffers[first + b];
-    if (buf->kind > GPR_MEM_CUDA_IPC) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "unknown memory kind");
+    if (buf->kind > GPR_MEM_CUDA_POOL) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "unknown memory kind");
     if (buf->device_ordinal < -1) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "device ordinal below -1");
     if (buf->kind == GPR_MEM_ABSENT) {
       if (buf->length != 0) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "absent buffer has a length");
@@ -61,6 +61,8 @@ GPR_INLINE int gpr_body_check_buffers(const gpr_body_view *v, uint32_t i, uint32
       return gpr_body_bad(err, GPR_E_FRAME_BOUNDS, i, "buffer offset + length out of range");
     if (buf->kind == GPR_MEM_HOST && !memchr(buf->handle, 0, GPR_HANDLE_BYTES))
       return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "host handle is not NUL-terminated");
+    if (buf->kind == GPR_MEM_CUDA_POOL && buf->pool_id == 0)
+      return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "cuda-pool buffer without a pool id");
     uint64_t need = 0;
     if (b == 0) need = gpr_bits_to_bytes(end, 1);
     else if (f->layout == GPR_LAYOUT_FIXED || f->layout == GPR_LAYOUT_BOOL)
@@ -350,6 +352,7 @@ GPR_INLINE int gpr_body_encode(const gpr_frame_desc *d, uint8_t *out, size_t cap
     /* reserved fields are zero in the canonical form whatever the caller left there */
     buffers[b].flags = 0;
     memset(buffers[b].reserved, 0, sizeof buffers[b].reserved);
+    if (buffers[b].kind != GPR_MEM_CUDA_POOL) buffers[b].pool_id = 0; /* meaningful for cuda-pool only */
   }
   if (written) *written = (size_t)size;
   return 0;

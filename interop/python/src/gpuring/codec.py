@@ -18,7 +18,7 @@ from .layout import (BODY_HEADER as H, BODY_MAGIC, BODY_VERSION,
 from .metadata import decode_metadata, encode_metadata, is_malformed, metadata_pairs
 
 _NODE = struct.Struct("<IIIIIIIIiIQqQ")
-_BUFFER = struct.Struct("<HHi16sQQQ16s64s")
+_BUFFER = struct.Struct("<HHi16sQQQQ8s64s")
 _HEADER = struct.Struct("<IHHIIIIIIQIIHHIQ64s")
 assert _NODE.size == NODE_BYTES and _BUFFER.size == BUFFER_BYTES and _HEADER.size == BODY_HEADER_BYTES
 
@@ -45,6 +45,8 @@ def _check_count(v: object, what: str, low: int = 0) -> None:
 def _check_buffer(b: BufferDescriptor) -> None:
     if b.kind not in MEMORY_KINDS:
         raise _bad_argument(f"unknown memory kind {b.kind!r}")
+    if b.kind == "cuda-pool" and not 1 <= b.pool_id < 1 << 64:
+        raise _bad_argument("a cuda-pool buffer needs a pool_id from 1 to 2**64-1")
     if not -1 <= b.device_ordinal <= 0x7FFFFFFF:
         raise _bad_argument("device ordinal out of range")
     if len(b.device_uuid) != 16 or len(b.handle) != HANDLE_BYTES:
@@ -109,7 +111,8 @@ def encode_frame(d: FrameDescription) -> bytes:
                         n.length, n.null_count, n.offset)
         for b in n.buffers:
             _BUFFER.pack_into(out, buffers_at, MEMORY_KINDS.index(b.kind), 0, b.device_ordinal, b.device_uuid,
-                              b.offset, b.length, b.allocation_id, bytes(16), b.handle)
+                              b.offset, b.length, b.allocation_id, b.pool_id if b.kind == "cuda-pool" else 0,
+                              bytes(8), b.handle)
             buffers_at += BUFFER_BYTES
     metadata_offset = put(schema_metadata)
     _HEADER.pack_into(out, 0, BODY_MAGIC, BODY_VERSION, 0, size, len(nodes), buffer_count, len(d.columns),
@@ -236,8 +239,8 @@ class _Validator:
         n = self.nodes[i]
         end = n[12] + n[10]
         for b in range(f.buffers):
-            kind, _flags, ordinal, _uuid, offset, length, _alloc, _res, handle = self.buffers[first + b]
-            if kind > 2:
+            kind, _flags, ordinal, _uuid, offset, length, _alloc, pool_id, _res, handle = self.buffers[first + b]
+            if kind > 3:
                 raise _invalid(f"node {i}: unknown memory kind")
             if ordinal < -1:
                 raise _invalid(f"node {i}: device ordinal below -1")
@@ -253,6 +256,8 @@ class _Validator:
                 raise _bounds(f"node {i}: buffer offset + length out of range")
             if kind == 1 and 0 not in handle:
                 raise _invalid(f"node {i}: host handle is not NUL-terminated")
+            if kind == 3 and pool_id == 0:
+                raise _invalid(f"node {i}: cuda-pool buffer without a pool id")
             need = 0
             if b == 0:
                 need = (end + 7) // 8
@@ -290,8 +295,8 @@ class _Validator:
             next_node += 1
             (name_off, name_len, fmt_off, fmt_len, meta_off, meta_len, child_count, flags, dictionary,
              buffer_count, length, null_count, offset) = self.nodes[i]
-            buffers = [BufferDescriptor(MEMORY_KINDS[k], o, u, off, ln, a, h)
-                       for k, _f, o, u, off, ln, a, _r, h in self.buffers[next_buffer:next_buffer + buffer_count]]
+            buffers = [BufferDescriptor(MEMORY_KINDS[k], o, u, off, ln, a, h, p if k == 3 else 0)
+                       for k, _f, o, u, off, ln, a, p, _r, h in self.buffers[next_buffer:next_buffer + buffer_count]]
             next_buffer += buffer_count
             children = [build() for _ in range(child_count)]
             return ColumnDescriptor(

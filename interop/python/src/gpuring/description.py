@@ -19,13 +19,14 @@ from .metadata import Metadata
 @dataclass
 class BufferDescriptor:
     """One buffer of a column, in Arrow order (validity, offsets, data)."""
-    kind: str = "absent"           # absent, host or cuda-ipc
+    kind: str = "absent"           # absent, host, cuda-ipc or cuda-pool
     device_ordinal: int = -1       # producer's device ordinal; -1 for host
     device_uuid: bytes = bytes(16)
     offset: int = 0                # bytes from the base of the allocation the handle names
     length: int = 0
-    allocation_id: int = 0         # cuda-ipc: CU_POINTER_ATTRIBUTE_BUFFER_ID; 0 for host
-    handle: bytes = bytes(HANDLE_BYTES)  # host: NUL-terminated arena name; cuda-ipc: CUipcMemHandle
+    allocation_id: int = 0         # cuda-ipc, cuda-pool: CU_POINTER_ATTRIBUTE_BUFFER_ID; 0 for host
+    handle: bytes = bytes(HANDLE_BYTES)  # host: arena name; cuda-ipc: CUipcMemHandle; cuda-pool: export data
+    pool_id: int = 0               # cuda-pool: the producer's number for the pool (SPEC.md §9b); else 0
 
     @staticmethod
     def host(arena: str, offset: int, length: int) -> "BufferDescriptor":
@@ -86,7 +87,7 @@ def _meta_from(m: list[list[str]] | None) -> Metadata:
 def buffer_to_json(b: BufferDescriptor) -> dict[str, Any]:
     return {"kind": b.kind, "deviceOrdinal": b.device_ordinal, "deviceUuid": b.device_uuid.hex(),
             "offset": b.offset, "length": b.length, "allocationId": str(b.allocation_id),
-            "handle": b.handle.hex()}
+            "handle": b.handle.hex(), **({"poolId": str(b.pool_id)} if b.kind == "cuda-pool" else {})}
 
 
 def column_to_json(c: ColumnDescriptor) -> dict[str, Any]:
@@ -110,7 +111,7 @@ def buffer_from_json(j: dict[str, Any]) -> BufferDescriptor:
     if j["kind"] not in MEMORY_KINDS:
         raise ValueError(f"unknown memory kind {j['kind']!r}")
     return BufferDescriptor(j["kind"], j["deviceOrdinal"], bytes.fromhex(j["deviceUuid"]), j["offset"],
-                            j["length"], int(j["allocationId"]), bytes.fromhex(j["handle"]))
+                            j["length"], int(j["allocationId"]), bytes.fromhex(j["handle"]), int(j.get("poolId", 0)))
 
 
 def column_from_json(j: dict[str, Any]) -> ColumnDescriptor:

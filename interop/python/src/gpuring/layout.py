@@ -6,7 +6,7 @@ the C and TypeScript suites check against the header itself.
 from __future__ import annotations
 
 VERSION_MAJOR = 2
-VERSION_MINOR = 0
+VERSION_MINOR = 1
 LAYOUT_HASH = 0xDDB92FD56EC23D52
 SEGMENT_MAGIC = 0x00474E4952555047
 ARENA_MAGIC = 0x414E455241525047
@@ -59,7 +59,7 @@ BODY_NODE = dict(name_offset=0, name_length=4, format_offset=8, format_length=12
                  metadata_offset=16, metadata_length=20, child_count=24, flags=28, dictionary=32,
                  buffer_count=36, length=40, null_count=48, offset=56)
 BODY_BUFFER = dict(kind=0, flags=2, device_ordinal=4, device_uuid=8, offset=24, length=32,
-                   alloc_id=40, reserved=48, handle=64)
+                   alloc_id=40, pool_id=48, reserved=56, handle=64)
 
 SLOT_STATES = ("EMPTY", "WRITING", "READY", "CLAIMED", "LEASED", "RELEASED")
 EMPTY, WRITING, READY, CLAIMED, LEASED, RELEASED = range(6)
@@ -67,7 +67,7 @@ PARTICIPANT_STATES = ("FREE", "ACTIVE", "DEAD", "ATTACHING", "FREEING")
 P_FREE, P_ACTIVE, P_DEAD, P_ATTACHING, P_FREEING = range(5)
 BELL_DATA, BELL_SPACE = 1, 2
 ROLE_PRODUCER, ROLE_CONSUMER = 1, 2
-MEMORY_KINDS = ("absent", "host", "cuda-ipc")
+MEMORY_KINDS = ("absent", "host", "cuda-ipc", "cuda-pool")
 NODE_NULLABLE, NODE_DICT_ORDERED, NODE_MAP_KEYS_SORTED = 1, 2, 4
 SYNC_NONE, SYNC_CUDA_EVENT = 0, 2
 

@@ -1,0 +1,196 @@
+/* gpuring/descriptor_channel.h: handing file descriptors from a producer to
+ * its consumers (SPEC.md §9c).
+ *
+ * Stream-ordered pool memory (cuMemPoolExportPointer) can only be opened in
+ * another process through the pool's file descriptor, and a descriptor can
+ * only cross processes over a Unix socket (SCM_RIGHTS). So a producer that
+ * publishes such memory serves its descriptors on a SOCK_SEQPACKET socket
+ * bound to the abstract name "\0gpuring.NAME.pIgG.fd" (I: its participant
+ * index, G: its generation, both decimal): the frame reference names them, so
+ * a consumer finds the socket without anything passed beforehand.
+ *
+ * One connection carries one request and one reply:
+ *   request  16 bytes: magic u32 "GPRD" | kind u16 | reserved u16 (0) | id u64
+ *   reply    16 bytes: magic u32 "GPRD" | 0 u16 | reserved u16 (0) | status u64
+ *            with exactly one descriptor (SCM_RIGHTS) when status is 0.
+ * kind is the buffer's memory kind (3, cuda-pool) and id the buffer's pool_id.
+ * status: 0 found, 1 no such id, 2 the descriptor could not be sent.
+ * Both ends check the other's credentials (SO_PEERCRED): the same effective
+ * uid, and on the producer's side a process that is attached to the segment.
+ * Abstract names have no permissions, so these checks are what keeps another
+ * user from receiving, or forging, the memory.
+ * Included by gpuring.h; not a standalone header. */
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#define GPR_CHANNEL_MAGIC 0x44525047u /* "GPRD" */
+#define GPR_CHANNEL_TIMEOUT_MS 2000
+
+enum { GPR_CHANNEL_FOUND = 0, GPR_CHANNEL_UNKNOWN = 1, GPR_CHANNEL_UNSENDABLE = 2 };
+
+typedef struct gpr_channel_message {
+  uint32_t magic;
+  uint16_t kind;    /* request: memory kind; reply: 0 */
+  uint16_t pad;     /* 0 */
+  uint64_t value;   /* request: the id; reply: status */
+} gpr_channel_message;
+GPR_CHECK_SIZE(gpr_channel_message, 16);
+
+/* The channel address of producer (index, generation) of `segment`. */
+GPR_INLINE socklen_t gpr_channel_address(const char *segment, uint32_t index, uint32_t gen, struct sockaddr_un *addr) {
+  memset(addr, 0, sizeof *addr);
+  addr->sun_family = AF_UNIX;
+  int n = snprintf(addr->sun_path + 1, sizeof addr->sun_path - 1, "gpuring.%s.p%ug%u.fd", segment, index, gen);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* The peer's credentials, or -1. */
+GPR_INLINE int gpr_channel_peer(int fd, struct ucred *cred) {
+  socklen_t len = sizeof *cred;
+  return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len);
+}
+
+GPR_INLINE void gpr_channel_set_timeout(int fd) {
+  struct timeval tv = {GPR_CHANNEL_TIMEOUT_MS / 1000, (GPR_CHANNEL_TIMEOUT_MS % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+/* ---- consumer side ------------------------------------------------------ */
+
+/* The one descriptor a reply carried, or -1. Every other descriptor that
+ * arrived (a faulty or hostile peer may send several) is closed, so none leaks. */
+GPR_INLINE int gpr_channel_take_fds(struct msghdr *msg) {
+  int kept = -1;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      if (kept < 0) kept = fd;
+      else close(fd);
+    }
+  }
+  return kept;
+}
+
+/* Asks producer (index, gen) of `segment` for the descriptor of (kind, id);
+ * on success *out is a new descriptor the caller owns. Fails with
+ * DESCRIPTOR_UNAVAILABLE when the producer cannot be reached (it exited, or
+ * never published such memory), is not this user's, does not answer within
+ * GPR_CHANNEL_TIMEOUT_MS, or does not know the id. */
+GPR_INLINE int gpr_channel_fetch(const char *segment, uint32_t index, uint32_t gen, uint16_t kind, uint64_t id, int *out,
+                                 gpr_error *err) {
+  struct sockaddr_un addr;
+  socklen_t len = gpr_channel_address(segment, index, gen, &addr);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return gpr_fail(err, GPR_E_SYSTEM, errno, "socket(AF_UNIX)");
+  gpr_channel_set_timeout(fd);
+  const char *why = NULL;
+  struct ucred cred;
+  gpr_channel_message req = {GPR_CHANNEL_MAGIC, kind, 0, id}, rep;
+  char control[CMSG_SPACE(sizeof(int))];
+  struct iovec iov = {&rep, sizeof rep};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (connect(fd, (struct sockaddr *)&addr, len) != 0) why = "the producer's descriptor channel is not there (the producer exited)";
+  else if (gpr_channel_peer(fd, &cred) != 0 || cred.uid != geteuid()) why = "the descriptor channel belongs to another user";
+  else if (send(fd, &req, sizeof req, MSG_NOSIGNAL) != (ssize_t)sizeof req) why = "the request could not be sent";
+  else if (recvmsg(fd, &msg, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof rep || rep.magic != GPR_CHANNEL_MAGIC)
+    why = "the producer did not answer";
+  else if (rep.value != GPR_CHANNEL_FOUND) why = rep.value == GPR_CHANNEL_UNKNOWN ? "the producer does not know that id" : "the producer could not send it";
+  *out = gpr_channel_take_fds(&msg);
+  if (!why && *out < 0) why = "the reply carried no descriptor";
+  if (!why && (msg.msg_flags & MSG_CTRUNC)) why = "the reply carried more than one descriptor";
+  close(fd);
+  if (!why) return 0;
+  if (*out >= 0) close(*out);
+  *out = -1;
+  char where[96];
+  snprintf(where, sizeof where, "%s.p%ug%u", segment, index, gen);
+  return gpr_fail(err, GPR_E_DESCRIPTOR_UNAVAILABLE, 0, "%s: %s", where, why);
+}
+
+/* ---- producer side ------------------------------------------------------ */
+
+/* Finds the descriptor to send for (kind, id), without handing it over (the
+ * channel sends a duplicate); returns -1 when unknown. */
+typedef int (*gpr_channel_lookup)(void *ctx, uint16_t kind, uint64_t id);
+
+/* Whether `pid` is attached to the segment (an ACTIVE entry's process). */
+GPR_INLINE int gpr_channel_attached(const gpr_segment *seg, pid_t pid) {
+  for (uint32_t i = 0; i < seg->participant_capacity; i++) {
+    const gpr_participant *p = &seg->participants[i];
+    if ((__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) & 7u) == GPR_PARTICIPANT_ACTIVE &&
+        (pid_t)__atomic_load_n(&p->pid, __ATOMIC_RELAXED) == pid)
+      return 1;
+  }
+  return 0;
+}
+
+/* Opens producer `index`'s channel for listening; returns the socket or -1. */
+GPR_INLINE int gpr_channel_listen(const gpr_segment *seg, uint32_t index, uint32_t gen, gpr_error *err) {
+  struct sockaddr_un addr;
+  socklen_t len = gpr_channel_address(seg->name, index, gen, &addr);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return gpr_fail(err, GPR_E_SYSTEM, errno, "socket(AF_UNIX)");
+  if (bind(fd, (struct sockaddr *)&addr, len) != 0 || listen(fd, 64) != 0) {
+    int e = errno;
+    close(fd);
+    return gpr_fail(err, GPR_E_SYSTEM, e, "bind/listen on the descriptor channel of %s.p%ug%u", seg->name, index, gen);
+  }
+  return fd;
+}
+
+/* Answers one connection: checks the peer, reads its request, replies. */
+GPR_INLINE void gpr_channel_answer(const gpr_segment *seg, int conn, gpr_channel_lookup lookup, void *ctx) {
+  struct ucred cred;
+  gpr_channel_message req, rep = {GPR_CHANNEL_MAGIC, 0, 0, GPR_CHANNEL_UNKNOWN};
+  gpr_channel_set_timeout(conn);
+  if (gpr_channel_peer(conn, &cred) != 0 || cred.uid != geteuid() || !gpr_channel_attached(seg, cred.pid)) return;
+  if (recv(conn, &req, sizeof req, 0) != (ssize_t)sizeof req || req.magic != GPR_CHANNEL_MAGIC) return;
+  int fd = lookup(ctx, req.kind, req.value);
+  char control[CMSG_SPACE(sizeof(int))];
+  memset(control, 0, sizeof control);
+  struct iovec iov = {&rep, sizeof rep};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (fd >= 0) {
+    rep.value = GPR_CHANNEL_FOUND;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  if (sendmsg(conn, &msg, MSG_NOSIGNAL) < 0 && fd >= 0) {
+    rep.value = GPR_CHANNEL_UNSENDABLE;
+    send(conn, &rep, sizeof rep, MSG_NOSIGNAL);
+  }
+}
+
+/* Serves the channel until `listener` is shut down (shutdown(SHUT_RDWR) from
+ * another thread ends the wait), one connection at a time: a request is a
+ * few microseconds, and each consumer asks once per pool. */
+GPR_INLINE void gpr_channel_serve(const gpr_segment *seg, int listener, gpr_channel_lookup lookup, void *ctx) {
+  for (;;) {
+    int conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+    if (conn < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;
+    }
+    gpr_channel_answer(seg, conn, lookup, ctx);
+    close(conn);
+  }
+}
