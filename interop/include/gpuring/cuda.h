@@ -283,7 +283,10 @@ GPR_INLINE int gpr_cuda_map_frame(const gpr_cuda *d, const gpr_frame_desc *f, CU
   int rc = m->ptrs && m->opened ? 0 : gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
   int device = -1;
   for (uint32_t b = 0; rc == 0 && b < f->buffer_count; b++) {
-    if (f->buffers[b].kind != GPR_MEM_CUDA_IPC) continue;
+    if (f->buffers[b].kind == GPR_MEM_CUDA_POOL)
+      rc = gpr_fail(err, GPR_E_UNSUPPORTED, 0, "buffer %u is cuda-pool memory, which this header does not import yet "
+                    "(SPEC.md §9b); read such frames from Node", b);
+    if (rc != 0 || f->buffers[b].kind != GPR_MEM_CUDA_IPC) continue;
     int ordinal = -1;
     rc = gpr_cuda_device_of(d, f->buffers[b].device_uuid, &ordinal, err);
     if (rc == 0 && device < 0) rc = gpr_cuda_use_device(d, device = ordinal, err);

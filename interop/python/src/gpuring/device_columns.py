@@ -179,6 +179,9 @@ class _DeviceView:
 def _views(frame: Frame, lease: Lease) -> tuple[dict[str, _DeviceView], int]:
     d = frame.description
     mapper = frame._consumer._device_mappings()
+    if any(b.kind == "cuda-pool" for b in d.buffers()):
+        raise GpuringError("UNSUPPORTED", "the frame holds cuda-pool memory (SPEC.md §9b), which this package "
+                           "does not import yet; read such frames from Node")
     device = next((b for b in d.buffers() if b.kind == "cuda-ipc"), None)
     ordinal = cu.ordinal_of_uuid(device.device_uuid) if device else 0
     if d.sync_kind == SYNC_CUDA_EVENT:
