@@ -50,7 +50,7 @@ function deviceColumn(ptr: bigint, bytes: number): FrameDescription {
  * Returns the measured allocation's latencies, [0] its first open.
  */
 const WARM_UP = 100;
-async function publishToVisible(bytes: number, frames: number, spin: number, mode = 'describe'): Promise<{ cold: number; coldMap: number; latencies: number[]; received: number[]; open: number }> {
+async function publishToVisible(bytes: number, frames: number, spin: number, mode = 'describe'): Promise<{ cold: number; coldMap: number; latencies: number[]; received: number[]; open: number; opens: number[] }> {
   return withRing('bench-ptv', { slots: 8 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
     const producer = spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/stamp-producer.ts'), name, String(bytes), String(WARM_UP), String(frames), mode], { stdio: ['ignore', 'inherit', 'inherit'] });
@@ -68,7 +68,7 @@ async function publishToVisible(bytes: number, frames: number, spin: number, mod
     }
     consumer.close();
     await exitOf(producer);
-    return { cold: latencies[0]!, coldMap: maps[0]!, latencies: latencies.slice(WARM_UP), received: received.slice(WARM_UP), open: maps[WARM_UP]! };
+    return { cold: latencies[0]!, coldMap: maps[0]!, latencies: latencies.slice(WARM_UP), received: received.slice(WARM_UP), open: maps[WARM_UP]!, opens: maps.slice(WARM_UP) };
   });
 }
 
@@ -91,6 +91,23 @@ async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
     compare(label, 'cached p99, prepared frame, consumer spinning', 'µs', percentile(prepared.latencies.slice(1), 99), base, staging, false),
     // Where the prepared frame's time goes: the hand-off itself, then mapDevice() (IpcHandleCache hit).
     compare(label, 'cached p50, prepared frame, consumer spinning: until next() resolves', 'µs', median(prepared.received.slice(1)), base, staging, false),
+  ];
+}
+
+/**
+ * A new allocation in every frame, as a model's outputs are: legacy IPC opens
+ * each with cuIpcOpenMemHandle; pool memory imports each pointer after one
+ * import of the pool (frame 0 of the measured run, left out).
+ */
+async function freshAllocationRecords(bytes: number): Promise<BenchRecord[]> {
+  const legacy = await publishToVisible(bytes, 101, 20_000, 'fresh');
+  const pool = await publishToVisible(bytes, 101, 20_000, 'fresh-pool');
+  const label = `new allocation every frame, ${bytes / MiB} MiB`;
+  const base = 'legacy IPC (cudaMalloc, cuIpcOpenMemHandle)';
+  return [
+    compare(label, 'pool memory: publish-to-visible p50', 'µs', median(pool.latencies.slice(1)), base, median(legacy.latencies.slice(1)), false),
+    compare(label, 'pool memory: mapDevice (cuMemPoolImportPointer) p50', 'µs', median(pool.opens.slice(1)), base, median(legacy.opens.slice(1)), false),
+    compare(label, 'pool memory: one-time pool import (first frame, mapDevice)', 'µs', pool.opens[0]!, base, median(legacy.opens.slice(1)), false),
   ];
 }
 
@@ -228,6 +245,10 @@ for (const bytes of SIZES) {
 const charts: Record<string, Chart> = {
   'latency-vs-size': { title: 'Publish-to-visible, device column', x: { label: 'column size (MiB)', log: true }, y: { label: 'µs (log)', log: true }, series },
 };
+for (const bytes of [MiB, 256 * MiB]) {
+  progress(`new allocation every frame, legacy and pool, ${bytes / MiB} MiB ...`);
+  records.push(...(await freshAllocationRecords(bytes)));
+}
 if (hasCupy()) {
   progress('CuPy producer to Node consumer ...');
   records.push(...(await cupyToNode(16 * MiB)));

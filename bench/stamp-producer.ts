@@ -9,8 +9,11 @@
  * the first of those opens it in a warm pipeline and the rest hit the
  * consumer's mapping cache. The description is built per frame, as a
  * producer handing out raw device pointers would; with `prepared`, the
- * measured allocation's frames are one PreparedFrame published again. Like every benchmark it runs
- * the compiled package (dist/), which is what users run.
+ * measured allocation's frames are one PreparedFrame published again. With `fresh` or
+ * `fresh-pool`, every measured frame is a new allocation (cuMemAlloc, or gpuring's
+ * exportable pool), freed once released: what a consumer pays to open memory it has not
+ * seen, legacy IPC against pool import. Like every benchmark it runs the compiled
+ * package (dist/), which is what users run.
  */
 import { absentBuffer, DeviceBuffer, deviceBufferDescriptor, Producer } from '../dist/index.js';
 import { HANDLE_BYTES } from '../dist/codec/layout.js';
@@ -29,9 +32,15 @@ const describe = (buf: DeviceBuffer) => ({
   syncHandle: new Uint8Array(HANDLE_BYTES),
 });
 const prepared = mode === 'prepared' ? producer.prepare(describe(measured)) : null;
+const fresh = mode === 'fresh' || mode === 'fresh-pool';
 for (let i = 0; i < warmUpFrames + Number(framesArg); i++) {
   if (prepared && i >= warmUpFrames) {
     await prepared.publish({ tag: process.hrtime.bigint() });
+  } else if (fresh && i >= warmUpFrames) {
+    const buf = DeviceBuffer.alloc(measured.byteLength, { pool: mode === 'fresh-pool' });
+    await producer.publishFrame(describe(buf), { tag: process.hrtime.bigint() });
+    await producer.drain();
+    buf.free();
   } else {
     const description = describe(i < warmUpFrames ? warmUp : measured);
     await producer.publishFrame(description, { tag: process.hrtime.bigint() });

@@ -1,7 +1,8 @@
 // The gpuring command line, run as a user would (a separate process).
 import { execFile } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { existsSync, readdirSync, unlinkSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, unlinkSync } from 'node:fs';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import test from 'ava';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
@@ -26,7 +27,8 @@ test('create, inspect (human and --json), rm', async (t) => {
   t.is(created.code, 0, created.stderr);
   t.is(JSON.parse(created.stdout).slotCount, 16);
   const human = await run('inspect', name);
-  t.regex(human.stdout, new RegExp(`ring ${name}: format 2\\.0`));
+  const { version_major: major, version_minor: minor } = JSON.parse(readFileSync(join(root, 'schema/layout.json'), 'utf8')).constants;
+  t.regex(human.stdout, new RegExp(`ring ${name}: format ${major}\\.${minor}`));
   t.regex(human.stdout, /slots: 16 \(empty 16/);
   const json = JSON.parse((await run('inspect', name, '--json')).stdout);
   t.deepEqual(json.participants, []);

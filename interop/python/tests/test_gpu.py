@@ -42,12 +42,14 @@ def _device_producer(ring_name, library):
     return child
 
 
-@pytest.mark.parametrize("library", ["cupy", "torch"])
+@pytest.mark.parametrize("library", ["cupy", "torch", "cupy-async-pool"])
 def test_python_device_producer_to_python_consumer(ring_name, library):
     child = _device_producer(ring_name, library)
     with Consumer.open(ring_name) as consumer:
         with consumer.next(timeout=30) as frame:
             assert frame.on_device
+            kinds = {b.kind for b in frame.description.buffers()} - {"absent"}
+            assert kinds == {"cuda-pool" if library == "cupy-async-pool" else "cuda-ipc"}
             cols = frame.to_cupy()
             x, m = _expected()
             assert cols["x"].dtype == cupy.float32 and cols["x"].tolist() == x
@@ -58,7 +60,7 @@ def test_python_device_producer_to_python_consumer(ring_name, library):
 
 
 @pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
-@pytest.mark.parametrize("library", ["cupy", "torch"])
+@pytest.mark.parametrize("library", ["cupy", "torch", "cupy-async-pool"])
 def test_python_device_producer_to_node_consumer(ring_name, library):
     producer = _device_producer(ring_name, library)
     node = node_child("arrow-peer.ts", "columns", ring_name)
@@ -85,6 +87,24 @@ def test_node_device_producer_to_cupy_and_torch_consumers(ring_name):
             tensor = frame.to_torch()[name]
             assert tensor.is_cuda and float(tensor[999_999]) == 999_999.0
             del values, tensor
+        out, err = node.communicate(timeout=60)
+    assert node.returncode == 0, err
+
+
+@pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
+def test_node_pool_memory_to_cupy_each_allocation_imported_and_freed(ring_name):
+    Ring.create(ring_name).close()
+    node = node_child("device-child.ts", "pool", ring_name, "20")
+    with Consumer.open(ring_name) as consumer:
+        for i in range(20):
+            with consumer.next(timeout=60) as frame:
+                (name,) = frame.column_names
+                assert frame.description.columns[0].buffers[1].kind == "cuda-pool"
+                values = frame.to_cupy()[name]
+                assert values.size == 1 << 18 and bool((values == i).all()), i
+                del values
+            gc.collect()
+        assert consumer._pools is not None and not consumer._pools._imports, "every import freed at release"
         out, err = node.communicate(timeout=60)
     assert node.returncode == 0, err
 

@@ -17,9 +17,11 @@ from .device_columns import DeviceColumn
 from .description import BufferDescriptor, ColumnDescriptor, FrameDescription, from_json, to_json
 from .errors import ERROR_CODES, GpuringError
 from .frame import Frame
+from .pool_memory import exportable_pool
 from .producer import Producer
 from .ring import Ring
 
 __all__ = ["Ring", "Producer", "Consumer", "Frame", "DeviceColumn", "GpuringError", "ERROR_CODES", "encode_frame",
-           "decode_frame", "FrameDescription", "ColumnDescriptor", "BufferDescriptor", "to_json", "from_json"]
+           "decode_frame", "FrameDescription", "ColumnDescriptor", "BufferDescriptor", "to_json", "from_json",
+           "exportable_pool"]
 __version__ = "0.1.0"

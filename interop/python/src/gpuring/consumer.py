@@ -23,6 +23,7 @@ from .segment import Segment
 if TYPE_CHECKING:
     from .description import FrameDescription
     from .device_columns import DeviceMappings
+    from .pool_memory import PoolImports
     from .stream_releases import StreamReleases
 
 
@@ -38,6 +39,7 @@ class Consumer:
         self._lock = threading.Lock()
         self._held: set[int] = set()
         self._device: DeviceMappings | None = None
+        self._pools: PoolImports | None = None
         self._stream_releases: StreamReleases | None = None
         sweep(seg)
 
@@ -72,7 +74,8 @@ class Consumer:
         ring.confirm(self._seg, self.index, pos)
         with self._lock:
             self._held.add(pos)
-        return Frame(self, description, ref.frame_id, ref.user_tag, Lease(lambda: self._end_lease(pos)))
+        return Frame(self, description, ref.frame_id, ref.user_tag, Lease(lambda: self._end_lease(pos)),
+                     (ref.producer, ref.producer_gen))
 
     def _body(self, ref: ring.FrameRef) -> bytes:
         if ref.producer >= self._seg.participant_capacity or ref.body_length > L.MAX_BODY_BYTES:
@@ -107,6 +110,12 @@ class Consumer:
             from .device_columns import DeviceMappings
             self._device = DeviceMappings()
         return self._device
+
+    def _pool_imports(self) -> PoolImports:
+        if self._pools is None:
+            from .pool_memory import PoolImports
+            self._pools = PoolImports(self._seg.name)
+        return self._pools
 
     def _check_open(self) -> None:
         if self._closed:

@@ -16,6 +16,9 @@ from .layout import HANDLE_BYTES, MEMORY_KINDS
 from .metadata import Metadata
 
 
+DEVICE_KINDS = ("cuda-ipc", "cuda-pool")
+
+
 @dataclass
 class BufferDescriptor:
     """One buffer of a column, in Arrow order (validity, offsets, data)."""

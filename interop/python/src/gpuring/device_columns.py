@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from dataclasses import dataclass, field
 
 from . import cuda_driver as cu
-from .description import BufferDescriptor, ColumnDescriptor, FrameDescription
+from .description import DEVICE_KINDS, BufferDescriptor, ColumnDescriptor, FrameDescription
 from .errors import GpuringError
+from .pool_memory import EXPORTS, pool_of
 
 if TYPE_CHECKING:
     from .frame import Frame, Lease
@@ -91,13 +92,20 @@ class _Exporter:
         size = count * int(cai["typestr"][2:])
         if size == 0:
             return BufferDescriptor(), 0
-        cu.check_exportable(ptr)
+        pool = pool_of(ptr)
+        if not pool:
+            cu.check_exportable(ptr)
         ordinal = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ctypes.c_int)
+        self.ordinal = ordinal
+        if pool:
+            with cu.primary_context(ordinal):
+                base, pool_id, alloc_id, data = EXPORTS.describe(ptr, ordinal, pool)
+            return BufferDescriptor("cuda-pool", ordinal, cu.device_uuid(ordinal), ptr - base, size, alloc_id, data,
+                                    pool_id), count
         with cu.primary_context(ordinal):
             base = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ctypes.c_uint64)
             alloc_id = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_BUFFER_ID, ctypes.c_uint64)
             handle = cu.ipc_mem_handle(base)
-        self.ordinal = ordinal
         return BufferDescriptor("cuda-ipc", ordinal, cu.device_uuid(ordinal), ptr - base, size, alloc_id, handle), count
 
     def column(self, name: str, obj: Any) -> ColumnDescriptor:
@@ -178,11 +186,7 @@ class _DeviceView:
 
 def _views(frame: Frame, lease: Lease) -> tuple[dict[str, _DeviceView], int]:
     d = frame.description
-    mapper = frame._consumer._device_mappings()
-    if any(b.kind == "cuda-pool" for b in d.buffers()):
-        raise GpuringError("UNSUPPORTED", "the frame holds cuda-pool memory (SPEC.md §9b), which this package "
-                           "does not import yet; read such frames from Node")
-    device = next((b for b in d.buffers() if b.kind == "cuda-ipc"), None)
+    device = next((b for b in d.buffers() if b.kind in DEVICE_KINDS), None)
     ordinal = cu.ordinal_of_uuid(device.device_uuid) if device else 0
     if d.sync_kind == SYNC_CUDA_EVENT:
         with cu.primary_context(ordinal):
@@ -195,16 +199,26 @@ def _views(frame: Frame, lease: Lease) -> tuple[dict[str, _DeviceView], int]:
             leaf, shape = c.children[0], (c.length, int(c.format[3:]))
         typestr = _TYPESTRS.get(leaf.format)
         data = leaf.buffers[-1] if leaf.buffers else None
-        if typestr is None or data is None or data.kind != "cuda-ipc" or leaf.buffers[0].kind != "absent":
+        if typestr is None or data is None or data.kind not in DEVICE_KINDS or leaf.buffers[0].kind != "absent":
             raise GpuringError("UNSUPPORTED", f"column {c.name!r} ({c.format}) is not a dense numeric device column; "
                                "read it from Node or as host memory")
         itemsize = int(typestr[2:])
         need = (leaf.offset + leaf.length) * itemsize
         if data.length < need:
             raise GpuringError("FRAME_BOUNDS", f"column {c.name!r}: buffer of {data.length} bytes, {need} needed")
-        ptr = mapper.map(data, lease) + leaf.offset * itemsize
+        ptr = _address(frame, data, lease) + leaf.offset * itemsize
         views[c.name] = _DeviceView(ptr, shape, typestr, lease)
     return views, ordinal
+
+
+def _address(frame: Frame, b: BufferDescriptor, lease: Lease) -> int:
+    """Where device buffer ``b`` of the frame lies in this process, mapped until ``lease`` ends."""
+    if b.kind == "cuda-ipc":
+        return frame._consumer._device_mappings().map(b, lease)
+    base, size = frame._consumer._pool_imports().map(b, frame.producer, lease)
+    if b.offset + b.length > size:
+        raise GpuringError("FRAME_BOUNDS", f"a device buffer [{b.offset}, +{b.length}) lies outside its {size}-byte allocation")
+    return base + b.offset
 
 
 def to_cupy(frame: Frame, lease: Lease) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import cuda_driver as cu
-from .description import FrameDescription
+from .description import DEVICE_KINDS, FrameDescription
 from .errors import GpuringError
 
 if TYPE_CHECKING:
@@ -24,12 +24,19 @@ class Lease:
 
     def __init__(self, end: Callable[[], None]) -> None:
         self._end: Callable[[], None] | None = end
+        self._before: list[Callable[[], None]] = []
         self._after: list[Callable[[], None]] = []
+
+    def before_end(self, fn: Callable[[], None]) -> None:
+        """Runs ``fn`` before the release (pool imports are freed then, SPEC.md §9b)."""
+        self._before.append(fn)
 
     def on_end(self, fn: Callable[[], None]) -> None:
         self._after.append(fn)
 
     def __del__(self) -> None:
+        for fn in self._before:
+            fn()
         end, self._end = self._end, None
         if end is not None:
             end()
@@ -43,10 +50,13 @@ class Frame:
     ``to_arrow()``, ``to_cupy()`` or ``to_torch()``; release it when done (see
     the module's ownership rules)."""
 
-    def __init__(self, consumer: Consumer, description: FrameDescription, frame_id: int, user_tag: int, lease: Lease) -> None:
+    def __init__(self, consumer: Consumer, description: FrameDescription, frame_id: int, user_tag: int, lease: Lease,
+                 producer: tuple[int, int] = (0, 0)) -> None:
         self.description = description
         self.frame_id = frame_id
         self.user_tag = user_tag
+        self.producer = producer
+        """(participant index, generation) of the producer that published the frame."""
         self._consumer = consumer
         self._lease: Lease | None = lease
 
@@ -63,7 +73,7 @@ class Frame:
     @property
     def on_device(self) -> bool:
         """Whether any buffer of the frame is CUDA device memory."""
-        return any(b.kind == "cuda-ipc" for b in self.description.buffers())
+        return any(b.kind in DEVICE_KINDS for b in self.description.buffers())
 
     def _held(self) -> Lease:
         if self._lease is None:
@@ -100,7 +110,7 @@ class Frame:
             self._lease = None
             return
         handle = cu.stream_handle(stream)
-        device = next((b.device_uuid for b in self.description.buffers() if b.kind == "cuda-ipc"), None)
+        device = next((b.device_uuid for b in self.description.buffers() if b.kind in DEVICE_KINDS), None)
         self._consumer._release_after(0 if device is None else cu.ordinal_of_uuid(device), handle, self._lease)
         self._lease = None
 

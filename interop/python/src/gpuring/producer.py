@@ -12,7 +12,7 @@ several consumers each frame goes to exactly one of them.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import layout as L
 from . import slot_protocol as ring
@@ -23,6 +23,9 @@ from .errors import GpuringError
 from .host_columns import describe_host
 from .recovery import detach, sweep
 from .segment import Segment
+
+if TYPE_CHECKING:
+    from .pool_memory import DescriptorChannel
 
 
 def _is_device(data: object) -> bool:
@@ -50,6 +53,7 @@ class Producer:
         self._pool = ArenaPool(seg, self.index, self.generation, arena_size)
         self._in_flight: dict[int, tuple[list[Allocation], object]] = {}
         self._next_id = 1
+        self._channel: DescriptorChannel | None = None
         sweep(seg)  # frames a crashed predecessor left behind
 
     @classmethod
@@ -94,6 +98,10 @@ class Producer:
 
     def _publish(self, description: FrameDescription, allocs: list[Allocation], keep: object, timeout: float | None,
                  block: bool, user_tag: int) -> int:
+        if self._channel is None and any(b.kind == "cuda-pool" for b in description.buffers()):
+            # Consumers fetch the pool's descriptor here (SPEC.md §9c).
+            from .pool_memory import DescriptorChannel, attached_pids
+            self._channel = DescriptorChannel(self._seg, self.index, self.generation, attached_pids(self._seg))
         try:
             body = encode_frame(description)
             body_alloc = self._pool.alloc(len(body))
@@ -146,6 +154,8 @@ class Producer:
         if self._closed:
             return
         seg, self._closed = self._seg, True
+        if self._channel is not None:
+            self._channel.close()
         detach(seg, self.index, self.generation)
         self._pool.close()
         seg.close()

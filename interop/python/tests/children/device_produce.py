@@ -2,6 +2,8 @@
 prints {"published": id}, drains, exits.
   x: float32 [0, 1, ..., ROWS-1] * 0.5     m: (ROWS, 3) int32, m[i, j] = 10 * i + j
 The torch columns are views into larger tensors (caching-allocator offsets).
+LIBRARY cupy-async-pool: the cupy columns allocated by CuPy's MemoryAsyncPool from
+  gpuring.exportable_pool() (stream-ordered pool memory, published as cuda-pool).
 LIBRARY recycled: ROWS frames, frame i a fresh int32 column of 1000 + 4096 * (i % 7)
   values all i, allocated with cudaMalloc (no CuPy pool) and freed once released, so
   later allocations reuse the memory of frames consumers have seen (many in flight).
@@ -23,8 +25,12 @@ if library == "recycled":
                 print(json.dumps({"published": 1}), flush=True)
         producer.drain(timeout=60)
     sys.exit(0)
-if library == "cupy":
+if library in ("cupy", "cupy-async-pool"):
     import cupy as xp
+    if library == "cupy-async-pool":
+        import gpuring
+        gpuring.exportable_pool(0)
+        xp.cuda.set_allocator(xp.cuda.MemoryAsyncPool().malloc)
     x = xp.arange(rows, dtype=xp.float32) * 0.5
     m = (xp.arange(rows, dtype=xp.int32)[:, None] * 10 + xp.arange(3, dtype=xp.int32)[None, :])
 elif library == "cudf-style":
