@@ -27,6 +27,9 @@ const MiB = 1 << 20;
 const SIZES = [MiB, 16 * MiB, 256 * MiB, 1024 * MiB, 4096 * MiB];
 const COPY_SIZES = [16 * MiB, 256 * MiB, 1024 * MiB];
 const progress = (line: string) => !json && process.stderr.write(`${line}\n`);
+/** `--only WORD`: run the sections whose name contains WORD (publish-to-visible, new-allocation, cupy, copies). */
+const only = process.argv.includes('--only') ? process.argv[process.argv.indexOf('--only') + 1]! : '';
+const want = (section: string) => section.includes(only);
 
 function deviceColumn(ptr: bigint, bytes: number): FrameDescription {
   return {
@@ -233,7 +236,7 @@ if (!info.available || info.devices.length === 0) {
 const records: BenchRecord[] = [];
 const series: Series[] = ['first open', 'cached p50, consumer asleep', 'cached p50, consumer spinning', 'cached p50, prepared frame, consumer spinning'].map((label) => ({ label, points: [] }));
 series.push({ label: 'host staging', points: [] });
-for (const bytes of SIZES) {
+for (const bytes of want('publish-to-visible') ? SIZES : []) {
   progress(`publish-to-visible, ${bytes / MiB} MiB ...`);
   const rows = await publishToVisibleRecords(bytes);
   records.push(...rows);
@@ -245,17 +248,17 @@ for (const bytes of SIZES) {
 const charts: Record<string, Chart> = {
   'latency-vs-size': { title: 'Publish-to-visible, device column', x: { label: 'column size (MiB)', log: true }, y: { label: 'µs (log)', log: true }, series },
 };
-for (const bytes of [MiB, 256 * MiB]) {
+for (const bytes of want('new-allocation') ? [MiB, 256 * MiB] : []) {
   progress(`new allocation every frame, legacy and pool, ${bytes / MiB} MiB ...`);
   records.push(...(await freshAllocationRecords(bytes)));
 }
-if (hasCupy()) {
+if (want('cupy') && hasCupy()) {
   progress('CuPy producer to Node consumer ...');
   records.push(...(await cupyToNode(16 * MiB)));
-} else progress('CuPy producer benchmark skipped: python3 cannot import cupy');
-for (const bytes of COPY_SIZES) {
+} else if (want('cupy')) progress('CuPy producer benchmark skipped: python3 cannot import cupy');
+for (const bytes of want('copies') ? COPY_SIZES : []) {
   progress(`copies, ${bytes / MiB} MiB ...`);
   records.push(...(await copies(bytes)));
 }
 const d = info.devices[0]!;
-report('gpuring GPU benchmarks', `${d.name}, CUDA driver ${info.driverVersion}, ${cpus().length} CPU cores`, 'npm run bench:gpu', 'bench-gpu.md', records, json, charts);
+report('gpuring GPU benchmarks', `${d.name}, CUDA driver ${info.driverVersion}, ${cpus().length} CPU cores`, 'npm run bench:gpu', only ? null : 'bench-gpu.md', records, json, charts);

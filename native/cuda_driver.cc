@@ -74,6 +74,7 @@ Driver Load() {
   GPR_RESOLVE(cuMemMap, "cuMemMap");
   GPR_RESOLVE(cuMemSetAccess, "cuMemSetAccess");
   GPR_RESOLVE(cuMemPoolCreate, "cuMemPoolCreate");
+  GPR_RESOLVE(cuMemPoolSetAttribute, "cuMemPoolSetAttribute");
   GPR_RESOLVE(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");
   GPR_RESOLVE(cuMemPoolExportToShareableHandle, "cuMemPoolExportToShareableHandle");
   GPR_RESOLVE(cuMemPoolExportPointer, "cuMemPoolExportPointer");

@@ -71,6 +71,7 @@ constexpr int CU_MEM_ALLOCATION_TYPE_PINNED = 1;
 constexpr int CU_MEM_LOCATION_TYPE_DEVICE = 1;
 constexpr int CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3;
 constexpr int CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1;
+constexpr int CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4;
 
 struct Driver {
   bool loaded = false;
@@ -127,6 +128,7 @@ struct Driver {
   CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
   CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t) = nullptr;
   CUresult (*cuMemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *) = nullptr;
+  CUresult (*cuMemPoolSetAttribute)(CUmemoryPool, int, void *) = nullptr;
   CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) = nullptr;
   CUresult (*cuMemPoolExportToShareableHandle)(void *, CUmemoryPool, int, unsigned long long) = nullptr;
   CUresult (*cuMemPoolExportPointer)(CUmemPoolPtrExportData *, CUdeviceptr) = nullptr;

@@ -77,6 +77,11 @@ CUmemoryPool ExportablePool(Napi::Env env, const Driver &d, int device) {
     props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     props.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};
     Check(env, d.cuMemPoolCreate(&pool, &props), "cuMemPoolCreate");
+    // Keep freed memory in the pool instead of handing it back to the driver
+    // at every synchronization: consumers that imported it map it again
+    // cheaply, and allocations skip the driver.
+    uint64_t keep = UINT64_MAX;
+    Check(env, d.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep), "cuMemPoolSetAttribute");
   }
   return pool;
 }

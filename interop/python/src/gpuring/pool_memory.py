@@ -36,6 +36,7 @@ _MESSAGE = struct.Struct("<IHHQ")
 _CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 _POINTER_ATTRIBUTE_MEMPOOL_HANDLE = 17
+_ATTR_RELEASE_THRESHOLD = 4  # CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
 
 
 class _PoolProps(ctypes.Structure):
@@ -56,6 +57,8 @@ def exportable_pool(device: int = 0, make_current: bool = True) -> int:
     pool = ctypes.c_void_p()
     with cu.primary_context(device):
         cu.call("cuMemPoolCreate", ctypes.byref(pool), ctypes.byref(props))
+        keep = ctypes.c_uint64(2**64 - 1)  # freed memory stays in the pool (no driver round trip per allocation)
+        cu.call("cuMemPoolSetAttribute", pool, _ATTR_RELEASE_THRESHOLD, ctypes.byref(keep))
         if make_current:
             cu.call("cuDeviceSetMemPool", device, pool)
     return int(pool.value or 0)
