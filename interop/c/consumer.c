@@ -8,8 +8,8 @@
  * "sum" adds the non-null values of integer and float columns, and of the
  * float items of fixed_size_list columns (rows x cols tensors); "chars"
  * counts the bytes of non-null utf8/binary values. Host buffers are read in
- * place. Device buffers (cuda-ipc) are opened with gpuring/cuda.h, ordered
- * after the producer's event and copied to the host.
+ * place. Device buffers (cuda-ipc, cuda-pool) are opened with gpuring/cuda.h,
+ * ordered after the producer's event and copied to the host.
  *
  * Usage: consumer RING [FRAMES] [TIMEOUT_MS]   (waits up to TIMEOUT_MS for
  * RING to appear and for each frame; default 30000). */
@@ -39,12 +39,12 @@ static void view_frame(const gpr_frame *f, host_view *v) {
   v->copies = (void **)calloc(n + 1u, sizeof *v->copies);
   for (uint32_t b = 0; b < n; b++) {
     const gpr_body_buffer *buf = &f->desc.buffers[b];
-    if (buf->kind != GPR_MEM_CUDA_IPC) {
+    if (buf->kind != GPR_MEM_CUDA_IPC && buf->kind != GPR_MEM_CUDA_POOL) {
       if (gpr_frame_host_buffer(f, b, &v->bytes[b], &err) != 0) fail("map", &err);
       continue;
     }
     if (!v->cuda && (gpr_cuda_get(&v->cuda, &err) != 0 ||
-                     gpr_cuda_map_frame(v->cuda, &f->desc, NULL, &v->device, &err) != 0))
+                     gpr_cuda_map_received(v->cuda, f, NULL, &v->device, &err) != 0))
       fail("map device buffers", &err);
     v->copies[b] = malloc(buf->length ? buf->length : 1u);
     /* the legacy default stream waits for the producer's event (map_frame) */
@@ -125,8 +125,10 @@ static void print_string(const char *s, uint32_t n) {
 }
 
 static const char *memory_of(const gpr_frame *f, uint32_t first, uint32_t end) {
-  for (uint32_t b = first; b < end; b++)
+  for (uint32_t b = first; b < end; b++) {
     if (f->desc.buffers[b].kind == GPR_MEM_CUDA_IPC) return "cuda-ipc";
+    if (f->desc.buffers[b].kind == GPR_MEM_CUDA_POOL) return "cuda-pool";
+  }
   return "host";
 }
 

@@ -1,13 +1,13 @@
 // C and C++ programs on a real GPU, each side in its own process: the C++
 // tensor stage (interop/c/tensor_producer.cc) to Node, and Node device frames
-// to the C consumer (interop/c/consumer.c, through gpuring/cuda.h). Skipped,
-// with the reason, without a GPU.
+// and pool memory to the C consumer (interop/c/consumer.c, through
+// gpuring/cuda.h). Skipped, with the reason, without a GPU.
 import { spawn } from 'node:child_process';
 import * as A from 'apache-arrow';
 import test from 'ava';
 import { Consumer, cudaInfo, Producer } from '../../lib/index.js';
 import { cConsumerReport, expectedReport } from '../helpers/c-consumer.js';
-import { cProgram, exitOf, withRing } from '../helpers/ring.js';
+import { cProgram, deviceChild, exitOf, withRing } from '../helpers/ring.js';
 
 const info = cudaInfo();
 const gpu = info.available && info.devices.length > 0;
@@ -59,5 +59,15 @@ gpuTest('device frames from Node read by the C consumer (CUDA IPC, ordered by th
     t.deepEqual(await report, sources.map((source, k) => expectedReport(source, k + 1, k, 'cuda-ipc')));
     await producer.drain();
     producer.close();
+  });
+});
+
+gpuTest('pool memory from Node read by the C consumer: each frame a new pool allocation, its pool fetched over the descriptor channel', async (t) => {
+  await withRing('gpu-c-pool', { slots: 16 }, async (_ring, name) => {
+    const report = cConsumerReport(name, 5);
+    const producer = deviceChild('pool', name, 5);
+    const frames = await report;
+    t.deepEqual(frames.map((f) => [f.columns[0]!.memory, f.columns[0]!.sum]), [0, 1, 2, 3, 4].map((i) => ['cuda-pool', i * (1 << 18)]));
+    t.is((await exitOf(producer)).code, 0);
   });
 });

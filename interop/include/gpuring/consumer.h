@@ -51,6 +51,7 @@ typedef struct gpr_frame {
   uint64_t frame_id;
   uint64_t user_tag;
   uint32_t producer;             /* participant index of the producer */
+  uint32_t producer_gen;         /* and its generation: (producer, producer_gen) names it */
   uint64_t pos;                  /* ring position (for diagnostics) */
   gpr_frame_desc desc;           /* points into `body` and `nodes` */
   gpr_node_desc *nodes;
@@ -117,6 +118,7 @@ GPR_INLINE int gpr_consumer_hand_over(gpr_consumer *c, uint64_t pos, const gpr_f
   f->frame_id = ref->frame_id;
   f->user_tag = ref->user_tag;
   f->producer = ref->producer;
+  f->producer_gen = ref->producer_gen;
   f->pos = pos;
   f->refs = 1;
   pthread_mutex_lock(&c->mu);

@@ -7,8 +7,9 @@
  * Producer side: gpr_cuda_describe() turns a device pointer into a buffer
  * descriptor; gpr_cuda_record_event() records the interprocess event that
  * orders the consumer after the work that filled the buffers.
- * Consumer side: gpr_cuda_map_frame() opens a received frame's device
- * buffers and orders a stream after the producer's event;
+ * Consumer side: gpr_cuda_map_received() opens a received frame's device
+ * buffers (cuda-ipc, and cuda-pool through the producer's descriptor
+ * channel, SPEC.md §9b) and orders a stream after the producer's event;
  * gpr_cuda_unmap_frame() closes them, before the frame is released.
  *
  * The driver types are declared here with their ABI values unless the
@@ -29,6 +30,8 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUipcMemHandle_st { char reserved[64]; } CUipcMemHandle;
 typedef struct CUipcEventHandle_st { char reserved[64]; } CUipcEventHandle;
 typedef struct CUuuid_st { char bytes[16]; } CUuuid;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUmemPoolPtrExportData_st { unsigned char reserved[64]; } CUmemPoolPtrExportData;
 #endif
 
 #define GPR_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1u
@@ -40,6 +43,7 @@ typedef struct CUuuid_st { char bytes[16]; } CUuuid;
 #define GPR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #define GPR_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE 10
 #define GPR_CU_MEMORYTYPE_DEVICE 2u
+#define GPR_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 1
 
 /* X(field, symbol, parameters): every entry point gpuring's C side uses. */
 #define GPR_CUDA_API(X)                                                               \
@@ -57,6 +61,9 @@ typedef struct CUuuid_st { char bytes[16]; } CUuuid;
   X(cuIpcGetMemHandle, "cuIpcGetMemHandle", (CUipcMemHandle *, CUdeviceptr))          \
   X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", (CUdeviceptr *, CUipcMemHandle, unsigned)) \
   X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle", (CUdeviceptr))                        \
+  X(cuMemPoolImportFromShareableHandle, "cuMemPoolImportFromShareableHandle",         \
+    (CUmemoryPool *, void *, int, unsigned long long))                                \
+  X(cuMemPoolImportPointer, "cuMemPoolImportPointer", (CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *)) \
   X(cuIpcGetEventHandle, "cuIpcGetEventHandle", (CUipcEventHandle *, CUevent))        \
   X(cuIpcOpenEventHandle, "cuIpcOpenEventHandle", (CUevent *, CUipcEventHandle))      \
   X(cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                            \
@@ -235,30 +242,110 @@ GPR_INLINE int gpr_cuda_device_of(const gpr_cuda *d, const uint8_t uuid[16], int
 
 /* A received frame's device buffers, opened in this process. */
 typedef struct gpr_cuda_frame_map {
-  CUdeviceptr *ptrs;             /* per buffer: base + offset, 0 unless cuda-ipc */
-  CUdeviceptr *opened;           /* distinct allocations opened, closed by unmap */
+  CUdeviceptr *ptrs;             /* per buffer: base + offset, 0 unless a device kind */
+  CUdeviceptr *opened;           /* distinct cuda-ipc allocations opened, closed by unmap */
   uint32_t opened_count;
+  CUdeviceptr *imported;         /* distinct cuda-pool allocations imported, freed by unmap */
+  uint32_t imported_count;
 } gpr_cuda_frame_map;
 
+/* Closes and frees what the frame opened: call it before releasing the
+ * frame (a pool import must be freed before the producer frees the memory). */
 GPR_INLINE void gpr_cuda_unmap_frame(const gpr_cuda *d, gpr_cuda_frame_map *m) {
   for (uint32_t i = 0; i < m->opened_count; i++) d->cuIpcCloseMemHandle(m->opened[i]);
+  for (uint32_t i = 0; i < m->imported_count; i++) d->cuMemFree(m->imported[i]);
   free(m->ptrs);
   free(m->opened);
+  free(m->imported);
   memset(m, 0, sizeof *m);
 }
 
+/* Who published a frame: where its pool descriptors come from (SPEC.md §9c). */
+typedef struct gpr_cuda_origin {
+  const char *segment;
+  uint32_t producer, producer_gen;
+} gpr_cuda_origin;
+
+/* The pools this process imported, by (segment, producer, generation, pool
+ * id): each is fetched over its producer's channel and imported once. */
+typedef struct gpr_cuda_pool_import {
+  struct gpr_cuda_pool_import *next;
+  char segment[GPR_NAME_MAX + 1];
+  uint32_t producer, producer_gen;
+  uint64_t pool_id;
+  CUmemoryPool pool;
+} gpr_cuda_pool_import;
+
+GPR_INLINE int gpr_cuda_pool(const gpr_cuda *d, const gpr_cuda_origin *o, uint64_t pool_id, CUmemoryPool *out,
+                             gpr_error *err) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static gpr_cuda_pool_import *pools = NULL;
+  pthread_mutex_lock(&lock);
+  gpr_cuda_pool_import *p = pools;
+  while (p && (p->producer != o->producer || p->producer_gen != o->producer_gen || p->pool_id != pool_id ||
+               strcmp(p->segment, o->segment) != 0))
+    p = p->next;
+  int rc = 0, fd = -1;
+  if (!p) {
+    p = (gpr_cuda_pool_import *)calloc(1, sizeof *p);
+    rc = p ? gpr_channel_fetch(o->segment, o->producer, o->producer_gen, GPR_MEM_CUDA_POOL, pool_id, &fd, err)
+           : gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
+    if (rc == 0)
+      rc = gpr_cuda_check(d, d->cuMemPoolImportFromShareableHandle(&p->pool, (void *)(intptr_t)fd,
+                                                                   GPR_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                          "cuMemPoolImportFromShareableHandle", err);
+    if (fd >= 0) close(fd);
+    if (rc == 0) {
+      snprintf(p->segment, sizeof p->segment, "%s", o->segment);
+      p->producer = o->producer;
+      p->producer_gen = o->producer_gen;
+      p->pool_id = pool_id;
+      p->next = pools;
+      pools = p;
+    } else {
+      free(p);
+    }
+  }
+  if (rc == 0) *out = p->pool;
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+/* Imports the pool allocation of buffer b (cuda-pool) for this frame. */
+GPR_INLINE int gpr_cuda_import_buffer(const gpr_cuda *d, const gpr_frame_desc *f, uint32_t b, const gpr_cuda_origin *o,
+                                      gpr_cuda_frame_map *m, gpr_error *err) {
+  const gpr_body_buffer *buf = &f->buffers[b];
+  if (!o)
+    return gpr_fail(err, GPR_E_UNSUPPORTED, 0, "buffer %u is cuda-pool memory: map the frame with "
+                    "gpr_cuda_map_received(), which knows its producer (SPEC.md §9b)", b);
+  CUmemoryPool pool;
+  CUmemPoolPtrExportData data;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  int rc = gpr_cuda_pool(d, o, buf->pool_id, &pool, err);
+  if (rc != 0) return rc;
+  memcpy(data.reserved, buf->handle, sizeof data.reserved);
+  GPR_CUDA_TRY(d, cuMemPoolImportPointer(&base, pool, &data), err);
+  m->imported[m->imported_count++] = base;
+  if (d->cuMemGetAddressRange(&base, &size, base) != 0 || !gpr_range_ok(buf->offset, buf->length, size))
+    return gpr_fail(err, GPR_E_FRAME_BOUNDS, 0, "buffer %u lies outside its %zu-byte allocation", b, size);
+  m->ptrs[b] = base + buf->offset;
+  return 0;
+}
+
 /* Opens allocation of buffer b unless an earlier buffer of the frame did. */
-GPR_INLINE int gpr_cuda_open_buffer(const gpr_cuda *d, const gpr_frame_desc *f, uint32_t b,
+GPR_INLINE int gpr_cuda_open_buffer(const gpr_cuda *d, const gpr_frame_desc *f, uint32_t b, const gpr_cuda_origin *origin,
                                     gpr_cuda_frame_map *m, gpr_error *err) {
   const gpr_body_buffer *buf = &f->buffers[b];
   for (uint32_t e = 0; e < b; e++) {
     const gpr_body_buffer *o = &f->buffers[e];
-    if (o->kind == GPR_MEM_CUDA_IPC && o->alloc_id == buf->alloc_id &&
+    if (o->kind == buf->kind && o->alloc_id == buf->alloc_id && o->pool_id == buf->pool_id &&
         memcmp(o->handle, buf->handle, GPR_HANDLE_BYTES) == 0) {
       m->ptrs[b] = m->ptrs[e] - o->offset + buf->offset;
       return 0;
     }
   }
+  if (buf->kind == GPR_MEM_CUDA_POOL) return gpr_cuda_import_buffer(d, f, b, origin, m, err);
   CUipcMemHandle h;
   CUdeviceptr base = 0;
   memcpy(h.reserved, buf->handle, GPR_HANDLE_BYTES);
@@ -268,31 +355,30 @@ GPR_INLINE int gpr_cuda_open_buffer(const gpr_cuda *d, const gpr_frame_desc *f, 
   return 0;
 }
 
-/* Opens every cuda-ipc buffer of `f` on its device (made current on this
+/* Opens every device buffer of `f` on its device (made current on this
  * thread) and orders `stream` after the producer's event; reads issued on
  * `stream` then see the producer's writes. Each allocation is opened once;
- * a long-running consumer should cache openings keyed on (handle, alloc_id)
- * instead (SPEC.md §9a). Frames this process published itself cannot be
- * opened (CUDA refuses). */
-GPR_INLINE int gpr_cuda_map_frame(const gpr_cuda *d, const gpr_frame_desc *f, CUstream stream,
-                                  gpr_cuda_frame_map *m, gpr_error *err) {
+ * a long-running consumer should cache cuda-ipc openings keyed on (handle,
+ * alloc_id) instead (SPEC.md §9a). cuda-pool buffers need the frame's
+ * producer (`origin`; NULL refuses them with UNSUPPORTED). Frames this
+ * process published itself cannot be opened (CUDA refuses). */
+GPR_INLINE int gpr_cuda_map_frame_from(const gpr_cuda *d, const gpr_frame_desc *f, const gpr_cuda_origin *origin,
+                                       CUstream stream, gpr_cuda_frame_map *m, gpr_error *err) {
   memset(m, 0, sizeof *m);
   uint32_t n = f->buffer_count ? f->buffer_count : 1u;
   m->ptrs = (CUdeviceptr *)calloc(n, sizeof *m->ptrs);
   m->opened = (CUdeviceptr *)calloc(n, sizeof *m->opened);
-  int rc = m->ptrs && m->opened ? 0 : gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
+  m->imported = (CUdeviceptr *)calloc(n, sizeof *m->imported);
+  int rc = m->ptrs && m->opened && m->imported ? 0 : gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
   int device = -1;
   for (uint32_t b = 0; rc == 0 && b < f->buffer_count; b++) {
-    if (f->buffers[b].kind == GPR_MEM_CUDA_POOL)
-      rc = gpr_fail(err, GPR_E_UNSUPPORTED, 0, "buffer %u is cuda-pool memory, which this header does not import yet "
-                    "(SPEC.md §9b); read such frames from Node", b);
-    if (rc != 0 || f->buffers[b].kind != GPR_MEM_CUDA_IPC) continue;
+    if (f->buffers[b].kind != GPR_MEM_CUDA_IPC && f->buffers[b].kind != GPR_MEM_CUDA_POOL) continue;
     int ordinal = -1;
     rc = gpr_cuda_device_of(d, f->buffers[b].device_uuid, &ordinal, err);
     if (rc == 0 && device < 0) rc = gpr_cuda_use_device(d, device = ordinal, err);
     if (rc == 0 && ordinal != device)
       rc = gpr_fail(err, GPR_E_UNSUPPORTED, 0, "a frame spanning devices needs one map per device");
-    if (rc == 0) rc = gpr_cuda_open_buffer(d, f, b, m, err);
+    if (rc == 0) rc = gpr_cuda_open_buffer(d, f, b, origin, m, err);
   }
   if (rc == 0 && device >= 0 && f->sync_kind == GPR_SYNC_CUDA_EVENT) {
     CUipcEventHandle h;
@@ -306,4 +392,17 @@ GPR_INLINE int gpr_cuda_map_frame(const gpr_cuda *d, const gpr_frame_desc *f, CU
   }
   if (rc != 0) gpr_cuda_unmap_frame(d, m);
   return rc;
+}
+
+/* gpr_cuda_map_frame_from() of a frame description alone: cuda-ipc only. */
+GPR_INLINE int gpr_cuda_map_frame(const gpr_cuda *d, const gpr_frame_desc *f, CUstream stream,
+                                  gpr_cuda_frame_map *m, gpr_error *err) {
+  return gpr_cuda_map_frame_from(d, f, NULL, stream, m, err);
+}
+
+/* Maps a frame gpr_consumer_next() returned: every device kind. */
+GPR_INLINE int gpr_cuda_map_received(const gpr_cuda *d, const gpr_frame *f, CUstream stream, gpr_cuda_frame_map *m,
+                                     gpr_error *err) {
+  gpr_cuda_origin origin = {f->consumer->seg.name, f->producer, f->producer_gen};
+  return gpr_cuda_map_frame_from(d, &f->desc, &origin, stream, m, err);
 }

@@ -30,9 +30,10 @@ def python_env() -> dict:
                 PYTHONUNBUFFERED="1")
 
 
-def python_child(script: str, *args: str, **kw) -> subprocess.Popen:
-    """Starts tests/children/SCRIPT.py in its own interpreter."""
-    return subprocess.Popen([sys.executable, str(HERE / "children" / f"{script}.py"), *args], env=python_env(),
+def python_child(script: str, *args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
+    """Starts tests/children/SCRIPT.py in its own interpreter, with ``env`` added to its environment."""
+    return subprocess.Popen([sys.executable, str(HERE / "children" / f"{script}.py"), *args],
+                            env={**python_env(), **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 

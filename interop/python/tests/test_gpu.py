@@ -34,22 +34,23 @@ def _expected():
 
 def _device_producer(ring_name, library):
     """A child process that published one device frame from ``library``."""
-    if library == "torch":
+    if library.startswith("torch"):
         pytest.importorskip("torch")
     Ring.create(ring_name).close()
-    child = python_child("device_produce", ring_name, library, str(ROWS))
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"} if library == "torch-async-pool" else {}
+    child = python_child("device_produce", ring_name, library, str(ROWS), env=env)
     assert json.loads(child.stdout.readline())["published"] == 1
     return child
 
 
-@pytest.mark.parametrize("library", ["cupy", "torch", "cupy-async-pool"])
+@pytest.mark.parametrize("library", ["cupy", "torch", "cupy-async-pool", "torch-async-pool"])
 def test_python_device_producer_to_python_consumer(ring_name, library):
     child = _device_producer(ring_name, library)
     with Consumer.open(ring_name) as consumer:
         with consumer.next(timeout=30) as frame:
             assert frame.on_device
             kinds = {b.kind for b in frame.description.buffers()} - {"absent"}
-            assert kinds == {"cuda-pool" if library == "cupy-async-pool" else "cuda-ipc"}
+            assert kinds == {"cuda-pool" if library.endswith("async-pool") else "cuda-ipc"}
             cols = frame.to_cupy()
             x, m = _expected()
             assert cols["x"].dtype == cupy.float32 and cols["x"].tolist() == x
@@ -60,7 +61,7 @@ def test_python_device_producer_to_python_consumer(ring_name, library):
 
 
 @pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
-@pytest.mark.parametrize("library", ["cupy", "torch", "cupy-async-pool"])
+@pytest.mark.parametrize("library", ["cupy", "torch", "cupy-async-pool", "torch-async-pool"])
 def test_python_device_producer_to_node_consumer(ring_name, library):
     producer = _device_producer(ring_name, library)
     node = node_child("arrow-peer.ts", "columns", ring_name)

@@ -4,6 +4,9 @@ prints {"published": id}, drains, exits.
 The torch columns are views into larger tensors (caching-allocator offsets).
 LIBRARY cupy-async-pool: the cupy columns allocated by CuPy's MemoryAsyncPool from
   gpuring.exportable_pool() (stream-ordered pool memory, published as cuda-pool).
+LIBRARY torch-async-pool: the torch columns from PyTorch's cudaMallocAsync backend
+  (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, set by the test), whose current
+  pool is gpuring.exportable_pool().
 LIBRARY recycled: ROWS frames, frame i a fresh int32 column of 1000 + 4096 * (i % 7)
   values all i, allocated with cudaMalloc (no CuPy pool) and freed once released, so
   later allocations reuse the memory of frames consumers have seen (many in flight).
@@ -50,6 +53,9 @@ elif library == "cudf-style":
     }
 else:
     import torch
+    if library == "torch-async-pool":
+        import gpuring
+        gpuring.exportable_pool(0)
     pad = torch.zeros(1000, device="cuda")
     big = torch.arange(rows + 7, dtype=torch.float32, device="cuda") * 0.5
     x = big[7:] - 3.5  # starts 28 bytes into its block
