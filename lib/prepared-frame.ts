@@ -40,7 +40,7 @@ const NO_EVENT = new Uint8Array(HANDLE_BYTES);
  *
  * Ownership is publishFrame()'s: the device buffers stay the caller's, alive
  * and unchanged from each publish until that frame is released (the
- * producer's 'release' event names it). Only device (cuda-ipc) and absent
+ * producer's 'release' event names it). Only device (cuda-ipc, cuda-pool) and absent
  * buffers can be prepared: arena allocations belong to a single frame.
  *
  * Ordering: each publish orders its readers after the work queued on the

@@ -251,7 +251,7 @@ export class Producer {
   }
 
   /**
-   * Validates and encodes a description of device (cuda-ipc) and absent
+   * Validates and encodes a description of device (cuda-ipc, cuda-pool) and absent
    * buffers once, for publishing again and again with `prepared.publish()`
    * (see PreparedFrame). Invalid descriptions fail here, with the codes a
    * consumer would give them. `device` as for publishFrame().
@@ -260,7 +260,7 @@ export class Producer {
     const o = parseOptions(prepareOptions, options, 'prepare() options');
     this.#requireOpen();
     forEachBuffer(description, (b) => {
-      if (b.kind === 'host') throw new GpuringError('INVALID_ARGUMENT', 'prepare() takes device (cuda-ipc) and absent buffers only: arena allocations belong to a single frame');
+      if (b.kind === 'host') throw new GpuringError('INVALID_ARGUMENT', 'prepare() takes device (cuda-ipc, cuda-pool) and absent buffers only: arena allocations belong to a single frame');
     });
     const body = encodeFrame(description);
     decodeFrame(body); // every check a consumer makes, with its codes
