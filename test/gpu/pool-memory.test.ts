@@ -85,3 +85,21 @@ gpuTest('a cuda-pool frame whose producer died before anyone imported its pool f
     consumer.close();
   });
 });
+
+gpuTest('10,000 pool frames, each a new allocation, mapped and released: no import outlives its frame, device memory returns to where it started', async (t) => {
+  const freeBefore = cudaInfo().devices[0]!.freeBytes;
+  const before = native().poolStats();
+  await fromDeviceProducer('pool', [10_000], async (consumer) => {
+    for (let i = 0; i < 10_000; i++) {
+      const f = await consumer.next({ timeout: 30_000 });
+      f.mapDevice();
+      if (i % 1000 === 999 && !(f.toTable().getChild('x')!.toArray() as Float32Array).every((v) => v === i)) t.fail(`frame ${i}`);
+      f.release();
+    }
+  });
+  const after = native().poolStats();
+  t.is(after.imported - before.imported, 10_000);
+  t.is(after.imports, before.imports, 'every import freed at release');
+  const freeAfter = cudaInfo().devices[0]!.freeBytes;
+  t.true(Math.abs(freeAfter - freeBefore) < 64 << 20, `free device memory ${freeBefore} -> ${freeAfter}`);
+});
