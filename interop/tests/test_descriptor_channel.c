@@ -61,24 +61,10 @@ static int open_descriptors(void) {
 static void *answer_with_three(void *arg) {
   int listener = *(int *)arg;
   int conn = accept(listener, NULL, NULL);
-  gpr_channel_message req, rep = {GPR_CHANNEL_MAGIC, 0, 0, GPR_CHANNEL_FOUND};
+  gpr_channel_message req;
   CHECK(recv(conn, &req, sizeof req, 0) == (ssize_t)sizeof req);
   int fds[3] = {served_fd, served_fd, served_fd};
-  char control[CMSG_SPACE(sizeof fds)];
-  memset(control, 0, sizeof control);
-  struct iovec iov = {&rep, sizeof rep};
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof fds);
-  memcpy(CMSG_DATA(c), fds, sizeof fds);
-  CHECK(sendmsg(conn, &msg, 0) == (ssize_t)sizeof rep);
+  CHECK(gpr_channel_reply(conn, GPR_CHANNEL_FOUND, fds, 3) == (ssize_t)sizeof req);
   close(conn);
   return NULL;
 }

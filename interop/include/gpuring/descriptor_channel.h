@@ -149,35 +149,43 @@ GPR_INLINE int gpr_channel_listen(const gpr_segment *seg, uint32_t index, uint32
   return fd;
 }
 
-/* Answers one connection: checks the peer, reads its request, replies. */
-GPR_INLINE void gpr_channel_answer(const gpr_segment *seg, int conn, gpr_channel_lookup lookup, void *ctx) {
-  struct ucred cred;
-  gpr_channel_message req, rep = {GPR_CHANNEL_MAGIC, 0, 0, GPR_CHANNEL_UNKNOWN};
-  gpr_channel_set_timeout(conn);
-  if (gpr_channel_peer(conn, &cred) != 0 || cred.uid != geteuid() || !gpr_channel_attached(seg, cred.pid)) return;
-  if (recv(conn, &req, sizeof req, 0) != (ssize_t)sizeof req || req.magic != GPR_CHANNEL_MAGIC) return;
-  int fd = lookup(ctx, req.kind, req.value);
-  char control[CMSG_SPACE(sizeof(int))];
+/* A conforming reply carries one descriptor; the bound leaves room for tests
+ * of receivers that must refuse more. */
+#define GPR_CHANNEL_MAX_FDS 4
+
+/* Sends a reply with `status` and `count` (at most GPR_CHANNEL_MAX_FDS)
+ * descriptors; returns sendmsg's result. */
+GPR_INLINE ssize_t gpr_channel_reply(int conn, uint64_t status, const int *fds, uint32_t count) {
+  gpr_channel_message rep = {GPR_CHANNEL_MAGIC, 0, 0, status};
+  char control[CMSG_SPACE(GPR_CHANNEL_MAX_FDS * sizeof(int))];
   memset(control, 0, sizeof control);
   struct iovec iov = {&rep, sizeof rep};
   struct msghdr msg;
   memset(&msg, 0, sizeof msg);
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  if (fd >= 0) {
-    rep.value = GPR_CHANNEL_FOUND;
+  if (count > 0 && count <= GPR_CHANNEL_MAX_FDS) {
     msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
+    msg.msg_controllen = CMSG_SPACE(count * sizeof(int));
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    c->cmsg_len = CMSG_LEN(count * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, count * sizeof(int));
   }
-  if (sendmsg(conn, &msg, MSG_NOSIGNAL) < 0 && fd >= 0) {
-    rep.value = GPR_CHANNEL_UNSENDABLE;
-    send(conn, &rep, sizeof rep, MSG_NOSIGNAL);
-  }
+  return sendmsg(conn, &msg, MSG_NOSIGNAL);
+}
+
+/* Answers one connection: checks the peer, reads its request, replies. */
+GPR_INLINE void gpr_channel_answer(const gpr_segment *seg, int conn, gpr_channel_lookup lookup, void *ctx) {
+  struct ucred cred;
+  gpr_channel_message req;
+  gpr_channel_set_timeout(conn);
+  if (gpr_channel_peer(conn, &cred) != 0 || cred.uid != geteuid() || !gpr_channel_attached(seg, cred.pid)) return;
+  if (recv(conn, &req, sizeof req, 0) != (ssize_t)sizeof req || req.magic != GPR_CHANNEL_MAGIC) return;
+  int fd = lookup(ctx, req.kind, req.value);
+  if (fd < 0) gpr_channel_reply(conn, GPR_CHANNEL_UNKNOWN, NULL, 0);
+  else if (gpr_channel_reply(conn, GPR_CHANNEL_FOUND, &fd, 1) < 0) gpr_channel_reply(conn, GPR_CHANNEL_UNSENDABLE, NULL, 0);
 }
 
 /* Serves the channel until `listener` is shut down (shutdown(SHUT_RDWR) from
