@@ -18,6 +18,7 @@
     "native/pinned_host_pool.cc",
     "native/stream_release.cc",
     "native/pool_memory.cc",
-    "native/descriptor_channels.cc"
+    "native/descriptor_channels.cc",
+    "native/vmm_memory.cc"
   ]
 }

@@ -21,15 +21,16 @@ export interface FrameOrigin {
 /**
  * The device allocations one frame has mapped. Legacy-IPC mappings come
  * from the process-wide IpcHandleCache (one open per allocation per process,
- * keyed on handle and allocation id), pool memory from PoolImports (one
- * import per allocation per process, freed when no frame holds it); this
+ * keyed on handle and allocation id); pool allocations and VMM spans are
+ * imported through the producer's descriptor channel once per process while
+ * frames hold them, and freed when none does (PoolImports, VmmImports). This
  * holds the frame's references and drops them all at release.
  */
 export class DeviceMappings {
   /** The 64-byte handles of the legacy references taken, one array per mapAll() call. */
   readonly #held: Uint8Array[] = [];
-  /** The ids of the pool import references taken, one array per mapAll() call. */
-  readonly #pooled: BigUint64Array[] = [];
+  /** The ids of the pool and VMM import references taken, one array per mapAll() call. */
+  readonly #imported: BigUint64Array[] = [];
 
   /**
    * Maps every device buffer of a validated body in one native call (which
@@ -43,8 +44,8 @@ export class DeviceMappings {
     const end = 16 + 24 * count;
     const legacyBytes = 64 * data.getUint32(4, true);
     this.#held.push(new Uint8Array(mapped, end, legacyBytes));
-    const pooled = data.getUint32(8, true);
-    if (pooled) this.#pooled.push(new BigUint64Array(mapped, end + legacyBytes, pooled));
+    const imported = data.getUint32(8, true);
+    if (imported) this.#imported.push(new BigUint64Array(mapped, end + legacyBytes, imported));
     const out: (DeviceView | null)[] = [];
     for (let at = 16; at < end; at += 24)
       out.push(data.getUint32(at + 20, true) ? { ptr: data.getBigUint64(at, true), byteLength: Number(data.getBigUint64(at + 8, true)), device: data.getInt32(at + 16, true) } : null);
@@ -56,20 +57,20 @@ export class DeviceMappings {
     return Buffer.concat(this.#held);
   }
 
-  /** Whether pool memory is mapped: its imports must be freed before the frame is released (SPEC.md §9b). */
-  get holdsPoolMemory(): boolean {
-    return this.#pooled.length > 0;
+  /** Whether pool or VMM memory is mapped: its imports must be freed before the frame is released (SPEC.md §9b, §9d). */
+  get holdsImports(): boolean {
+    return this.#imported.length > 0;
   }
 
   /** Forgets the references without dropping them (the native side drops them). */
   forget(): void {
     this.#held.length = 0;
-    this.#pooled.length = 0;
+    this.#imported.length = 0;
   }
 
   releaseAll(): void {
     for (const handles of this.#held) native().ipcReleaseAll(handles);
-    for (const ids of this.#pooled) native().poolReleaseAll(ids);
+    for (const ids of this.#imported) native().importReleaseAll(ids);
     this.forget();
   }
 }

@@ -296,9 +296,9 @@ export class Frame implements Disposable {
     }
     const device = stream instanceof DeviceStream ? stream.device : this.#firstDevice();
     const handle = DeviceStream.handleOf(stream);
-    if (this.#lease?.devices?.holdsPoolMemory) {
-      // Pool imports are freed before the release (SPEC.md §9b), which a
-      // driver callback may not do: wait for the stream here instead.
+    if (this.#lease?.devices?.holdsImports) {
+      // Pool and VMM imports are freed before the release (SPEC.md §9b, §9d),
+      // which a driver callback may not do: wait for the stream here instead.
       callNative(() => native().streamSynchronize(device, handle));
       return this.release();
     }

@@ -288,9 +288,9 @@ export interface NativeAddon {
   allocOtherMemory(kind: 'pinned' | 'managed' | 'pool' | 'vmm', bytes: number): bigint;
   exportDeviceMemory(ptr: bigint): DeviceExport;
   ipcReleaseAll(handles: Uint8Array): void;
-  /** count u32 | legacy u32 | pooled u32 | 0 u32 | count views of 24 bytes | legacy 64-byte handles | pooled u64 ids (see cuda_ipc.cc). */
+  /** count u32 | legacy u32 | imported u32 | 0 u32 | count views of 24 bytes | legacy 64-byte handles | imported u64 ids (see cuda_ipc.cc). */
   mapFrame(body: Uint8Array, segment: string, producer: number, producerGen: number): ArrayBuffer;
-  poolReleaseAll(ids: BigUint64Array): void;
+  importReleaseAll(ids: BigUint64Array): void;
   poolStats(): { pools: number; imports: number; imported: number; freed: number };
   deviceAllocPool(device: number, bytes: number): bigint;
   ipcStats(): IpcStats;

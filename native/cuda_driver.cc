@@ -73,6 +73,10 @@ Driver Load() {
   GPR_RESOLVE(cuMemAddressReserve, "cuMemAddressReserve");
   GPR_RESOLVE(cuMemMap, "cuMemMap");
   GPR_RESOLVE(cuMemSetAccess, "cuMemSetAccess");
+  GPR_RESOLVE(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle");
+  GPR_RESOLVE(cuMemRelease, "cuMemRelease");
+  GPR_RESOLVE(cuMemUnmap, "cuMemUnmap");
+  GPR_RESOLVE(cuMemAddressFree, "cuMemAddressFree");
   GPR_RESOLVE(cuMemPoolCreate, "cuMemPoolCreate");
   GPR_RESOLVE(cuMemPoolSetAttribute, "cuMemPoolSetAttribute");
   GPR_RESOLVE(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");

@@ -23,8 +23,8 @@ struct CUipcEventHandle { char reserved[64]; };
 struct CUuuid { unsigned char bytes[16]; };
 using CUhostFn = void (*)(void *);
 using CUmemGenericAllocationHandle = unsigned long long;
-// Virtual memory management (cuMemCreate): only to show that such memory is
-// refused by legacy IPC, so only the fields that path sets.
+// Virtual memory management (cuMemCreate): allocations of other processes are
+// mapped from their descriptors (cuda-vmm), and tests make such memory.
 struct CUmemLocation { int type; int id; };
 struct CUmemAllocationProp {
   int type;                  // CU_MEM_ALLOCATION_TYPE_PINNED
@@ -127,6 +127,10 @@ struct Driver {
   CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
   CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
   CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t) = nullptr;
+  CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int) = nullptr;
+  CUresult (*cuMemRelease)(CUmemGenericAllocationHandle) = nullptr;
+  CUresult (*cuMemUnmap)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*cuMemAddressFree)(CUdeviceptr, size_t) = nullptr;
   CUresult (*cuMemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *) = nullptr;
   CUresult (*cuMemPoolSetAttribute)(CUmemoryPool, int, void *) = nullptr;
   CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) = nullptr;

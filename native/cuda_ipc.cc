@@ -16,6 +16,7 @@
 #include "descriptor_channels.h"
 #include "ipc_handle_cache.h"
 #include "pool_memory.h"
+#include "vmm_memory.h"
 #include "parallel_copy.h"
 #include "pinned_host_pool.h"
 
@@ -155,11 +156,17 @@ int OrdinalOfUuid(Napi::Env env, const Driver &d, const uint8_t *uuid) {
 // The references one frame took while mapping: one per distinct allocation.
 struct FrameReferences {
   std::vector<CUipcMemHandle> legacy;
-  std::vector<uint64_t> pooled;  // PoolImports ids
+  std::vector<uint64_t> imported;  // PoolImports and VmmImports ids
   void DropAll() {
     for (const auto &h : legacy) IpcHandleCache::Get().Release(h);
-    for (uint64_t id : pooled) PoolImports::Get().Release(id);
+    for (uint64_t id : imported) ReleaseImport(id);
   }
+  // One reference per imported allocation or span per frame.
+  void Keep(uint64_t id) {
+    if (std::find(imported.begin(), imported.end(), id) != imported.end()) ReleaseImport(id);
+    else imported.push_back(id);
+  }
+  static void ReleaseImport(uint64_t id) { PoolImports::Get().Release(id) || VmmImports::Get().Release(id); }
 };
 
 // Maps one device buffer; returns its allocation's base and size.
@@ -178,8 +185,14 @@ Mapping MapBuffer(Napi::Env env, const Driver &d, const gpr_body_buffer &b, int 
   }
   if (b.kind == GPR_MEM_CUDA_POOL) {
     PoolImports::Ref r = PoolImports::Get().Acquire(env, d, segment, producer[0], producer[1], b, device);
-    if (std::find(refs->pooled.begin(), refs->pooled.end(), r.id) != refs->pooled.end()) PoolImports::Get().Release(r.id);
-    else refs->pooled.push_back(r.id);
+    refs->Keep(r.id);
+    m.base = r.base;
+    m.bytes = r.bytes;
+    return m;
+  }
+  if (b.kind == GPR_MEM_CUDA_VMM) {
+    VmmImports::Ref r = VmmImports::Get().Acquire(env, d, segment, producer[0], producer[1], b, device);
+    refs->Keep(r.id);
     m.base = r.base;
     m.bytes = r.bytes;
     return m;
@@ -199,11 +212,12 @@ Mapping MapBuffer(Napi::Env env, const Driver &d, const gpr_body_buffer &b, int 
 // `segment`: pool memory is fetched from its descriptor channel) in one call,
 // and returns it all in one buffer (one allocation where objects would cost a
 // device frame's hand-off microseconds):
-//   count u32 | legacy u32 | pooled u32 | 0 u32 | count views | legacy handles | pooled ids
+//   count u32 | legacy u32 | imported u32 | 0 u32 | count views | legacy handles | imported ids
 // a view per buffer in wire order, 24 bytes `ptr u64 | length u64 | device i32 |
 // mapped u32` (mapped 0: host or absent); then the 64-byte handle of each
-// legacy-IPC reference taken and the u64 id of each pool import reference
-// (one per distinct allocation), for ipcReleaseAll at release.
+// legacy-IPC reference taken and the u64 id of each pool-allocation or VMM
+// span reference (one per distinct allocation or span), for ipcReleaseAll and
+// importReleaseAll at release.
 // On any error the references already taken are dropped.
 Napi::Value MapFrame(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
@@ -222,7 +236,7 @@ Napi::Value MapFrame(const Napi::CallbackInfo &info) {
     for (uint32_t i = 0; i < n; i++) {
       gpr_body_buffer b;
       memcpy(&b, &view.buffers[i], sizeof b);
-      if (b.kind != GPR_MEM_CUDA_IPC && b.kind != GPR_MEM_CUDA_POOL) continue;
+      if (b.kind != GPR_MEM_CUDA_IPC && b.kind != GPR_MEM_CUDA_POOL && b.kind != GPR_MEM_CUDA_VMM) continue;
       int device = OrdinalOfUuid(env, d, b.device_uuid);
       Mapping m = MapBuffer(env, d, b, device, segment, producer, &refs);
       if (!gpr_range_ok(b.offset, b.length, m.bytes))
@@ -239,23 +253,23 @@ Napi::Value MapFrame(const Napi::CallbackInfo &info) {
     refs.DropAll();
     throw;
   }
-  uint32_t counts[4] = {n, static_cast<uint32_t>(refs.legacy.size()), static_cast<uint32_t>(refs.pooled.size()), 0};
-  size_t legacy_bytes = refs.legacy.size() * sizeof(CUipcMemHandle), pooled_bytes = refs.pooled.size() * 8;
+  uint32_t counts[4] = {n, static_cast<uint32_t>(refs.legacy.size()), static_cast<uint32_t>(refs.imported.size()), 0};
+  size_t legacy_bytes = refs.legacy.size() * sizeof(CUipcMemHandle), pooled_bytes = refs.imported.size() * 8;
   Napi::ArrayBuffer result = Napi::ArrayBuffer::New(env, sizeof counts + views.size() + legacy_bytes + pooled_bytes);
   auto *at = static_cast<uint8_t *>(result.Data());
   memcpy(at, counts, sizeof counts);
   at += sizeof counts;
   if (!views.empty()) memcpy(at, views.data(), views.size());
   if (legacy_bytes) memcpy(at + views.size(), refs.legacy.data(), legacy_bytes);
-  if (pooled_bytes) memcpy(at + views.size() + legacy_bytes, refs.pooled.data(), pooled_bytes);
+  if (pooled_bytes) memcpy(at + views.size() + legacy_bytes, refs.imported.data(), pooled_bytes);
   return result;
 }
 
-// poolReleaseAll(ids: BigUint64Array): drops one pool import reference per id,
-// freeing imports no frame holds any more.
-Napi::Value PoolReleaseAll(const Napi::CallbackInfo &info) {
+// importReleaseAll(ids: BigUint64Array): drops one reference per pool
+// allocation or VMM span id, freeing imports no frame holds any more.
+Napi::Value ImportReleaseAll(const Napi::CallbackInfo &info) {
   auto ids = info[0].As<Napi::BigUint64Array>();
-  for (size_t i = 0; i < ids.ElementLength(); i++) PoolImports::Get().Release(ids[i]);
+  for (size_t i = 0; i < ids.ElementLength(); i++) FrameReferences::ReleaseImport(ids[i]);
   return info.Env().Undefined();
 }
 
@@ -543,7 +557,7 @@ void DefineCudaIpc(Napi::Env env, Napi::Object exports) {
   exports.Set("exportDeviceMemory", Napi::Function::New(env, ExportDeviceMemory));
   exports.Set("ipcReleaseAll", Napi::Function::New(env, IpcReleaseAll));
   exports.Set("mapFrame", Napi::Function::New(env, MapFrame));
-  exports.Set("poolReleaseAll", Napi::Function::New(env, PoolReleaseAll));
+  exports.Set("importReleaseAll", Napi::Function::New(env, ImportReleaseAll));
   exports.Set("poolStats", Napi::Function::New(env, PoolStats));
   exports.Set("deviceAllocPool", Napi::Function::New(env, DeviceAllocPool));
   exports.Set("ipcStats", Napi::Function::New(env, IpcStats));

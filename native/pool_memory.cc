@@ -2,6 +2,7 @@
 #include <unistd.h>
 #include "cuda_context.h"
 #include "errors.h"
+#include "vmm_memory.h"
 
 namespace gpuring::cuda {
 
@@ -119,7 +120,7 @@ PoolImports::Ref PoolImports::Acquire(Napi::Env env, const Driver &d, const std:
     CUmemoryPool pool = PoolLocked(env, d, pool_key);
     CUmemPoolPtrExportData data;
     memcpy(data.reserved, b.handle, sizeof data.reserved);
-    Import im{next_id_++, 0, 0, device, 0};
+    Import im{NextImportId(), 0, 0, device, 0};
     Check(env, d.cuMemPoolImportPointer(&im.base, pool, &data), "cuMemPoolImportPointer");
     CUdeviceptr base = 0;
     size_t size = 0;
@@ -133,12 +134,12 @@ PoolImports::Ref PoolImports::Acquire(Napi::Env env, const Driver &d, const std:
   return {it->second.id, it->second.base, it->second.bytes};
 }
 
-void PoolImports::Release(uint64_t id) {
+bool PoolImports::Release(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto at = by_id_.find(id);
-  if (at == by_id_.end()) return;
+  if (at == by_id_.end()) return false;
   auto it = imports_.find(at->second);
-  if (--it->second.refs > 0) return;
+  if (--it->second.refs > 0) return true;
   if (CUcontext ctx = RetainedPrimary(it->second.device)) {
     const Driver &d = Driver::Get();
     d.cuCtxPushCurrent(ctx);
@@ -149,6 +150,7 @@ void PoolImports::Release(uint64_t id) {
   imports_.erase(it);
   by_id_.erase(at);
   freed_++;
+  return true;
 }
 
 Napi::Object PoolImports::Stats(Napi::Env env) {

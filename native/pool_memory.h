@@ -76,8 +76,8 @@ class PoolImports {
   // `segment` names, on this process's `device`, and takes a reference.
   Ref Acquire(Napi::Env env, const Driver &d, const std::string &segment, uint32_t index, uint32_t gen,
               const gpr_body_buffer &b, int device);
-  // Drops a reference; frees the import with the last one.
-  void Release(uint64_t id);
+  // Drops a reference; frees the import with the last one. False: not a pool import id.
+  bool Release(uint64_t id);
   Napi::Object Stats(Napi::Env env);
 
  private:
@@ -94,7 +94,7 @@ class PoolImports {
   std::map<PoolKey, CUmemoryPool> pools_;
   std::map<std::pair<PoolKey, uint64_t>, Import> imports_;  // by (pool, allocation id)
   std::map<uint64_t, std::pair<PoolKey, uint64_t>> by_id_;
-  uint64_t next_id_ = 1, imported_ = 0, freed_ = 0;
+  uint64_t imported_ = 0, freed_ = 0;
 };
 
 }  // namespace gpuring::cuda

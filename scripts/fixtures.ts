@@ -58,6 +58,14 @@ function poolBuffer(offset: number, length: number, seed: number): BufferDescrip
   return { ...cudaBuffer(offset, length, seed), kind: 'cuda-pool', poolId: 0x4000000000000000n + BigInt(seed) };
 }
 
+function vmmBuffer(offset: number, length: number, chunks: number): BufferDescriptor {
+  const handle = new Uint8Array(64);
+  const v = new DataView(handle.buffer);
+  v.setBigUint64(0, BigInt(chunks * (20 << 20)), true);
+  v.setUint32(8, chunks, true);
+  return { ...cudaBuffer(offset, length, 5), kind: 'cuda-vmm', allocationId: 17n, handle };
+}
+
 /** Every golden frame, by name. */
 export function goldenFrames(): Record<string, FrameDescription> {
   const frames: Record<string, FrameDescription> = {
@@ -90,6 +98,10 @@ export function goldenFrames(): Record<string, FrameDescription> {
     // a nullable float64 column whose validity and data are two allocations of one stream-ordered pool
     'cuda-pool-column': frame(6, [
       column({ name: 'p', format: 'g', length: 6, nullCount: 1, buffers: [poolBuffer(0, 1, 2), poolBuffer(256, 48, 3)] }),
+    ]),
+    // an int64 column in a span of VMM chunks (PyTorch expandable segments), 20 MiB into the span
+    'cuda-vmm-column': frame(3, [
+      column({ name: 'v', format: 'l', length: 3, nullCount: 0, nullable: false, buffers: [absentBuffer(), vmmBuffer(20 << 20, 24, 2)] }),
     ]),
   };
   return frames;

@@ -335,7 +335,7 @@ typedef struct gpr_body_node {
   uint64_t offset;                /*  56 elements (also indexes validity bits) */
 } gpr_body_node;
 
-enum gpr_memory_kind { GPR_MEM_ABSENT = 0, GPR_MEM_HOST = 1, GPR_MEM_CUDA_IPC = 2, GPR_MEM_CUDA_POOL = 3 };
+enum gpr_memory_kind { GPR_MEM_ABSENT = 0, GPR_MEM_HOST = 1, GPR_MEM_CUDA_IPC = 2, GPR_MEM_CUDA_POOL = 3, GPR_MEM_CUDA_VMM = 4 };
 
 typedef struct gpr_body_buffer {
   uint16_t kind;                  /*   0 gpr_memory_kind */
@@ -347,11 +347,12 @@ typedef struct gpr_body_buffer {
   uint64_t alloc_id;              /*  40 cuda-ipc, cuda-pool: CU_POINTER_ATTRIBUTE_BUFFER_ID of the
                                    *     allocation (never reused in the exporting process, unlike
                                    *     addresses and handles), so mapping caches tell recycled memory
-                                   *     apart; 0 for host */
+                                   *     apart; cuda-vmm: the producer's span number (§9d); 0 for host */
   uint64_t pool_id;               /*  48 cuda-pool: the producer's number for the pool (§9b); else 0 */
   uint8_t reserved[8];            /*  56 */
   uint8_t handle[GPR_HANDLE_BYTES]; /* 64 host: NUL-terminated arena name; cuda-ipc: CUipcMemHandle;
-                                     *    cuda-pool: CUmemPoolPtrExportData */
+                                     *    cuda-pool: CUmemPoolPtrExportData; cuda-vmm: span bytes u64,
+                                     *    chunk count u32, zeros */
 } gpr_body_buffer;
 
 #define GPR_CHECK_SIZE(type, size) GPR_STATIC_ASSERT(sizeof(type) == (size), #type " size")

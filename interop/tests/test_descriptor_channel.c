@@ -2,8 +2,9 @@
  * producer serves a memfd as pool 7 of its entry; an attached child fetches
  * it and reads what the producer wrote there. An unknown id, a process that
  * is not attached to the segment and a producer that is gone are refused
- * with DESCRIPTOR_UNAVAILABLE, and so is a reply carrying more than one
- * descriptor, none of which stays open in the consumer. */
+ * with DESCRIPTOR_UNAVAILABLE, and so is a reply carrying more descriptors
+ * than the kind allows, none of which stays open in the consumer. A cuda-vmm
+ * span arrives as one descriptor and one size per chunk. */
 #include "gpuring.h"
 #include "check.h"
 
@@ -57,16 +58,38 @@ static int open_descriptors(void) {
   return n;
 }
 
-/* A channel that answers with three descriptors. */
+/* A channel that answers one request with three descriptors and sizes. */
 static void *answer_with_three(void *arg) {
   int listener = *(int *)arg;
   int conn = accept(listener, NULL, NULL);
   gpr_channel_message req;
   CHECK(recv(conn, &req, sizeof req, 0) == (ssize_t)sizeof req);
   int fds[3] = {served_fd, served_fd, served_fd};
-  CHECK(gpr_channel_reply(conn, GPR_CHANNEL_FOUND, fds, 3) == (ssize_t)sizeof req);
+  uint64_t sizes[3] = {2u << 20, 20u << 20, 2u << 20};
+  CHECK(gpr_channel_reply(conn, GPR_CHANNEL_FOUND, fds, 3, sizes) == (ssize_t)(sizeof req + sizeof sizes));
   close(conn);
   return NULL;
+}
+
+static void test_vmm_span_arrives_chunk_by_chunk(const gpr_segment *seg) {
+  gpr_error err;
+  int listener = gpr_channel_listen(seg, 6, 9, &err);
+  CHECK(listener >= 0);
+  pthread_t t;
+  pthread_create(&t, NULL, answer_with_three, &listener);
+  int before = open_descriptors(), fds[8];
+  uint64_t sizes[8];
+  uint32_t count = 0;
+  CHECK(gpr_channel_fetch_many(seg->name, 6, 9, GPR_MEM_CUDA_VMM, 11, fds, sizes, 8, &count, &err) == 0);
+  pthread_join(t, NULL);
+  CHECK(count == 3 && sizes[0] == 2u << 20 && sizes[1] == 20u << 20 && sizes[2] == 2u << 20);
+  CHECK(open_descriptors() == before + 3);
+  for (uint32_t i = 0; i < count; i++) {
+    char text[6] = {0};
+    CHECK(pread(fds[i], text, 5, 0) == 5 && strcmp(text, "hello") == 0);
+    close(fds[i]);
+  }
+  close(listener);
 }
 
 static void test_extra_descriptors_are_refused(const gpr_segment *seg) {
@@ -104,6 +127,7 @@ int main(void) {
   CHECK(fetch_in_child(name, 0, index, gen, 7) == 100 + GPR_E_DESCRIPTOR_UNAVAILABLE); /* not attached */
   CHECK(fetch_in_child(name, 1, index, gen + 1, 7) == 100 + GPR_E_DESCRIPTOR_UNAVAILABLE); /* no such producer */
   test_extra_descriptors_are_refused(&prod);
+  test_vmm_span_arrives_chunk_by_chunk(&prod);
 
   shutdown(s.listener, SHUT_RDWR);
   pthread_join(t, NULL);

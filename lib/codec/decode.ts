@@ -174,7 +174,7 @@ class BodyValidator {
     const end = n.offset + n.length;
     for (let b = 0; b < f.buffers; b++) {
       const buf = this.buffers[first + b]!;
-      if (buf.kind > 3) throw invalid(`node ${i}: unknown memory kind`);
+      if (buf.kind > 4) throw invalid(`node ${i}: unknown memory kind`);
       if (buf.deviceOrdinal < -1) throw invalid(`node ${i}: device ordinal below -1`);
       if (buf.kind === 0) {
         if (buf.length !== 0n) throw invalid(`node ${i}: absent buffer has a length`);
@@ -187,6 +187,8 @@ class BodyValidator {
         throw invalid(`node ${i}: host handle is not NUL-terminated`);
       if (buf.kind === 3 && new DataView(this.bytes.buffer, this.bytes.byteOffset).getBigUint64(buf.at + Buffer_.poolId, true) === 0n)
         throw invalid(`node ${i}: cuda-pool buffer without a pool id`);
+      if (buf.kind === 4 && new DataView(this.bytes.buffer, this.bytes.byteOffset).getBigUint64(buf.at + Buffer_.allocId, true) === 0n)
+        throw invalid(`node ${i}: cuda-vmm buffer without a span id`);
       let need = 0n;
       if (b === 0) need = bitsToBytes(end, 1n);
       else if (f.layout === 'fixed' || f.layout === 'bool') need = bitsToBytes(end, BigInt(f.bitWidth));

@@ -7,14 +7,15 @@ import { HANDLE_BYTES, type MemoryKind } from './layout.js';
 import { utf8, utf8Decoder } from './utf8.js';
 
 /** Whether a buffer of this kind lies in device memory (cuda-ipc or cuda-pool). */
-export const isDeviceKind = (kind: MemoryKind): boolean => kind === 'cuda-ipc' || kind === 'cuda-pool';
+export const isDeviceKind = (kind: MemoryKind): boolean => kind === 'cuda-ipc' || kind === 'cuda-pool' || kind === 'cuda-vmm';
 
 /** One buffer of a column, in Arrow order (validity, offsets, data). */
 export interface BufferDescriptor {
   /**
    * Where the buffer lies: host (a shared-memory arena), cuda-ipc (device
    * memory from cudaMalloc), cuda-pool (device memory from an exportable
-   * stream-ordered pool, SPEC.md §9b) or absent.
+   * stream-ordered pool, SPEC.md §9b), cuda-vmm (device memory of the virtual
+   * memory management API, such as PyTorch's expandable segments, §9d) or absent.
    */
   kind: MemoryKind;
   /** The producer's device ordinal; -1 for host memory. */

@@ -63,7 +63,7 @@ export const Buffer_ = {
 
 export const NodeFlags = { nullable: 1, dictionaryOrdered: 2, mapKeysSorted: 4 } as const;
 
-export const MEMORY_KINDS = ['absent', 'host', 'cuda-ipc', 'cuda-pool'] as const;
+export const MEMORY_KINDS = ['absent', 'host', 'cuda-ipc', 'cuda-pool', 'cuda-vmm'] as const;
 export type MemoryKind = (typeof MEMORY_KINDS)[number];
 
 /** Arena allocations and the buffers a producer copies into one start at 64-byte boundaries. */

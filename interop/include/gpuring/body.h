@@ -47,7 +47,7 @@ GPR_INLINE int gpr_body_check_buffers(const gpr_body_view *v, uint32_t i, uint32
   uint64_t end = n->offset + n->length;
   for (uint32_t b = 0; b < f->buffers; b++) {
     const gpr_body_buffer *buf = &v->buffers[first + b];
-    if (buf->kind > GPR_MEM_CUDA_POOL) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "unknown memory kind");
+    if (buf->kind > GPR_MEM_CUDA_VMM) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "unknown memory kind");
     if (buf->device_ordinal < -1) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "device ordinal below -1");
     if (buf->kind == GPR_MEM_ABSENT) {
       if (buf->length != 0) return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "absent buffer has a length");
@@ -63,6 +63,8 @@ GPR_INLINE int gpr_body_check_buffers(const gpr_body_view *v, uint32_t i, uint32
       return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "host handle is not NUL-terminated");
     if (buf->kind == GPR_MEM_CUDA_POOL && buf->pool_id == 0)
       return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "cuda-pool buffer without a pool id");
+    if (buf->kind == GPR_MEM_CUDA_VMM && buf->alloc_id == 0)
+      return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "cuda-vmm buffer without a span id");
     uint64_t need = 0;
     if (b == 0) need = gpr_bits_to_bytes(end, 1);
     else if (f->layout == GPR_LAYOUT_FIXED || f->layout == GPR_LAYOUT_BOOL)

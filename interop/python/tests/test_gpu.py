@@ -32,25 +32,30 @@ def _expected():
     return [i * 0.5 for i in range(ROWS)], [[10 * i + j for j in range(3)] for i in range(ROWS)]
 
 
-def _device_producer(ring_name, library):
+_ALLOC_CONF = {"torch-async-pool": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
+               "torch-expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+               "torch-expandable-big": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}
+_KIND = {"cupy-async-pool": "cuda-pool", "torch-async-pool": "cuda-pool", "torch-expandable": "cuda-vmm"}
+
+
+def _device_producer(ring_name, library, rows=ROWS):
     """A child process that published one device frame from ``library``."""
     if library.startswith("torch"):
         pytest.importorskip("torch")
     Ring.create(ring_name).close()
-    env = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"} if library == "torch-async-pool" else {}
-    child = python_child("device_produce", ring_name, library, str(ROWS), env=env)
+    child = python_child("device_produce", ring_name, library, str(rows), env=_ALLOC_CONF.get(library, {}))
     assert json.loads(child.stdout.readline())["published"] == 1
     return child
 
 
-@pytest.mark.parametrize("library", ["cupy", "torch", "cupy-async-pool", "torch-async-pool"])
+@pytest.mark.parametrize("library", ["cupy", "torch", "cupy-async-pool", "torch-async-pool", "torch-expandable"])
 def test_python_device_producer_to_python_consumer(ring_name, library):
     child = _device_producer(ring_name, library)
     with Consumer.open(ring_name) as consumer:
         with consumer.next(timeout=30) as frame:
             assert frame.on_device
             kinds = {b.kind for b in frame.description.buffers()} - {"absent"}
-            assert kinds == {"cuda-pool" if library.endswith("async-pool") else "cuda-ipc"}
+            assert kinds == {_KIND.get(library, "cuda-ipc")}
             cols = frame.to_cupy()
             x, m = _expected()
             assert cols["x"].dtype == cupy.float32 and cols["x"].tolist() == x
@@ -61,7 +66,7 @@ def test_python_device_producer_to_python_consumer(ring_name, library):
 
 
 @pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
-@pytest.mark.parametrize("library", ["cupy", "torch", "cupy-async-pool", "torch-async-pool"])
+@pytest.mark.parametrize("library", ["cupy", "torch", "cupy-async-pool", "torch-async-pool", "torch-expandable"])
 def test_python_device_producer_to_node_consumer(ring_name, library):
     producer = _device_producer(ring_name, library)
     node = node_child("arrow-peer.ts", "columns", ring_name)
@@ -132,17 +137,20 @@ def test_memory_cuda_ipc_cannot_export_is_refused_naming_what_it_is(ring_name):
             assert producer.in_flight == 0
 
 
-def test_pytorch_expandable_segments_are_refused_naming_them(ring_name):
-    pytest.importorskip("torch")
-    Ring.create(ring_name).close()
-    code = ("import torch, gpuring\n"
-            f"p = gpuring.Producer.open({ring_name!r})\n"
-            "try:\n    p.publish({'x': torch.ones(1 << 20, device='cuda')})\n"
-            "except gpuring.GpuringError as e:\n    print(e.code, e)\n")
-    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True",
-               PYTHONPATH=str(REPO / "interop/python/src"))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.stdout.startswith("NOT_EXPORTABLE") and "expandable segments" in out.stdout, out.stdout + out.stderr
+def test_a_tensor_over_several_expandable_segment_chunks_maps_as_one_span(ring_name):
+    rows = 30_000_000  # 120 MB: at least 6 of the 20 MiB chunks
+    child = _device_producer(ring_name, "torch-expandable-big", rows)
+    with Consumer.open(ring_name) as consumer:
+        with consumer.next(timeout=60) as frame:
+            (buf,) = [b for b in frame.description.buffers() if b.kind != "absent"]
+            assert buf.kind == "cuda-vmm" and int.from_bytes(buf.handle[8:12], "little") >= 6
+            big = frame.to_cupy()["big"]
+            assert bool((big == cupy.arange(rows, dtype=cupy.float32)).all())
+            del big
+        gc.collect()
+        assert consumer._vmm is not None and not consumer._vmm._spans, "the span was unmapped at release"
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
 
 
 @pytest.mark.skipif(not node_available(), reason="the Node package is not built here")

@@ -240,7 +240,7 @@ class _Validator:
         end = n[12] + n[10]
         for b in range(f.buffers):
             kind, _flags, ordinal, _uuid, offset, length, _alloc, pool_id, _res, handle = self.buffers[first + b]
-            if kind > 3:
+            if kind > 4:
                 raise _invalid(f"node {i}: unknown memory kind")
             if ordinal < -1:
                 raise _invalid(f"node {i}: device ordinal below -1")
@@ -258,6 +258,8 @@ class _Validator:
                 raise _invalid(f"node {i}: host handle is not NUL-terminated")
             if kind == 3 and pool_id == 0:
                 raise _invalid(f"node {i}: cuda-pool buffer without a pool id")
+            if kind == 4 and _alloc == 0:
+                raise _invalid(f"node {i}: cuda-vmm buffer without a span id")
             need = 0
             if b == 0:
                 need = (end + 7) // 8

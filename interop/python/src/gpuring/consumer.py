@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .description import FrameDescription
     from .device_columns import DeviceMappings
     from .pool_memory import PoolImports
+    from .vmm_memory import VmmImports
     from .stream_releases import StreamReleases
 
 
@@ -40,6 +41,7 @@ class Consumer:
         self._held: set[int] = set()
         self._device: DeviceMappings | None = None
         self._pools: PoolImports | None = None
+        self._vmm: VmmImports | None = None
         self._stream_releases: StreamReleases | None = None
         sweep(seg)
 
@@ -116,6 +118,12 @@ class Consumer:
             from .pool_memory import PoolImports
             self._pools = PoolImports(self._seg.name)
         return self._pools
+
+    def _vmm_imports(self) -> VmmImports:
+        if self._vmm is None:
+            from .vmm_memory import VmmImports
+            self._vmm = VmmImports(self._seg.name)
+        return self._vmm
 
     def _check_open(self) -> None:
         if self._closed:

@@ -16,13 +16,13 @@ from .layout import HANDLE_BYTES, MEMORY_KINDS
 from .metadata import Metadata
 
 
-DEVICE_KINDS = ("cuda-ipc", "cuda-pool")
+DEVICE_KINDS = ("cuda-ipc", "cuda-pool", "cuda-vmm")
 
 
 @dataclass
 class BufferDescriptor:
     """One buffer of a column, in Arrow order (validity, offsets, data)."""
-    kind: str = "absent"           # absent, host, cuda-ipc or cuda-pool
+    kind: str = "absent"           # absent, host, cuda-ipc, cuda-pool or cuda-vmm
     device_ordinal: int = -1       # producer's device ordinal; -1 for host
     device_uuid: bytes = bytes(16)
     offset: int = 0                # bytes from the base of the allocation the handle names

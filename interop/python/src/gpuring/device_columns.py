@@ -20,6 +20,7 @@ from . import cuda_driver as cu
 from .description import DEVICE_KINDS, BufferDescriptor, ColumnDescriptor, FrameDescription
 from .errors import GpuringError
 from .pool_memory import EXPORTS, pool_of
+from .vmm_memory import SPANS, is_vmm, span_handle
 
 if TYPE_CHECKING:
     from .frame import Frame, Lease
@@ -75,6 +76,7 @@ class _Exporter:
     def __init__(self) -> None:
         self.streams: set[int] = set()
         self.ordinal: int | None = None
+        self.spans: list[int] = []
 
     def buffer(self, obj: Any) -> tuple[BufferDescriptor, int]:
         """(descriptor, element count) of one device array."""
@@ -93,10 +95,17 @@ class _Exporter:
         if size == 0:
             return BufferDescriptor(), 0
         pool = pool_of(ptr)
-        if not pool:
+        vmm = not pool and is_vmm(ptr)
+        if not pool and not vmm:
             cu.check_exportable(ptr)
         ordinal = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ctypes.c_int)
         self.ordinal = ordinal
+        if vmm:
+            with cu.primary_context(ordinal):
+                span, start, span_bytes, chunks = SPANS.export(ptr, size)
+            self.spans.append(span)
+            return BufferDescriptor("cuda-vmm", ordinal, cu.device_uuid(ordinal), ptr - start, size, span,
+                                    span_handle(span_bytes, chunks)), count
         if pool:
             with cu.primary_context(ordinal):
                 base, pool_id, alloc_id, data = EXPORTS.describe(ptr, ordinal, pool)
@@ -162,16 +171,21 @@ def describe_device(data: object, stream: object = None) -> tuple[FrameDescripti
             event, handle = cu.record_ipc_event(streams[-1])
             events.append(event)
         description.sync_kind, description.sync_handle = SYNC_CUDA_EVENT, handle
-    return description, _KeepAlive(list(data.values()), events)
+    return description, _KeepAlive(list(data.values()), events, ex.spans)
 
 
 class _KeepAlive:
-    def __init__(self, arrays: list[Any], events: list[ctypes.c_void_p]) -> None:
-        self.arrays, self.events = arrays, events
+    """What a frame's producer holds until the frame is reclaimed: the arrays,
+    the ordering events and the exported VMM spans (their descriptors)."""
+
+    def __init__(self, arrays: list[Any], events: list[ctypes.c_void_p], spans: list[int]) -> None:
+        self.arrays, self.events, self.spans = arrays, events, spans
 
     def __del__(self) -> None:
         for e in self.events:
             cu.destroy_event(e)
+        for span in self.spans:
+            SPANS.release(span)
 
 
 class _DeviceView:
@@ -215,7 +229,8 @@ def _address(frame: Frame, b: BufferDescriptor, lease: Lease) -> int:
     """Where device buffer ``b`` of the frame lies in this process, mapped until ``lease`` ends."""
     if b.kind == "cuda-ipc":
         return frame._consumer._device_mappings().map(b, lease)
-    base, size = frame._consumer._pool_imports().map(b, frame.producer, lease)
+    imports = frame._consumer._pool_imports() if b.kind == "cuda-pool" else frame._consumer._vmm_imports()
+    base, size = imports.map(b, frame.producer, lease)
     if b.offset + b.length > size:
         raise GpuringError("FRAME_BOUNDS", f"a device buffer [{b.offset}, +{b.length}) lies outside its {size}-byte allocation")
     return base + b.offset

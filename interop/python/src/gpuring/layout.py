@@ -67,7 +67,7 @@ PARTICIPANT_STATES = ("FREE", "ACTIVE", "DEAD", "ATTACHING", "FREEING")
 P_FREE, P_ACTIVE, P_DEAD, P_ATTACHING, P_FREEING = range(5)
 BELL_DATA, BELL_SPACE = 1, 2
 ROLE_PRODUCER, ROLE_CONSUMER = 1, 2
-MEMORY_KINDS = ("absent", "host", "cuda-ipc", "cuda-pool")
+MEMORY_KINDS = ("absent", "host", "cuda-ipc", "cuda-pool", "cuda-vmm")
 NODE_NULLABLE, NODE_DICT_ORDERED, NODE_MAP_KEYS_SORTED = 1, 2, 4
 SYNC_NONE, SYNC_CUDA_EVENT = 0, 2
 

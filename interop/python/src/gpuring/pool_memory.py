@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .segment import Segment
 
 KIND_POOL = 3
+KIND_VMM = 4
+MAX_FDS = 253  # descriptors one reply carries (SCM_MAX_FD)
 CHANNEL_MAGIC = 0x44525047  # "GPRD"
 CHANNEL_TIMEOUT_S = 2.0
 FOUND, UNKNOWN, UNSENDABLE = 0, 1, 2
@@ -172,11 +174,12 @@ class DescriptorChannel:
         if len(request) != _MESSAGE.size:
             return
         magic, kind, _pad, ident = _MESSAGE.unpack(request)
-        fd = EXPORTS.descriptor(ident) if magic == CHANNEL_MAGIC and kind == KIND_POOL else None
-        if fd is None:
+        fds, sizes = _lookup(kind, ident) if magic == CHANNEL_MAGIC else ([], [])
+        if not fds:
             conn.send(_MESSAGE.pack(CHANNEL_MAGIC, 0, 0, UNKNOWN))
         else:
-            socket.send_fds(conn, [_MESSAGE.pack(CHANNEL_MAGIC, 0, 0, FOUND)], [fd])
+            header = _MESSAGE.pack(CHANNEL_MAGIC, len(fds), 0, FOUND)
+            socket.send_fds(conn, [header + struct.pack(f"<{len(sizes)}Q", *sizes)], fds)
 
     def close(self) -> None:
         _serving.discard(self._key)
@@ -186,6 +189,17 @@ class DescriptorChannel:
             pass
         self._listener.close()
         self._thread.join()
+
+
+def _lookup(kind: int, ident: int) -> tuple[list[int], list[int]]:
+    """What the channel hands out for (kind, ident): a pool's descriptor, or a span's chunks and sizes."""
+    if kind == KIND_POOL:
+        fd = EXPORTS.descriptor(ident)
+        return ([fd], []) if fd is not None else ([], [])
+    if kind == KIND_VMM:
+        from .vmm_memory import SPANS
+        return SPANS.get(ident) or ([], [])
+    return [], []
 
 
 def attached_pids(seg: Segment) -> Callable[[int], bool]:
@@ -198,8 +212,9 @@ def attached_pids(seg: Segment) -> Callable[[int], bool]:
     return attached
 
 
-def fetch_descriptor(segment: str, index: int, gen: int, pool_id: int) -> int:
-    """The descriptor of pool ``pool_id`` from producer (index, gen)'s channel."""
+def fetch_descriptors(segment: str, index: int, gen: int, kind: int, ident: int) -> tuple[list[int], list[int]]:
+    """The descriptors of (kind, ident) from producer (index, gen)'s channel, and
+    for kind 4 the chunk sizes: one descriptor of a pool, or one per chunk of a span."""
     where = f"{segment}.p{index}g{gen}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
         s.settimeout(CHANNEL_TIMEOUT_S)
@@ -211,16 +226,19 @@ def fetch_descriptor(segment: str, index: int, gen: int, pool_id: int) -> int:
         if _peer(s)[1] != os.geteuid():
             raise GpuringError("DESCRIPTOR_UNAVAILABLE", f"{where}: the descriptor channel belongs to another user")
         try:
-            s.send(_MESSAGE.pack(CHANNEL_MAGIC, KIND_POOL, 0, pool_id))
-            reply, fds, _flags, _addr = socket.recv_fds(s, _MESSAGE.size, 1)
+            s.send(_MESSAGE.pack(CHANNEL_MAGIC, kind, 0, ident))
+            reply, fds, _flags, _addr = socket.recv_fds(s, _MESSAGE.size + 8 * MAX_FDS, MAX_FDS)
         except OSError:
             raise GpuringError("DESCRIPTOR_UNAVAILABLE", f"{where}: the producer did not answer") from None
-    if len(reply) != _MESSAGE.size or _MESSAGE.unpack(reply)[0] != CHANNEL_MAGIC or _MESSAGE.unpack(reply)[3] != FOUND \
-            or len(fds) != 1:
+    magic, count, _pad, status = _MESSAGE.unpack(reply[:_MESSAGE.size]) if len(reply) >= _MESSAGE.size else (0, 0, 0, 0)
+    sizes_bytes = 8 * count if kind == KIND_VMM else 0
+    if magic != CHANNEL_MAGIC or status != FOUND or count == 0 or len(fds) != count \
+            or len(reply) != _MESSAGE.size + sizes_bytes or (kind != KIND_VMM and count != 1):
         for fd in fds:
             os.close(fd)
-        raise GpuringError("DESCRIPTOR_UNAVAILABLE", f"{where}: the producer does not hand over pool {pool_id}")
-    return fds[0]
+        raise GpuringError("DESCRIPTOR_UNAVAILABLE", f"{where}: the producer does not hand over kind {kind} id {ident}")
+    sizes = list(struct.unpack_from(f"<{count}Q", reply, _MESSAGE.size)) if sizes_bytes else []
+    return fds, sizes
 
 
 class PoolImports:
@@ -236,7 +254,7 @@ class PoolImports:
     def _pool(self, key: tuple[int, int, int]) -> ctypes.c_void_p:
         pool = self._pools.get(key)
         if pool is None:
-            fd = fetch_descriptor(self._segment, *key)
+            fd = fetch_descriptors(self._segment, key[0], key[1], KIND_POOL, key[2])[0][0]
             pool = ctypes.c_void_p()
             try:
                 cu.call("cuMemPoolImportFromShareableHandle", ctypes.byref(pool), ctypes.c_void_p(fd), _POSIX_FD,

@@ -98,7 +98,7 @@ class Producer:
 
     def _publish(self, description: FrameDescription, allocs: list[Allocation], keep: object, timeout: float | None,
                  block: bool, user_tag: int) -> int:
-        if self._channel is None and any(b.kind == "cuda-pool" for b in description.buffers()):
+        if self._channel is None and any(b.kind in ("cuda-pool", "cuda-vmm") for b in description.buffers()):
             # Consumers fetch the pool's descriptor here (SPEC.md §9c).
             from .pool_memory import DescriptorChannel, attached_pids
             self._channel = DescriptorChannel(self._seg, self.index, self.generation, attached_pids(self._seg))

@@ -4,6 +4,11 @@ prints {"published": id}, drains, exits.
 The torch columns are views into larger tensors (caching-allocator offsets).
 LIBRARY cupy-async-pool: the cupy columns allocated by CuPy's MemoryAsyncPool from
   gpuring.exportable_pool() (stream-ordered pool memory, published as cuda-pool).
+LIBRARY torch-expandable: the torch columns from PyTorch's expandable segments
+  (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set by the test): VMM memory,
+  published as cuda-vmm spans.
+LIBRARY torch-expandable-big: one column "big", float32 0 .. ROWS-1 from expandable
+  segments, large enough to span several of their 20 MiB chunks.
 LIBRARY torch-async-pool: the torch columns from PyTorch's cudaMallocAsync backend
   (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync, set by the test), whose current
   pool is gpuring.exportable_pool().
@@ -51,6 +56,9 @@ elif library == "cudf-style":
         "name": DeviceColumn("u", rows, data=xp.asarray(list(b"".join(names)), dtype=xp.uint8),
                              offsets=xp.asarray(offsets, dtype=xp.int32)),
     }
+elif library == "torch-expandable-big":
+    import torch
+    columns = {"big": torch.arange(rows, dtype=torch.float32, device="cuda")}
 else:
     import torch
     if library == "torch-async-pool":
@@ -61,6 +69,6 @@ else:
     x = big[7:] - 3.5  # starts 28 bytes into its block
     m = (torch.arange(rows, dtype=torch.int32, device="cuda")[:, None] * 10 + torch.arange(3, dtype=torch.int32, device="cuda")[None, :])
 with Producer.open(name) as producer:
-    frame_id = producer.publish(columns if library == "cudf-style" else {"x": x, "m": m})
+    frame_id = producer.publish(columns if library in ("cudf-style", "torch-expandable-big") else {"x": x, "m": m})
     print(json.dumps({"published": frame_id}), flush=True)
     producer.drain(timeout=60)
