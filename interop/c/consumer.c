@@ -8,7 +8,7 @@
  * "sum" adds the non-null values of integer and float columns, and of the
  * float items of fixed_size_list columns (rows x cols tensors); "chars"
  * counts the bytes of non-null utf8/binary values. Host buffers are read in
- * place. Device buffers (cuda-ipc, cuda-pool) are opened with gpuring/cuda.h,
+ * place. Device buffers (cuda-ipc, cuda-pool, cuda-vmm) are opened with gpuring/cuda.h,
  * ordered after the producer's event and copied to the host.
  *
  * Usage: consumer RING [FRAMES] [TIMEOUT_MS]   (waits up to TIMEOUT_MS for
@@ -39,7 +39,7 @@ static void view_frame(const gpr_frame *f, host_view *v) {
   v->copies = (void **)calloc(n + 1u, sizeof *v->copies);
   for (uint32_t b = 0; b < n; b++) {
     const gpr_body_buffer *buf = &f->desc.buffers[b];
-    if (buf->kind != GPR_MEM_CUDA_IPC && buf->kind != GPR_MEM_CUDA_POOL) {
+    if (buf->kind == GPR_MEM_ABSENT || buf->kind == GPR_MEM_HOST) {
       if (gpr_frame_host_buffer(f, b, &v->bytes[b], &err) != 0) fail("map", &err);
       continue;
     }
@@ -128,6 +128,7 @@ static const char *memory_of(const gpr_frame *f, uint32_t first, uint32_t end) {
   for (uint32_t b = first; b < end; b++) {
     if (f->desc.buffers[b].kind == GPR_MEM_CUDA_IPC) return "cuda-ipc";
     if (f->desc.buffers[b].kind == GPR_MEM_CUDA_POOL) return "cuda-pool";
+    if (f->desc.buffers[b].kind == GPR_MEM_CUDA_VMM) return "cuda-vmm";
   }
   return "host";
 }

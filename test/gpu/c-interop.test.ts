@@ -1,13 +1,15 @@
 // C and C++ programs on a real GPU, each side in its own process: the C++
-// tensor stage (interop/c/tensor_producer.cc) to Node, and Node device frames
-// and pool memory to the C consumer (interop/c/consumer.c, through
-// gpuring/cuda.h). Skipped, with the reason, without a GPU.
+// tensor stage (interop/c/tensor_producer.cc) to Node; Node device frames,
+// Node pool memory and PyTorch VMM memory to the C consumer
+// (interop/c/consumer.c, through gpuring/cuda.h). Skipped, with the reason,
+// without a GPU.
 import { spawn } from 'node:child_process';
+import { join } from 'node:path';
 import * as A from 'apache-arrow';
 import test from 'ava';
 import { Consumer, cudaInfo, Producer } from '../../lib/index.js';
 import { cConsumerReport, expectedReport } from '../helpers/c-consumer.js';
-import { cProgram, deviceChild, exitOf, withRing } from '../helpers/ring.js';
+import { cProgram, deviceChild, exitOf, root, withRing } from '../helpers/ring.js';
 
 const info = cudaInfo();
 const gpu = info.available && info.devices.length > 0;
@@ -68,6 +70,19 @@ gpuTest('pool memory from Node read by the C consumer: each frame a new pool all
     const producer = deviceChild('pool', name, 5);
     const frames = await report;
     t.deepEqual(frames.map((f) => [f.columns[0]!.memory, f.columns[0]!.sum]), [0, 1, 2, 3, 4].map((i) => ['cuda-pool', i * (1 << 18)]));
+    t.is((await exitOf(producer)).code, 0);
+  });
+});
+
+gpuTest('VMM memory (PyTorch expandable segments) from a Python producer read by the C consumer, span by span', async (t) => {
+  await withRing('gpu-c-vmm', { slots: 16 }, async (_ring, name) => {
+    const report = cConsumerReport(name, 1);
+    const env = { ...process.env, PYTHONPATH: join(root, 'interop/python/src'), PYTORCH_CUDA_ALLOC_CONF: 'expandable_segments:True' };
+    const producer = spawn('python3', [join(root, 'interop/python/tests/children/device_produce.py'), name, 'torch-expandable', '1000'], { env, stdio: 'ignore' });
+    const [frame] = await report;
+    const x = frame!.columns.find((c) => c.name === 'x')!;
+    t.deepEqual([x.memory, x.sum], ['cuda-vmm', 249_750]); // x[i] = i * 0.5
+    t.is(frame!.columns.find((c) => c.name === 'm')!.memory, 'cuda-vmm');
     t.is((await exitOf(producer)).code, 0);
   });
 });

@@ -8,8 +8,9 @@
  * descriptor; gpr_cuda_record_event() records the interprocess event that
  * orders the consumer after the work that filled the buffers.
  * Consumer side: gpr_cuda_map_received() opens a received frame's device
- * buffers (cuda-ipc, and cuda-pool through the producer's descriptor
- * channel, SPEC.md §9b) and orders a stream after the producer's event;
+ * buffers (cuda-ipc; cuda-pool and cuda-vmm through the producer's
+ * descriptor channel, SPEC.md §9b-§9d) and orders a stream after the
+ * producer's event;
  * gpr_cuda_unmap_frame() closes them, before the frame is released.
  *
  * The driver types are declared here with their ABI values unless the
@@ -32,6 +33,9 @@ typedef struct CUipcEventHandle_st { char reserved[64]; } CUipcEventHandle;
 typedef struct CUuuid_st { char bytes[16]; } CUuuid;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUmemPoolPtrExportData_st { unsigned char reserved[64]; } CUmemPoolPtrExportData;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUmemLocation_st { int type; int id; } CUmemLocation;
+typedef struct CUmemAccessDesc_st { CUmemLocation location; int flags; } CUmemAccessDesc;
 #endif
 
 #define GPR_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1u
@@ -44,6 +48,8 @@ typedef struct CUmemPoolPtrExportData_st { unsigned char reserved[64]; } CUmemPo
 #define GPR_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE 10
 #define GPR_CU_MEMORYTYPE_DEVICE 2u
 #define GPR_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 1
+#define GPR_CU_MEM_LOCATION_TYPE_DEVICE 1
+#define GPR_CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
 
 /* X(field, symbol, parameters): every entry point gpuring's C side uses. */
 #define GPR_CUDA_API(X)                                                               \
@@ -64,6 +70,13 @@ typedef struct CUmemPoolPtrExportData_st { unsigned char reserved[64]; } CUmemPo
   X(cuMemPoolImportFromShareableHandle, "cuMemPoolImportFromShareableHandle",         \
     (CUmemoryPool *, void *, int, unsigned long long))                                \
   X(cuMemPoolImportPointer, "cuMemPoolImportPointer", (CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *)) \
+  X(cuMemAddressReserve, "cuMemAddressReserve", (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
+  X(cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))                     \
+  X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", (CUmemGenericAllocationHandle *, void *, int)) \
+  X(cuMemMap, "cuMemMap", (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
+  X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))                                 \
+  X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))                    \
+  X(cuMemSetAccess, "cuMemSetAccess", (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)) \
   X(cuIpcGetEventHandle, "cuIpcGetEventHandle", (CUipcEventHandle *, CUevent))        \
   X(cuIpcOpenEventHandle, "cuIpcOpenEventHandle", (CUevent *, CUipcEventHandle))      \
   X(cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                            \
@@ -247,6 +260,9 @@ typedef struct gpr_cuda_frame_map {
   uint32_t opened_count;
   CUdeviceptr *imported;         /* distinct cuda-pool allocations imported, freed by unmap */
   uint32_t imported_count;
+  CUdeviceptr *spans;            /* distinct cuda-vmm spans mapped, unmapped by unmap */
+  uint64_t *span_bytes;
+  uint32_t span_count;
 } gpr_cuda_frame_map;
 
 /* Closes and frees what the frame opened: call it before releasing the
@@ -254,9 +270,15 @@ typedef struct gpr_cuda_frame_map {
 GPR_INLINE void gpr_cuda_unmap_frame(const gpr_cuda *d, gpr_cuda_frame_map *m) {
   for (uint32_t i = 0; i < m->opened_count; i++) d->cuIpcCloseMemHandle(m->opened[i]);
   for (uint32_t i = 0; i < m->imported_count; i++) d->cuMemFree(m->imported[i]);
+  for (uint32_t i = 0; i < m->span_count; i++) {
+    d->cuMemUnmap(m->spans[i], m->span_bytes[i]);
+    d->cuMemAddressFree(m->spans[i], m->span_bytes[i]);
+  }
   free(m->ptrs);
   free(m->opened);
   free(m->imported);
+  free(m->spans);
+  free(m->span_bytes);
   memset(m, 0, sizeof *m);
 }
 
@@ -333,9 +355,74 @@ GPR_INLINE int gpr_cuda_import_buffer(const gpr_cuda *d, const gpr_frame_desc *f
   return 0;
 }
 
+/* Maps `count` chunk descriptors (closed here) side by side at a new range of
+ * `total` bytes, read-write for `device`; records the range in m. */
+GPR_INLINE int gpr_cuda_map_chunks(const gpr_cuda *d, const int *fds, const uint64_t *sizes, uint32_t count,
+                                   uint64_t total, int device, CUdeviceptr *base, gpr_cuda_frame_map *m, gpr_error *err) {
+  int rc = gpr_cuda_check(d, d->cuMemAddressReserve(base, total, 0, 0, 0), "cuMemAddressReserve", err);
+  uint64_t mapped = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    CUmemGenericAllocationHandle h = 0;
+    if (rc == 0)
+      rc = gpr_cuda_check(d, d->cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fds[i],
+                                                               GPR_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                          "cuMemImportFromShareableHandle", err);
+    close(fds[i]);
+    if (rc != 0) continue;
+    rc = gpr_cuda_check(d, d->cuMemMap(*base + mapped, sizes[i], 0, h, 0), "cuMemMap", err);
+    d->cuMemRelease(h); /* the mapping holds the allocation */
+    if (rc == 0) mapped += sizes[i];
+  }
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location.type = GPR_CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = GPR_CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (rc == 0) rc = gpr_cuda_check(d, d->cuMemSetAccess(*base, total, &access, 1), "cuMemSetAccess", err);
+  if (rc != 0) {
+    if (mapped) d->cuMemUnmap(*base, mapped);
+    if (*base) d->cuMemAddressFree(*base, total);
+    return rc;
+  }
+  m->spans[m->span_count] = *base;
+  m->span_bytes[m->span_count++] = total;
+  return 0;
+}
+
+/* Maps the span of buffer b (cuda-vmm) for this frame (SPEC.md §9d). */
+GPR_INLINE int gpr_cuda_map_span(const gpr_cuda *d, const gpr_frame_desc *f, uint32_t b, const gpr_cuda_origin *o,
+                                 int device, gpr_cuda_frame_map *m, gpr_error *err) {
+  const gpr_body_buffer *buf = &f->buffers[b];
+  if (!o)
+    return gpr_fail(err, GPR_E_UNSUPPORTED, 0, "buffer %u is cuda-vmm memory: map the frame with "
+                    "gpr_cuda_map_received(), which knows its producer (SPEC.md §9d)", b);
+  int fds[GPR_CHANNEL_MAX_FDS];
+  uint64_t sizes[GPR_CHANNEL_MAX_FDS], declared, total = 0;
+  uint32_t count = 0, chunks;
+  int rc = gpr_channel_fetch_many(o->segment, o->producer, o->producer_gen, GPR_MEM_CUDA_VMM, buf->alloc_id, fds, sizes,
+                                  GPR_CHANNEL_MAX_FDS, &count, err);
+  if (rc != 0) return rc;
+  memcpy(&declared, buf->handle, 8);
+  memcpy(&chunks, buf->handle + 8, 4);
+  for (uint32_t i = 0; i < count; i++) total += sizes[i];
+  if (count != chunks || total != declared) {
+    for (uint32_t i = 0; i < count; i++) close(fds[i]);
+    return gpr_fail(err, GPR_E_DESCRIPTOR_UNAVAILABLE, 0, "span %llu: %u chunks of %llu bytes, not the frame's %u of %llu",
+                    (unsigned long long)buf->alloc_id, count, (unsigned long long)total, chunks,
+                    (unsigned long long)declared);
+  }
+  CUdeviceptr base = 0;
+  rc = gpr_cuda_map_chunks(d, fds, sizes, count, total, device, &base, m, err);
+  if (rc != 0) return rc;
+  if (!gpr_range_ok(buf->offset, buf->length, total))
+    return gpr_fail(err, GPR_E_FRAME_BOUNDS, 0, "buffer %u lies outside its %llu-byte span", b, (unsigned long long)total);
+  m->ptrs[b] = base + buf->offset;
+  return 0;
+}
+
 /* Opens allocation of buffer b unless an earlier buffer of the frame did. */
 GPR_INLINE int gpr_cuda_open_buffer(const gpr_cuda *d, const gpr_frame_desc *f, uint32_t b, const gpr_cuda_origin *origin,
-                                    gpr_cuda_frame_map *m, gpr_error *err) {
+                                    int device, gpr_cuda_frame_map *m, gpr_error *err) {
   const gpr_body_buffer *buf = &f->buffers[b];
   for (uint32_t e = 0; e < b; e++) {
     const gpr_body_buffer *o = &f->buffers[e];
@@ -346,6 +433,7 @@ GPR_INLINE int gpr_cuda_open_buffer(const gpr_cuda *d, const gpr_frame_desc *f, 
     }
   }
   if (buf->kind == GPR_MEM_CUDA_POOL) return gpr_cuda_import_buffer(d, f, b, origin, m, err);
+  if (buf->kind == GPR_MEM_CUDA_VMM) return gpr_cuda_map_span(d, f, b, origin, device, m, err);
   CUipcMemHandle h;
   CUdeviceptr base = 0;
   memcpy(h.reserved, buf->handle, GPR_HANDLE_BYTES);
@@ -369,16 +457,20 @@ GPR_INLINE int gpr_cuda_map_frame_from(const gpr_cuda *d, const gpr_frame_desc *
   m->ptrs = (CUdeviceptr *)calloc(n, sizeof *m->ptrs);
   m->opened = (CUdeviceptr *)calloc(n, sizeof *m->opened);
   m->imported = (CUdeviceptr *)calloc(n, sizeof *m->imported);
-  int rc = m->ptrs && m->opened && m->imported ? 0 : gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
+  m->spans = (CUdeviceptr *)calloc(n, sizeof *m->spans);
+  m->span_bytes = (uint64_t *)calloc(n, sizeof *m->span_bytes);
+  int rc = m->ptrs && m->opened && m->imported && m->spans && m->span_bytes
+               ? 0 : gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
   int device = -1;
   for (uint32_t b = 0; rc == 0 && b < f->buffer_count; b++) {
-    if (f->buffers[b].kind != GPR_MEM_CUDA_IPC && f->buffers[b].kind != GPR_MEM_CUDA_POOL) continue;
+    uint16_t kind = f->buffers[b].kind;
+    if (kind != GPR_MEM_CUDA_IPC && kind != GPR_MEM_CUDA_POOL && kind != GPR_MEM_CUDA_VMM) continue;
     int ordinal = -1;
     rc = gpr_cuda_device_of(d, f->buffers[b].device_uuid, &ordinal, err);
     if (rc == 0 && device < 0) rc = gpr_cuda_use_device(d, device = ordinal, err);
     if (rc == 0 && ordinal != device)
       rc = gpr_fail(err, GPR_E_UNSUPPORTED, 0, "a frame spanning devices needs one map per device");
-    if (rc == 0) rc = gpr_cuda_open_buffer(d, f, b, origin, m, err);
+    if (rc == 0) rc = gpr_cuda_open_buffer(d, f, b, origin, device, m, err);
   }
   if (rc == 0 && device >= 0 && f->sync_kind == GPR_SYNC_CUDA_EVENT) {
     CUipcEventHandle h;
@@ -394,7 +486,8 @@ GPR_INLINE int gpr_cuda_map_frame_from(const gpr_cuda *d, const gpr_frame_desc *
   return rc;
 }
 
-/* gpr_cuda_map_frame_from() of a frame description alone: cuda-ipc only. */
+/* gpr_cuda_map_frame_from() of a frame description alone: cuda-ipc only
+ * (pool and VMM memory need the frame's producer). */
 GPR_INLINE int gpr_cuda_map_frame(const gpr_cuda *d, const gpr_frame_desc *f, CUstream stream,
                                   gpr_cuda_frame_map *m, gpr_error *err) {
   return gpr_cuda_map_frame_from(d, f, NULL, stream, m, err);
