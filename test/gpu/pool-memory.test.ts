@@ -101,5 +101,6 @@ gpuTest('10,000 pool frames, each a new allocation, mapped and released: no impo
   t.is(after.imported - before.imported, 10_000);
   t.is(after.imports, before.imports, 'every import freed at release');
   const freeAfter = cudaInfo().devices[0]!.freeBytes;
-  t.true(Math.abs(freeAfter - freeBefore) < 64 << 20, `free device memory ${freeBefore} -> ${freeAfter}`);
+  // Not lower than before (it may be higher: memory of earlier tests' processes still being given back then).
+  t.true(freeAfter > freeBefore - (64 << 20), `free device memory ${freeBefore} -> ${freeAfter}`);
 });
