@@ -22,6 +22,17 @@ void Check(Napi::Env env, CUresult rc, const char *call);
 // else null. Never throws (for cleanup paths).
 CUcontext RetainedPrimary(int ordinal);
 
+// Runs `fn` in device `ordinal`'s primary context if one was retained (a
+// cleanup of memory mapped there); does nothing otherwise. Never throws.
+template <typename Fn>
+void InRetainedPrimary(int ordinal, Fn &&fn) {
+  CUcontext ctx = RetainedPrimary(ordinal), popped;
+  const Driver &d = Driver::Get();
+  if (!ctx || d.cuCtxPushCurrent(ctx) != CUDA_SUCCESS) return;
+  fn(d);
+  d.cuCtxPopCurrent(&popped);
+}
+
 // Pushes device `ordinal`'s primary context for the scope. Primary contexts
 // are retained once per process and never released: releasing one could tear
 // down a context another library in this process is using.

@@ -183,15 +183,10 @@ Mapping MapBuffer(Napi::Env env, const Driver &d, const gpr_body_buffer &b, int 
     m.bytes = own.bytes;
     return m;
   }
-  if (b.kind == GPR_MEM_CUDA_POOL) {
-    PoolImports::Ref r = PoolImports::Get().Acquire(env, d, segment, producer[0], producer[1], b, device);
-    refs->Keep(r.id);
-    m.base = r.base;
-    m.bytes = r.bytes;
-    return m;
-  }
-  if (b.kind == GPR_MEM_CUDA_VMM) {
-    VmmImports::Ref r = VmmImports::Get().Acquire(env, d, segment, producer[0], producer[1], b, device);
+  if (b.kind == GPR_MEM_CUDA_POOL || b.kind == GPR_MEM_CUDA_VMM) {
+    ImportRef r = b.kind == GPR_MEM_CUDA_POOL
+                      ? PoolImports::Get().Acquire(env, d, segment, producer[0], producer[1], b, device)
+                      : VmmImports::Get().Acquire(env, d, segment, producer[0], producer[1], b, device);
     refs->Keep(r.id);
     m.base = r.base;
     m.bytes = r.bytes;

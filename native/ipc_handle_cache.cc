@@ -135,7 +135,6 @@ void IpcHandleCache::ScheduleCloseLocked(std::map<Key, Mapping>::iterator it) {
 // Best effort: a close that fails leaves the mapping to process exit. The
 // opening (primary) context was retained when the mapping was made.
 void IpcHandleCache::CloserLoop() {
-  const Driver &d = Driver::Get();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [&] { return !closing_.empty(); });
@@ -143,11 +142,7 @@ void IpcHandleCache::CloserLoop() {
     closing_.pop_front();
     closing_current_ = true;
     lock.unlock();
-    CUcontext ctx = RetainedPrimary(current_.second.device), popped;
-    if (ctx && d.cuCtxPushCurrent(ctx) == CUDA_SUCCESS) {
-      d.cuIpcCloseMemHandle(current_.second.base);
-      d.cuCtxPopCurrent(&popped);
-    }
+    InRetainedPrimary(current_.second.device, [&](const Driver &d) { d.cuIpcCloseMemHandle(current_.second.base); });
     lock.lock();
     closing_current_ = false;
     closes_++;

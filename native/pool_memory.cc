@@ -2,7 +2,6 @@
 #include <unistd.h>
 #include "cuda_context.h"
 #include "errors.h"
-#include "vmm_memory.h"
 
 namespace gpuring::cuda {
 
@@ -140,13 +139,7 @@ bool PoolImports::Release(uint64_t id) {
   if (at == by_id_.end()) return false;
   auto it = imports_.find(at->second);
   if (--it->second.refs > 0) return true;
-  if (CUcontext ctx = RetainedPrimary(it->second.device)) {
-    const Driver &d = Driver::Get();
-    d.cuCtxPushCurrent(ctx);
-    d.cuMemFree(it->second.base);
-    CUcontext popped;
-    d.cuCtxPopCurrent(&popped);
-  }
+  InRetainedPrimary(it->second.device, [&](const Driver &d) { d.cuMemFree(it->second.base); });
   imports_.erase(it);
   by_id_.erase(at);
   freed_++;

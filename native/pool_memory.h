@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include "channel_import.h"
 #include "cuda_driver.h"
 #include "gpuring.h"
 
@@ -67,11 +68,7 @@ CUmemoryPool ExportablePool(Napi::Env env, const Driver &d, int device);
 class PoolImports {
  public:
   static PoolImports &Get();
-  struct Ref {
-    uint64_t id;  // for Release
-    CUdeviceptr base;
-    uint64_t bytes;
-  };
+  using Ref = ImportRef;
   // Imports (or shares) the allocation buffer `b` of producer (index, gen) of
   // `segment` names, on this process's `device`, and takes a reference.
   Ref Acquire(Napi::Env env, const Driver &d, const std::string &segment, uint32_t index, uint32_t gen,

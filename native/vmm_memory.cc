@@ -1,16 +1,10 @@
 #include "vmm_memory.h"
 #include <unistd.h>
-#include <atomic>
 #include <vector>
 #include "cuda_context.h"
 #include "errors.h"
 
 namespace gpuring::cuda {
-
-uint64_t NextImportId() {
-  static std::atomic<uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
-}
 
 VmmImports &VmmImports::Get() {
   static VmmImports imports;
@@ -96,14 +90,10 @@ bool VmmImports::Release(uint64_t id) {
   if (at == by_id_.end()) return false;
   auto it = spans_.find(at->second);
   if (--it->second.refs > 0) return true;
-  if (CUcontext ctx = RetainedPrimary(it->second.device)) {
-    const Driver &d = Driver::Get();
-    d.cuCtxPushCurrent(ctx);
+  InRetainedPrimary(it->second.device, [&](const Driver &d) {
     d.cuMemUnmap(it->second.base, it->second.bytes);
     d.cuMemAddressFree(it->second.base, it->second.bytes);
-    CUcontext popped;
-    d.cuCtxPopCurrent(&popped);
-  }
+  });
   spans_.erase(it);
   by_id_.erase(at);
   return true;

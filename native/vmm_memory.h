@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include "channel_import.h"
 #include "cuda_driver.h"
 #include "gpuring.h"
 
@@ -20,11 +21,7 @@ namespace gpuring::cuda {
 class VmmImports {
  public:
   static VmmImports &Get();
-  struct Ref {
-    uint64_t id;  // for Release
-    CUdeviceptr base;
-    uint64_t bytes;
-  };
+  using Ref = ImportRef;
   // Maps the span buffer `b` (cuda-vmm) of producer (index, gen) of `segment`
   // names on this process's `device` and takes a reference.
   Ref Acquire(Napi::Env env, const Driver &d, const std::string &segment, uint32_t index, uint32_t gen,
@@ -45,9 +42,5 @@ class VmmImports {
   std::map<Key, Span> spans_;
   std::map<uint64_t, Key> by_id_;
 };
-
-// Ids of channel imports (pool allocations and VMM spans) come from one
-// sequence, so one list of ids releases both.
-uint64_t NextImportId();
 
 }  // namespace gpuring::cuda
