@@ -6,9 +6,12 @@
 //
 //   tensor[k][r][c] = (r * cols + c) * 0.5 + k        (frame k, from 0)
 //
-// Usage: tensor_producer RING [ROWS [COLS [FRAMES]]]  (creates RING if it does
-// not exist). The tensor and its event belong to the frame until the consumer
-// releases it; the release callback then frees them (gpuring/producer.h).
+// Usage: tensor_producer RING [ROWS [COLS [FRAMES [pool]]]]  (creates RING if
+// it does not exist). With `pool`, tensors come from a stream-ordered pool made
+// exportable (cuda-pool, SPEC.md §9b), the way a stage using cudaMallocAsync
+// would allocate; else from cuMemAlloc. The tensor and its event belong to
+// the frame until the consumer releases it; the release callback then frees
+// them (gpuring/producer.h).
 // Needs a GPU; the kernel is PTX, compiled by the driver at run time, so no
 // CUDA toolkit is needed to build this.
 #include <gpuring.h>
@@ -101,7 +104,23 @@ struct Stage {
   CUfunction fill = nullptr;
   CUstream stream = nullptr;
   gpr_producer *producer = nullptr;
+  CUmemoryPool pool = nullptr;  // null: cuMemAlloc
   uint32_t rows = 0, cols = 0;
+
+  // A pool whose memory other processes can import (a file-descriptor handle
+  // type), keeping freed memory for the next tensor.
+  void MakeExportablePool() {
+    gpr_error err{};
+    CUmemPoolProps props{};
+    props.allocType = 1;  // pinned device memory
+    props.handleTypes = GPR_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    props.location.type = GPR_CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    Check("cuMemPoolCreate", gpr_cuda_check(cuda, cuda->cuMemPoolCreate(&pool, &props), "cuMemPoolCreate", &err), err);
+    unsigned long long keep = ~0ull;
+    Check("pool threshold", gpr_cuda_check(cuda, cuda->cuMemPoolSetAttribute(pool, GPR_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep),
+                                           "cuMemPoolSetAttribute", &err), err);
+  }
 
   // Allocates and fills frame k's tensor on `stream`, records its event.
   std::unique_ptr<Tensor> Make(uint64_t k, uint8_t event_handle[GPR_HANDLE_BYTES]) {
@@ -109,7 +128,8 @@ struct Stage {
     auto t = std::make_unique<Tensor>();
     t->cuda = cuda;
     uint64_t n = uint64_t{rows} * cols;
-    Check("cuMemAlloc", gpr_cuda_check(cuda, cuda->cuMemAlloc(&t->ptr, n * 4), "cuMemAlloc", &err), err);
+    CUresult rc = pool ? cuda->cuMemAllocFromPoolAsync(&t->ptr, n * 4, pool, stream) : cuda->cuMemAlloc(&t->ptr, n * 4);
+    Check("allocate", gpr_cuda_check(cuda, rc, pool ? "cuMemAllocFromPoolAsync" : "cuMemAlloc", &err), err);
     float scale = 0.5f, bias = static_cast<float>(k);
     void *args[] = {&t->ptr, &n, &scale, &bias};
     unsigned blocks = static_cast<unsigned>((n + 255) / 256);
@@ -127,7 +147,7 @@ struct Stage {
     gpr_node_desc nodes[2] = {Node("tensor", tensor_format.c_str(), 1, rows), Node("item", "f", 2, uint64_t{rows} * cols)};
     nodes[0].child_count = 1;
     gpr_body_buffer buffers[3]{};  // tensor and item validity: absent (no nulls)
-    Check("describe", gpr_cuda_describe(cuda, t->ptr, uint64_t{rows} * cols * 4, &buffers[2], &err), err);
+    Check("describe", gpr_cuda_describe_for(cuda, producer, t->ptr, uint64_t{rows} * cols * 4, &buffers[2], &err), err);
     d.row_count = rows;
     d.root_count = 1;
     d.node_count = 2;
@@ -152,7 +172,7 @@ struct Stage {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: tensor_producer RING [ROWS [COLS [FRAMES]]]\n");
+    std::fprintf(stderr, "usage: tensor_producer RING [ROWS [COLS [FRAMES [pool]]]]\n");
     return 2;
   }
   const char *ring = argv[1];
@@ -167,6 +187,7 @@ int main(int argc, char **argv) {
   Check("load kernel", gpr_cuda_check(s.cuda, s.cuda->cuModuleLoadData(&module, kFillPtx), "cuModuleLoadData", &err), err);
   Check("kernel", gpr_cuda_check(s.cuda, s.cuda->cuModuleGetFunction(&s.fill, module, "gpr_fill"), "cuModuleGetFunction", &err), err);
   Check("stream", gpr_cuda_check(s.cuda, s.cuda->cuStreamCreate(&s.stream, 0), "cuStreamCreate", &err), err);
+  if (argc > 5 && std::string(argv[5]) == "pool") s.MakeExportablePool();
   gpr_segment seg;
   bool created = gpr_segment_create(&seg, ring, nullptr, &err) == 0;
   if (created) gpr_segment_close(&seg);

@@ -16,34 +16,38 @@ const gpu = info.available && info.devices.length > 0;
 const gpuTest = gpu ? test.serial : test.skip;
 if (!gpu) console.log(`C GPU tests skipped: ${info.available ? 'no CUDA device visible' : info.error}`);
 
-gpuTest('rows x cols tensors a C++ stage filled on the device read in Node equal what its kernel wrote', async (t) => {
-  const [rows, cols, frames] = [512, 96, 3];
-  await withRing('gpu-cxx', { slots: 16 }, async (_ring, name) => {
-    const consumer = Consumer.open(name);
-    const proc = spawn(cProgram('tensor_producer', 'interop/c'), [name, rows, cols, frames].map(String), { stdio: ['ignore', 'pipe', 'inherit'] });
-    // It drains before exiting, so an exit before the last frame is a failure: report it at once.
-    const died = exitOf(proc).then((e) => Promise.reject(new Error(`tensor_producer exited early: ${JSON.stringify(e)}`)));
-    died.catch(() => {});
-    try {
-      for (let k = 0; k < frames; k++) {
-        const f = await Promise.race([consumer.next({ timeout: 60_000 }), died]);
-        const [tensor] = f.description.columns;
-        t.is(tensor!.format, `+w:${cols}`);
-        t.is(tensor!.children[0]!.buffers[1]!.kind, 'cuda-ipc');
-        t.is(f.description.syncKind, 2, 'an event orders the reads after the kernel');
-        const items = f.toTable().getChild('tensor')!.getChildAt(0)!.toArray() as Float32Array;
-        t.is(items.length, rows * cols);
-        let bad = -1;
-        for (let i = 0; i < items.length && bad < 0; i++) if (items[i] !== i * 0.5 + k) bad = i;
-        t.is(bad, -1, `frame ${k}: item ${bad} is ${items[bad]}`);
-        f.release();
+// cuda-ipc: cuMemAlloc tensors; cuda-pool: tensors of an exportable stream-ordered pool (gpr_cuda_describe_for).
+for (const memory of ['cuda-ipc', 'cuda-pool'] as const) {
+  gpuTest(`rows x cols tensors a C++ stage filled on the device (${memory}) read in Node equal what its kernel wrote`, async (t) => {
+    const [rows, cols, frames] = [512, 96, 3];
+    await withRing('gpu-cxx', { slots: 16 }, async (_ring, name) => {
+      const consumer = Consumer.open(name);
+      const args = [name, rows, cols, frames, ...(memory === 'cuda-pool' ? ['pool'] : [])].map(String);
+      const proc = spawn(cProgram('tensor_producer', 'interop/c'), args, { stdio: ['ignore', 'pipe', 'inherit'] });
+      // It drains before exiting, so an exit before the last frame is a failure: report it at once.
+      const died = exitOf(proc).then((e) => Promise.reject(new Error(`tensor_producer exited early: ${JSON.stringify(e)}`)));
+      died.catch(() => {});
+      try {
+        for (let k = 0; k < frames; k++) {
+          const f = await Promise.race([consumer.next({ timeout: 60_000 }), died]);
+          const [tensor] = f.description.columns;
+          t.is(tensor!.format, `+w:${cols}`);
+          t.is(tensor!.children[0]!.buffers[1]!.kind, memory);
+          t.is(f.description.syncKind, 2, 'an event orders the reads after the kernel');
+          const items = f.toTable().getChild('tensor')!.getChildAt(0)!.toArray() as Float32Array;
+          t.is(items.length, rows * cols);
+          let bad = -1;
+          for (let i = 0; i < items.length && bad < 0; i++) if (items[i] !== i * 0.5 + k) bad = i;
+          t.is(bad, -1, `frame ${k}: item ${bad} is ${items[bad]}`);
+          f.release();
+        }
+      } finally {
+        consumer.close();
       }
-    } finally {
-      consumer.close();
-    }
-    t.deepEqual(await exitOf(proc), { code: 0, signal: null });
+      t.deepEqual(await exitOf(proc), { code: 0, signal: null });
+    });
   });
-});
+}
 
 gpuTest('device frames from Node read by the C consumer (CUDA IPC, ordered by the event) give the checksums Node computes', async (t) => {
   await withRing('gpu-c', { slots: 16 }, async (_ring, name) => {

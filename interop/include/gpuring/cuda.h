@@ -4,8 +4,10 @@
  * it runs on machines without a GPU (every call then fails with
  * CUDA_UNAVAILABLE). Link with -ldl on glibc older than 2.34.
  *
- * Producer side: gpr_cuda_describe() turns a device pointer into a buffer
- * descriptor; gpr_cuda_record_event() records the interprocess event that
+ * Producer side: gpr_cuda_describe_for() turns a device pointer into a
+ * buffer descriptor (cudaMalloc memory as cuda-ipc; memory of an exportable
+ * stream-ordered pool as cuda-pool, serving the producer's descriptor
+ * channel); gpr_cuda_record_event() records the interprocess event that
  * orders the consumer after the work that filled the buffers.
  * Consumer side: gpr_cuda_map_received() opens a received frame's device
  * buffers (cuda-ipc; cuda-pool and cuda-vmm through the producer's
@@ -36,6 +38,15 @@ typedef struct CUmemPoolPtrExportData_st { unsigned char reserved[64]; } CUmemPo
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef struct CUmemLocation_st { int type; int id; } CUmemLocation;
 typedef struct CUmemAccessDesc_st { CUmemLocation location; int flags; } CUmemAccessDesc;
+typedef struct CUmemPoolProps_st {
+  int allocType;
+  int handleTypes;
+  CUmemLocation location;
+  void *win32SecurityAttributes;
+  size_t maxSize;
+  unsigned short usage;
+  unsigned char reserved[54];
+} CUmemPoolProps;
 #endif
 
 #define GPR_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1u
@@ -46,6 +57,8 @@ typedef struct CUmemAccessDesc_st { CUmemLocation location; int flags; } CUmemAc
 #define GPR_CU_POINTER_ATTRIBUTE_IS_MANAGED 8
 #define GPR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 #define GPR_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE 10
+#define GPR_CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE 17
+#define GPR_CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4
 #define GPR_CU_MEMORYTYPE_DEVICE 2u
 #define GPR_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 1
 #define GPR_CU_MEM_LOCATION_TYPE_DEVICE 1
@@ -77,6 +90,12 @@ typedef struct CUmemAccessDesc_st { CUmemLocation location; int flags; } CUmemAc
   X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))                                 \
   X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))                    \
   X(cuMemSetAccess, "cuMemSetAccess", (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)) \
+  X(cuMemPoolCreate, "cuMemPoolCreate", (CUmemoryPool *, const CUmemPoolProps *))   \
+  X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", (CUmemoryPool, int, void *))   \
+  X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", (CUdeviceptr *, size_t, CUmemoryPool, CUstream)) \
+  X(cuMemPoolExportToShareableHandle, "cuMemPoolExportToShareableHandle",           \
+    (void *, CUmemoryPool, int, unsigned long long))                                  \
+  X(cuMemPoolExportPointer, "cuMemPoolExportPointer", (CUmemPoolPtrExportData *, CUdeviceptr)) \
   X(cuIpcGetEventHandle, "cuIpcGetEventHandle", (CUipcEventHandle *, CUevent))        \
   X(cuIpcOpenEventHandle, "cuIpcOpenEventHandle", (CUevent *, CUipcEventHandle))      \
   X(cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                            \
@@ -181,8 +200,33 @@ GPR_INLINE int gpr_cuda_check_exportable(const gpr_cuda *d, CUdeviceptr p, gpr_e
   if (d->cuPointerGetAttribute(&capable, GPR_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p) == 0 &&
       !capable)
     return gpr_fail(err, GPR_E_NOT_EXPORTABLE, 0,
-                    "stream-ordered pool or cuMemCreate memory is not legacy-IPC capable; "
-                    "allocate with cuMemAlloc/cudaMalloc");
+                    "stream-ordered pool or cuMemCreate memory is not legacy-IPC capable; allocate with "
+                    "cuMemAlloc/cudaMalloc, or from an exportable pool described with gpr_cuda_describe_for()");
+  return 0;
+}
+
+/* The base of the allocation holding [ptr, ptr + length); INVALID_ARGUMENT
+ * when the range overruns it. */
+GPR_INLINE int gpr_cuda_allocation_of(const gpr_cuda *d, CUdeviceptr ptr, uint64_t length, CUdeviceptr *base,
+                                      gpr_error *err) {
+  size_t size = 0;
+  GPR_CUDA_TRY(d, cuMemGetAddressRange(base, &size, ptr), err);
+  if (ptr - *base > size || length > size - (ptr - *base))
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "%llu bytes at %#llx overrun their allocation",
+                    (unsigned long long)length, ptr);
+  return 0;
+}
+
+/* The device ordinal and UUID of the memory at `p`. */
+GPR_INLINE int gpr_cuda_device_of_pointer(const gpr_cuda *d, CUdeviceptr p, gpr_body_buffer *out, gpr_error *err) {
+  int ordinal = 0;
+  CUdevice dev;
+  CUuuid uuid;
+  GPR_CUDA_TRY(d, cuPointerGetAttribute(&ordinal, GPR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p), err);
+  GPR_CUDA_TRY(d, cuDeviceGet(&dev, ordinal), err);
+  GPR_CUDA_TRY(d, cuDeviceGetUuid(&uuid, dev), err);
+  out->device_ordinal = ordinal;
+  memcpy(out->device_uuid, uuid.bytes, 16);
   return 0;
 }
 
@@ -194,30 +238,110 @@ GPR_INLINE int gpr_cuda_describe(const gpr_cuda *d, CUdeviceptr ptr, uint64_t le
   int rc = gpr_cuda_check_exportable(d, ptr, err);
   if (rc != 0) return rc;
   CUdeviceptr base = 0;
-  size_t size = 0;
   unsigned long long alloc_id = 0;
-  int ordinal = 0;
-  CUdevice dev;
-  CUuuid uuid;
   CUipcMemHandle h;
-  GPR_CUDA_TRY(d, cuMemGetAddressRange(&base, &size, ptr), err);
-  if (ptr - base > size || length > size - (ptr - base))
-    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "%llu bytes at %#llx overrun their allocation",
-                    (unsigned long long)length, ptr);
+  rc = gpr_cuda_allocation_of(d, ptr, length, &base, err);
+  if (rc != 0) return rc;
   GPR_CUDA_TRY(d, cuIpcGetMemHandle(&h, base), err);
   GPR_CUDA_TRY(d, cuPointerGetAttribute(&alloc_id, GPR_CU_POINTER_ATTRIBUTE_BUFFER_ID, base), err);
-  GPR_CUDA_TRY(d, cuPointerGetAttribute(&ordinal, GPR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, base), err);
-  GPR_CUDA_TRY(d, cuDeviceGet(&dev, ordinal), err);
-  GPR_CUDA_TRY(d, cuDeviceGetUuid(&uuid, dev), err);
   memset(out, 0, sizeof *out);
+  rc = gpr_cuda_device_of_pointer(d, base, out, err);
+  if (rc != 0) return rc;
   out->kind = GPR_MEM_CUDA_IPC;
-  out->device_ordinal = ordinal;
-  memcpy(out->device_uuid, uuid.bytes, 16);
   out->offset = ptr - base;
   out->length = length;
   out->alloc_id = alloc_id;
   memcpy(out->handle, h.reserved, GPR_HANDLE_BYTES);
   return 0;
+}
+
+/* The pools this process exported, numbered from 1 (SPEC.md §9b), with their
+ * descriptors, which producers' descriptor channels hand out. */
+typedef struct gpr_cuda_pool_export {
+  struct gpr_cuda_pool_export *next;
+  CUmemoryPool pool;
+  uint64_t id;
+  int fd;
+} gpr_cuda_pool_export;
+
+typedef struct gpr_cuda_pool_exports {
+  pthread_mutex_t lock;
+  gpr_cuda_pool_export *first;
+  uint64_t count;
+} gpr_cuda_pool_exports;
+
+GPR_INLINE gpr_cuda_pool_exports *gpr_cuda_pool_exports_instance(void) {
+  static gpr_cuda_pool_exports exports = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+  return &exports;
+}
+
+/* The channel's answer for kind 3: pool `id`'s descriptor, or -1. */
+GPR_INLINE int gpr_cuda_pool_lookup(void *context, uint16_t kind, uint64_t id) {
+  (void)context;
+  gpr_cuda_pool_exports *x = gpr_cuda_pool_exports_instance();
+  int fd = -1;
+  pthread_mutex_lock(&x->lock);
+  for (gpr_cuda_pool_export *e = x->first; e && kind == GPR_MEM_CUDA_POOL; e = e->next)
+    if (e->id == id) fd = e->fd;
+  pthread_mutex_unlock(&x->lock);
+  return fd;
+}
+
+/* This process's number for `pool`, exporting its descriptor the first time. */
+GPR_INLINE int gpr_cuda_pool_id(const gpr_cuda *d, CUmemoryPool pool, uint64_t *id, gpr_error *err) {
+  gpr_cuda_pool_exports *x = gpr_cuda_pool_exports_instance();
+  int rc = 0;
+  pthread_mutex_lock(&x->lock);
+  gpr_cuda_pool_export *e = x->first;
+  while (e && e->pool != pool) e = e->next;
+  if (!e) {
+    int fd = -1;
+    CUresult cu = d->cuMemPoolExportToShareableHandle(&fd, pool, GPR_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    e = cu == 0 ? (gpr_cuda_pool_export *)calloc(1, sizeof *e) : NULL;
+    if (cu != 0)
+      rc = gpr_fail(err, GPR_E_NOT_EXPORTABLE, 0, "memory of a stream-ordered pool made without the POSIX "
+                    "file-descriptor handle type (cudaMallocAsync's default pool is one) cannot be shared (CUDA %d)", cu);
+    else if (!e)
+      rc = gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory"), close(fd);
+    else {
+      *e = (gpr_cuda_pool_export){x->first, pool, ++x->count, fd};
+      x->first = e;
+    }
+  }
+  if (rc == 0) *id = e->id;
+  pthread_mutex_unlock(&x->lock);
+  return rc;
+}
+
+/* gpr_cuda_describe() for producer `p`, which also takes memory of an
+ * exportable stream-ordered pool: described as cuda-pool (SPEC.md §9b), and
+ * the producer's descriptor channel served from then on. Keep freed memory in
+ * such a pool (a high CU_MEMPOOL_ATTR_RELEASE_THRESHOLD): consumers then
+ * import each allocation in microseconds. */
+GPR_INLINE int gpr_cuda_describe_for(const gpr_cuda *d, gpr_producer *p, CUdeviceptr ptr, uint64_t length,
+                                     gpr_body_buffer *out, gpr_error *err) {
+  CUmemoryPool pool = NULL;
+  if (d->cuPointerGetAttribute(&pool, GPR_CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, ptr) != 0 || !pool)
+    return gpr_cuda_describe(d, ptr, length, out, err);
+  CUdeviceptr base = 0;
+  unsigned long long alloc_id = 0;
+  uint64_t pool_id = 0;
+  CUmemPoolPtrExportData data;
+  int rc = gpr_cuda_allocation_of(d, ptr, length, &base, err);
+  if (rc == 0) rc = gpr_cuda_pool_id(d, pool, &pool_id, err);
+  if (rc != 0) return rc;
+  GPR_CUDA_TRY(d, cuMemPoolExportPointer(&data, base), err);
+  GPR_CUDA_TRY(d, cuPointerGetAttribute(&alloc_id, GPR_CU_POINTER_ATTRIBUTE_BUFFER_ID, base), err);
+  memset(out, 0, sizeof *out);
+  rc = gpr_cuda_device_of_pointer(d, base, out, err);
+  if (rc != 0) return rc;
+  out->kind = GPR_MEM_CUDA_POOL;
+  out->offset = ptr - base;
+  out->length = length;
+  out->alloc_id = alloc_id;
+  out->pool_id = pool_id;
+  memcpy(out->handle, data.reserved, GPR_HANDLE_BYTES);
+  return gpr_producer_serve_descriptors(p, gpr_cuda_pool_lookup, NULL, err);
 }
 
 /* Records `*event` (created interprocess on first use) on `stream` and writes

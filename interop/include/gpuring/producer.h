@@ -53,6 +53,10 @@ typedef struct gpr_producer {
   gpr_inflight_frame *inflight;
   uint32_t inflight_count;
   uint32_t inflight_capacity;
+  int channel_fd;                /* descriptor channel listener (SPEC.md §9c), -1 until served */
+  pthread_t channel_thread;
+  gpr_channel_lookup channel_lookup;
+  void *channel_context;
 } gpr_producer;
 
 /* Attaches to ring NAME (created beforehand with gpr_segment_create) and sweeps
@@ -68,6 +72,7 @@ GPR_INLINE int gpr_producer_open(const char *name, const gpr_producer_options *o
   }
   gpr_arena_pool_init(&p->pool, &p->seg, p->index, p->gen, opt ? opt->arena_size : 0u);
   p->next_frame_id = 1;
+  p->channel_fd = -1;
   gpr_sweep(&p->seg, NULL, NULL);
   *out = p;
   return 0;
@@ -265,8 +270,37 @@ GPR_INLINE int gpr_producer_drain(gpr_producer *p, int64_t timeout_ms, gpr_error
  * producer until every frame naming them is released (SPEC.md §7). Their
  * on_release callbacks are not called; device memory behind them must stay
  * valid for as long as this process runs. */
+GPR_INLINE void *gpr_producer_channel_thread(void *arg) {
+  gpr_producer *p = (gpr_producer *)arg;
+  gpr_channel_serve(&p->seg, p->channel_fd, p->channel_lookup, p->channel_context);
+  return NULL;
+}
+
+/* Serves the producer's descriptor channel (SPEC.md §9c) on a thread of its
+ * own until gpr_producer_close(), answering from `lookup`: what a producer of
+ * pool or VMM memory must do before publishing it (gpr_cuda_describe_for()
+ * calls it). Calling it again does nothing. */
+GPR_INLINE int gpr_producer_serve_descriptors(gpr_producer *p, gpr_channel_lookup lookup, void *context, gpr_error *err) {
+  if (p->channel_fd >= 0) return 0;
+  int fd = gpr_channel_listen(&p->seg, p->index, p->gen, err);
+  if (fd < 0) return -1;
+  p->channel_fd = fd;
+  p->channel_lookup = lookup;
+  p->channel_context = context;
+  int rc = pthread_create(&p->channel_thread, NULL, gpr_producer_channel_thread, p);
+  if (rc == 0) return 0;
+  close(fd);
+  p->channel_fd = -1;
+  return gpr_fail(err, GPR_E_SYSTEM, rc, "pthread_create for the descriptor channel");
+}
+
 GPR_INLINE void gpr_producer_close(gpr_producer *p) {
   if (!p) return;
+  if (p->channel_fd >= 0) {
+    shutdown(p->channel_fd, SHUT_RDWR); /* ends the thread's accept() */
+    pthread_join(p->channel_thread, NULL);
+    close(p->channel_fd);
+  }
   gpr_participant_detach(&p->seg, p->index, p->gen, NULL);
   gpr_arena_pool_destroy(&p->pool);
   for (uint32_t i = 0; i < p->inflight_count; i++) free(p->inflight[i].allocs);
