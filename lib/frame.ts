@@ -245,11 +245,20 @@ export class Frame implements Disposable {
     const memory = into ?? DeviceBuffer.alloc(Math.max(total, 256), { device: target });
     try {
       const views = this.#deviceViews();
+      const dsts: bigint[] = [];
+      const srcs: bigint[] = [];
+      const lengths: number[] = [];
       originals.forEach((b, i) => {
         const view = views[i];
-        if (view) callNative(() => native().copyDeviceToDevice(target, memory.ptr + BigInt(at[i]!), view.ptr, b.length, this.#event(), queue));
-        else if (b.kind === 'host') memory.upload(this.#resolve(b), at[i]);
+        if (view) {
+          dsts.push(memory.ptr + BigInt(at[i]!));
+          srcs.push(view.ptr);
+          lengths.push(b.length);
+        } else if (b.kind === 'host') memory.upload(this.#resolve(b), at[i]);
       });
+      // One native call and one wait for every device buffer of the frame.
+      if (lengths.length)
+        callNative(() => native().copyDeviceToDevice(target, BigUint64Array.from(dsts), BigUint64Array.from(srcs), Float64Array.from(lengths), this.#event(), queue));
       return new DeviceFrameCopy(this.description, at, memory, !into);
     } catch (error) {
       if (!into) memory.free();

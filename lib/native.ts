@@ -299,7 +299,7 @@ export interface NativeAddon {
   recordEvent(device: number, onlyIfBusy?: boolean, stream?: bigint): { id: number; handle: Uint8Array } | null;
   recycleEvent(id: number): void;
   copyToHost(device: number, ptr: bigint, bytes: number, event: Uint8Array | null): ArrayBuffer;
-  copyDeviceToDevice(device: number, dst: bigint, src: bigint, bytes: number, event: Uint8Array | null, stream?: bigint): void;
+  copyDeviceToDevice(device: number, dsts: BigUint64Array, srcs: BigUint64Array, lengths: Float64Array, event: Uint8Array | null, stream?: bigint): void;
   streamCreate(device: number): bigint;
   streamSynchronize(device: number, stream: bigint): void;
   streamDestroy(device: number, stream: bigint): void;

@@ -502,10 +502,12 @@ Napi::Value CopyToHost(const Napi::CallbackInfo &info) {
   return out;
 }
 
-// copyDeviceToDevice(device, dst, src, bytes, eventHandle | null, stream?):
-// dst on `device` (this process's memory), src a mapped frame buffer; ordered
-// after the producer's event. Without `stream`, complete on return; with it,
-// queued on that stream and complete when the stream gets there.
+// copyDeviceToDevice(device, dsts: BigUint64Array, srcs: BigUint64Array,
+// lengths: Float64Array, eventHandle | null, stream?): copies lengths[i]
+// bytes from srcs[i] (mapped frame buffers) to dsts[i] (this process's memory
+// on `device`), all after the producer's event. Without `stream`, complete on
+// return, after one synchronization for all of them (a frame's columns are
+// one call, not one wait each); with it, queued on that stream.
 Napi::Value CopyDeviceToDevice(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   int device = info[0].As<Napi::Number>().Int32Value();
@@ -516,8 +518,14 @@ Napi::Value CopyDeviceToDevice(const Napi::CallbackInfo &info) {
   bool queued = info.Length() > 5 && info[5].IsBigInt();
   CUstream stream = queued ? StreamOf(info[5]) : CopyStream(env, d, pool, device);
   WaitForProducer(env, d, pool, stream, device, info[4]);
-  size_t n = static_cast<size_t>(info[3].As<Napi::Number>().DoubleValue());
-  if (n) Check(env, d.cuMemcpyDtoDAsync(DevicePtr(info[1]), DevicePtr(info[2]), n, stream), "cuMemcpyDtoDAsync");
+  auto dsts = info[1].As<Napi::BigUint64Array>(), srcs = info[2].As<Napi::BigUint64Array>();
+  auto lengths = info[3].As<Napi::Float64Array>();
+  if (dsts.ElementLength() != srcs.ElementLength() || srcs.ElementLength() != lengths.ElementLength())
+    Throw(env, GPR_E_INVALID_ARGUMENT, "copyDeviceToDevice(): one destination, source and length per buffer");
+  for (size_t i = 0; i < lengths.ElementLength(); i++) {
+    size_t n = static_cast<size_t>(lengths[i]);
+    if (n) Check(env, d.cuMemcpyDtoDAsync(dsts[i], srcs[i], n, stream), "cuMemcpyDtoDAsync");
+  }
   if (!queued) Check(env, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   return env.Undefined();
 }
