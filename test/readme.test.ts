@@ -101,6 +101,7 @@ async function until(proc: Program, text: RegExp): Promise<void> {
 
 const cases = [
   { readme: 'README.md', section: 'Node to Node', ring: 'prices', files: ['consumer.mjs', 'producer.mjs'], shows: /\{"id": 2, "px": 9\.75\}/ },
+  { readme: 'README.md', section: 'Node to Node', ring: 'prices', files: ['consumer.mjs', 'allocate-producer.mjs'], shows: /\{"id": 2, "px": 9\.75\}/ },
   { readme: 'README.md', section: 'Node to Node', ring: 'prices', files: ['consumer.mjs', 'loan-producer.mjs'], shows: /\{"id": 2, "px": 9\.75, "sym": "cd"\}.*\{"id": 4, "px": null, "sym": "gh"\}/s },
   { readme: 'README.md', section: 'Python to Node', ring: 'features', files: ['consumer.mjs', 'producer.py'], shows: /\{"id": 3n?, "score": 0\.125\}/ },
   { readme: 'interop/python/README.md', section: '', ring: 'prices', files: ['consumer.py', 'producer.py'], shows: /px: \[9\.5,9\.75,10\]/ },
