@@ -301,10 +301,14 @@ GPR_INLINE int gpr_cuda_pool_id(const gpr_cuda *d, CUmemoryPool pool, uint64_t *
     if (cu != 0)
       rc = gpr_fail(err, GPR_E_NOT_EXPORTABLE, 0, "memory of a stream-ordered pool made without the POSIX "
                     "file-descriptor handle type (cudaMallocAsync's default pool is one) cannot be shared (CUDA %d)", cu);
-    else if (!e)
-      rc = gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory"), close(fd);
-    else {
-      *e = (gpr_cuda_pool_export){x->first, pool, ++x->count, fd};
+    else if (!e) {
+      close(fd);
+      rc = gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
+    } else {
+      e->next = x->first; /* a compound literal here would not be C++ */
+      e->pool = pool;
+      e->id = ++x->count;
+      e->fd = fd;
       x->first = e;
     }
   }

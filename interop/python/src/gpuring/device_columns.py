@@ -108,7 +108,7 @@ class _Exporter:
                                     span_handle(span_bytes, chunks)), count
         if pool:
             with cu.primary_context(ordinal):
-                base, pool_id, alloc_id, data = EXPORTS.describe(ptr, ordinal, pool)
+                base, pool_id, alloc_id, data = EXPORTS.describe(ptr, pool)
             return BufferDescriptor("cuda-pool", ordinal, cu.device_uuid(ordinal), ptr - base, size, alloc_id, data,
                                     pool_id), count
         with cu.primary_context(ordinal):

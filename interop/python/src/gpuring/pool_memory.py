@@ -76,13 +76,14 @@ def pool_of(ptr: int) -> int:
 
 class _Exports:
     """This process's exported pools (by handle: number and descriptor) and
-    allocations (by pool number and buffer id: base address)."""
+    allocations (by base address, as the Node side keeps them: a recycled
+    address replaces its entry, so the table stays as small as the pools)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.ids: dict[int, int] = {}
         self.fds: dict[int, int] = {}
-        self.bases: dict[tuple[int, int], tuple[int, int]] = {}
+        self.bases: dict[int, tuple[int, int, int]] = {}  # base -> (pool id, buffer id, size)
 
     def pool_id(self, pool: int) -> int:
         with self.lock:
@@ -100,7 +101,7 @@ class _Exports:
             self.fds[self.ids[pool]] = fd.value
             return self.ids[pool]
 
-    def describe(self, ptr: int, ordinal: int, pool: int) -> tuple[int, int, int, bytes]:
+    def describe(self, ptr: int, pool: int) -> tuple[int, int, int, bytes]:
         """(base, pool id, buffer id, export data) of the allocation holding ``ptr``."""
         pool_id = self.pool_id(pool)
         base = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ctypes.c_uint64)
@@ -109,7 +110,7 @@ class _Exports:
         data = (ctypes.c_ubyte * 64)()
         cu.call("cuMemPoolExportPointer", data, ctypes.c_uint64(base))
         with self.lock:
-            self.bases[(pool_id, alloc_id)] = (base, size)
+            self.bases[base] = (pool_id, alloc_id, size)
         return base, pool_id, alloc_id, bytes(data)
 
     def descriptor(self, pool_id: int) -> int | None:
@@ -117,8 +118,9 @@ class _Exports:
             return self.fds.get(pool_id)
 
     def own(self, pool_id: int, alloc_id: int) -> tuple[int, int] | None:
+        """(base, size) of this process's allocation ``alloc_id`` of pool ``pool_id``, if exported."""
         with self.lock:
-            return self.bases.get((pool_id, alloc_id))
+            return next(((base, size) for base, (p, a, size) in self.bases.items() if (p, a) == (pool_id, alloc_id)), None)
 
 
 EXPORTS = _Exports()
