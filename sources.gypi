@@ -15,6 +15,7 @@
     "native/cuda_ipc.cc",
     "native/ipc_handle_cache.cc",
     "native/parallel_copy.cc",
+    "native/huge_pages.cc",
     "native/pinned_host_pool.cc",
     "native/stream_release.cc",
     "native/pool_memory.cc",

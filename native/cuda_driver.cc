@@ -42,6 +42,8 @@ Driver Load() {
   GPR_RESOLVE(cuMemFree, "cuMemFree_v2");
   GPR_RESOLVE(cuMemHostAlloc, "cuMemHostAlloc");
   GPR_RESOLVE(cuMemFreeHost, "cuMemFreeHost");
+  GPR_RESOLVE(cuMemHostRegister, "cuMemHostRegister_v2");
+  GPR_RESOLVE(cuMemHostUnregister, "cuMemHostUnregister");
   GPR_RESOLVE(cuMemAllocManaged, "cuMemAllocManaged");
   GPR_RESOLVE(cuMemAllocAsync, "cuMemAllocAsync");
   GPR_RESOLVE(cuMemGetAddressRange, "cuMemGetAddressRange_v2");

@@ -58,6 +58,7 @@ constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
 constexpr unsigned CU_EVENT_INTERPROCESS = 0x4;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 0x1;
+constexpr unsigned CU_MEMHOSTREGISTER_PORTABLE = 0x1;
 constexpr unsigned CU_MEM_ATTACH_GLOBAL = 0x1;
 constexpr int CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2;
 constexpr int CU_POINTER_ATTRIBUTE_BUFFER_ID = 7;
@@ -98,6 +99,8 @@ struct Driver {
   CUresult (*cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned) = nullptr;
   CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream) = nullptr;
   CUresult (*cuMemFreeHost)(void *) = nullptr;
+  CUresult (*cuMemHostRegister)(void *, size_t, unsigned) = nullptr;
+  CUresult (*cuMemHostUnregister)(void *) = nullptr;
   CUresult (*cuMemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr) = nullptr;
   CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr) = nullptr;
   CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr) = nullptr;

@@ -6,7 +6,6 @@
 #include <climits>
 #include <cstdio>
 #include <map>
-#include <sys/mman.h>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "pool_memory.h"
 #include "vmm_memory.h"
 #include "parallel_copy.h"
+#include "huge_pages.h"
 #include "pinned_host_pool.h"
 
 namespace gpuring::cuda {
@@ -462,15 +462,13 @@ Napi::Value SynchronizeEvent(const Napi::CallbackInfo &info) {
   return env.Undefined();
 }
 
-// A host buffer for a large copy: anonymous memory with transparent huge pages
-// requested, so filling a GiB takes hundreds of page faults instead of a
-// quarter million; unmapped by the ArrayBuffer's finalizer.
+// A pageable host buffer for a large staged copy (huge pages: see
+// huge_pages.h), unmapped by the ArrayBuffer's finalizer.
 Napi::ArrayBuffer LargeHostBuffer(Napi::Env env, size_t n) {
-  void *p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return Napi::ArrayBuffer::New(env, n);
-  madvise(p, n, MADV_HUGEPAGE);
+  void *p = MapHugePages(n);
+  if (!p) return Napi::ArrayBuffer::New(env, n);
   return Napi::ArrayBuffer::New(env, p, n, [](Napi::Env, void *data, size_t *len) {
-    munmap(data, *len);
+    UnmapHugePages(data, *len);
     delete len;
   }, new size_t(n));
 }
@@ -490,14 +488,21 @@ Napi::Value CopyToHost(const Napi::CallbackInfo &info) {
   std::lock_guard<std::mutex> lock(pool.mu);
   CUstream stream = CopyStream(env, d, pool, device);
   WaitForProducer(env, d, pool, stream, device, info[3]);
-  bool large = n > Staging::kMinStaged;
-  Napi::ArrayBuffer out = large ? PinnedHostPool::Get().Take(env, d, n) : Napi::ArrayBuffer::New(env, n);
-  if (out.IsEmpty()) {  // the pinned pool is at its bound
-    out = LargeHostBuffer(env, n);
-    StagedCopy(env, d, StagingFor(env, d, pool, device), stream, static_cast<uint8_t *>(out.Data()), DevicePtr(info[1]), n);
-    return out;
+  CUdeviceptr src = DevicePtr(info[1]);
+  Napi::ArrayBuffer out;
+  if (n > Staging::kMinStaged) {
+    out = PinnedHostPool::Get().Take(env, d, n, [&](void *host, size_t at, size_t len) {
+      Check(env, d.cuMemcpyDtoHAsync(host, src + at, len, stream), "cuMemcpyDtoHAsync");
+    });
+    if (out.IsEmpty()) {  // the pinned pool is at its bound
+      out = LargeHostBuffer(env, n);
+      StagedCopy(env, d, StagingFor(env, d, pool, device), stream, static_cast<uint8_t *>(out.Data()), src, n);
+      return out;
+    }
+  } else {
+    out = Napi::ArrayBuffer::New(env, n);
+    if (n) Check(env, d.cuMemcpyDtoHAsync(out.Data(), src, n, stream), "cuMemcpyDtoHAsync");
   }
-  if (n) Check(env, d.cuMemcpyDtoHAsync(out.Data(), DevicePtr(info[1]), n, stream), "cuMemcpyDtoHAsync");
   Check(env, d.cuStreamSynchronize(stream), "cuStreamSynchronize");
   return out;
 }

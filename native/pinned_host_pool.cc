@@ -1,16 +1,12 @@
 #include "pinned_host_pool.h"
 #include <unistd.h>
 #include <algorithm>
+#include "huge_pages.h"
+#include "parallel_copy.h"
 
 namespace gpuring::cuda {
 
 namespace {
-struct Block {
-  PinnedHostPool *pool;
-  void *base;
-  size_t capacity;
-};
-
 // A quarter of physical memory, at most 16 GiB: pinned pages cannot be
 // swapped, so the pool must leave the rest of the machine room.
 size_t DefaultLimit() {
@@ -30,44 +26,73 @@ PinnedHostPool &PinnedHostPool::Get() {
 }
 
 // The smallest idle block that fits without wasting more than a quarter of it.
-// Updates `capacity` to the block's own.
-void *PinnedHostPool::Reuse(size_t *capacity) {
-  auto it = idle_.lower_bound(*capacity);
-  if (it == idle_.end() || it->first - *capacity > it->first / 4) return nullptr;
-  void *block = it->second;
-  *capacity = it->first;
+bool PinnedHostPool::Reuse(size_t capacity, Block *out) {
+  auto it = idle_.lower_bound(capacity);
+  if (it == idle_.end() || it->first - capacity > it->first / 4) return false;
+  *out = it->second;
   idle_.erase(it);
-  return block;
+  return true;
 }
 
 // Frees idle blocks until `need` more bytes fit under the limit.
 bool PinnedHostPool::Trim(const Driver &d, size_t need) {
-  while (pinned_ + need > limit_ && !idle_.empty()) {
+  while (reserved_ + need > limit_ && !idle_.empty()) {
     auto it = std::prev(idle_.end());
-    d.cuMemFreeHost(it->second);
-    pinned_ -= it->first;
+    Free(d, it->second);
+    reserved_ -= it->first;
     idle_.erase(it);
   }
-  return pinned_ + need <= limit_;
+  return reserved_ + need <= limit_;
 }
 
-Napi::ArrayBuffer PinnedHostPool::Take(Napi::Env env, const Driver &d, size_t n) {
-  size_t capacity = (n + kGranule - 1) / kGranule * kGranule;
-  void *block = nullptr;
+void PinnedHostPool::Free(const Driver &d, const Block &b) {
+  for (size_t at = 0; at < b.pinned; at += kPiece) d.cuMemHostUnregister(static_cast<uint8_t *>(b.base) + at);
+  UnmapHugePages(b.base, b.capacity);
+}
+
+// Pins a fresh block a piece at a time, pipelined: while this thread
+// registers piece k (and `ready` queues its copy), the pool's threads fault in
+// piece k + 1. Faulting in first matters: registering untouched memory faults
+// it one page at a time on this thread, at a tenth of the rate.
+void PinnedHostPool::Pin(const Driver &d, Block &b, size_t n, const PieceReady &ready) {
+  auto *base = static_cast<uint8_t *>(b.base);
+  auto piece = [&](size_t at) { return at < b.capacity ? std::min(kPiece, b.capacity - at) : 0; };
+  { PageFaulting first(base, piece(0)); }
+  bool pinning = true;
+  for (size_t at = 0; at < b.capacity; at += kPiece) {
+    PageFaulting ahead(base + at + piece(at), piece(at + kPiece));
+    pinning = pinning && d.cuMemHostRegister(base + at, piece(at), CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+    if (pinning) b.pinned = at + piece(at);
+    if (at < n) ready(base + at, at, std::min(piece(at), n - at));
+  }
+}
+
+Napi::ArrayBuffer PinnedHostPool::Take(Napi::Env env, const Driver &d, size_t n, const PieceReady &ready) {
+  Block b{nullptr, (n + kHugePage - 1) / kHugePage * kHugePage, 0};
+  bool reused;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    block = Reuse(&capacity);
-    if (!block && Trim(d, capacity)) {
-      if (d.cuMemHostAlloc(&block, capacity, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) block = nullptr;
-      else pinned_ += capacity;
-    }
+    reused = Reuse(b.capacity, &b);
+    if (!reused && !Trim(d, b.capacity)) return Napi::ArrayBuffer();
+    if (!reused) reserved_ += b.capacity;  // mapped below, outside the lock
   }
-  if (!block) return Napi::ArrayBuffer();
-  auto *hint = new Block{this, block, capacity};
-  return Napi::ArrayBuffer::New(env, block, n, [](Napi::Env, void *, Block *b) {
-    b->pool->Give(b->base, b->capacity);
-    delete b;
-  }, hint);
+  if (!reused && !(b.base = MapHugePages(b.capacity))) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reserved_ -= b.capacity;
+    return Napi::ArrayBuffer();
+  }
+  try {
+    if (!reused) Pin(d, b, n, ready);
+    for (size_t at = 0; reused && at < n; at += kPiece) ready(static_cast<uint8_t *>(b.base) + at, at, std::min(kPiece, n - at));
+  } catch (...) {
+    Give(b);  // still a whole block, pinned as far as it got: the next result of its size may use it
+    throw;
+  }
+  auto *held = new Block(b);
+  return Napi::ArrayBuffer::New(env, b.base, n, [](Napi::Env, void *, Block *block) {
+    Get().Give(*block);
+    delete block;
+  }, held);
 }
 
 Napi::Object PinnedHostPool::Stats(Napi::Env env) {
@@ -75,15 +100,15 @@ Napi::Object PinnedHostPool::Stats(Napi::Env env) {
   size_t idle = 0;
   for (auto &kv : idle_) idle += kv.first;
   Napi::Object o = Napi::Object::New(env);
-  o.Set("pinnedBytes", Napi::Number::New(env, static_cast<double>(pinned_)));
+  o.Set("pinnedBytes", Napi::Number::New(env, static_cast<double>(reserved_)));
   o.Set("idleBytes", Napi::Number::New(env, static_cast<double>(idle)));
   o.Set("limitBytes", Napi::Number::New(env, static_cast<double>(limit_)));
   return o;
 }
 
-void PinnedHostPool::Give(void *block, size_t capacity) {
+void PinnedHostPool::Give(const Block &b) {
   std::lock_guard<std::mutex> lock(mu_);
-  idle_.emplace(capacity, block);
+  idle_.emplace(b.capacity, b);
 }
 
 }  // namespace gpuring::cuda
