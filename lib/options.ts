@@ -66,8 +66,13 @@ const sweepInterval = z.number().int().min(1).max(2 ** 31).default(250);
 
 export const producerOptions = z
   .object({
-    /** Size of each shared-memory arena that holds this producer's buffers. */
-    arenaBytes: z.number().int().min(1 << 16).max(2 ** 40).default(64 << 20),
+    /**
+     * Size of each shared-memory arena that holds this producer's buffers (a
+     * larger buffer gets an arena of its own size). Unset: the first arena is
+     * 1 MiB and each next one doubles, up to 64 MiB, so that a producer of
+     * small frames does not reserve (and zero) 64 MiB before its first one.
+     */
+    arenaBytes: z.number().int().min(1 << 16).max(2 ** 40).optional(),
     openTimeout,
     anyOwner,
     /**

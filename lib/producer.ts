@@ -110,7 +110,7 @@ export class Producer {
   static open(name: string, options?: ProducerOptions): Producer {
     const n = parseSegmentName(name);
     const o = parseOptions(producerOptions, options, 'producer options');
-    return new Producer(n, callNative(() => new (native().ProducerCore)(n, o.arenaBytes, o.openTimeout, openFlags(o), o.sweepInterval)));
+    return new Producer(n, callNative(() => new (native().ProducerCore)(n, o.arenaBytes ?? 0, o.openTimeout, openFlags(o), o.sweepInterval)));
   }
 
   /** This producer's entry in the ring's participant table (as `gpuring inspect` shows it). */

@@ -1,6 +1,7 @@
 // The Node API's contracts: options, timeouts, abort, backpressure, releases,
 // zero-copy allocation, explicit offsets, lifetime.
 import { spawnSync } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
 import test from 'ava';
 import { Field, Float32, Int32, makeData, makeVector, Table, vectorFromArray } from 'apache-arrow';
 import { absentBuffer, Consumer, ERROR_CODES, GpuringError, hostBuffer, Producer, Ring, type BufferDescriptor, type FrameDescription } from '../lib/index.js';
@@ -297,6 +298,27 @@ test('a Table of several record batches is refused with advice; a zero-batch tab
     consumer.close();
     producer.close();
   });
+});
+
+/** Sizes of the producer's arena files, by arena number. */
+function arenaSizes(name: string): number[] {
+  const prefix = `gpuring.${name}.p`;
+  return readdirSync('/dev/shm')
+    .filter((f) => f.startsWith(prefix) && /\.a\d+$/.test(f))
+    .sort((a, b) => Number(a.split('.a').pop()) - Number(b.split('.a').pop()))
+    .map((f) => statSync(`/dev/shm/${f}`).size);
+}
+
+test('arenas start at 1 MiB and double while no size is chosen; a chosen size is kept', async (t) => {
+  const column = (i: number) => new Table({ x: vectorFromArray(new Float32Array(150_000).fill(i), new Float32()) }); // 600 KB
+  for (const [arenaBytes, want] of [[undefined, [1 << 20, 2 << 20, 4 << 20]], [1 << 20, [1 << 20, 1 << 20, 1 << 20, 1 << 20, 1 << 20]]] as const) {
+    await withRing('arenas', { slots: 16 }, async (_ring, name) => {
+      const producer = Producer.open(name, arenaBytes === undefined ? {} : { arenaBytes });
+      for (let i = 0; i < 5; i++) await producer.publish(column(i)); // unread: every frame keeps its memory
+      t.deepEqual(arenaSizes(name), want);
+      producer.close();
+    });
+  }
 });
 
 test('an arena larger than /dev/shm can hold fails with NO_SPACE and a message that says what to do', async (t) => {

@@ -9,6 +9,11 @@
 
 #define GPR_ARENA_ALIGN 64u
 #define GPR_ARENA_DEFAULT_SIZE (64ull << 20)
+/* With no arena size chosen, a producer's first arena is this small and each next one
+ * doubles, up to GPR_ARENA_DEFAULT_SIZE: a producer whose frames are small (device
+ * columns, a few host rows) does not reserve 64 MiB of /dev/shm before its first frame,
+ * which cost ~13 ms of page zeroing (posix_fallocate) on that frame. */
+#define GPR_ARENA_FIRST_SIZE (1ull << 20)
 
 typedef struct gpr_range {
   uint64_t offset;
@@ -30,7 +35,8 @@ typedef struct gpr_arena_pool {
   uint32_t index;                 /* owner participant */
   uint32_t gen;
   uint32_t mode;                  /* file mode of new arenas */
-  uint64_t default_size;
+  uint64_t default_size;         /* size of a regular arena (the last, when growing) */
+  uint32_t growing;               /* 1: regular arenas double from GPR_ARENA_FIRST_SIZE */
   gpr_arena *arenas;
   uint32_t count;
   uint32_t capacity;
@@ -54,6 +60,14 @@ GPR_INLINE void gpr_arena_pool_init(gpr_arena_pool *pool, gpr_segment *seg, uint
   pool->gen = gen;
   pool->mode = fstat(seg->fd, &st) == 0 ? (uint32_t)(st.st_mode & 0777u) : 0600u;
   pool->default_size = default_size ? gpr_align_up(default_size, 4096u) : GPR_ARENA_DEFAULT_SIZE;
+  pool->growing = default_size == 0;
+}
+
+/* The size of the next regular arena (one that a larger allocation does not size). */
+GPR_INLINE uint64_t gpr_arena_regular_size(const gpr_arena_pool *pool) {
+  uint64_t size = pool->growing ? GPR_ARENA_FIRST_SIZE : pool->default_size;
+  for (uint32_t i = 0; i < pool->count && size < pool->default_size; i++) size *= 2u;
+  return size < pool->default_size ? size : pool->default_size;
 }
 
 GPR_INLINE int gpr_ranges_reserve(gpr_range **ranges, uint32_t *cap, uint32_t need) {
@@ -113,7 +127,8 @@ GPR_INLINE int gpr_arena_file_create(gpr_arena_pool *pool, uint32_t *number, cha
 /* Creates a new arena with room for min_bytes. */
 GPR_INLINE int gpr_arena_create(gpr_arena_pool *pool, uint64_t min_bytes, gpr_error *err) {
   uint64_t want = min_bytes + sizeof(gpr_arena_header);
-  uint64_t size = want <= pool->default_size ? pool->default_size : gpr_align_up(want, 2u << 20);
+  uint64_t regular = gpr_arena_regular_size(pool);
+  uint64_t size = want <= regular ? regular : gpr_align_up(want, 2u << 20);
   if (gpr_check_shm_space(size, err) != 0) return -(int)err->code;
   uint32_t number;
   char name[GPR_SHM_NAME_MAX];

@@ -22,7 +22,7 @@
 typedef void (*gpr_release_fn)(void *context, uint64_t frame_id);
 
 typedef struct gpr_producer_options {
-  uint64_t arena_size;           /* bytes per host arena; 0 = GPR_ARENA_DEFAULT_SIZE */
+  uint64_t arena_size;           /* bytes per host arena; 0: from GPR_ARENA_FIRST_SIZE, doubling up to GPR_ARENA_DEFAULT_SIZE */
   uint32_t open_timeout_ms;      /* wait for a creator to finish; 0 = 1000 */
 } gpr_producer_options;
 

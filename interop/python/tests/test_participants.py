@@ -174,3 +174,24 @@ def test_a_publish_rings_one_reachable_sleeper_skipping_dead_ones(ring_name):
         finally:
             for s in bells.values():
                 s.close()
+
+
+def test_arenas_start_at_1_mib_and_double_unless_a_size_is_chosen(ring_name):
+    """Like gpuring/arena.h: a producer of small frames reserves 1 MiB of /dev/shm, not 64."""
+    import glob
+    import pyarrow as pa
+    from gpuring import Producer
+    Ring.create(ring_name, slots=16).close()
+    column = lambda i: pa.table({"x": pa.array([float(i)] * 150_000, pa.float32())})  # noqa: E731  600 KB
+
+    def sizes() -> list[int]:
+        files = glob.glob(f"/dev/shm/gpuring.{ring_name}.p*.a*")
+        return [os.stat(f).st_size for f in sorted(files, key=lambda f: int(f.rsplit(".a", 1)[1]))]
+
+    for arena_size, want in ((0, [1 << 20, 2 << 20, 4 << 20]), (1 << 20, [1 << 20] * 5)):
+        with Producer.open(ring_name, arena_size=arena_size) as producer:
+            for i in range(5):
+                producer.publish(column(i))  # unread: every frame keeps its memory
+            assert sizes() == want
+        for f in glob.glob(f"/dev/shm/gpuring.{ring_name}.p*.a*"):
+            os.unlink(f)

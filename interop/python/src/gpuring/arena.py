@@ -69,10 +69,14 @@ class _Arena:
 class ArenaPool:
     """A producer's arenas. Not thread-safe: one producer object, one thread."""
 
-    def __init__(self, seg: Segment, index: int, gen: int, default_size: int = L.ARENA_DEFAULT_SIZE) -> None:
+    def __init__(self, seg: Segment, index: int, gen: int, default_size: int = 0) -> None:
+        """`default_size` 0: regular arenas double from ARENA_FIRST_SIZE up to
+        ARENA_DEFAULT_SIZE (gpuring/arena.h), so a producer of small frames does not
+        reserve 64 MiB of /dev/shm before its first one."""
         self.seg, self.index, self.gen = seg, index, gen
         self.mode = os.fstat(seg.fd).st_mode & 0o777
-        self.default_size = _align(default_size, 4096)
+        self.default_size = _align(default_size, 4096) if default_size else L.ARENA_DEFAULT_SIZE
+        self.growing = default_size == 0
         self.arenas: list[_Arena | None] = []  # None: a number skipped (squatted name)
 
     def name(self, number: int) -> str:
@@ -99,9 +103,16 @@ class ArenaPool:
             except FileExistsError:
                 self.arenas.append(None)
 
+    def _regular_size(self) -> int:
+        """The size of the next arena that a larger allocation does not size."""
+        if not self.growing:
+            return self.default_size
+        return min(self.default_size, L.ARENA_FIRST_SIZE << min(len(self.arenas), 32))
+
     def _create(self, min_bytes: int) -> _Arena:
         want = min_bytes + L.ARENA_HEADER_BYTES
-        size = self.default_size if want <= self.default_size else _align(want, 2 << 20)
+        regular = self._regular_size()
+        size = regular if want <= regular else _align(want, 2 << 20)
         check_shm_space(size)
         number, fd, path = self._open_file()
         try:

@@ -25,6 +25,7 @@ MAX_COUNT = (1 << 53) - 1
 HANDLE_BYTES = 64
 ARENA_ALIGN = 64
 ARENA_DEFAULT_SIZE = 64 << 20
+ARENA_FIRST_SIZE = 1 << 20  # with no arena size chosen, arenas double from here up to the default
 
 HEADER_BYTES = 256
 CONTROL_OFFSET = 256

@@ -46,7 +46,7 @@ def _dlpack_on_cuda(v: Any) -> bool:
 class Producer:
     """One producer on a ring. Not thread-safe: use one per thread."""
 
-    def __init__(self, seg: Segment, arena_size: int = L.ARENA_DEFAULT_SIZE) -> None:
+    def __init__(self, seg: Segment, arena_size: int = 0) -> None:
         self._seg = seg
         self._closed = False
         self.index, self.generation = seg.attach(L.ROLE_PRODUCER)
@@ -57,9 +57,11 @@ class Producer:
         sweep(seg)  # frames a crashed predecessor left behind
 
     @classmethod
-    def open(cls, name: str, *, arena_size: int = L.ARENA_DEFAULT_SIZE, timeout: float = 1.0,
+    def open(cls, name: str, *, arena_size: int = 0, timeout: float = 1.0,
              any_owner: bool = False) -> "Producer":
-        """``any_owner`` joins a ring another user created (refused by default: SEGMENT_OWNER)."""
+        """``any_owner`` joins a ring another user created (refused by default: SEGMENT_OWNER).
+        ``arena_size``: bytes per shared-memory arena; 0, the first is 1 MiB and each next
+        one doubles, up to 64 MiB."""
         return cls(Segment.open(name, timeout, any_owner), arena_size)
 
     @property
