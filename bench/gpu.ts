@@ -177,11 +177,16 @@ async function collect(): Promise<void> {
 
 /**
  * copyToDevice into a buffer the consumer already has (what raw DtoD
- * measures) and allocating its own; toTable on first use (pinning a fresh
- * block) and in steady state (the block of a collected table reused).
+ * measures) and allocating its own, back to back as the raw baseline runs,
+ * and once more after a pause (a collection) as a consumer reading now and
+ * then meets it: the driver's copy itself is then slower too, which the raw
+ * baseline (warmed up before it is timed) does not show. toTable on first use
+ * (pinning a fresh block) and in steady state (the block of a collected table
+ * reused).
  */
 async function copies(bytes: number): Promise<BenchRecord[]> {
   const into: number[] = [];
+  const afterPause: number[] = [];
   const allocating: number[] = [];
   const dtoh: number[] = [];
   let firstDtoh = 0;
@@ -198,16 +203,19 @@ async function copies(bytes: number): Promise<BenchRecord[]> {
       return (performance.now() - t) / 1000;
     };
     for (let i = 0; i < 6; i++) {
+      await collect();
       const s = seconds(() => f.copyToDevice({ into: target }));
-      if (i) into.push(s);
-      let copy: { free(): void } | undefined;
-      const a = seconds(() => (copy = f.copyToDevice()));
-      copy!.free();
-      if (i) allocating.push(a);
+      if (i) afterPause.push(s);
       await collect();
       const h = seconds(() => f.toTable());
       if (i) dtoh.push(h);
       else firstDtoh = h;
+    }
+    for (let i = 0; i < 200; i++) into.push(seconds(() => f.copyToDevice({ into: target })));
+    for (let i = 0; i < 50; i++) {
+      let copy: { free(): void } | undefined;
+      allocating.push(seconds(() => (copy = f.copyToDevice())));
+      copy!.free();
     }
     target.free();
     f.release();
@@ -222,6 +230,7 @@ async function copies(bytes: number): Promise<BenchRecord[]> {
   const rawDtoh = gbps(native().rawCopySeconds('dtoh', 0, bytes, 5));
   return [
     compare(`copyToDevice ${label}`, 'bandwidth, into a buffer', 'GB/s', gbps(median(into)), 'raw cuMemcpyDtoDAsync', rawDtod, true),
+    compare(`copyToDevice ${label}`, 'bandwidth, into a buffer, after a pause', 'GB/s', gbps(median(afterPause)), 'raw cuMemcpyDtoDAsync', rawDtod, true),
     compare(`copyToDevice ${label}`, 'bandwidth, allocating', 'GB/s', gbps(median(allocating)), 'raw cuMemcpyDtoDAsync', rawDtod, true),
     compare(`toTable ${label}`, 'bandwidth, steady state', 'GB/s', gbps(median(dtoh)), 'raw pinned cuMemcpyDtoHAsync', rawDtoh, true),
     compare(`toTable ${label}`, 'bandwidth, first call', 'GB/s', gbps(firstDtoh), 'raw pinned cuMemcpyDtoHAsync', rawDtoh, true),
