@@ -53,10 +53,12 @@ function deviceColumn(ptr: bigint, bytes: number): FrameDescription {
  * Returns the measured allocation's latencies, [0] its first open.
  */
 const WARM_UP = 100;
-async function publishToVisible(bytes: number, frames: number, spin: number, mode = 'describe'): Promise<{ cold: number; coldMap: number; latencies: number[]; received: number[]; open: number; opens: number[] }> {
+async function publishToVisible(bytes: number, frames: number, spin: number, mode = 'describe'): Promise<{ cold: number; coldMap: number; producerOpen: number; latencies: number[]; received: number[]; open: number; opens: number[] }> {
   return withRing('bench-ptv', { slots: 8 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const producer = spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/stamp-producer.ts'), name, String(bytes), String(WARM_UP), String(frames), mode], { stdio: ['ignore', 'inherit', 'inherit'] });
+    const producer = spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/stamp-producer.ts'), name, String(bytes), String(WARM_UP), String(frames), mode], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    let producerOpen = NaN;
+    producer.once('message', (m: { openMicros: number }) => (producerOpen = m.openMicros));
     const latencies: number[] = [];
     const received: number[] = [];
     const maps: number[] = [];
@@ -71,7 +73,7 @@ async function publishToVisible(bytes: number, frames: number, spin: number, mod
     }
     consumer.close();
     await exitOf(producer);
-    return { cold: latencies[0]!, coldMap: maps[0]!, latencies: latencies.slice(WARM_UP), received: received.slice(WARM_UP), open: maps[WARM_UP]!, opens: maps.slice(WARM_UP) };
+    return { cold: latencies[0]!, coldMap: maps[0]!, producerOpen, latencies: latencies.slice(WARM_UP), received: received.slice(WARM_UP), open: maps[WARM_UP]!, opens: maps.slice(WARM_UP) };
   });
 }
 
@@ -85,6 +87,7 @@ async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
   return [
     compare(label, 'cold start (new producer, first frame)', 'µs', asleep.cold, base, staging, false),
     compare(label, 'cold start: mapDevice alone', 'µs', asleep.coldMap, base, staging, false),
+    compare(label, 'cold start: Producer.open() before it', 'µs', asleep.producerOpen, base, staging, false),
     compare(label, 'first open', 'µs', spinning.latencies[0]!, base, staging, false),
     compare(label, 'first open: mapDevice (cuIpcOpenMemHandle) alone', 'µs', spinning.open, base, staging, false),
     compare(label, 'cached p50, consumer asleep', 'µs', median(asleep.latencies.slice(1)), base, staging, false),

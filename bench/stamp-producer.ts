@@ -5,7 +5,7 @@
  * of the publish call (process.hrtime: CLOCK_MONOTONIC, comparable across
  * processes). The first WARMUP frames share a small warm-up allocation (frame
  * 0 is the cold start: the producer's first arena, the consumer's first
- * mapping); the FRAMES frames after them share one BYTES-byte allocation, so
+ * mapping; how long Producer.open() took goes to the parent over IPC); the FRAMES frames after them share one BYTES-byte allocation, so
  * the first of those opens it in a warm pipeline and the rest hit the
  * consumer's mapping cache. The description is built per frame, as a
  * producer handing out raw device pointers would; with `prepared`, the
@@ -20,7 +20,9 @@ import { HANDLE_BYTES } from '../dist/codec/layout.js';
 
 const [name, bytesArg, warmUpArg, framesArg, mode] = process.argv.slice(2);
 const warmUpFrames = Number(warmUpArg);
+const opening = performance.now();
 const producer = Producer.open(name!);
+process.send?.({ openMicros: (performance.now() - opening) * 1000 });
 const warmUp = DeviceBuffer.alloc(1 << 20);
 const measured = DeviceBuffer.alloc(Number(bytesArg));
 const describe = (buf: DeviceBuffer) => ({

@@ -1,5 +1,6 @@
 import { Frame, type FrameSource, type Lease, recordLength } from './frame.js';
 import { handleName } from './codec/description.js';
+import { warmUpReceivePath } from './code-warm-up.js';
 import { FrameLayouts } from './arrow/frame-layout.js';
 import { callNative, fromNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
@@ -90,7 +91,7 @@ export class Consumer implements AsyncIterable<Frame> {
     };
   }
 
-  /** Joins ring `name` as a consumer. */
+  /** Joins ring `name` as a consumer; like Producer.open(), compiles the decoder on a sample frame held in memory. */
   static open(name: string, options?: ConsumerOptions): Consumer {
     const n = parseSegmentName(name);
     const o = parseOptions(consumerOptions, options, 'consumer options');
@@ -99,6 +100,7 @@ export class Consumer implements AsyncIterable<Frame> {
     const received = (record: ReceivedRecord): Frame => consumer.#received(record);
     const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout, o.sweepInterval, openFlags(o), received, fromNative));
     const consumer: Consumer = new Consumer(n, core, received);
+    warmUpReceivePath();
     return consumer;
   }
 

@@ -7,6 +7,7 @@ import { decodeFrame } from './codec/decode.js';
 import { BodyTemplate } from './codec/body-template.js';
 import { encodeFrame } from './codec/encode.js';
 import { align64 } from './codec/layout.js';
+import { warmUpPublishPath } from './code-warm-up.js';
 import { eventDevice, orderingStream, recordFrameEvent, uploadBatch } from './device-upload.js';
 import { PreparedFrame, type SendBody, type SendMany } from './prepared-frame.js';
 import { FrameLoan, loanLayout, type LoanOptions, type LoanSink } from './frame-loan.js';
@@ -106,11 +107,18 @@ export class Producer {
     this.#listen();
   }
 
-  /** Joins ring `name` as a producer. */
+  /**
+   * Joins ring `name` as a producer. Opening also runs the encoder once on a
+   * sample frame held in memory (code-warm-up.ts): V8 compiles code on its
+   * first call, and that compilation would otherwise be the larger part of
+   * the first frame's latency.
+   */
   static open(name: string, options?: ProducerOptions): Producer {
     const n = parseSegmentName(name);
     const o = parseOptions(producerOptions, options, 'producer options');
-    return new Producer(n, callNative(() => new (native().ProducerCore)(n, o.arenaBytes ?? 0, o.openTimeout, openFlags(o), o.sweepInterval)));
+    const producer = new Producer(n, callNative(() => new (native().ProducerCore)(n, o.arenaBytes ?? 0, o.openTimeout, openFlags(o), o.sweepInterval)));
+    warmUpPublishPath();
+    return producer;
   }
 
   /** This producer's entry in the ring's participant table (as `gpuring inspect` shows it). */

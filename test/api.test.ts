@@ -118,6 +118,21 @@ test('next() times out with TIMEOUT; tryNext() returns null on an empty ring', a
   });
 });
 
+test('opening publishes and allocates nothing: the code warm-up of open() encodes its sample frame in memory only', async (t) => {
+  await withRing('warm-up', {}, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = Producer.open(name);
+    t.like(producer.stats(), { inFlight: 0, unpublishedAllocations: 0, arenas: 0 });
+    t.is(consumer.tryNext(), null, 'no sample frame reached the ring');
+    await producer.publishFrame({ rowCount: 0, metadata: null, columns: [], dictionaries: [], syncKind: 0, syncHandle: new Uint8Array(64) });
+    const f = await consumer.next({ timeout: 5000 });
+    t.deepEqual(f.description.columns, [], 'the first frame received is the first one published');
+    f.release();
+    producer.close();
+    consumer.close();
+  });
+});
+
 test('an aborted next() rejects with ABORTED and loses no frame', async (t) => {
   await withRing('abort', {}, async (_ring, name) => {
     const consumer = Consumer.open(name);
