@@ -53,12 +53,17 @@ function deviceColumn(ptr: bigint, bytes: number): FrameDescription {
  * Returns the measured allocation's latencies, [0] its first open.
  */
 const WARM_UP = 100;
-async function publishToVisible(bytes: number, frames: number, spin: number, mode = 'describe'): Promise<{ cold: number; coldMap: number; producerOpen: number; latencies: number[]; received: number[]; open: number; opens: number[] }> {
+/** What bench/stamp-producer.ts reports at its end: Producer.open(), and each measured frame's publish call (tag to return). */
+interface ProducerTimes {
+  openMicros: number;
+  publishCalls: number[];
+}
+async function publishToVisible(bytes: number, frames: number, spin: number, mode = 'describe'): Promise<{ cold: number; coldMap: number; producer: ProducerTimes; latencies: number[]; received: number[]; open: number; opens: number[] }> {
   return withRing('bench-ptv', { slots: 8 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
     const producer = spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/stamp-producer.ts'), name, String(bytes), String(WARM_UP), String(frames), mode], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    let producerOpen = NaN;
-    producer.once('message', (m: { openMicros: number }) => (producerOpen = m.openMicros));
+    let times: ProducerTimes = { openMicros: NaN, publishCalls: [] };
+    producer.once('message', (m: ProducerTimes) => (times = m));
     const latencies: number[] = [];
     const received: number[] = [];
     const maps: number[] = [];
@@ -73,7 +78,7 @@ async function publishToVisible(bytes: number, frames: number, spin: number, mod
     }
     consumer.close();
     await exitOf(producer);
-    return { cold: latencies[0]!, coldMap: maps[0]!, producerOpen, latencies: latencies.slice(WARM_UP), received: received.slice(WARM_UP), open: maps[WARM_UP]!, opens: maps.slice(WARM_UP) };
+    return { cold: latencies[0]!, coldMap: maps[0]!, producer: times, latencies: latencies.slice(WARM_UP), received: received.slice(WARM_UP), open: maps[WARM_UP]!, opens: maps.slice(WARM_UP) };
   });
 }
 
@@ -87,7 +92,7 @@ async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
   return [
     compare(label, 'cold start (new producer, first frame)', 'µs', asleep.cold, base, staging, false),
     compare(label, 'cold start: mapDevice alone', 'µs', asleep.coldMap, base, staging, false),
-    compare(label, 'cold start: Producer.open() before it', 'µs', asleep.producerOpen, base, staging, false),
+    compare(label, 'cold start: Producer.open() before it', 'µs', asleep.producer.openMicros, base, staging, false),
     compare(label, 'first open', 'µs', spinning.latencies[0]!, base, staging, false),
     compare(label, 'first open: mapDevice (cuIpcOpenMemHandle) alone', 'µs', spinning.open, base, staging, false),
     compare(label, 'cached p50, consumer asleep', 'µs', median(asleep.latencies.slice(1)), base, staging, false),
@@ -95,7 +100,10 @@ async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
     compare(label, 'cached p99, consumer spinning', 'µs', percentile(spinning.latencies.slice(1), 99), base, staging, false),
     compare(label, 'cached p50, prepared frame, consumer spinning', 'µs', median(prepared.latencies.slice(1)), base, staging, false),
     compare(label, 'cached p99, prepared frame, consumer spinning', 'µs', percentile(prepared.latencies.slice(1), 99), base, staging, false),
-    // Where the prepared frame's time goes: the hand-off itself, then mapDevice() (IpcHandleCache hit).
+    // Where each frame's time goes: the producer's publish call, the hand-off until next() resolves, then mapDevice() (IpcHandleCache hit).
+    compare(label, 'cached p50, consumer spinning: publishFrame() call', 'µs', median(spinning.producer.publishCalls.slice(1)), base, staging, false),
+    compare(label, 'cached p50, consumer spinning: until next() resolves', 'µs', median(spinning.received.slice(1)), base, staging, false),
+    compare(label, 'cached p50, prepared frame, consumer spinning: publish() call', 'µs', median(prepared.producer.publishCalls.slice(1)), base, staging, false),
     compare(label, 'cached p50, prepared frame, consumer spinning: until next() resolves', 'µs', median(prepared.received.slice(1)), base, staging, false),
   ];
 }

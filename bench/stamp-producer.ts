@@ -5,7 +5,7 @@
  * of the publish call (process.hrtime: CLOCK_MONOTONIC, comparable across
  * processes). The first WARMUP frames share a small warm-up allocation (frame
  * 0 is the cold start: the producer's first arena, the consumer's first
- * mapping; how long Producer.open() took goes to the parent over IPC); the FRAMES frames after them share one BYTES-byte allocation, so
+ * mapping); the FRAMES frames after them share one BYTES-byte allocation, so
  * the first of those opens it in a warm pipeline and the rest hit the
  * consumer's mapping cache. The description is built per frame, as a
  * producer handing out raw device pointers would; with `prepared`, the
@@ -13,7 +13,8 @@
  * `fresh-pool`, every measured frame is a new allocation (cuMemAlloc, or gpuring's
  * exportable pool), freed once released: what a consumer pays to open memory it has not
  * seen, legacy IPC against pool import. Like every benchmark it runs the compiled
- * package (dist/), which is what users run.
+ * package (dist/), which is what users run. At the end it sends the parent (IPC)
+ * how long Producer.open() took and each measured frame's publish call, tag to return.
  */
 import { absentBuffer, DeviceBuffer, deviceBufferDescriptor, Producer } from '../dist/index.js';
 import { HANDLE_BYTES } from '../dist/codec/layout.js';
@@ -22,7 +23,7 @@ const [name, bytesArg, warmUpArg, framesArg, mode] = process.argv.slice(2);
 const warmUpFrames = Number(warmUpArg);
 const opening = performance.now();
 const producer = Producer.open(name!);
-process.send?.({ openMicros: (performance.now() - opening) * 1000 });
+const openMicros = (performance.now() - opening) * 1000;
 const warmUp = DeviceBuffer.alloc(1 << 20);
 const measured = DeviceBuffer.alloc(Number(bytesArg));
 const describe = (buf: DeviceBuffer) => ({
@@ -35,20 +36,18 @@ const describe = (buf: DeviceBuffer) => ({
 });
 const prepared = mode === 'prepared' ? producer.prepare(describe(measured)) : null;
 const fresh = mode === 'fresh' || mode === 'fresh-pool';
+const publishCalls: number[] = [];
 for (let i = 0; i < warmUpFrames + Number(framesArg); i++) {
-  if (prepared && i >= warmUpFrames) {
-    await prepared.publish({ tag: process.hrtime.bigint() });
-  } else if (fresh && i >= warmUpFrames) {
-    const buf = DeviceBuffer.alloc(measured.byteLength, { pool: mode === 'fresh-pool' });
-    await producer.publishFrame(describe(buf), { tag: process.hrtime.bigint() });
-    await producer.drain();
-    buf.free();
-  } else {
-    const description = describe(i < warmUpFrames ? warmUp : measured);
-    await producer.publishFrame(description, { tag: process.hrtime.bigint() });
-  }
+  const measuring = i >= warmUpFrames;
+  const buf = fresh && measuring ? DeviceBuffer.alloc(measured.byteLength, { pool: mode === 'fresh-pool' }) : null;
+  const description = prepared && measuring ? null : describe(buf ?? (measuring ? measured : warmUp));
+  const tag = process.hrtime.bigint();
+  await (description ? producer.publishFrame(description, { tag }) : prepared!.publish({ tag }));
+  if (measuring) publishCalls.push(Number(process.hrtime.bigint() - tag) / 1000);
   await producer.drain();
+  buf?.free();
 }
+process.send?.({ openMicros, publishCalls });
 producer.close();
 warmUp.free();
 measured.free();
