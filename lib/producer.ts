@@ -4,6 +4,7 @@ import { describeBatch, toBatch, type BufferPlacer } from './arrow/table-writer.
 import { FlatBatchWriter } from './arrow/flat-batch-writer.js';
 import { forEachBuffer, handleName, hostBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
 import { decodeFrame } from './codec/decode.js';
+import { BodyScratch } from './codec/body-scratch.js';
 import { BodyTemplate } from './codec/body-template.js';
 import { encodeFrame } from './codec/encode.js';
 import { align64 } from './codec/layout.js';
@@ -94,6 +95,8 @@ export class Producer {
   readonly #deviceFrames = new Map<number, DeviceOwned>();
   /** Body templates by the apache-arrow Schema their frames came from (see #encode). */
   readonly #templates = new WeakMap<object, BodyTemplate>();
+  /** Where #encode() writes bodies that go straight to the native publish, which copies them. */
+  readonly #scratch = new BodyScratch();
   /** Per Schema: its FlatBatchWriter, or null where the schema is not flat. */
   readonly #flat = new WeakMap<object, FlatBatchWriter | null>();
   #listening = false;
@@ -430,8 +433,8 @@ export class Producer {
    * formats and metadata once (BodyTemplate; same bytes as encodeFrame).
    */
   #encode(description: FrameDescription, layout?: object): Uint8Array {
-    if (!layout) return encodeFrame(description);
-    const body = this.#templates.get(layout)?.fill(description);
+    if (!layout) return encodeFrame(description, this.#scratch.take);
+    const body = this.#templates.get(layout)?.fill(description, this.#scratch.take);
     if (body) return body;
     const [template, fresh] = BodyTemplate.encode(description);
     this.#templates.set(layout, template);

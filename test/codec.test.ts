@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import test from 'ava';
 import { tableDifference } from '../lib/arrow/compare.js';
 import { describeBatch } from '../lib/arrow/table-writer.js';
+import { BodyScratch } from '../lib/codec/body-scratch.js';
 import { BodyTemplate } from '../lib/codec/body-template.js';
 import { hostBuffer, type FrameDescription } from '../lib/codec/description.js';
 import { decodeFrame } from '../lib/codec/decode.js';
@@ -205,4 +206,20 @@ test('a body template writes the same bytes as encodeFrame for every frame of it
   // Per-frame values are checked as encodeFrame checks them.
   const e = t.throws(() => other((d) => (d.columns[1]!.length = 1.5)), { instanceOf: GpuringError });
   t.regex(e?.message ?? '', /columns\[1\]\.length: must be an integer/);
+});
+
+test('bodies written into one reused scratch buffer are each exactly encodeFrame: no byte an earlier body left there survives', (t) => {
+  const scratch = new BodyScratch();
+  const wide = decodeFrame(bodyOf(wideTable(300, 2)));
+  const small = decodeFrame(bodyOf(allTypesTable(3).selectAt([0, 1])));
+  const [template] = BodyTemplate.encode(small);
+  const dirty = () => scratch.take(1 << 16).bytes.fill(0xff); // what earlier bodies may have left, anywhere
+  for (const d of [wide, small, wide, small]) {
+    dirty();
+    t.deepEqual(encodeFrame(d, scratch.take).slice(), encodeFrame(d));
+  }
+  dirty();
+  t.deepEqual(template.fill(small, scratch.take)?.slice(), encodeFrame(small), 'a template filled after a wider body');
+  const big = decodeFrame(bodyOf(wideTable(2000, 2)));
+  t.deepEqual(encodeFrame(big, scratch.take).slice(), encodeFrame(big), 'a body larger than the scratch buffer grows it');
 });

@@ -14,7 +14,7 @@
  * arena and never does).
  */
 import type { ColumnDescriptor, FrameDescription } from './description.js';
-import { encodeFrame, preorder, writeBuffers, writeFrameHeader, writeNodeCounts, type HeldBytes } from './encode.js';
+import { encodeFrame, freshBody, preorder, writeBuffers, writeFrameHeader, writeNodeCounts, type BodyAllocator, type HeldBytes } from './encode.js';
 import { Buffer_, BUFFER_BYTES, HEADER_BYTES, NODE_BYTES } from './layout.js';
 
 /** What a node of the template fixes: everything but lengths, counts, offsets and buffers. */
@@ -79,12 +79,12 @@ export class BodyTemplate {
 
   /**
    * The body of `d` if its layout is this template's (bytes equal to
-   * encodeFrame(d)), or null if it is not.
+   * encodeFrame(d)), written into `allocate(size)`, or null if it is not.
    */
-  fill(d: FrameDescription): Uint8Array | null {
+  fill(d: FrameDescription, allocate: BodyAllocator = freshBody): Uint8Array | null {
     if (d.columns?.length !== this.#roots || d.dictionaries?.length !== this.#dictionaries || !sameMetadata(d.metadata, this.#metadata)) return null;
-    const out = this.#bytes.slice();
-    const view = new DataView(out.buffer);
+    const { bytes: out, view } = allocate(this.#bytes.length);
+    out.set(this.#bytes);
     let node = 0;
     let buffersAt = HEADER_BYTES + this.#nodes.length * NODE_BYTES;
     const walk = (n: ColumnDescriptor): boolean => {
