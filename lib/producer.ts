@@ -95,6 +95,8 @@ export class Producer {
   readonly #deviceFrames = new Map<number, DeviceOwned>();
   /** Body templates by the apache-arrow Schema their frames came from (see #encode). */
   readonly #templates = new WeakMap<object, BodyTemplate>();
+  /** The layout of the last frame publishFrame() encoded (see #encode()). */
+  #lastLayout: BodyTemplate | undefined;
   /** Where #encode() writes bodies that go straight to the native publish, which copies them. */
   readonly #scratch = new BodyScratch();
   /** Per Schema: its FlatBatchWriter, or null where the schema is not flat. */
@@ -428,16 +430,19 @@ export class Producer {
   }
 
   /**
-   * Encodes a description; with `layout` (the apache-arrow Schema it came from)
-   * through that layout's template, so a stream of frames encodes its names,
-   * formats and metadata once (BodyTemplate; same bytes as encodeFrame).
+   * Encodes a description through a template (BodyTemplate; same bytes as
+   * encodeFrame), so a stream of frames encodes its names, formats and
+   * metadata once: with `layout` (the apache-arrow Schema it came from) that
+   * layout's template, else the template of the last frame described to
+   * publishFrame(), which a frame of another layout replaces.
    */
   #encode(description: FrameDescription, layout?: object): Uint8Array {
-    if (!layout) return encodeFrame(description, this.#scratch.take);
-    const body = this.#templates.get(layout)?.fill(description, this.#scratch.take);
+    const known = layout ? this.#templates.get(layout) : this.#lastLayout;
+    const body = known?.fill(description, this.#scratch.take);
     if (body) return body;
-    const [template, fresh] = BodyTemplate.encode(description);
-    this.#templates.set(layout, template);
+    const [template, fresh] = BodyTemplate.encode(description, { holdArrays: layout !== undefined });
+    if (layout) this.#templates.set(layout, template);
+    else this.#lastLayout = template;
     return fresh;
   }
 

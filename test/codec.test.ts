@@ -186,7 +186,7 @@ test('the encoder refuses any value it cannot write exactly, naming the field', 
 
 test('a body template writes the same bytes as encodeFrame for every frame of its layout, and refuses other layouts', (t) => {
   const source = allTypesTable(40);
-  const [template, first] = BodyTemplate.encode(decodeFrame(bodyOf(source.slice(0, 10))));
+  const [template, first] = BodyTemplate.encode(decodeFrame(bodyOf(source.slice(0, 10))), { holdArrays: true });
   t.deepEqual(first, bodyOf(source.slice(0, 10)));
   // Frames of the same schema: other lengths, null counts, offsets and buffer places.
   for (const [from, to] of [[0, 40], [3, 4], [5, 5], [17, 39]] as const) {
@@ -212,7 +212,7 @@ test('bodies written into one reused scratch buffer are each exactly encodeFrame
   const scratch = new BodyScratch();
   const wide = decodeFrame(bodyOf(wideTable(300, 2)));
   const small = decodeFrame(bodyOf(allTypesTable(3).selectAt([0, 1])));
-  const [template] = BodyTemplate.encode(small);
+  const [template] = BodyTemplate.encode(small, { holdArrays: false });
   const dirty = () => scratch.take(1 << 16).bytes.fill(0xff); // what earlier bodies may have left, anywhere
   for (const d of [wide, small, wide, small]) {
     dirty();
@@ -222,4 +222,13 @@ test('bodies written into one reused scratch buffer are each exactly encodeFrame
   t.deepEqual(template.fill(small, scratch.take)?.slice(), encodeFrame(small), 'a template filled after a wider body');
   const big = decodeFrame(bodyOf(wideTable(2000, 2)));
   t.deepEqual(encodeFrame(big, scratch.take).slice(), encodeFrame(big), 'a body larger than the scratch buffer grows it');
+});
+
+test("a template that does not hold arrays copies a handle written in place since (publishFrame's templates: a caller may reuse its arrays)", (t) => {
+  const d = decodeFrame(bodyOf(allTypesTable(4).selectAt([0])));
+  const [template] = BodyTemplate.encode(d, { holdArrays: false });
+  const handle = d.columns[0]!.buffers.find((b) => b.kind === 'host')!.handle;
+  handle.set(new TextEncoder().encode('/gpuring.codec.p0g1.a7'));
+  t.deepEqual(template.fill(d), encodeFrame(d));
+  t.regex(new TextDecoder().decode(template.fill(d)!), /a7/, 'the new arena name is in the body');
 });

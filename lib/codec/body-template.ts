@@ -8,10 +8,11 @@
  * as encodeFrame(), whose bytes it reproduces exactly. A producer keeps one per
  * stream (per apache-arrow Schema, say) and falls back to a new template when a
  * description does not match: the key only saves work, never decides bytes.
- * One shortcut relies on a contract: a buffer's handle and device UUID arrays
- * that are the very objects the template was made from are not copied again,
- * so callers must never write to those arrays (the producer shares one per
- * arena and never does).
+ * One shortcut, taken only when asked for (`holdArrays`), relies on a
+ * contract: a buffer's handle and device UUID arrays that are the very objects
+ * the template was made from are not copied again, so their owner must never
+ * write to them (the producer shares one per arena and never does; a caller's
+ * description may, so publishFrame() does not ask).
  */
 import type { ColumnDescriptor, FrameDescription } from './description.js';
 import { encodeFrame, freshBody, preorder, writeBuffers, writeFrameHeader, writeNodeCounts, type BodyAllocator, type HeldBytes } from './encode.js';
@@ -53,7 +54,7 @@ export class BodyTemplate {
   readonly #metadata: [string, string][] | null;
   readonly #held: HeldBytes = [];
 
-  private constructor(bytes: Uint8Array, d: FrameDescription) {
+  private constructor(bytes: Uint8Array, d: FrameDescription, holdArrays: boolean) {
     this.#bytes = bytes;
     const { nodes, paths } = preorder(d);
     this.#nodes = nodes.map((n, i) => ({
@@ -63,6 +64,7 @@ export class BodyTemplate {
     this.#roots = d.columns.length;
     this.#dictionaries = d.dictionaries.length;
     this.#metadata = d.metadata;
+    if (!holdArrays) return;
     let at = HEADER_BYTES + nodes.length * NODE_BYTES;
     for (const b of nodes.flatMap((n) => n.buffers)) {
       this.#held[(at + Buffer_.deviceUuid) >> 3] = b.deviceUuid;
@@ -71,10 +73,10 @@ export class BodyTemplate {
     }
   }
 
-  /** Encodes `d` (all checks of encodeFrame) and keeps its layout. */
-  static encode(d: FrameDescription): [BodyTemplate, Uint8Array] {
+  /** Encodes `d` (all checks of encodeFrame) and keeps its layout; the body returned is the template's own, never to be written. */
+  static encode(d: FrameDescription, { holdArrays }: { holdArrays: boolean }): [BodyTemplate, Uint8Array] {
     const body = encodeFrame(d);
-    return [new BodyTemplate(body, d), body];
+    return [new BodyTemplate(body, d, holdArrays), body];
   }
 
   /**
