@@ -291,7 +291,8 @@ export interface NativeAddon {
   /** count u32 | legacy u32 | imported u32 | 0 u32 | count views of 24 bytes | legacy 64-byte handles | imported u64 ids (see cuda_ipc.cc). */
   mapFrame(body: Uint8Array, segment: string, producer: number, producerGen: number): ArrayBuffer;
   importReleaseAll(ids: BigUint64Array): void;
-  poolStats(): { pools: number; imports: number; imported: number; freed: number };
+  /** Pools imported now and ever; allocation imports held now, made and freed ever. */
+  poolStats(): { pools: number; poolsImported: number; imports: number; imported: number; freed: number };
   deviceAllocPool(device: number, bytes: number): bigint;
   ipcStats(): IpcStats;
   pinnedHostStats(): PinnedHostStats;

@@ -1,6 +1,8 @@
 #include "consumer_core.h"
 #include "cuda_context.h"
 #include "errors.h"
+#include "ipc_handle_cache.h"
+#include "pool_memory.h"
 
 namespace gpuring {
 
@@ -141,8 +143,20 @@ void ConsumerState::OnWake() {
   woken_ns = gpr_monotonic_ns();
   Woken([this](Napi::Env e) {
     stream_releases.Collect();
+    if (forgotten_at_sweep != sweeps) {
+      forgotten_at_sweep = sweeps;
+      ForgetDeadPublishers();
+    }
     Service(e);
   });
+}
+
+void ConsumerState::ForgetDeadPublishers() {
+  cuda::LivePublisher live = [this](uint32_t index, uint32_t gen) {
+    return index < seg.participant_capacity && gpr_pgen(gpr_participant_word(&seg, index)) == gen && gpr_participant_alive(&seg, index);
+  };
+  cuda::IpcHandleCache::Get().ForgetDeadPublishers(cuda::InternSegment(seg.name), live);
+  cuda::PoolImports::Get().ForgetDeadPublishers(seg.name, live);
 }
 
 void ConsumerState::Shutdown() {
@@ -152,6 +166,7 @@ void ConsumerState::Shutdown() {
   bodies.reset();
   records = RecordChunks();
   stream_releases.WaitAll();
+  ForgetDeadPublishers();
   Detach();  // hands back claims, releases leases
 }
 

@@ -62,6 +62,7 @@ struct ConsumerState : LoopParticipant {
   // instead of one per layer of async functions that would convert it.
   Napi::FunctionReference received, failed;
   uint64_t woken_ns = 0;  // CLOCK_MONOTONIC of the last wake-up (latency breakdowns)
+  uint64_t forgotten_at_sweep = 0;
 
   // Serves waiting requests from the ring in order; sleeps if any remain.
   void Service(Napi::Env env);
@@ -76,6 +77,10 @@ struct ConsumerState : LoopParticipant {
   bool Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *record, gpr_error *err);
   // Bytes before each body in what JS receives (see Receive).
   static constexpr size_t kRecordBytes = 32;
+  // Lets go of the device memory of producers that left this ring, which
+  // this process still maps or imports with no frame holding it (publisher.h):
+  // once per sweep, and when the consumer closes.
+  void ForgetDeadPublishers();
   void Shutdown();
 };
 

@@ -86,6 +86,7 @@ Driver Load() {
   GPR_RESOLVE(cuMemPoolExportPointer, "cuMemPoolExportPointer");
   GPR_RESOLVE(cuMemPoolImportFromShareableHandle, "cuMemPoolImportFromShareableHandle");
   GPR_RESOLVE(cuMemPoolImportPointer, "cuMemPoolImportPointer");
+  GPR_RESOLVE(cuMemPoolDestroy, "cuMemPoolDestroy");
 #undef GPR_RESOLVE
   if (!missing.empty()) {
     d.error = "libcuda.so.1 lacks " + missing + " (driver too old)";

@@ -141,6 +141,7 @@ struct Driver {
   CUresult (*cuMemPoolExportPointer)(CUmemPoolPtrExportData *, CUdeviceptr) = nullptr;
   CUresult (*cuMemPoolImportFromShareableHandle)(CUmemoryPool *, void *, int, unsigned long long) = nullptr;
   CUresult (*cuMemPoolImportPointer)(CUdeviceptr *, CUmemoryPool, CUmemPoolPtrExportData *) = nullptr;
+  CUresult (*cuMemPoolDestroy)(CUmemoryPool) = nullptr;
 
   // The process-wide driver, loaded and initialized on first use.
   static const Driver &Get();

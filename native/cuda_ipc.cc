@@ -196,7 +196,7 @@ Mapping MapBuffer(Napi::Env env, const Driver &d, const gpr_body_buffer &b, int 
   memcpy(h.reserved, b.handle, sizeof h.reserved);
   auto same = [&](const CUipcMemHandle &t) { return memcmp(t.reserved, h.reserved, sizeof h.reserved) == 0; };
   bool held = std::any_of(refs->legacy.begin(), refs->legacy.end(), same);
-  m = IpcHandleCache::Get().Acquire(env, h, b.alloc_id, device);
+  m = IpcHandleCache::Get().Acquire(env, h, b.alloc_id, device, Publisher{InternSegment(segment), producer[0], producer[1]});
   if (held) IpcHandleCache::Get().Release(h);  // one reference per allocation per frame
   else refs->legacy.push_back(h);
   return m;

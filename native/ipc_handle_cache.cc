@@ -54,7 +54,7 @@ std::map<IpcHandleCache::Key, Mapping>::iterator IpcHandleCache::SettlePendingLo
   return entries_.end();
 }
 
-Mapping IpcHandleCache::Acquire(Napi::Env env, const CUipcMemHandle &h, uint64_t alloc_id, int device) {
+Mapping IpcHandleCache::Acquire(Napi::Env env, const CUipcMemHandle &h, uint64_t alloc_id, int device, Publisher from) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = entries_.find(Key{h});
   if (it != entries_.end() && it->second.alloc_id != alloc_id && !it->second.own) {
@@ -89,7 +89,18 @@ Mapping IpcHandleCache::Acquire(Napi::Env env, const CUipcMemHandle &h, uint64_t
   }
   it->second.refs++;
   it->second.last_use = ++clock_;
+  it->second.from = from;
   return it->second;
+}
+
+void IpcHandleCache::ForgetDeadPublishers(const std::string *segment, const LivePublisher &live) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::vector<std::map<Key, Mapping>::iterator> dead;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    const Mapping &m = it->second;
+    if (m.refs == 0 && !m.own && m.from.segment == segment && !live(m.from.index, m.from.gen)) dead.push_back(it);
+  }
+  for (auto it : dead) ScheduleCloseLocked(it);
 }
 
 void IpcHandleCache::Release(const CUipcMemHandle &h) {

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include "cuda_driver.h"
+#include "publisher.h"
 
 namespace gpuring::cuda {
 
@@ -27,6 +28,7 @@ struct Mapping {
   uint32_t refs = 0;
   bool own = false;      // exported by this process: not opened, never closed
   uint64_t last_use = 0;
+  Publisher from;        // the producer whose frame last named it
 };
 
 class IpcHandleCache {
@@ -43,8 +45,12 @@ class IpcHandleCache {
   // Maps `h` on `device` (opening it if needed) and takes a reference. A cached
   // mapping of the same handle but another allocation id is stale (the exporter
   // freed and reallocated at the same address): it is closed and reopened.
-  Mapping Acquire(Napi::Env env, const CUipcMemHandle &h, uint64_t alloc_id, int device);
+  Mapping Acquire(Napi::Env env, const CUipcMemHandle &h, uint64_t alloc_id, int device, Publisher from);
   void Release(const CUipcMemHandle &h);
+  // Closes the unreferenced mappings last named by a producer of `segment`
+  // that is no longer `live` (it closed or died): they would otherwise keep
+  // its memory allocated until the cache's bounds pushed them out.
+  void ForgetDeadPublishers(const std::string *segment, const LivePublisher &live);
   Napi::Object Stats(Napi::Env env);
   void SetLimits(size_t max_entries, uint64_t max_bytes);
 

@@ -19,6 +19,7 @@ struct LoopParticipant : Attachment {
   // lost to a peer outside our network namespace costs one tick, not a hang.
   uint64_t tick_ms = 250;
   uint64_t last_sweep_ns = 0;
+  uint64_t sweeps = 0;  // how many ticks swept: what a core does once per sweep keys on it
 
   // Creates the doorbell; `on_wake` runs on the event loop (see Woken).
   void StartBell(Napi::Env env, const char *resource, uint32_t tick_ms, std::function<void()> on_wake);

@@ -1,4 +1,5 @@
 #include "pool_memory.h"
+#include <algorithm>
 #include <unistd.h>
 #include "cuda_context.h"
 #include "errors.h"
@@ -93,9 +94,9 @@ PoolImports &PoolImports::Get() {
 
 // A pool of another process, imported once: its descriptor comes from the
 // producer's channel and is closed once the driver holds the pool.
-CUmemoryPool PoolImports::PoolLocked(Napi::Env env, const Driver &d, const PoolKey &key) {
+CUmemoryPool PoolImports::PoolLocked(Napi::Env env, const Driver &d, const PoolKey &key, int device) {
   auto it = pools_.find(key);
-  if (it != pools_.end()) return it->second;
+  if (it != pools_.end()) return it->second.pool;
   int fd = -1;
   gpuring::Check(env, [&](gpr_error *e) {
     return gpr_channel_fetch(std::get<0>(key).c_str(), std::get<1>(key), std::get<2>(key), GPR_MEM_CUDA_POOL, std::get<3>(key), &fd, e);
@@ -105,7 +106,9 @@ CUmemoryPool PoolImports::PoolLocked(Napi::Env env, const Driver &d, const PoolK
                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   close(fd);
   Check(env, rc, "cuMemPoolImportFromShareableHandle");
-  return pools_[key] = pool;
+  pools_[key] = Pool{pool, device};
+  pools_imported_++;
+  return pool;
 }
 
 PoolImports::Ref PoolImports::Acquire(Napi::Env env, const Driver &d, const std::string &segment, uint32_t index,
@@ -116,7 +119,7 @@ PoolImports::Ref PoolImports::Acquire(Napi::Env env, const Driver &d, const std:
   auto key = std::make_pair(pool_key, b.alloc_id);
   auto it = imports_.find(key);
   if (it == imports_.end()) {
-    CUmemoryPool pool = PoolLocked(env, d, pool_key);
+    CUmemoryPool pool = PoolLocked(env, d, pool_key, device);
     CUmemPoolPtrExportData data;
     memcpy(data.reserved, b.handle, sizeof data.reserved);
     Import im{NextImportId(), 0, 0, device, 0};
@@ -146,10 +149,26 @@ bool PoolImports::Release(uint64_t id) {
   return true;
 }
 
+void PoolImports::ForgetDeadPublishers(const std::string &segment, const LivePublisher &live) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = pools_.begin(); it != pools_.end();) {
+    const auto &[ring, index, gen, pool_id] = it->first;
+    bool used = std::any_of(imports_.begin(), imports_.end(), [&](const auto &im) { return im.first.first == it->first; });
+    if (ring != segment || used || live(index, gen)) {
+      ++it;
+      continue;
+    }
+    CUmemoryPool pool = it->second.pool;
+    InRetainedPrimary(it->second.device, [&](const Driver &d) { d.cuMemPoolDestroy(pool); });
+    it = pools_.erase(it);
+  }
+}
+
 Napi::Object PoolImports::Stats(Napi::Env env) {
   std::lock_guard<std::mutex> lock(mu_);
   Napi::Object o = Napi::Object::New(env);
   o.Set("pools", static_cast<double>(pools_.size()));
+  o.Set("poolsImported", static_cast<double>(pools_imported_));
   o.Set("imports", static_cast<double>(imports_.size()));
   o.Set("imported", static_cast<double>(imported_));
   o.Set("freed", static_cast<double>(freed_));

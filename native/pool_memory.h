@@ -22,6 +22,7 @@
 #include "channel_import.h"
 #include "cuda_driver.h"
 #include "gpuring.h"
+#include "publisher.h"
 
 namespace gpuring::cuda {
 
@@ -75,6 +76,10 @@ class PoolImports {
               const gpr_body_buffer &b, int device);
   // Drops a reference; frees the import with the last one. False: not a pool import id.
   bool Release(uint64_t id);
+  // Destroys the imported pools of producers of `segment` that are no longer
+  // `live` and whose allocations no frame here holds: an imported pool keeps
+  // the dead exporter's pool memory allocated for as long as it exists.
+  void ForgetDeadPublishers(const std::string &segment, const LivePublisher &live);
   Napi::Object Stats(Napi::Env env);
 
  private:
@@ -86,12 +91,16 @@ class PoolImports {
     int device;
     uint32_t refs;
   };
-  CUmemoryPool PoolLocked(Napi::Env env, const Driver &d, const PoolKey &key);
+  struct Pool {
+    CUmemoryPool pool;
+    int device;
+  };
+  CUmemoryPool PoolLocked(Napi::Env env, const Driver &d, const PoolKey &key, int device);
   std::mutex mu_;
-  std::map<PoolKey, CUmemoryPool> pools_;
+  std::map<PoolKey, Pool> pools_;
   std::map<std::pair<PoolKey, uint64_t>, Import> imports_;  // by (pool, allocation id)
   std::map<uint64_t, std::pair<PoolKey, uint64_t>> by_id_;
-  uint64_t imported_ = 0, freed_ = 0;
+  uint64_t imported_ = 0, freed_ = 0, pools_imported_ = 0;
 };
 
 }  // namespace gpuring::cuda

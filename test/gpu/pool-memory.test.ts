@@ -49,7 +49,7 @@ gpuTest('pool memory crosses processes: 40 frames, each a new allocation at a re
     }
   });
   const after = native().poolStats();
-  t.is(after.pools - before.pools, 1, 'the pool was imported once');
+  t.is(after.poolsImported - before.poolsImported, 1, 'the pool was imported once');
   t.is(after.imported - before.imported, 40, 'each allocation imported once');
   t.is(after.imports, before.imports, 'every import freed at release');
 });
@@ -103,4 +103,29 @@ gpuTest('10,000 pool frames, each a new allocation, mapped and released: no impo
   const freeAfter = cudaInfo().devices[0]!.freeBytes;
   // Not lower than before (it may be higher: memory of earlier tests' processes still being given back then).
   t.true(freeAfter > freeBefore - (64 << 20), `free device memory ${freeBefore} -> ${freeAfter}`);
+});
+
+gpuTest("a producer's idle mappings and imported pool stay while it lives, and go at the first sweep after it is killed", async (t) => {
+  await withRing('gpu-forget', { slots: 8 }, async (_ring, name) => {
+    const consumer = Consumer.open(name, { sweepInterval: 20 });
+    const [ipcBefore, poolsBefore] = [native().ipcStats(), native().poolStats()];
+    const producer = deviceChild('leave', name);
+    for (const kind of ['cuda-ipc', 'cuda-pool'] as const) {
+      const f = await consumer.next({ timeout: 30_000 });
+      t.is(f.description.columns[0]!.buffers[1]!.kind, kind);
+      t.true((f.toTable().getChild('x')!.toArray() as Float32Array).every((v) => v === (kind === 'cuda-ipc' ? 1 : 2)));
+      f.release();
+    }
+    await nextLine(producer); // drained: both frames released, the producer idles
+    await t.throwsAsync(consumer.next({ timeout: 200 }), { instanceOf: GpuringError }); // several sweeps pass
+    t.is(native().ipcStats().entries, ipcBefore.entries + 1, 'a live producer\'s mapping stays cached');
+    t.is(native().poolStats().pools, poolsBefore.pools + 1, 'a live producer\'s pool stays imported');
+    producer.kill('SIGKILL');
+    await exitOf(producer);
+    await t.throwsAsync(consumer.next({ timeout: 200 }), { instanceOf: GpuringError });
+    t.is(native().ipcStats().entries, ipcBefore.entries, 'its mapping was closed');
+    t.is(native().poolStats().pools, poolsBefore.pools, 'its pool was destroyed');
+    t.is(native().poolStats().imports, poolsBefore.imports);
+    consumer.close();
+  });
 });

@@ -175,6 +175,18 @@ async function main(): Promise<number> {
       say({ published: 1 });
       process.exit(0);
     }
+    case 'leave': {
+      // A legacy frame and a pool frame; once both are released, idles until killed.
+      const legacy = DeviceBuffer.alloc(1 << 20);
+      const pooled = DeviceBuffer.alloc(1 << 20, { pool: true });
+      legacy.upload(new Float32Array(1 << 18).fill(1));
+      pooled.upload(new Float32Array(1 << 18).fill(2));
+      for (const buf of [legacy, pooled]) await producer.publishFrame(column('f', 1 << 18, [absentBuffer(), deviceBufferDescriptor(buf.ptr, 1 << 20)]));
+      await producer.drain();
+      say({ drained: true });
+      await new Promise((resolve) => setTimeout(resolve, 600_000)); // a pending timer keeps the process (and its producer) alive
+      return 2;
+    }
     case 'many': {
       // Each frame's memory is freed on release and the next allocation often
       // lands at the same address: per-frame contents catch a stale mapping.
