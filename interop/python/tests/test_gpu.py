@@ -111,8 +111,10 @@ def test_node_pool_memory_to_cupy_each_allocation_imported_and_freed(ring_name):
                 del values
             gc.collect()
         assert consumer._pools is not None and not consumer._pools._imports, "every import freed at release"
+        assert len(consumer._pools._pools) == 1, "the pool imported once"
         out, err = node.communicate(timeout=60)
     assert node.returncode == 0, err
+    assert not consumer._pools._pools, "the imported pool destroyed at close"
 
 
 def test_non_contiguous_and_boolean_device_arrays_are_refused(ring_name):

@@ -133,7 +133,8 @@ class Consumer:
         """Leaves the ring, once the leases of frames released with a stream
         have ended; frames still held are released. Host arrays stay
         readable (their arenas stay mapped while they live); device arrays from
-        this consumer must be gone first, as their IPC mappings close here."""
+        this consumer must be gone first, as their IPC mappings close and
+        their imported pools are destroyed here."""
         if self._stream_releases is not None:
             self._stream_releases.wait_all()
         with self._lock:
@@ -144,6 +145,8 @@ class Consumer:
         seg.close()
         if self._device is not None:
             self._device.close()
+        if self._pools is not None:
+            self._pools.close()
 
     def __enter__(self) -> "Consumer":
         return self

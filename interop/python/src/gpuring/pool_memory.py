@@ -248,23 +248,36 @@ class PoolImports:
 
     def __init__(self, segment: str) -> None:
         self._segment = segment
-        self._pools: dict[tuple[int, int, int], ctypes.c_void_p] = {}
+        self._pools: dict[tuple[int, int, int], tuple[ctypes.c_void_p, int]] = {}  # -> (pool, ordinal)
         self._imports: dict[tuple[int, int, int, int], tuple[int, int, int]] = {}  # -> (ptr, size, refs)
         self._ordinals: dict[tuple[int, int, int, int], int] = {}
         self._lock = threading.Lock()  # leases end on any thread
 
-    def _pool(self, key: tuple[int, int, int]) -> ctypes.c_void_p:
-        pool = self._pools.get(key)
-        if pool is None:
-            fd = fetch_descriptors(self._segment, key[0], key[1], KIND_POOL, key[2])[0][0]
-            pool = ctypes.c_void_p()
-            try:
-                cu.call("cuMemPoolImportFromShareableHandle", ctypes.byref(pool), ctypes.c_void_p(fd), _POSIX_FD,
-                        ctypes.c_ulonglong(0))
-            finally:
-                os.close(fd)
-            self._pools[key] = pool
+    def _pool(self, key: tuple[int, int, int], ordinal: int) -> ctypes.c_void_p:
+        known = self._pools.get(key)
+        if known is not None:
+            return known[0]
+        fd = fetch_descriptors(self._segment, key[0], key[1], KIND_POOL, key[2])[0][0]
+        pool = ctypes.c_void_p()
+        try:
+            cu.call("cuMemPoolImportFromShareableHandle", ctypes.byref(pool), ctypes.c_void_p(fd), _POSIX_FD,
+                    ctypes.c_ulonglong(0))
+        finally:
+            os.close(fd)
+        self._pools[key] = (pool, ordinal)
         return pool
+
+    def close(self) -> None:
+        """Destroys the imported pools no frame still holds an allocation of:
+        an imported pool keeps its exporter's pool memory allocated (a dead
+        producer's too) for as long as it exists."""
+        with self._lock:
+            used = {key[:3] for key in self._imports}
+            pools = [p for key, p in self._pools.items() if key not in used]
+            self._pools = {key: p for key, p in self._pools.items() if key in used}
+        for pool, ordinal in pools:
+            with cu.primary_context(ordinal):
+                cu.call("cuMemPoolDestroy", pool)
 
     def map(self, b: BufferDescriptor, producer: tuple[int, int], lease: Lease) -> tuple[int, int]:
         """(address, allocation size) of the buffer's allocation here, held until ``lease`` ends."""
@@ -278,7 +291,7 @@ class PoolImports:
         with self._lock, cu.primary_context(ordinal):
             hit = self._imports.get(key)
             if hit is None:
-                pool = self._pool(key[:3])
+                pool = self._pool(key[:3], ordinal)
                 ptr = ctypes.c_uint64()
                 data = (ctypes.c_ubyte * 64).from_buffer_copy(b.handle)
                 cu.call("cuMemPoolImportPointer", ctypes.byref(ptr), pool, data)
