@@ -208,20 +208,15 @@ test('a body template writes the same bytes as encodeFrame for every frame of it
   t.regex(e?.message ?? '', /columns\[1\]\.length: must be an integer/);
 });
 
-test('bodies written into one reused scratch buffer are each exactly encodeFrame: no byte an earlier body left there survives', (t) => {
+test('template bodies written into one reused scratch buffer are each exactly encodeFrame: no byte an earlier body left there survives', (t) => {
   const scratch = new BodyScratch();
-  const wide = decodeFrame(bodyOf(wideTable(300, 2)));
-  const small = decodeFrame(bodyOf(allTypesTable(3).selectAt([0, 1])));
-  const [template] = BodyTemplate.encode(small, { holdArrays: false });
   const dirty = () => scratch.take(1 << 16).bytes.fill(0xff); // what earlier bodies may have left, anywhere
-  for (const d of [wide, small, wide, small]) {
+  for (const table of [allTypesTable(3).selectAt([0, 1]), allTypesTable(5), wideTable(300, 2), wideTable(2000, 2)]) {
+    const d = decodeFrame(bodyOf(table));
+    const [template] = BodyTemplate.encode(d, { holdArrays: false });
     dirty();
-    t.deepEqual(encodeFrame(d, scratch.take).slice(), encodeFrame(d));
+    t.deepEqual(template.fill(d, scratch.take)?.slice(), encodeFrame(d), `${table.numCols} columns`);
   }
-  dirty();
-  t.deepEqual(template.fill(small, scratch.take)?.slice(), encodeFrame(small), 'a template filled after a wider body');
-  const big = decodeFrame(bodyOf(wideTable(2000, 2)));
-  t.deepEqual(encodeFrame(big, scratch.take).slice(), encodeFrame(big), 'a body larger than the scratch buffer grows it');
 });
 
 test("a template that does not hold arrays copies a handle written in place since (publishFrame's templates: a caller may reuse its arrays)", (t) => {

@@ -15,8 +15,22 @@
  * description may, so publishFrame() does not ask).
  */
 import type { ColumnDescriptor, FrameDescription } from './description.js';
-import { encodeFrame, freshBody, preorder, writeBuffers, writeFrameHeader, writeNodeCounts, type BodyAllocator, type HeldBytes } from './encode.js';
+import { encodeFrame, preorder, writeBuffers, writeFrameHeader, writeNodeCounts, type HeldBytes } from './encode.js';
 import { Buffer_, BUFFER_BYTES, HEADER_BYTES, NODE_BYTES } from './layout.js';
+
+/** Memory for a body: `bytes` (exactly its size; fill() writes every byte) and a DataView whose offset 0 is bytes[0]. */
+export interface BodyMemory {
+  bytes: Uint8Array;
+  view: DataView;
+}
+
+/** Memory for a body of `size` bytes: a new array by default, a producer's BodyScratch on its hot path. */
+export type BodyAllocator = (size: number) => BodyMemory;
+
+function freshBody(size: number): BodyMemory {
+  const bytes = new Uint8Array(size);
+  return { bytes, view: new DataView(bytes.buffer) };
+}
 
 /** What a node of the template fixes: everything but lengths, counts, offsets and buffers. */
 interface FixedNode {

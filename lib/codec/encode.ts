@@ -153,27 +153,8 @@ export function writeBuffers(view: DataView, out: Uint8Array, at: number, n: Col
   return at;
 }
 
-/** Memory for a body: `bytes` (exactly its size, all zero) and a DataView whose offset 0 is bytes[0]. */
-export interface BodyMemory {
-  bytes: Uint8Array;
-  view: DataView;
-}
-
-/** Memory for a body of `size` bytes. */
-export type BodyAllocator = (size: number) => BodyMemory;
-
-/** A new array per body: what a caller that keeps the body needs. */
-export const freshBody: BodyAllocator = (size) => {
-  const bytes = new Uint8Array(size);
-  return { bytes, view: new DataView(bytes.buffer) };
-};
-
-/**
- * Encodes a description, refusing with INVALID_ARGUMENT (naming the field) any
- * value it cannot write exactly. The body goes into `allocate(size)`: a new
- * array unless the caller passes somewhere else (a producer's BodyScratch).
- */
-export function encodeFrame(description: FrameDescription, allocate: BodyAllocator = freshBody): Uint8Array {
+/** Encodes a description, refusing with INVALID_ARGUMENT (naming the field) any value it cannot write exactly. */
+export function encodeFrame(description: FrameDescription): Uint8Array {
   const d = description;
   const { nodes, paths, dictionaryRoots } = preorder(d);
   const strings: Uint8Array[] = [];
@@ -190,7 +171,8 @@ export function encodeFrame(description: FrameDescription, allocate: BodyAllocat
   const bufferCount = nodes.reduce((n, c, i) => n + list(c.buffers, paths[i]!, 'buffers').length, 0);
   const size = bodySize(nodes.length, bufferCount, stringsLength);
   if (size > MAX_BODY_BYTES) throw new GpuringError('INVALID_ARGUMENT', `frame body would be ${size} bytes; the limit is ${MAX_BODY_BYTES}`);
-  const { bytes: out, view } = allocate(size);
+  const out = new Uint8Array(size);
+  const view = new DataView(out.buffer);
   view.setUint32(Header.magic, BODY_MAGIC, true);
   view.setUint16(Header.version, BODY_VERSION, true);
   view.setUint32(Header.bodyLength, size, true);
