@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
   snprintf(name, sizeof name, "bench-ring-%d", (int)getpid());
   gpr_segment seg;
   gpr_error err;
-  gpr_segment_options o = {1024, 8, 0, 0, 0};
+  gpr_segment_options o = {1024, 8, 0, 0, 0, GPR_DELIVERY_EACH};
   if (gpr_segment_create(&seg, name, &o, &err)) return 1;
   uint64_t *lat = (uint64_t *)mmap(NULL, n * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   pid_t child = fork();

@@ -4,7 +4,7 @@ import { warmUpReceivePath } from './code-warm-up.js';
 import { FrameLayouts } from './arrow/frame-layout.js';
 import { callNative, fromNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
-import { batchOptions, consumerOptions, nextOptions, openFlags, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
+import { batchOptions, consumerOptions, nextOptions, onSlowPolicy, openFlags, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
 
 const MAX_CACHED_ARENAS = 256;
 /** Frames handed out since the last leak-watch pass; a loop that never yields to the event loop passes here. */
@@ -98,7 +98,7 @@ export class Consumer implements AsyncIterable<Frame> {
     // The core settles a wait() with the Frame (or the GpuringError) itself, so
     // that a sleeping next() resumes its caller one microtask after the wake-up.
     const received = (record: ReceivedRecord): Frame => consumer.#received(record);
-    const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout, o.sweepInterval, openFlags(o), received, fromNative));
+    const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout, o.sweepInterval, openFlags(o), received, fromNative, onSlowPolicy(o)));
     const consumer: Consumer = new Consumer(n, core, received);
     warmUpReceivePath();
     return consumer;

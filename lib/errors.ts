@@ -34,6 +34,8 @@ export const ERROR_CODES = [
   'NOT_EXPORTABLE',
   'SEGMENT_OWNER',
   'DESCRIPTOR_UNAVAILABLE',
+  'FRAMES_MISSED',
+  'EVICTED',
   'NATIVE_LOAD',
 ] as const;
 
@@ -48,11 +50,14 @@ export class GpuringError extends Error {
   readonly code: ErrorCode;
   /** errno of the failing system call, where there was one. */
   readonly errno?: number;
+  /** FRAMES_MISSED and EVICTED (broadcast rings): how many frames this consumer lost. */
+  readonly missed?: number;
 
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; errno?: number }) {
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; errno?: number; missed?: number }) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     if (options?.errno !== undefined) this.errno = options.errno;
+    if (options?.missed !== undefined) this.missed = options.missed;
   }
 }
 
@@ -63,11 +68,12 @@ function isCode(value: unknown): value is ErrorCode {
 /** Turns an error thrown by the addon (plain Error with `code`) into a GpuringError. */
 export function fromNative(error: unknown): unknown {
   if (error instanceof GpuringError || !(error instanceof Error)) return error;
-  const { code, errno } = error as Error & { code?: unknown; errno?: unknown };
+  const { code, errno, missed } = error as Error & { code?: unknown; errno?: unknown; missed?: unknown };
   if (!isCode(code)) return error;
   return new GpuringError(code, error.message, {
     cause: error,
     ...(typeof errno === 'number' ? { errno } : {}),
+    ...(typeof missed === 'number' ? { missed } : {}),
   });
 }
 

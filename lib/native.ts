@@ -262,7 +262,7 @@ export interface DeviceInfo {
 
 export interface NativeAddon {
   SegmentHandle: {
-    new (name: string, create: boolean, slotCount: number, participantCapacity: number, mode: number, openTimeoutMs: number, openFlags?: number): NativeSegmentHandle;
+    new (name: string, create: boolean, slotCount: number, participantCapacity: number, mode: number, openTimeoutMs: number, openFlags?: number, delivery?: number): NativeSegmentHandle;
     unlink(name: string): void;
   };
   ProducerCore: new (name: string, arenaBytes: number, openTimeoutMs: number, openFlags: number, sweepIntervalMs: number) => NativeProducerCore;
@@ -277,6 +277,8 @@ export interface NativeAddon {
     openFlags: number,
     received?: (record: ReceivedRecord) => unknown,
     failed?: (error: unknown) => unknown,
+    /** Broadcast rings: gpr_on_slow (0 block, 1 drop-oldest, 2 evict). */
+    onSlow?: number,
   ) => NativeConsumerCore;
   cudaInfo(): CudaInfo;
   deviceAlloc(ordinal: number, bytes: number): bigint;

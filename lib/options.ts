@@ -26,8 +26,15 @@ export const createOptions = z
      * producer can be started again without removing the ring first.
      */
     ifExists: z.enum(['fail', 'open']).default('fail'),
+    /**
+     * Who receives a frame: 'each' frame goes to one consumer (a work queue),
+     * or 'all' subscribers receive every frame (a broadcast ring, at most 64
+     * participants; see Consumer.open's `onSlow`).
+     */
+    delivery: z.enum(['each', 'all']).default('each'),
   })
-  .strict();
+  .strict()
+  .refine((o) => o.delivery === 'each' || o.participants <= 64, { message: 'a broadcast ring (delivery: all) holds at most 64 participants', path: ['participants'] });
 
 export const waitOptions = z
   .object({
@@ -94,8 +101,21 @@ export const consumerOptions = z
      * Frames wake it at once whatever this is.
      */
     sweepInterval,
+    /**
+     * Broadcast rings: what producers do when this consumer falls a whole ring
+     * behind. 'block': wait for it (the ring stays full); 'drop-oldest': drop
+     * the oldest frame it has not taken; 'evict': drop every frame it has not
+     * taken and unsubscribe it. A consumer that lost frames learns it once:
+     * next() rejects with FRAMES_MISSED or EVICTED (`error.missed` says how
+     * many), and the next call goes on (evicted, from the newest frame).
+     * Frames it has taken are never taken back.
+     */
+    onSlow: z.enum(['block', 'drop-oldest', 'evict']).default('block'),
   })
   .strict();
+
+/** The native on_slow number (gpr_on_slow) of a parsed `onSlow`. */
+export const onSlowPolicy = (o: { onSlow: 'block' | 'drop-oldest' | 'evict' }) => ['block', 'drop-oldest', 'evict'].indexOf(o.onSlow);
 
 /** A CUDA stream: a DeviceStream, or a CUstream of another library as a bigint (0n: the legacy default stream). */
 const stream = z.union([z.bigint().min(0n), z.custom<DeviceStream>((v) => v instanceof DeviceStream, 'a DeviceStream or a CUstream as a bigint')]).optional();

@@ -39,7 +39,7 @@ export class Ring {
   static create(name: string, options?: CreateOptions): Ring {
     const n = parseSegmentName(name);
     const o = parseOptions(createOptions, options, 'ring options');
-    const make = () => new Ring(n, callNative(() => new (native().SegmentHandle)(n, true, o.slots, o.participants, o.mode, 0)));
+    const make = () => new Ring(n, callNative(() => new (native().SegmentHandle)(n, true, o.slots, o.participants, o.mode, 0, 0, o.delivery === 'all' ? 1 : 0)));
     if (o.ifExists === 'fail') return make();
     // Another process may create or remove the name between our two calls: try again.
     for (let attempt = 0; ; attempt++) {

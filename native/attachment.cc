@@ -5,7 +5,7 @@ namespace gpuring {
 
 void Attachment::Attach(Napi::Env env, const std::string &name, uint32_t open_timeout_ms, uint32_t open_flags,
                         uint32_t roles) {
-  gpr_segment_options open{0, 0, 0, open_timeout_ms, open_flags};
+  gpr_segment_options open{0, 0, 0, open_timeout_ms, open_flags, GPR_DELIVERY_EACH};
   Check(env, [&](gpr_error *e) { return gpr_segment_join_with(&seg, name.c_str(), &open, roles, &me, &gen, e); });
   attached = true;
 }

@@ -66,6 +66,22 @@ bool ConsumerState::Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *reco
   return true;
 }
 
+int ConsumerState::TryClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos) {
+  int rc = gpr_ring_try_claim(&seg, me, ref, pos);
+  if (rc != -(int)GPR_E_FRAMES_MISSED && rc != -(int)GPR_E_EVICTED) return rc;
+  double missed = static_cast<double>(gpr_bc_take_missed(&seg, me));
+  std::string count = std::to_string(static_cast<uint64_t>(missed));
+  Napi::Error e = rc == -(int)GPR_E_FRAMES_MISSED
+                      ? MakeError(env, GPR_E_FRAMES_MISSED, count + " frames of ring '" + seg.name +
+                                                                "' were dropped before this consumer took them (onSlow: 'drop-oldest')")
+                      : MakeError(env, GPR_E_EVICTED, "this consumer fell a ring behind and was evicted from ring '" +
+                                                          std::string(seg.name) + "', losing " + count +
+                                                          " frames (onSlow: 'evict'); it goes on from the newest frame");
+  if (rc == -(int)GPR_E_EVICTED) gpr_bc_subscribe(&seg, me, on_slow);
+  e.Value().Set("missed", Napi::Number::New(env, missed));
+  throw e;
+}
+
 void ConsumerState::Expire(Napi::Env env) {
   uint64_t now = gpr_monotonic_ns();
   for (auto it = pending.begin(); it != pending.end();) {
@@ -97,21 +113,22 @@ void ConsumerState::Service(Napi::Env env) {
     }
     gpr_frame_ref ref{};
     uint64_t pos = 0;
-    int rc = gpr_ring_try_claim(&seg, me, &ref, &pos);
-    if (rc != 0) {
-      bell->Arm(GPR_BELL_DATA);
-      rc = gpr_ring_try_claim(&seg, me, &ref, &pos);
-      if (rc != 0) {
-        bell->Sleep(NextWakeMs());
-        return;
-      }
-      bell->Disarm();  // woke on our own: spare the producer a ring
-    }
     Request r = pending.front();
-    pending.pop_front();
     try {
+      int rc = TryClaim(env, &ref, &pos);
+      if (rc != 0) {
+        bell->Arm(GPR_BELL_DATA);
+        rc = TryClaim(env, &ref, &pos);
+        if (rc != 0) {
+          bell->Sleep(NextWakeMs());
+          return;
+        }
+        bell->Disarm();  // woke on our own: spare the producer a ring
+      }
+      pending.pop_front();
       Resolve(r, Receive(env, pos, ref));
     } catch (const Napi::Error &e) {
+      if (!pending.empty() && pending.front().id == r.id) pending.pop_front();
       Reject(r, e);
     }
   }
@@ -194,6 +211,8 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   ConsumerState &s = *s_;
   s.Attach(env, name, info[1].As<Napi::Number>().Uint32Value(), info[3].As<Napi::Number>().Uint32Value(),
            GPR_ROLE_CONSUMER);
+  s.on_slow = info.Length() > 6 && info[6].IsNumber() ? info[6].As<Napi::Number>().Uint32Value() : 0u;
+  if (s.seg.broadcast) gpr_bc_subscribe(&s.seg, s.me, s.on_slow);
   try {
     s.bodies = std::make_unique<BodyReader>(&s.seg);
     ConsumerState *raw = s_.get();
@@ -243,7 +262,7 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   uint64_t until = gpr_monotonic_ns() + static_cast<uint64_t>(spin_us > 0 ? spin_us * 1e3 : 0);
   gpr_frame_ref ref{};
   uint64_t pos = 0;
-  while (gpr_ring_try_claim(&s_->seg, s_->me, &ref, &pos) != 0) {
+  while (s_->TryClaim(env, &ref, &pos) != 0) {
     if (gpr_monotonic_ns() >= until) return env.Null();
     for (int i = 0; i < 32; i++) gpr_cpu_relax();
   }
@@ -268,7 +287,16 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
   gpr_error err{};
   size_t total = 0;
   Claim c{};
-  while (claims.size() < max && gpr_ring_try_claim(&s_->seg, s_->me, &c.ref, &c.pos) == 0) {
+  auto claim = [&]() {
+    try {
+      return s_->TryClaim(env, &c.ref, &c.pos) == 0;
+    } catch (const Napi::Error &e) {
+      if (claims.empty()) throw;
+      s_->held_error = e;  // the frames before it come now, the loss with the next call
+      return false;
+    }
+  };
+  while (claims.size() < max && claim()) {
     if (!s_->bodies->Locate(c.ref, &c.body, &err)) {  // the malformed frame goes; the ones before it come
       gpr_ring_release_as(&s_->seg, s_->me, c.pos, GPR_SLOT_CLAIMED);
       break;
@@ -298,7 +326,7 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
   }
   if (err.code != GPR_E_OK) {
     if (!any) Throw(env, err);
-    s_->held_error = MakeError(env, err);
+    if (!s_->held_error) s_->held_error = MakeError(env, err);
   }
   if (!any) return env.Null();
   // Slots of dropped frames, if any, stay at the end, zeroed: JS stops at `used`.
@@ -371,8 +399,7 @@ Napi::Value ConsumerCore::ReleaseAfter(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   if (closed_) return env.Undefined();  // detach already released everything
   uint64_t pos = static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue());
-  uint64_t w = gpr_slot_load(gpr_slot_at(&s_->seg, pos));
-  if (gpr_word_seq(w) != (pos & GPR_SEQ_MASK) || gpr_word_state(w) != GPR_SLOT_LEASED || gpr_word_owner(w) != s_->me + 1u)
+  if (!gpr_ring_holds(&s_->seg, s_->me, pos))
     Throw(env, GPR_E_FRAME_STATE, "the frame is not leased by this consumer (already released?)");
   auto bytes = info[3].As<Napi::Uint8Array>();
   std::vector<cuda::CUipcMemHandle> mappings(bytes.ByteLength() / sizeof(cuda::CUipcMemHandle));

@@ -63,6 +63,12 @@ struct ConsumerState : LoopParticipant {
   Napi::FunctionReference received, failed;
   uint64_t woken_ns = 0;  // CLOCK_MONOTONIC of the last wake-up (latency breakdowns)
   uint64_t forgotten_at_sweep = 0;
+  uint32_t on_slow = GPR_ON_SLOW_BLOCK;  // broadcast rings: what producers do when it lags
+
+  // gpr_ring_try_claim; in a broadcast ring, frames dropped for this consumer
+  // (FRAMES_MISSED) or its eviction (EVICTED) are thrown, once, as an error
+  // whose `missed` says how many it lost; the next claim goes on.
+  int TryClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos);
 
   // Serves waiting requests from the ring in order; sleeps if any remain.
   void Service(Napi::Env env);

@@ -61,14 +61,15 @@ Napi::Function SegmentHandle::Define(Napi::Env env) {
                       InstanceMethod<&SegmentHandle::Close>("close")});
 }
 
-// new SegmentHandle(name, create: boolean, slotCount, participantCapacity, mode, openTimeoutMs)
+// new SegmentHandle(name, create: boolean, slotCount, participantCapacity, mode, openTimeoutMs, openFlags?, delivery?)
 SegmentHandle::SegmentHandle(const Napi::CallbackInfo &info) : Napi::ObjectWrap<SegmentHandle>(info) {
   Napi::Env env = info.Env();
   std::string name = info[0].As<Napi::String>();
   bool create = info[1].As<Napi::Boolean>();
   gpr_segment_options o{info[2].As<Napi::Number>().Uint32Value(), info[3].As<Napi::Number>().Uint32Value(),
                         info[4].As<Napi::Number>().Uint32Value(), info[5].As<Napi::Number>().Uint32Value(),
-                        info.Length() > 6 ? info[6].As<Napi::Number>().Uint32Value() : 0u};
+                        info.Length() > 6 ? info[6].As<Napi::Number>().Uint32Value() : 0u,
+                        info.Length() > 7 ? info[7].As<Napi::Number>().Uint32Value() : 0u};
   Check(env, [&](gpr_error *e) {
     return create ? gpr_segment_create(&seg_, name.c_str(), &o, e) : gpr_segment_open(&seg_, name.c_str(), &o, e);
   });

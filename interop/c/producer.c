@@ -129,7 +129,7 @@ int main(int argc, char **argv) {
   uint32_t rows = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 1000u;
   gpr_error err;
   gpr_segment seg;
-  gpr_segment_options so = {64u, 0, 0, 0, 0};
+  gpr_segment_options so = {64u, 0, 0, 0, 0, GPR_DELIVERY_EACH};
   int created = gpr_segment_create(&seg, ring, &so, &err) == 0;
   if (created) gpr_segment_close(&seg);
   else if (err.code != GPR_E_SEGMENT_EXISTS) fail("create", &err);

@@ -66,7 +66,7 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
 /* ------------------------------------------------------------------------ */
 
 #define GPR_VERSION_MAJOR 2u
-#define GPR_VERSION_MINOR 1u
+#define GPR_VERSION_MINOR 2u
 /* "GPURING\0" read as a little-endian u64. */
 #define GPR_SEGMENT_MAGIC 0x00474E4952555047ull
 /* "GPRARENA" read as a little-endian u64. */
@@ -82,6 +82,13 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
   "slotword=seq48.state3.owner13;arena=64;body=128;node=64;buffer=128;buffer.alloc_id@40;" \
   "pword=gen32.pid29.state3;control.doorbells@264,392;participant.doorbell@64.key@72"
 #define GPR_LAYOUT_HASH 0xddb92fd56ec23d52ull
+/* A broadcast ring (every consumer sees every frame, SPEC.md §5.4) has its own
+ * layout string and hash, so that a reader that predates broadcast rings (2.1
+ * and older, which ignore header flags) refuses one with SEGMENT_LAYOUT rather
+ * than taking its frames as a work queue. */
+#define GPR_LAYOUT_STRING_BROADCAST \
+  GPR_LAYOUT_STRING ";delivery=all;control.subscribers@576;participant.cursor@80.missed@88.missed_seen@96.subscription@104;slot.pending@64"
+#define GPR_LAYOUT_HASH_BROADCAST 0xe7bef7274414bf93ull
 
 #define GPR_CACHE_LINE 128u
 #define GPR_NAME_MAX 32u            /* segment name: [A-Za-z0-9_-]{1,32} */
@@ -96,6 +103,10 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
 #define GPR_MAX_BUFFERS (3u << 20)
 #define GPR_MAX_ARENAS 4096u
 #define GPR_HANDLE_BYTES 64u
+/* Segment header flag: a broadcast ring (SPEC.md §5.4). Its participant table
+ * holds at most 64 entries: a frame's `pending` word has one bit per entry. */
+#define GPR_RING_BROADCAST 1u
+#define GPR_MAX_BROADCAST_PARTICIPANTS 64u
 
 /* ------------------------------------------------------------------------ */
 /* Errors: stable codes shared by every language binding.                    */
@@ -131,7 +142,9 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
   X(DEVICE_NOT_FOUND, "no visible CUDA device has that ordinal or UUID")         \
   X(NOT_EXPORTABLE, "this memory cannot be shared with CUDA IPC")                \
   X(SEGMENT_OWNER, "the segment belongs to another user")                       \
-  X(DESCRIPTOR_UNAVAILABLE, "the producer did not hand over a memory descriptor")
+  X(DESCRIPTOR_UNAVAILABLE, "the producer did not hand over a memory descriptor") \
+  X(FRAMES_MISSED, "frames of a broadcast ring were dropped before this consumer took them") \
+  X(EVICTED, "this consumer fell behind and was evicted from a broadcast ring")
 
 typedef enum gpr_code {
 #define GPR_X_ENUM(name, text) GPR_E_##name,
@@ -191,7 +204,7 @@ typedef struct gpr_segment_header {
   uint64_t pid_namespace;         /*  72 inode of the creator's /proc/self/ns/pid */
   uint64_t created_unix_ns;       /*  80 */
   uint32_t creator_pid;           /*  88 */
-  uint32_t flags;                 /*  92 reserved, 0 */
+  uint32_t flags;                 /*  92 GPR_RING_BROADCAST; other bits reserved, 0 */
   char name[GPR_NAME_MAX];        /*  96 segment name, NUL-padded */
   uint8_t reserved[128];          /* 128 */
 } gpr_segment_header;
@@ -212,7 +225,9 @@ typedef struct gpr_control {
   uint32_t space_doorbells;       /* 392 participants with a SPACE doorbell armed */
   uint8_t pad3[116];
   uint64_t redeliver;             /* 512 lowest redelivered position (48) | gen (16) */
-  uint8_t pad4[120];
+  uint8_t pad4[56];
+  uint64_t subscribers;           /* 576 broadcast rings: bit i = entry i is a subscriber (gpuring/broadcast.h) */
+  uint8_t pad4b[56];
   uint64_t recovered;             /* 640 slots repaired after a participant died */
   uint64_t redelivered;           /* 648 frames handed back for another consumer */
   uint8_t pad5[112];
@@ -247,7 +262,13 @@ typedef struct gpr_participant {
   uint32_t doorbell;              /*  64 GPR_BELL_* bits: asleep, ring me (gpuring/doorbell.h) */
   uint32_t reserved1;             /*  68 */
   uint64_t doorbell_key;          /*  72 names the owner's doorbell socket; 0 = none */
-  uint8_t reserved[48];           /*  80 */
+  /* Broadcast rings only (gpuring/broadcast.h); zero in a work-queue ring. */
+  uint64_t cursor;                /*  80 next position this subscriber reads; GPR_CURSOR_EVICTED bit */
+  uint64_t missed;                /*  88 frames dropped for it (added by producers) */
+  uint64_t missed_seen;           /*  96 of those, how many it has reported (written by owner) */
+  uint32_t subscription;          /* 104 0 = not subscribed, else on_slow policy + 1 */
+  uint32_t reserved2;             /* 108 */
+  uint8_t reserved[16];           /* 112 */
 } gpr_participant;
 
 enum gpr_slot_state {
@@ -276,7 +297,8 @@ typedef struct gpr_slot {
   uint64_t word;                  /*   0 seq:48 << 16 | state:3 << 13 | owner:13 */
   uint64_t reserved0;             /*   8 */
   gpr_frame_ref ref;              /*  16 */
-  uint8_t reserved[64];           /*  64 */
+  uint64_t pending;               /*  64 broadcast rings: bit i = subscriber i has yet to release the frame */
+  uint8_t reserved[56];           /*  72 */
 } gpr_slot;
 
 /* Every arena (a shared-memory object holding host buffers) begins so. */
@@ -390,6 +412,7 @@ GPR_CHECK_OFFSET(gpr_control, data_doorbells, 264);
 GPR_CHECK_OFFSET(gpr_control, space_waiters, 388);
 GPR_CHECK_OFFSET(gpr_control, space_doorbells, 392);
 GPR_CHECK_OFFSET(gpr_control, redeliver, 512);
+GPR_CHECK_OFFSET(gpr_control, subscribers, 576);
 GPR_CHECK_OFFSET(gpr_control, recovered, 640);
 GPR_CHECK_OFFSET(gpr_control, redelivered, 648);
 
@@ -405,6 +428,10 @@ GPR_CHECK_OFFSET(gpr_participant, leased, 48);
 GPR_CHECK_OFFSET(gpr_participant, released, 56);
 GPR_CHECK_OFFSET(gpr_participant, doorbell, 64);
 GPR_CHECK_OFFSET(gpr_participant, doorbell_key, 72);
+GPR_CHECK_OFFSET(gpr_participant, cursor, 80);
+GPR_CHECK_OFFSET(gpr_participant, missed, 88);
+GPR_CHECK_OFFSET(gpr_participant, missed_seen, 96);
+GPR_CHECK_OFFSET(gpr_participant, subscription, 104);
 
 GPR_CHECK_SIZE(gpr_frame_ref, 48);
 GPR_CHECK_OFFSET(gpr_frame_ref, frame_id, 0);
@@ -419,6 +446,7 @@ GPR_CHECK_OFFSET(gpr_frame_ref, flags, 40);
 GPR_CHECK_SIZE(gpr_slot, 128);
 GPR_CHECK_OFFSET(gpr_slot, word, 0);
 GPR_CHECK_OFFSET(gpr_slot, ref, 16);
+GPR_CHECK_OFFSET(gpr_slot, pending, 64);
 
 GPR_CHECK_SIZE(gpr_arena_header, 64);
 GPR_CHECK_OFFSET(gpr_arena_header, size, 8);
@@ -467,6 +495,7 @@ GPR_CHECK_OFFSET(gpr_body_buffer, handle, 64);
 #include "gpuring/doorbell.h"
 #include "gpuring/descriptor_channel.h"
 #include "gpuring/ring.h"
+#include "gpuring/broadcast.h"
 #include "gpuring/recovery.h"
 #include "gpuring/arena.h"
 #include "gpuring/format.h"

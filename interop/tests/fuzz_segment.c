@@ -96,7 +96,7 @@ static void run_image(uint8_t *segment, size_t segment_n, const uint8_t *arena, 
   if (gpr_image_load(segment, segment_n, arena, arena_n) == 0) {
     gpr_error err;
     gpr_segment seg;
-    gpr_segment_options so = {0, 0, 0, 1, 0};
+    gpr_segment_options so = {0, 0, 0, 1, 0, GPR_DELIVERY_EACH};
     int rc = gpr_segment_open(&seg, GPR_IMAGE_RING, &so, &err);
     note(rc);
     if (rc == 0) {

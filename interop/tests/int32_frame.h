@@ -8,6 +8,7 @@
 static int publish_int32_column(gpr_producer *p, const char *name, int32_t first, uint32_t rows,
                                 gpr_publish_options o, gpr_error *err) {
   gpr_allocation a;
+  memset(&a, 0, sizeof a);
   int rc = gpr_producer_alloc(p, 4ull * rows, &a, err);
   if (rc != 0) return rc;
   for (uint32_t i = 0; i < rows; i++) {

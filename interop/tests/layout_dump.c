@@ -28,14 +28,15 @@ int main(void) {
   STRUCT("control", gpr_control,
          (FIELD(gpr_control, tail), FIELD(gpr_control, head), FIELD(gpr_control, data_seq), FIELD(gpr_control, data_waiters),
           FIELD(gpr_control, data_doorbells), FIELD(gpr_control, space_seq), FIELD(gpr_control, space_waiters),
-          FIELD(gpr_control, space_doorbells), FIELD(gpr_control, redeliver),
+          FIELD(gpr_control, space_doorbells), FIELD(gpr_control, redeliver), FIELD(gpr_control, subscribers),
           FIELD(gpr_control, recovered), FIELD(gpr_control, redelivered)));
   STRUCT("participant", gpr_participant,
          (FIELD(gpr_participant, state), FIELD(gpr_participant, pid), FIELD(gpr_participant, roles),
           FIELD(gpr_participant, start_time), FIELD(gpr_participant, attached_unix_ns), FIELD(gpr_participant, arena_count),
           FIELD(gpr_participant, published), FIELD(gpr_participant, leased), FIELD(gpr_participant, released),
-          FIELD(gpr_participant, doorbell), FIELD(gpr_participant, doorbell_key)));
-  STRUCT("slot", gpr_slot, (FIELD(gpr_slot, word), FIELD(gpr_slot, ref)));
+          FIELD(gpr_participant, doorbell), FIELD(gpr_participant, doorbell_key), FIELD(gpr_participant, cursor),
+          FIELD(gpr_participant, missed), FIELD(gpr_participant, missed_seen), FIELD(gpr_participant, subscription)));
+  STRUCT("slot", gpr_slot, (FIELD(gpr_slot, word), FIELD(gpr_slot, ref), FIELD(gpr_slot, pending)));
   STRUCT("frame_ref", gpr_frame_ref,
          (FIELD(gpr_frame_ref, frame_id), FIELD(gpr_frame_ref, producer), FIELD(gpr_frame_ref, producer_gen),
           FIELD(gpr_frame_ref, body_arena), FIELD(gpr_frame_ref, body_length), FIELD(gpr_frame_ref, body_offset),
@@ -60,15 +61,17 @@ int main(void) {
           FIELD(gpr_body_buffer, device_uuid), FIELD(gpr_body_buffer, offset), FIELD(gpr_body_buffer, length), FIELD(gpr_body_buffer, alloc_id), FIELD(gpr_body_buffer, pool_id),
           FIELD(gpr_body_buffer, handle)));
   printf("}, \"constants\": {\"version_major\": %u, \"version_minor\": %u, \"layout_hash\": \"%016llx\", "
-         "\"layout_string\": \"%s\", \"segment_magic\": \"%016llx\", \"arena_magic\": \"%016llx\", \"body_magic\": \"%08x\", "
+         "\"layout_string\": \"%s\", \"layout_hash_broadcast\": \"%016llx\", \"layout_string_broadcast\": \"%s\", \"segment_magic\": \"%016llx\", \"arena_magic\": \"%016llx\", \"body_magic\": \"%08x\", "
          "\"body_version\": %u, \"control_offset\": %u, \"participants_offset\": %u, \"name_max\": %u, \"max_slots\": %u, "
          "\"max_participants\": %u, \"max_body_bytes\": %u, \"max_nodes\": %u, \"max_buffers\": %u, \"max_depth\": %u, "
-         "\"max_arenas\": %u, \"max_count\": %llu, \"handle_bytes\": %u, \"arena_align\": %u}",
+         "\"max_arenas\": %u, \"max_count\": %llu, \"handle_bytes\": %u, \"arena_align\": %u, "
+         "\"ring_broadcast\": %u, \"max_broadcast_participants\": %u, \"cursor_evicted\": \"%016llx\"}",
          GPR_VERSION_MAJOR, GPR_VERSION_MINOR, (unsigned long long)GPR_LAYOUT_HASH, GPR_LAYOUT_STRING,
+         (unsigned long long)GPR_LAYOUT_HASH_BROADCAST, GPR_LAYOUT_STRING_BROADCAST,
          (unsigned long long)GPR_SEGMENT_MAGIC, (unsigned long long)GPR_ARENA_MAGIC, GPR_BODY_MAGIC, GPR_BODY_VERSION,
          GPR_CONTROL_OFFSET, GPR_PARTICIPANTS_OFFSET, GPR_NAME_MAX, GPR_MAX_SLOTS, GPR_MAX_PARTICIPANTS, GPR_MAX_BODY_BYTES,
          GPR_MAX_NODES, GPR_MAX_BUFFERS, GPR_MAX_DEPTH, GPR_MAX_ARENAS, (unsigned long long)GPR_MAX_COUNT, GPR_HANDLE_BYTES,
-         GPR_ARENA_ALIGN);
+         GPR_ARENA_ALIGN, GPR_RING_BROADCAST, GPR_MAX_BROADCAST_PARTICIPANTS, (unsigned long long)GPR_CURSOR_EVICTED);
   printf(", \"error_codes\": [");
   for (int i = 0; i < GPR_E_COUNT_; i++) printf("%s\"%s\"", i ? ", " : "", gpr_code_name((gpr_code)i));
   printf("]}\n");

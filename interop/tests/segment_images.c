@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
   snprintf(ring, sizeof ring, "%s", GPR_IMAGE_RING);
   gpr_error err;
   gpr_segment seg;
-  gpr_segment_options so = {8u, 4u, 0, 0, 0};
+  gpr_segment_options so = {8u, 4u, 0, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, ring, &so, &err) == 0);
   write_segment("fresh", ring, 0, NULL);
   write_expect("fresh", "open OK\nstates EMPTY=8 WRITING=0 READY=0 CLAIMED=0 LEASED=0 RELEASED=0\n"

@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
   snprintf(name, sizeof name, "ctest-stress-%d", (int)getpid());
   gpr_segment seg;
   gpr_error err;
-  gpr_segment_options o = {64, 16, 0, 0, 0};
+  gpr_segment_options o = {64, 16, 0, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
   size_t bytes = sizeof(shared_state) + (size_t)P * N * sizeof(uint32_t);
   shared_state *st = (shared_state *)mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -110,7 +110,7 @@ int main(void) {
   snprintf(name, sizeof name, "channel-%d", (int)getpid());
   gpr_error err;
   gpr_segment seg;
-  gpr_segment_options so = {4u, 8u, 0, 0, 0};
+  gpr_segment_options so = {4u, 8u, 0, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, name, &so, &err) == 0);
   gpr_segment prod;
   uint32_t index, gen;

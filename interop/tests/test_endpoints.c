@@ -192,7 +192,7 @@ int main(void) {
   snprintf(name, sizeof name, "endpoints-%d", (int)getpid());
   gpr_error err;
   gpr_segment seg;
-  gpr_segment_options so = {4u, 8u, 0, 0, 0};
+  gpr_segment_options so = {4u, 8u, 0, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, name, &so, &err) == 0);
   gpr_producer *p = NULL;
   gpr_consumer *c = NULL;

@@ -160,7 +160,7 @@ static void test_publish_rings_one_sleeper(const char *base) {
   snprintf(name, sizeof name, "%s-bells", base);
   gpr_segment seg;
   gpr_error err;
-  gpr_segment_options o = {8, 8, 0, 0, 0};
+  gpr_segment_options o = {8, 8, 0, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
   uint32_t p, pg, idx[4], g;
   int fds[4], got[4];
@@ -211,7 +211,7 @@ int main(void) {
   snprintf(name, sizeof name, "ctest-ring-%d", (int)getpid());
   gpr_segment seg;
   gpr_error err;
-  gpr_segment_options o = {4, 8, 0, 0, 0};
+  gpr_segment_options o = {4, 8, 0, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
   uint32_t p, pg, c, cg;
   CHECK(gpr_participant_attach(&seg, GPR_ROLE_PRODUCER, &p, &pg, &err) == 0);

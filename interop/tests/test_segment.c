@@ -17,7 +17,7 @@ static void expect_open_fails_after(size_t off, const void *bytes, size_t n, gpr
   gpr_error err;
   CHECK(gpr_segment_create(&seg, name, NULL, &err) == 0);
   memcpy(seg.base + off, bytes, n);
-  gpr_segment_options o = {0, 0, 0, 50, 0};
+  gpr_segment_options o = {0, 0, 0, 50, 0, GPR_DELIVERY_EACH};
   CHECK_CODE(gpr_segment_open(&other, name, &o, &err), code);
   CHECK(err.code == code);
   gpr_segment_close(&seg);
@@ -27,7 +27,7 @@ static void expect_open_fails_after(size_t off, const void *bytes, size_t n, gpr
 static void test_create_open(void) {
   gpr_segment seg, other;
   gpr_error err;
-  gpr_segment_options o = {8, 4, 0600, 0, 0};
+  gpr_segment_options o = {8, 4, 0600, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
   CHECK(seg.slot_count == 8);
   CHECK_CODE(gpr_segment_create(&other, name, &o, &err), GPR_E_SEGMENT_EXISTS);
@@ -47,7 +47,7 @@ static void test_create_open(void) {
   CHECK_CODE(gpr_segment_unlink(name, &err), GPR_E_SEGMENT_NOT_FOUND);
   CHECK_CODE(gpr_segment_open(&other, name, NULL, &err), GPR_E_SEGMENT_NOT_FOUND);
   CHECK_CODE(gpr_segment_create(&seg, "bad/name", NULL, &err), GPR_E_INVALID_ARGUMENT);
-  gpr_segment_options bad = {3, 0, 0, 0, 0};
+  gpr_segment_options bad = {3, 0, 0, 0, 0, GPR_DELIVERY_EACH};
   CHECK_CODE(gpr_segment_create(&seg, name, &bad, &err), GPR_E_INVALID_ARGUMENT);
 }
 
@@ -81,7 +81,7 @@ static void test_damaged(void) {
   CHECK(write(fd, "hello, not a ring at all", 24) == 24);
   CHECK_CODE(gpr_segment_open(&other, name, NULL, &err), GPR_E_SEGMENT_FOREIGN);
   CHECK(ftruncate(fd, 0) == 0);
-  gpr_segment_options o = {0, 0, 0, 30, 0};
+  gpr_segment_options o = {0, 0, 0, 30, 0, GPR_DELIVERY_EACH};
   CHECK_CODE(gpr_segment_open(&other, name, &o, &err), GPR_E_SEGMENT_NOT_READY);
   close(fd);
   shm_unlink(shm);
@@ -115,7 +115,7 @@ static uint32_t dead_pid(void) {
 static void test_orphaned_transients(void) {
   gpr_segment seg;
   gpr_error err;
-  gpr_segment_options o = {8, 2, 0600, 0, 0};
+  gpr_segment_options o = {8, 2, 0600, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
   uint32_t gone = dead_pid();
   seg.participants[0].state = gpr_pword(5, gone, GPR_PARTICIPANT_ATTACHING);
@@ -138,7 +138,7 @@ static void test_orphaned_transients(void) {
 static void test_one_freer(void) {
   gpr_segment seg;
   gpr_error err;
-  gpr_segment_options o = {8, 1, 0600, 0, 0};
+  gpr_segment_options o = {8, 1, 0600, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
   uint32_t index, gen;
   CHECK(gpr_participant_attach(&seg, GPR_ROLE_PRODUCER, &index, &gen, &err) == 0);
@@ -160,7 +160,7 @@ static void test_one_freer(void) {
 static void test_damage_found_by_window(void) {
   gpr_segment seg;
   gpr_error err;
-  gpr_segment_options o = {1u << 14, 2, 0600, 0, 0};
+  gpr_segment_options o = {1u << 14, 2, 0600, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
   seg.slots[10000].word = 0xDEADBEEFDEADBEEFull;
   uint32_t repaired = 0;
@@ -184,7 +184,7 @@ static void test_foreign_owner(void) {
   CHECK(gpr_segment_create(&seg, name, NULL, &err) == 0);
   CHECK(fchown(seg.fd, 65534, 65534) == 0);
   CHECK_CODE(gpr_segment_open(&other, name, NULL, &err), GPR_E_SEGMENT_OWNER);
-  gpr_segment_options trust = {0, 0, 0, 0, GPR_OPEN_ANY_OWNER};
+  gpr_segment_options trust = {0, 0, 0, 0, GPR_OPEN_ANY_OWNER, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_open(&other, name, &trust, &err) == 0);
   gpr_segment_close(&other);
   gpr_segment_close(&seg);
@@ -194,6 +194,7 @@ static void test_foreign_owner(void) {
 int main(void) {
   snprintf(name, sizeof name, "ctest-seg-%d", (int)getpid());
   CHECK(fnv1a(GPR_LAYOUT_STRING) == GPR_LAYOUT_HASH);
+  CHECK(fnv1a(GPR_LAYOUT_STRING_BROADCAST) == GPR_LAYOUT_HASH_BROADCAST);
   test_create_open();
   test_damaged();
   test_process_identity();

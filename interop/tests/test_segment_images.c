@@ -91,7 +91,7 @@ static void check_image(const char *dir, const char *image) {
   text t = {{0}, 0};
   gpr_error err;
   gpr_segment seg;
-  gpr_segment_options o = {0, 0, 0, 50, 0};
+  gpr_segment_options o = {0, 0, 0, 50, 0, GPR_DELIVERY_EACH};
   if (gpr_segment_open(&seg, RING, &o, &err) != 0) {
     put(&t, "open %s\n", gpr_code_name(err.code));
   } else {

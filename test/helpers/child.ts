@@ -11,6 +11,9 @@
  *   forget-to-close NAME          attaches as producer and consumer, publishes, takes a frame and just returns
  *   leak-frame NAME               takes a frame, drops it without release(), collects garbage until the
  *                                 consumer has ended its lease for it, reports, waits to be killed
+ *   subscribe NAME FRAMES         subscribes to a broadcast ring, says it is ready, takes FRAMES frames in
+ *                                 batches, reports how many carried tags 0, 1, 2, ... in order
+ *   subscribe-idle NAME           subscribes to a broadcast ring, says it is ready, takes nothing, waits to be killed
  */
 import v8 from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -121,6 +124,29 @@ async function main(): Promise<void> {
       await producer.publish(stressFrame(0, 0));
       await consumer.next({ timeout: 5000 });
       say({ ok: true });
+      return;
+    }
+    case 'subscribe': {
+      const consumer = Consumer.open(name!);
+      say({ ready: true, index: consumer.index });
+      let inOrder = 0;
+      while (inOrder < Number(args[0])) {
+        const batch = await consumer.nextBatch({ max: 512, timeout: 30_000 });
+        for (const f of batch) {
+          if (f.tag !== BigInt(inOrder)) break;
+          inOrder++;
+          f.release();
+        }
+        if (batch.some((f) => !f.released)) break;
+      }
+      say({ inOrder });
+      consumer.close();
+      return;
+    }
+    case 'subscribe-idle': {
+      const consumer = Consumer.open(name!);
+      say({ ready: true, index: consumer.index });
+      setInterval(() => consumer.index, 1000);
       return;
     }
     default:

@@ -24,6 +24,13 @@
  * frames and exports still alive after it stay readable (their arenas stay
  * mapped until the last one is gone) but no longer protect their memory.
  *
+ * Broadcast rings (SPEC.md §5.4). A consumer is a subscriber: it receives every
+ * frame published while it is attached, in publication order. When it falls a
+ * ring behind, producers do what it asked at open (on_slow): wait for it, drop
+ * the oldest frame for it, or evict it. next() then fails once with
+ * FRAMES_MISSED or EVICTED, gpr_consumer_missed() says how many frames it lost,
+ * and the next call goes on (an evicted consumer joins again at the newest frame).
+ *
  * Threads. next() is for one thread at a time; frames may be released and
  * buffers mapped from any thread. Included by gpuring.h. */
 
@@ -34,10 +41,17 @@ typedef struct gpr_mapped_arena {
   gpr_arena_view view;
 } gpr_mapped_arena;
 
+typedef struct gpr_consumer_options {
+  uint32_t open_timeout_ms;      /* wait for a creator to finish; 0 = 1000 */
+  uint32_t on_slow;              /* broadcast rings: gpr_on_slow (0: GPR_ON_SLOW_BLOCK) */
+} gpr_consumer_options;
+
 typedef struct gpr_consumer {
   gpr_segment seg;
   uint32_t index;
   uint32_t gen;
+  uint32_t on_slow;              /* broadcast rings: what producers do when it falls behind */
+  uint64_t missed;               /* frames lost, as the last FRAMES_MISSED or EVICTED said */
   pthread_mutex_t mu;            /* guards everything below */
   uint32_t refs;                 /* 1 for the open consumer + 1 per live frame */
   int closed;
@@ -59,20 +73,46 @@ typedef struct gpr_frame {
   uint32_t refs;
 } gpr_frame;
 
-GPR_INLINE int gpr_consumer_open(const char *name, uint32_t open_timeout_ms, gpr_consumer **out,
-                                 gpr_error *err) {
+GPR_INLINE int gpr_consumer_open_with(const char *name, const gpr_consumer_options *o, gpr_consumer **out,
+                                      gpr_error *err) {
+  uint32_t on_slow = o ? o->on_slow : (uint32_t)GPR_ON_SLOW_BLOCK;
+  if (on_slow > GPR_ON_SLOW_EVICT)
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "on_slow must be GPR_ON_SLOW_BLOCK, _DROP_OLDEST or _EVICT");
   gpr_consumer *c = (gpr_consumer *)calloc(1, sizeof *c);
   if (!c) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "consumer: out of memory");
-  int rc = gpr_segment_join(&c->seg, name, open_timeout_ms, GPR_ROLE_CONSUMER, &c->index, &c->gen, err);
+  int rc = gpr_segment_join(&c->seg, name, o ? o->open_timeout_ms : 0u, GPR_ROLE_CONSUMER, &c->index, &c->gen, err);
   if (rc != 0) {
     free(c);
     return rc;
   }
   pthread_mutex_init(&c->mu, NULL);
   c->refs = 1;
+  c->on_slow = on_slow;
   gpr_sweep(&c->seg, NULL, NULL);
+  if (c->seg.broadcast) gpr_bc_subscribe(&c->seg, c->index, on_slow);
   *out = c;
   return 0;
+}
+
+GPR_INLINE int gpr_consumer_open(const char *name, uint32_t open_timeout_ms, gpr_consumer **out,
+                                 gpr_error *err) {
+  gpr_consumer_options o = {open_timeout_ms, GPR_ON_SLOW_BLOCK};
+  return gpr_consumer_open_with(name, &o, out, err);
+}
+
+/* Frames this consumer lost, as the last FRAMES_MISSED or EVICTED from next() said. */
+GPR_INLINE uint64_t gpr_consumer_missed(const gpr_consumer *c) { return c->missed; }
+
+/* A broadcast subscriber learns what producers did while it lagged: one error,
+ * with the count, then it goes on (evicted, it joins again at the newest frame). */
+GPR_INLINE int gpr_consumer_report_missed(gpr_consumer *c, int rc, gpr_error *err) {
+  c->missed = gpr_bc_take_missed(&c->seg, c->index);
+  if (rc == -(int)GPR_E_FRAMES_MISSED)
+    return gpr_fail(err, GPR_E_FRAMES_MISSED, 0, "%llu frames of ring '%s' were dropped before this consumer took them (on_slow: drop-oldest)",
+                    (unsigned long long)c->missed, c->seg.name);
+  gpr_bc_subscribe(&c->seg, c->index, c->on_slow);
+  return gpr_fail(err, GPR_E_EVICTED, 0, "this consumer fell a ring behind and was evicted from ring '%s', losing %llu frames; it goes on from the newest",
+                  c->seg.name, (unsigned long long)c->missed);
 }
 
 /* Drops one reference; the last one unmaps everything. Called with mu held. */
@@ -154,6 +194,7 @@ GPR_INLINE int gpr_consumer_next(gpr_consumer *c, int64_t timeout_ms, gpr_frame 
                                                -(int)GPR_E_RING_EMPTY, timeout_ms);
   if (rc == -(int)GPR_E_RING_EMPTY)
     return gpr_fail(err, GPR_E_RING_EMPTY, 0, "no frame is ready in ring '%s'", c->seg.name);
+  if (rc == -(int)GPR_E_FRAMES_MISSED || rc == -(int)GPR_E_EVICTED) return gpr_consumer_report_missed(c, rc, err);
   if (rc == -(int)GPR_E_TIMEOUT)
     return gpr_fail(err, GPR_E_TIMEOUT, 0, "no frame arrived within %lld ms", (long long)timeout_ms);
   return gpr_consumer_hand_over(c, a.pos, &a.ref, out, err);

@@ -171,7 +171,12 @@ typedef struct gpr_publish_attempt {
 GPR_INLINE int gpr_producer_try_publish(void *ctx) {
   gpr_publish_attempt *a = (gpr_publish_attempt *)ctx;
   gpr_producer_reap(a->p);
-  return gpr_ring_try_publish(&a->p->seg, a->p->index, a->ref, &a->pos);
+  int rc = gpr_ring_try_publish(&a->p->seg, a->p->index, a->ref, &a->pos);
+  /* A broadcast ring may just have dropped its oldest frame for slow subscribers
+   * (gpr_bc_relieve): if that frame was ours, reaping it frees the slot now. */
+  if (rc == -(int)GPR_E_RING_FULL && a->p->seg.broadcast && gpr_producer_reap(a->p) > 0)
+    rc = gpr_ring_try_publish(&a->p->seg, a->p->index, a->ref, &a->pos);
+  return rc;
 }
 
 /* Records a published frame; the allocation list was made before publishing,

@@ -67,6 +67,7 @@ GPR_INLINE void gpr_sweep_slot(gpr_segment *seg, uint64_t i, const uint8_t *dead
   uint64_t w = gpr_slot_load(s);
   uint64_t pos = gpr_word_seq(w);
   uint32_t st = gpr_word_state(w), owner = gpr_word_owner(w);
+  if (seg->broadcast && st == GPR_SLOT_READY) rep->released += gpr_bc_sweep_slot(seg, pos, dead);
   uint32_t producer = st >= GPR_SLOT_CLAIMED && st <= GPR_SLOT_LEASED ? s->ref.producer + 1u
                                                                        : owner;
   int owner_dead = gpr_is_dead_owner(seg, dead, owner);
@@ -162,6 +163,7 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
   uint32_t from = __atomic_fetch_add(&seg->damage_cursor, window, __ATOMIC_RELAXED);
   for (uint32_t k = 0; k < window; k++) rep->corrupt += (uint32_t)gpr_sweep_corrupt(seg, (from + k) & seg->mask);
   if (any) {
+    if (seg->broadcast) gpr_bc_sweep_subscribers(seg, dead);
     for (uint64_t i = 0; i < seg->slot_count; i++) gpr_sweep_slot(seg, i, dead, refs, rep);
     for (uint32_t i = 0; i < seg->participant_capacity; i++)
       if (dead[i] && refs[i] == 0 && gpr_sweep_free(seg, i)) rep->freed++;

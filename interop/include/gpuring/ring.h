@@ -15,6 +15,13 @@ GPR_INLINE uint64_t gpr_word_seq(uint64_t w) { return w >> 16; }
 GPR_INLINE uint32_t gpr_word_state(uint64_t w) { return (uint32_t)(w >> 13) & 7u; }
 GPR_INLINE uint32_t gpr_word_owner(uint64_t w) { return (uint32_t)w & 0x1FFFu; }
 
+/* Broadcast rings (gpuring/broadcast.h) take these paths instead. */
+GPR_INLINE int gpr_bc_finish_publish(gpr_segment *seg, uint32_t me, uint64_t pos);
+GPR_INLINE void gpr_bc_relieve(gpr_segment *seg, uint64_t q);
+GPR_INLINE int gpr_bc_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *out, uint64_t *out_pos);
+GPR_INLINE int gpr_bc_unclaim(gpr_segment *seg, uint32_t me, uint64_t pos);
+GPR_INLINE int gpr_bc_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos);
+
 /* a - b as a signed 48-bit difference. */
 GPR_INLINE int64_t gpr_seq_diff(uint64_t a, uint64_t b) {
   return (int64_t)((a - b) << 16) >> 16;
@@ -76,18 +83,25 @@ GPR_INLINE int gpr_ring_try_publish(gpr_segment *seg, uint32_t me, const gpr_fra
       /* A CAS, not a store: if a sweeper took the claim back (it judged us
        * dead), a plain store would put a stale word into a recycled slot. */
       uint64_t writing = gpr_slot_word(pos, GPR_SLOT_WRITING, me + 1u);
-      if (!__atomic_compare_exchange_n(&s->word, &writing, gpr_slot_word(pos, GPR_SLOT_READY, me + 1u), 0,
-                                       __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+      if (seg->broadcast) {
+        int rc = gpr_bc_finish_publish(seg, me, pos);
+        if (rc != 0) return rc;
+      } else if (!__atomic_compare_exchange_n(&s->word, &writing, gpr_slot_word(pos, GPR_SLOT_READY, me + 1u), 0,
+                                              __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
         return -(int)GPR_E_FRAME_STATE;
+      } else {
+        gpr_notify_published(seg);
+      }
       gpr_count(&seg->participants[me].published);
-      gpr_notify_published(seg);
       if (out_pos) *out_pos = pos;
       return 0;
     }
     if (d == 0) pos = (pos + 1) & GPR_SEQ_MASK;      /* taken by another producer */
     else if (d < -(int64_t)seg->slot_count) pos = gpr_word_seq(w);  /* a hint no slot can match: trust the slot */
-    else if (d < 0) return -(int)GPR_E_RING_FULL;    /* previous lap still occupied */
-    else pos = gpr_hint_reload(seg, &c->tail, pos);  /* our hint was stale */
+    else if (d < 0) {                                /* previous lap still occupied */
+      if (seg->broadcast) gpr_bc_relieve(seg, gpr_word_seq(w));
+      return -(int)GPR_E_RING_FULL;
+    } else pos = gpr_hint_reload(seg, &c->tail, pos);  /* our hint was stale */
   }
   return -(int)GPR_E_RING_FULL;  /* no free slot within two laps: full for now */
 }
@@ -129,6 +143,7 @@ GPR_INLINE int gpr_ring_take_redelivered(gpr_segment *seg, uint32_t me, uint64_t
  * confirms (LEASED) once its user has the frame, or unclaims to hand it back. */
 GPR_INLINE int gpr_ring_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *out,
                                   uint64_t *out_pos) {
+  if (seg->broadcast) return gpr_bc_try_claim(seg, me, out, out_pos);
   gpr_control *c = seg->control;
   uint64_t pos = __atomic_load_n(&c->head, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
   for (uint64_t steps = gpr_scan_limit(seg); steps > 0; steps--) {
@@ -162,7 +177,8 @@ GPR_INLINE int gpr_ring_transition(gpr_segment *seg, uint64_t pos, uint32_t from
 }
 
 GPR_INLINE int gpr_ring_confirm(gpr_segment *seg, uint32_t me, uint64_t pos) {
-  int rc = gpr_ring_transition(seg, pos, GPR_SLOT_CLAIMED, me + 1u,
+  /* A broadcast claim (the cursor CAS) is final: nothing left to confirm. */
+  int rc = seg->broadcast ? 0 : gpr_ring_transition(seg, pos, GPR_SLOT_CLAIMED, me + 1u,
                                gpr_slot_word(pos, GPR_SLOT_LEASED, me + 1u));
   if (rc == 0) gpr_count(&seg->participants[me].leased);
   return rc;
@@ -188,6 +204,7 @@ GPR_INLINE void gpr_ring_mark_redeliver(gpr_segment *seg, uint64_t pos) {
 /* Hands a CLAIMED frame back so that another consumer (or this one) takes it. */
 GPR_INLINE int gpr_ring_unclaim_as(gpr_segment *seg, uint32_t owner, uint64_t pos,
                                    uint32_t state) {
+  if (seg->broadcast) return gpr_bc_unclaim(seg, owner, pos);
   uint32_t producer = gpr_slot_at(seg, pos)->ref.producer;
   int rc = gpr_ring_transition(seg, pos, state, owner + 1u,
                                gpr_slot_word(pos, GPR_SLOT_READY, producer + 1u));
@@ -215,6 +232,7 @@ GPR_INLINE int gpr_ref_producer_active(const gpr_segment *seg, const gpr_frame_r
  * is gone. Producers sleeping for space or releases are woken. */
 GPR_INLINE int gpr_ring_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos,
                                    uint32_t state) {
+  if (seg->broadcast) return gpr_bc_release_as(seg, owner, pos);
   gpr_slot *s = gpr_slot_at(seg, pos);
   gpr_frame_ref ref = s->ref;
   uint64_t w = gpr_slot_word(pos, state, owner + 1u);

@@ -8,7 +8,11 @@ typedef struct gpr_segment_options {
   uint32_t mode;                  /* file mode; 0 = 0600 */
   uint32_t open_timeout_ms;       /* open(): how long to wait for a creator to finish; 0 = 1000 */
   uint32_t flags;                 /* open(): GPR_OPEN_ANY_OWNER */
+  uint32_t delivery;              /* create(): GPR_DELIVERY_EACH (0, a work queue) or GPR_DELIVERY_ALL */
 } gpr_segment_options;
+
+/* Who gets a frame: one consumer (a work queue), or every subscriber (broadcast). */
+enum gpr_delivery { GPR_DELIVERY_EACH = 0u, GPR_DELIVERY_ALL = 1u };
 
 /* Join a segment another user owns. Without it an opener refuses one (SEGMENT_OWNER):
  * whoever creates the name first controls the mode of the segment and so of the
@@ -26,6 +30,7 @@ typedef struct gpr_segment {
   uint32_t slot_count;
   uint32_t mask;
   uint32_t participant_capacity;
+  int broadcast;                  /* header flag GPR_RING_BROADCAST (every subscriber sees every frame) */
   gpr_segment_header *header;
   gpr_control *control;
   gpr_participant *participants;
@@ -115,11 +120,12 @@ GPR_INLINE void gpr_segment_bind(gpr_segment *seg, uint8_t *base, uint64_t size,
  * with release order, so an opener that sees it sees everything before it. */
 GPR_INLINE int gpr_segment_create(gpr_segment *seg, const char *name,
                                   const gpr_segment_options *opt, gpr_error *err) {
-  gpr_segment_options o = {1024u, 64u, 0600u, 1000u, 0};
+  gpr_segment_options o = {1024u, 64u, 0600u, 1000u, 0, GPR_DELIVERY_EACH};
   if (opt) {
     if (opt->slot_count) o.slot_count = opt->slot_count;
     if (opt->participant_capacity) o.participant_capacity = opt->participant_capacity;
     if (opt->mode) o.mode = opt->mode;
+    o.delivery = opt->delivery;
   }
   memset(seg, 0, sizeof *seg);
   seg->fd = seg->bell_fd = -1;
@@ -131,6 +137,11 @@ GPR_INLINE int gpr_segment_create(gpr_segment *seg, const char *name,
   if (o.participant_capacity < 1 || o.participant_capacity > GPR_MAX_PARTICIPANTS)
     return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "participant capacity must be 1 to %u",
                     GPR_MAX_PARTICIPANTS);
+  if (o.delivery > GPR_DELIVERY_ALL)
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "delivery must be GPR_DELIVERY_EACH or GPR_DELIVERY_ALL");
+  if (o.delivery == GPR_DELIVERY_ALL && o.participant_capacity > GPR_MAX_BROADCAST_PARTICIPANTS)
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "a broadcast ring holds at most %u participants",
+                    GPR_MAX_BROADCAST_PARTICIPANTS);
   gpr_layout l = gpr_layout_for(o.slot_count, o.participant_capacity);
   if (gpr_check_shm_space(l.total_size, err) != 0) return -(int)err->code;
   char shm[GPR_SHM_NAME_MAX];
@@ -160,7 +171,9 @@ GPR_INLINE int gpr_segment_create(gpr_segment *seg, const char *name,
   gpr_segment_header *h = seg->header;
   h->magic = GPR_SEGMENT_MAGIC;
   h->header_size = (uint32_t)sizeof(gpr_segment_header);
-  h->layout_hash = GPR_LAYOUT_HASH;
+  seg->broadcast = o.delivery == GPR_DELIVERY_ALL;
+  h->layout_hash = seg->broadcast ? GPR_LAYOUT_HASH_BROADCAST : GPR_LAYOUT_HASH;
+  h->flags = seg->broadcast ? GPR_RING_BROADCAST : 0u;
   h->total_size = l.total_size;
   h->slot_count = o.slot_count;
   h->slot_size = (uint32_t)sizeof(gpr_slot);
@@ -188,15 +201,17 @@ GPR_INLINE int gpr_header_check(const gpr_segment_header *h, uint64_t file_size,
     return gpr_fail(err, GPR_E_SEGMENT_VERSION, 0,
                     "segment '%s' has format version %u.%u; this build speaks %u.x", name, v >> 16,
                     v & 0xFFFFu, GPR_VERSION_MAJOR);
-  if (h->layout_hash != GPR_LAYOUT_HASH || h->header_size != sizeof(gpr_segment_header) ||
+  int broadcast = h->flags == GPR_RING_BROADCAST;
+  uint64_t hash = broadcast ? GPR_LAYOUT_HASH_BROADCAST : GPR_LAYOUT_HASH;
+  if ((h->flags & ~GPR_RING_BROADCAST) != 0u || h->layout_hash != hash || h->header_size != sizeof(gpr_segment_header) ||
       h->slot_size != sizeof(gpr_slot) || h->participant_size != sizeof(gpr_participant) ||
       h->control_offset != GPR_CONTROL_OFFSET)
     return gpr_fail(err, GPR_E_SEGMENT_LAYOUT, 0,
                     "segment '%s' has a different layout (hash %016llx, expected %016llx)", name,
-                    (unsigned long long)h->layout_hash, (unsigned long long)GPR_LAYOUT_HASH);
+                    (unsigned long long)h->layout_hash, (unsigned long long)hash);
   uint32_t slots = h->slot_count, parts = h->participant_capacity;
   if (slots < 2 || slots > GPR_MAX_SLOTS || (slots & (slots - 1)) || parts < 1 ||
-      parts > GPR_MAX_PARTICIPANTS)
+      parts > (broadcast ? GPR_MAX_BROADCAST_PARTICIPANTS : GPR_MAX_PARTICIPANTS))
     return gpr_fail(err, GPR_E_SEGMENT_LAYOUT, 0, "segment '%s' has impossible counts", name);
   gpr_layout l = gpr_layout_for(slots, parts);
   if (h->participants_offset != l.participants_offset || h->slots_offset != l.slots_offset ||
@@ -291,6 +306,7 @@ GPR_INLINE int gpr_segment_open(gpr_segment *seg, const char *name,
   (void)__atomic_load_n(&((const gpr_segment_header *)base)->ready_version, __ATOMIC_ACQUIRE);
   seg->fd = fd;
   gpr_segment_bind(seg, (uint8_t *)base, l.total_size, h.slot_count, h.participant_capacity, &l);
+  seg->broadcast = h.flags == GPR_RING_BROADCAST;
   snprintf(seg->name, sizeof seg->name, "%s", name);
   return 0;
 }
@@ -380,6 +396,8 @@ GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t
     p->published = p->leased = p->released = 0;
     p->doorbell = 0;
     p->doorbell_key = 0;
+    p->cursor = p->missed = p->missed_seen = 0;
+    p->subscription = 0;
     __atomic_store_n(&p->state, ((uint64_t)g << 32) | GPR_PARTICIPANT_ACTIVE, __ATOMIC_RELEASE);
     *index = i;
     *gen = g;
@@ -405,7 +423,7 @@ GPR_INLINE int gpr_segment_join_with(gpr_segment *seg, const char *name, const g
 /* gpr_segment_join_with, waiting up to open_timeout_ms (0: 1000 ms) for the creator. */
 GPR_INLINE int gpr_segment_join(gpr_segment *seg, const char *name, uint32_t open_timeout_ms, uint32_t roles,
                                 uint32_t *index, uint32_t *gen, gpr_error *err) {
-  gpr_segment_options so = {0, 0, 0, open_timeout_ms, 0};
+  gpr_segment_options so = {0, 0, 0, open_timeout_ms, 0, GPR_DELIVERY_EACH};
   return gpr_segment_join_with(seg, name, &so, roles, index, gen, err);
 }
 

@@ -26,6 +26,7 @@ def test_constants():
     c = SCHEMA["constants"]
     assert (L.VERSION_MAJOR, L.VERSION_MINOR, L.BODY_VERSION) == (c["version_major"], c["version_minor"], c["body_version"])
     assert L.LAYOUT_HASH == int(c["layout_hash"], 16)
+    assert L.LAYOUT_HASH_BROADCAST == int(c["layout_hash_broadcast"], 16)
     assert (L.SEGMENT_MAGIC, L.ARENA_MAGIC, L.BODY_MAGIC) == (int(c["segment_magic"], 16), int(c["arena_magic"], 16), int(c["body_magic"], 16))
     for key in ("max_slots", "max_participants", "max_body_bytes", "max_nodes", "max_buffers", "max_depth",
                 "max_arenas", "max_count", "handle_bytes", "arena_align", "control_offset", "participants_offset", "name_max"):

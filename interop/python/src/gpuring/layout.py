@@ -6,8 +6,12 @@ the C and TypeScript suites check against the header itself.
 from __future__ import annotations
 
 VERSION_MAJOR = 2
-VERSION_MINOR = 1
+VERSION_MINOR = 2
 LAYOUT_HASH = 0xDDB92FD56EC23D52
+# A broadcast ring (SPEC.md §5.4, header flag 1) has this hash instead. This
+# package does not take part in broadcast rings yet and refuses them.
+LAYOUT_HASH_BROADCAST = 0xE7BEF7274414BF93
+RING_BROADCAST = 1
 SEGMENT_MAGIC = 0x00474E4952555047
 ARENA_MAGIC = 0x414E455241525047
 BODY_MAGIC = 0x46525047

@@ -58,10 +58,13 @@ def check_header(raw: bytes, file_size: int, name: str) -> tuple[int, int]:
     (slot_count, participant_capacity). Same checks, order and codes as
     gpr_header_check."""
     (magic, ready, header_size, layout_hash, _total, slots, slot_size, parts, part_size, control_at,
-     parts_at, slots_at, pidns, *_rest) = _HEADER.unpack(raw)
+     parts_at, slots_at, pidns, _created, _creator, flags, *_rest) = _HEADER.unpack(raw)
     if ready >> 16 != L.VERSION_MAJOR:
         raise GpuringError("SEGMENT_VERSION", f"segment '{name}' has format version {ready >> 16}.{ready & 0xFFFF}; "
                            f"this build speaks {L.VERSION_MAJOR}.x")
+    if flags == L.RING_BROADCAST and layout_hash == L.LAYOUT_HASH_BROADCAST:
+        raise GpuringError("UNSUPPORTED", f"ring '{name}' is a broadcast ring (SPEC.md §5.4); the Python package "
+                           "does not take part in broadcast rings yet: use a work-queue ring, or a Node or C participant")
     if (layout_hash != L.LAYOUT_HASH or header_size != L.HEADER_BYTES or slot_size != L.SLOT_BYTES
             or part_size != L.PARTICIPANT_BYTES or control_at != L.CONTROL_OFFSET):
         raise GpuringError("SEGMENT_LAYOUT", f"segment '{name}' has a different layout "

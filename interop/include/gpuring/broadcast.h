@@ -1,0 +1,256 @@
+/* gpuring/broadcast.h: broadcast rings, where every subscriber sees every frame
+ * (SPEC.md §5.4).
+ *
+ * The slot word keeps its work-queue meaning for producers (EMPTY, WRITING,
+ * READY, RELEASED); consumers never move it to CLAIMED or LEASED. Instead:
+ *   - control.subscribers has bit i set while entry i is a subscriber;
+ *   - a publish copies that word into the slot's `pending` before storing READY,
+ *     so the frame goes to exactly the subscribers attached at publish time;
+ *   - each subscriber reads positions in order from its entry's `cursor`, and
+ *     takes a frame by moving its cursor past it with a CAS (its "claim");
+ *   - it releases a frame by clearing its bit in `pending`; whoever clears the
+ *     last bit moves the slot to RELEASED for its producer to reap.
+ * A producer that finds the ring full acts on the subscribers still holding the
+ * oldest frame unread, as each of them asked (gpr_on_slow): wait, drop that
+ * frame for it, or evict it. Frames a subscriber has taken are never taken away.
+ * Included by gpuring.h after ring.h; not a standalone header. */
+
+/* What a producer that finds the ring full does about a subscriber that has not
+ * taken the oldest frame yet. */
+enum gpr_on_slow {
+  GPR_ON_SLOW_BLOCK = 0u,        /* wait for it (the ring stays full until it reads) */
+  GPR_ON_SLOW_DROP_OLDEST = 1u,  /* drop that frame for it; it learns FRAMES_MISSED */
+  GPR_ON_SLOW_EVICT = 2u         /* unsubscribe it and drop all it has not taken; it learns EVICTED */
+};
+
+/* Cursor bit: the subscriber was evicted; the low 48 bits say where it stood. */
+#define GPR_CURSOR_EVICTED (1ull << 63)
+
+GPR_INLINE uint64_t gpr_bc_bit(uint32_t index) { return 1ull << index; }
+
+/* Joins the subscribers of a broadcast ring as entry `me` (attached already),
+ * or joins again after an eviction. Frames published from now on come to it.
+ * The cursor starts a lap behind the producers' hint, before every position a
+ * frame carrying the new bit can have; frames without the bit are skipped. An
+ * evicted subscriber starts where it was evicted: frames before that it took. */
+GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow) {
+  gpr_participant *p = &seg->participants[me];
+  uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
+  uint64_t start = (tail - seg->slot_count) & GPR_SEQ_MASK;
+  uint64_t c = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE);
+  if ((c & GPR_CURSOR_EVICTED) && gpr_seq_diff(c & GPR_SEQ_MASK, start) > 0) start = c & GPR_SEQ_MASK;
+  __atomic_store_n(&p->cursor, start, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&p->subscription, on_slow + 1u, __ATOMIC_SEQ_CST);
+  __atomic_fetch_or(&seg->control->subscribers, gpr_bc_bit(me), __ATOMIC_SEQ_CST);
+}
+
+/* Frames dropped for `me` that it has not been told of; marks them told. */
+GPR_INLINE uint64_t gpr_bc_take_missed(gpr_segment *seg, uint32_t me) {
+  gpr_participant *p = &seg->participants[me];
+  uint64_t missed = __atomic_load_n(&p->missed, __ATOMIC_ACQUIRE);
+  uint64_t told = p->missed_seen;
+  __atomic_store_n(&p->missed_seen, missed, __ATOMIC_RELAXED);
+  return missed - told;
+}
+
+/* The last subscriber let go of the frame at `pos` (slot word `w`, READY): the
+ * slot goes to RELEASED for its producer to reap, or to EMPTY a lap on when
+ * that producer is gone. */
+GPR_INLINE void gpr_bc_retire(gpr_segment *seg, uint64_t pos, uint64_t w) {
+  gpr_slot *s = gpr_slot_at(seg, pos);
+  gpr_frame_ref ref = s->ref;
+  uint64_t to = gpr_ref_producer_active(seg, &ref) && gpr_word_owner(w) == ref.producer + 1u
+                    ? gpr_slot_word(pos, GPR_SLOT_RELEASED, gpr_word_owner(w))
+                    : gpr_slot_word(pos + seg->slot_count, GPR_SLOT_EMPTY, 0);
+  if (gpr_slot_cas(s, w, to)) gpr_notify_space(seg);
+}
+
+/* Ends subscriber `owner`'s share of the frame at `pos`: its own release, or
+ * one made for it (it died, or the frame was dropped for it). */
+GPR_INLINE int gpr_bc_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos) {
+  gpr_slot *s = gpr_slot_at(seg, pos);
+  uint64_t w = gpr_slot_load(s);
+  if (owner >= 64u || gpr_word_seq(w) != (pos & GPR_SEQ_MASK) || gpr_word_state(w) != GPR_SLOT_READY)
+    return -(int)GPR_E_FRAME_STATE;
+  uint64_t bit = gpr_bc_bit(owner);
+  uint64_t was = __atomic_fetch_and(&s->pending, ~bit, __ATOMIC_ACQ_REL);
+  if (!(was & bit)) return -(int)GPR_E_FRAME_STATE;
+  if ((was & ~bit) == 0) gpr_bc_retire(seg, pos, w);
+  return 0;
+}
+
+/* Takes the next frame for subscriber `me`: 0 with the reference copied out,
+ * RING_EMPTY, FRAMES_MISSED (frames were dropped for it: gpr_bc_take_missed
+ * says how many, then call again) or EVICTED (gpr_bc_subscribe joins again). */
+GPR_INLINE int gpr_bc_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *out, uint64_t *out_pos) {
+  gpr_participant *p = &seg->participants[me];
+  uint64_t bit = gpr_bc_bit(me);
+  /* A failed cursor CAS means a producer dropped frames for us meanwhile: look
+   * again, a bounded number of times (the cursor is shared memory). */
+  for (int tries = 0; tries < 4; tries++) {
+    uint64_t cur = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE);
+    if (cur & GPR_CURSOR_EVICTED) return -(int)GPR_E_EVICTED;
+    if (__atomic_load_n(&p->missed, __ATOMIC_ACQUIRE) != p->missed_seen) return -(int)GPR_E_FRAMES_MISSED;
+    uint64_t pos = cur & GPR_SEQ_MASK;
+    int lost = 0;
+    for (uint64_t steps = gpr_scan_limit(seg); steps > 0 && !lost; steps--) {
+      gpr_slot *s = gpr_slot_at(seg, pos);
+      uint64_t w = gpr_slot_load(s);
+      int64_t d = gpr_seq_diff(gpr_word_seq(w), pos);
+      uint32_t st = gpr_word_state(w);
+      if (d < -(int64_t)seg->slot_count) {  /* a cursor no slot can match: trust the slot */
+        pos = gpr_word_seq(w);
+        continue;
+      }
+      if (d < 0 || (d == 0 && (st == GPR_SLOT_EMPTY || st == GPR_SLOT_WRITING))) break;
+      if (d == 0 && st == GPR_SLOT_READY && (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & bit)) {
+        /* The cursor CAS is the claim: a producer dropping frames for us moves
+         * it too, so exactly one of us decides what becomes of this frame. */
+        lost = !__atomic_compare_exchange_n(&p->cursor, &cur, (pos + 1) & GPR_SEQ_MASK, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE);
+        if (lost) break;
+        *out = s->ref;
+        *out_pos = pos;
+        return 0;
+      }
+      pos = (pos + 1) & GPR_SEQ_MASK;  /* not ours: published before we joined, or recycled */
+    }
+    if (lost) continue;
+    /* Frames skipped need not be looked at again; a failed CAS means a producer moved us. */
+    if (pos != (cur & GPR_SEQ_MASK))
+      __atomic_compare_exchange_n(&p->cursor, &cur, pos, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    return -(int)GPR_E_RING_EMPTY;
+  }
+  return -(int)GPR_E_RING_EMPTY;
+}
+
+/* Gives back a frame `me` took but never handed to its user: its cursor goes
+ * back to it if nothing was taken since; otherwise the frame is released and
+ * counted as missed, so that its user still learns of it. */
+GPR_INLINE int gpr_bc_unclaim(gpr_segment *seg, uint32_t me, uint64_t pos) {
+  gpr_participant *p = &seg->participants[me];
+  uint64_t next = (pos + 1) & GPR_SEQ_MASK;
+  if (__atomic_compare_exchange_n(&p->cursor, &next, pos & GPR_SEQ_MASK, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    gpr_notify_data(seg);
+    return 0;
+  }
+  int rc = gpr_bc_release_as(seg, me, pos);
+  if (rc == 0) __atomic_fetch_add(&p->missed, 1u, __ATOMIC_RELEASE);
+  return rc;
+}
+
+/* Drops the frame at `pos` for subscriber `k`, counting it as missed. */
+GPR_INLINE void gpr_bc_drop_for(gpr_segment *seg, uint32_t k, uint64_t pos) {
+  if (gpr_bc_release_as(seg, k, pos) == 0)
+    __atomic_fetch_add(&seg->participants[k].missed, 1u, __ATOMIC_RELEASE);
+}
+
+/* Evicts subscriber `k`, whose cursor was `c` (<= the oldest frame `q`): it
+ * leaves the subscribers, and every frame it had not taken is dropped for it. */
+GPR_INLINE void gpr_bc_evict(gpr_segment *seg, uint32_t k, uint64_t c, uint64_t q) {
+  gpr_participant *p = &seg->participants[k];
+  if (!__atomic_compare_exchange_n(&p->cursor, &c, GPR_CURSOR_EVICTED | (c & GPR_SEQ_MASK), 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE))
+    return;
+  __atomic_fetch_and(&seg->control->subscribers, ~gpr_bc_bit(k), __ATOMIC_SEQ_CST);
+  for (uint64_t i = 0; i < seg->slot_count; i++) {
+    uint64_t pos = (q + i) & GPR_SEQ_MASK;
+    gpr_slot *s = gpr_slot_at(seg, pos);
+    uint64_t w = gpr_slot_load(s);
+    if (gpr_word_seq(w) == pos && gpr_word_state(w) == GPR_SLOT_READY &&
+        (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(k)))
+      gpr_bc_drop_for(seg, k, pos);
+  }
+  gpr_notify_data(seg);  /* wake it, so that it learns */
+}
+
+/* Is entry `k` a subscriber (attached, joined)? A bit of anything else in a
+ * frame's `pending` is left over from an earlier occupant and means nobody. */
+GPR_INLINE int gpr_bc_subscribed(const gpr_segment *seg, uint32_t k) {
+  return k < seg->participant_capacity && gpr_pstate(gpr_participant_word(seg, k)) == GPR_PARTICIPANT_ACTIVE &&
+         __atomic_load_n(&seg->participants[k].subscription, __ATOMIC_ACQUIRE) != 0u;
+}
+
+/* What a producer that needs the slot of position q + slot_count does about
+ * subscriber `k`, which still holds the frame at `q`. */
+GPR_INLINE void gpr_bc_relieve_one(gpr_segment *seg, uint32_t k, uint64_t q) {
+  if (!gpr_bc_subscribed(seg, k)) {
+    gpr_bc_release_as(seg, k, q);
+    return;
+  }
+  gpr_participant *p = &seg->participants[k];
+  uint64_t c = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE);
+  int64_t ahead = gpr_seq_diff(c & GPR_SEQ_MASK, q);  /* > 0: it has taken q and holds it */
+  if (c & GPR_CURSOR_EVICTED) {
+    if (ahead <= 0) gpr_bc_drop_for(seg, k, q);  /* published to it around its eviction */
+    return;
+  }
+  if (ahead > 0) return;
+  uint32_t policy = __atomic_load_n(&p->subscription, __ATOMIC_ACQUIRE) - 1u;
+  if (policy == GPR_ON_SLOW_DROP_OLDEST) {
+    uint64_t past = (q + 1) & GPR_SEQ_MASK;
+    if (__atomic_compare_exchange_n(&p->cursor, &c, past, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      gpr_bc_drop_for(seg, k, q);
+  } else if (policy == GPR_ON_SLOW_EVICT) {
+    gpr_bc_evict(seg, k, c, q);
+  }
+}
+
+/* A producer found the slot it needs still serving the frame at `q`: applies
+ * each holder's on_slow policy. The slot frees once the last holder lets go
+ * (and its producer reaps it); until then the ring stays full. */
+GPR_INLINE void gpr_bc_relieve(gpr_segment *seg, uint64_t q) {
+  gpr_slot *s = gpr_slot_at(seg, q);
+  uint64_t w = gpr_slot_load(s);
+  if (gpr_word_seq(w) != (q & GPR_SEQ_MASK) || gpr_word_state(w) != GPR_SLOT_READY) return;
+  for (uint64_t m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE); m; m &= m - 1u)
+    gpr_bc_relieve_one(seg, (uint32_t)__builtin_ctzll(m), q);
+}
+
+/* The publish of a broadcast ring after the reference is written (slot WRITING
+ * by `me`): the frame goes to the subscribers attached now, READY, or straight
+ * to RELEASED when there are none. Every sleeping subscriber is woken. */
+GPR_INLINE int gpr_bc_finish_publish(gpr_segment *seg, uint32_t me, uint64_t pos) {
+  gpr_slot *s = gpr_slot_at(seg, pos);
+  uint64_t subscribers = __atomic_load_n(&seg->control->subscribers, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&s->pending, subscribers, __ATOMIC_RELAXED);
+  uint64_t writing = gpr_slot_word(pos, GPR_SLOT_WRITING, me + 1u);
+  uint64_t to = gpr_slot_word(pos, subscribers ? GPR_SLOT_READY : GPR_SLOT_RELEASED, me + 1u);
+  if (!__atomic_compare_exchange_n(&s->word, &writing, to, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+    return -(int)GPR_E_FRAME_STATE;
+  if (subscribers) gpr_notify_data(seg);
+  else gpr_notify_space(seg);
+  return 0;
+}
+
+/* Sweep: the shares a dead subscriber held of the frame at `pos` are released for
+ * it, and it leaves the subscribers. Returns how many frames that freed. */
+GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos, const uint8_t *dead) {
+  gpr_slot *s = gpr_slot_at(seg, pos);
+  uint32_t released = 0;
+  for (uint64_t m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE); m; m &= m - 1u) {
+    uint32_t k = (uint32_t)__builtin_ctzll(m);
+    if (k < seg->participant_capacity && dead[k] && gpr_bc_release_as(seg, k, pos) == 0) released++;
+  }
+  return released;
+}
+
+/* Sweep: dead entries leave the subscribers (before their frames are released,
+ * so that few new frames name them). */
+GPR_INLINE void gpr_bc_sweep_subscribers(gpr_segment *seg, const uint8_t *dead) {
+  uint64_t gone = 0;
+  for (uint32_t k = 0; k < seg->participant_capacity && k < 64u; k++)
+    if (dead[k]) gone |= gpr_bc_bit(k);
+  if (gone) __atomic_fetch_and(&seg->control->subscribers, ~gone, __ATOMIC_SEQ_CST);
+}
+
+/* Does consumer `me` hold the frame at `pos` (taken, not yet released)? */
+GPR_INLINE int gpr_ring_holds(const gpr_segment *seg, uint32_t me, uint64_t pos) {
+  const gpr_slot *s = gpr_slot_at(seg, pos);
+  uint64_t w = gpr_slot_load(s);
+  if (gpr_word_seq(w) != (pos & GPR_SEQ_MASK)) return 0;
+  if (!seg->broadcast) return gpr_word_state(w) == GPR_SLOT_LEASED && gpr_word_owner(w) == me + 1u;
+  uint64_t c = __atomic_load_n(&seg->participants[me].cursor, __ATOMIC_ACQUIRE);
+  return gpr_word_state(w) == GPR_SLOT_READY && (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(me)) &&
+         gpr_seq_diff(c & GPR_SEQ_MASK, pos) > 0;
+}

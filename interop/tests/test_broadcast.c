@@ -1,0 +1,225 @@
+/* Broadcast rings (SPEC.md §5.4): every subscriber sees every frame in order,
+ * a frame's memory comes back once every subscriber released it, late joiners
+ * start at the newest frame, the three on_slow policies, and, across
+ * processes, 1 producer x 4 subscribers x 100,000 frames and a subscriber
+ * killed with SIGKILL while it holds the ring up. */
+#include "gpuring.h"
+#include "check.h"
+#include "int32_frame.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#define SLOTS 8u
+
+static int released;
+
+static void on_release(void *context, uint64_t frame_id) {
+  (void)context;
+  (void)frame_id;
+  released++;
+}
+
+static int publish(gpr_producer *p, int32_t value, int64_t timeout_ms) {
+  gpr_error err;
+  gpr_publish_options o = {(uint64_t)value, timeout_ms, NULL, 0, on_release, NULL};
+  return publish_int32_column(p, "v", value, 1, o, &err);
+}
+
+/* The next frame's value (its tag), released at once; -1 if none came. */
+static int64_t take(gpr_consumer *c, int64_t timeout_ms, int *code) {
+  gpr_error err;
+  gpr_frame *f = NULL;
+  int rc = gpr_consumer_next(c, timeout_ms, &f, &err);
+  if (code) *code = rc == 0 ? 0 : (int)err.code;
+  if (rc != 0) return -1;
+  const uint8_t *v = NULL;
+  int32_t value = -2;
+  if (gpr_frame_host_buffer(f, 1, &v, &err) == 0) memcpy(&value, v, 4);
+  CHECK((uint64_t)value == f->user_tag);
+  gpr_frame_release(f);
+  return value;
+}
+
+static void make_ring(const char *name) {
+  gpr_error err;
+  gpr_segment seg;
+  gpr_segment_options o = {SLOTS, 8u, 0, 0, 0, GPR_DELIVERY_ALL};
+  gpr_segment_unlink(name, NULL);
+  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
+  CHECK(seg.broadcast && seg.header->flags == GPR_RING_BROADCAST);
+  gpr_segment_close(&seg);
+}
+
+static gpr_consumer *subscribe(const char *name, uint32_t on_slow) {
+  gpr_error err;
+  gpr_consumer *c = NULL;
+  gpr_consumer_options o = {0, on_slow};
+  CHECK(gpr_consumer_open_with(name, &o, &c, &err) == 0);
+  return c;
+}
+
+static void test_every_subscriber_every_frame(const char *name) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  CHECK(publish(p, 100, 0) == 0); /* nobody subscribed: released at once */
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  gpr_consumer *a = subscribe(name, GPR_ON_SLOW_BLOCK), *b = subscribe(name, GPR_ON_SLOW_BLOCK);
+  CHECK(take(a, 0, NULL) == -1); /* frame 100 came before it joined */
+  released = 0;
+  for (int32_t i = 0; i < 20; i++) {
+    CHECK(publish(p, i, 1000) == 0);
+    CHECK(take(a, 0, NULL) == i);
+    CHECK(gpr_producer_reap(p) == 0); /* b still holds it */
+    CHECK(take(b, 0, NULL) == i);
+  }
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0 && released == 20);
+  /* A subscriber that joins late starts at the newest frame. */
+  CHECK(publish(p, 50, 0) == 0);
+  gpr_consumer *late = subscribe(name, GPR_ON_SLOW_BLOCK);
+  CHECK(publish(p, 51, 0) == 0);
+  CHECK(take(late, 0, NULL) == 51 && take(late, 0, NULL) == -1);
+  CHECK(take(a, 0, NULL) == 50 && take(a, 0, NULL) == 51 && take(b, 0, NULL) == 50 && take(b, 0, NULL) == 51);
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  /* A subscriber that leaves gives back what it held. */
+  CHECK(publish(p, 60, 0) == 0);
+  gpr_consumer_close(late);
+  CHECK(take(a, 0, NULL) == 60 && take(b, 0, NULL) == 60);
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  gpr_consumer_close(a);
+  gpr_consumer_close(b);
+  gpr_producer_close(p);
+}
+
+static void test_block(const char *name) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  gpr_consumer *slow = subscribe(name, GPR_ON_SLOW_BLOCK), *fast = subscribe(name, GPR_ON_SLOW_DROP_OLDEST);
+  for (int32_t i = 0; i < (int32_t)SLOTS; i++) {
+    CHECK(publish(p, i, 0) == 0);
+    CHECK(take(fast, 0, NULL) == i);
+  }
+  CHECK(publish(p, 99, 0) == -(int)GPR_E_RING_FULL);
+  CHECK(publish(p, 99, 30) == -(int)GPR_E_TIMEOUT);
+  for (int32_t i = 0; i < (int32_t)SLOTS; i++) CHECK(take(slow, 0, NULL) == i);
+  CHECK(publish(p, 8, 0) == 0 && take(slow, 0, NULL) == 8 && take(fast, 0, NULL) == 8);
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  gpr_consumer_close(slow);
+  gpr_consumer_close(fast);
+  gpr_producer_close(p);
+}
+
+static void test_drop_oldest(const char *name) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  gpr_consumer *slow = subscribe(name, GPR_ON_SLOW_DROP_OLDEST), *fast = subscribe(name, GPR_ON_SLOW_BLOCK);
+  for (int32_t i = 0; i < 3 * (int32_t)SLOTS; i++) {
+    CHECK(publish(p, i, 0) == 0); /* never full: the slow one's oldest frame goes */
+    CHECK(take(fast, 0, NULL) == i);
+  }
+  int code = 0;
+  CHECK(take(slow, 0, &code) == -1 && code == GPR_E_FRAMES_MISSED);
+  CHECK(gpr_consumer_missed(slow) == 2 * SLOTS);
+  for (int32_t i = 2 * (int32_t)SLOTS; i < 3 * (int32_t)SLOTS; i++) CHECK(take(slow, 0, NULL) == i);
+  CHECK(take(slow, 0, &code) == -1 && code == GPR_E_RING_EMPTY);
+  /* A frame it has taken is never dropped: the ring waits for its release. */
+  gpr_frame *held = NULL;
+  CHECK(publish(p, 30, 0) == 0 && take(fast, 0, NULL) == 30);
+  CHECK(gpr_consumer_next(slow, 0, &held, &err) == 0 && held->user_tag == 30);
+  for (int32_t i = 31; i < 31 + (int32_t)SLOTS - 1; i++) CHECK(publish(p, i, 0) == 0 && take(fast, 0, NULL) == i);
+  CHECK(publish(p, 99, 0) == -(int)GPR_E_RING_FULL);
+  gpr_frame_release(held);
+  CHECK(publish(p, 38, 0) == 0); /* frame 30's slot, now free */
+  for (int32_t i = 31; i <= 38; i++) CHECK(take(slow, 0, NULL) == i);
+  CHECK(take(fast, 0, NULL) == 38);
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  gpr_consumer_close(slow);
+  gpr_consumer_close(fast);
+  gpr_producer_close(p);
+}
+
+static void test_evict(const char *name) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  gpr_consumer *slow = subscribe(name, GPR_ON_SLOW_EVICT), *fast = subscribe(name, GPR_ON_SLOW_BLOCK);
+  for (int32_t i = 0; i < 2 * (int32_t)SLOTS; i++) {
+    CHECK(publish(p, i, 0) == 0);
+    CHECK(take(fast, 0, NULL) == i);
+  }
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0); /* nothing kept for the evicted one */
+  int code = 0;
+  CHECK(take(slow, 0, &code) == -1 && code == GPR_E_EVICTED);
+  CHECK(gpr_consumer_missed(slow) == SLOTS);
+  CHECK(take(slow, 0, &code) == -1 && code == GPR_E_RING_EMPTY); /* joined again, at the newest */
+  CHECK(publish(p, 40, 0) == 0 && take(slow, 0, NULL) == 40 && take(fast, 0, NULL) == 40);
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  gpr_consumer_close(slow);
+  gpr_consumer_close(fast);
+  gpr_producer_close(p);
+}
+
+/* 4 subscriber processes each read `frames` frames and check every one is
+ * there exactly once, in order; a fifth subscribes and is killed holding the
+ * ring up; the producer goes on once a sweep released its shares. */
+static void test_processes(const char *name, int32_t frames) {
+  gpr_error err;
+  pid_t kids[4], stuck;
+  for (int k = 0; k < 4; k++) {
+    kids[k] = fork();
+    if (kids[k] == 0) {
+      gpr_consumer *c = subscribe(name, GPR_ON_SLOW_BLOCK);
+      int code = 0;
+      for (int32_t i = 0; i < frames; i++) {
+        int64_t got = take(c, 10000, &code);
+        if (got != i) {
+          fprintf(stderr, "subscriber %d: frame %d is %lld (code %d)\n", k, i, (long long)got, code);
+          _exit(1);
+        }
+      }
+      gpr_consumer_close(c);
+      _exit(gpr_checks_failed ? 1 : 0);
+    }
+  }
+  stuck = fork();
+  if (stuck == 0) {
+    subscribe(name, GPR_ON_SLOW_BLOCK);
+    pause();
+    _exit(0);
+  }
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  while (__builtin_popcountll(__atomic_load_n(&p->seg.control->subscribers, __ATOMIC_ACQUIRE)) < 5) usleep(1000);
+  for (int32_t i = 0; i < frames; i++) {
+    if (i == (int32_t)SLOTS) {
+      CHECK(publish(p, i, 0) == -(int)GPR_E_RING_FULL); /* the stuck one holds frame 0 */
+      kill(stuck, SIGKILL);
+      waitpid(stuck, NULL, 0);
+    }
+    CHECK(publish(p, i, 10000) == 0);
+  }
+  for (int k = 0; k < 4; k++) {
+    int status = 0;
+    waitpid(kids[k], &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  CHECK(gpr_producer_drain(p, 5000, &err) == 0);
+  CHECK(__atomic_load_n(&p->seg.control->subscribers, __ATOMIC_ACQUIRE) == 0);
+  gpr_producer_close(p);
+}
+
+int main(int argc, char **argv) {
+  char name[32];
+  snprintf(name, sizeof name, "bcast-%d", (int)getpid());
+  make_ring(name);
+  test_every_subscriber_every_frame(name);
+  test_block(name);
+  test_drop_oldest(name);
+  test_evict(name);
+  test_processes(name, argc > 1 ? atoi(argv[1]) : 100000);
+  gpr_segment_unlink(name, NULL);
+  return CHECK_DONE();
+}

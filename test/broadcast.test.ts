@@ -1,0 +1,100 @@
+// Broadcast rings (SPEC.md §5.4): every subscriber receives every frame,
+// across processes, and what each onSlow policy does to a subscriber that
+// falls a ring behind.
+import test from 'ava';
+import { HANDLE_BYTES } from '../lib/codec/layout.js';
+import { absentBuffer, Consumer, type FrameDescription, GpuringError, Producer } from '../lib/index.js';
+import { child, exitOf, nextLine, withRing } from './helpers/ring.js';
+
+const FRAMES = 100_000;
+
+/** A frame that needs no memory (a struct column without fields); the tag says which it is. */
+const emptyFrame = (): FrameDescription => ({
+  rowCount: 1,
+  metadata: null,
+  columns: [{ name: 's', format: '+s', nullable: true, dictionaryOrdered: false, mapKeysSorted: false, metadata: null, dictionary: -1, length: 1, nullCount: 0, offset: 0, buffers: [absentBuffer()], children: [] }],
+  dictionaries: [],
+  syncKind: 0,
+  syncHandle: new Uint8Array(HANDLE_BYTES),
+});
+
+const tags = (from: number, count: number) => BigUint64Array.from({ length: count }, (_, i) => BigInt(from + i));
+
+test(`1 producer x 4 subscriber processes x ${FRAMES} frames: each sees every frame once, in order; a subscriber killed (SIGKILL) while it holds the ring up gives its share back`, async (t) => {
+  await withRing('bcast', { slots: 1024, delivery: 'all' }, async (_ring, name) => {
+    const readers = Array.from({ length: 4 }, () => child('subscribe', name, FRAMES));
+    const idle = child('subscribe-idle', name);
+    for (const p of [...readers, idle]) t.like(await nextLine(p), { ready: true });
+    const results = readers.map((p) => nextLine<{ inOrder: number }>(p));
+    using producer = Producer.open(name);
+    const prepared = producer.prepare(emptyFrame());
+    await prepared.publishMany(1024, { tags: tags(0, 1024) });
+    const full = await t.throwsAsync(prepared.publish({ timeout: 0 }), { instanceOf: GpuringError });
+    t.is(full!.code, 'RING_FULL', 'the idle subscriber holds every frame unread');
+    idle.kill('SIGKILL');
+    t.is((await exitOf(idle)).signal, 'SIGKILL');
+    for (let at = 1024; at < FRAMES; at += 512) await prepared.publishMany(Math.min(512, FRAMES - at), { tags: tags(at, Math.min(512, FRAMES - at)) });
+    for (const r of await Promise.all(results)) t.is(r.inOrder, FRAMES);
+    for (const p of readers) t.is((await exitOf(p)).code, 0);
+    await producer.drain();
+  });
+});
+
+/** Tags of the frames `consumer` takes now, released at once, or the error it got. */
+async function takeAll(consumer: Consumer): Promise<bigint[] | GpuringError> {
+  const got: bigint[] = [];
+  for (;;) {
+    try {
+      const batch = await consumer.nextBatch({ max: 64, timeout: 50 });
+      for (const f of batch) (got.push(f.tag), f.release());
+    } catch (error) {
+      if ((error as GpuringError).code === 'TIMEOUT') return got;
+      return error as GpuringError;
+    }
+  }
+}
+
+test("onSlow: 'block' keeps the ring full; 'drop-oldest' drops the slow one's oldest frames (FRAMES_MISSED, with the count); 'evict' unsubscribes it (EVICTED, with the count) and it goes on from the newest", async (t) => {
+  await withRing('bcast-slow', { slots: 8, delivery: 'all' }, async (_ring, name) => {
+    using producer = Producer.open(name);
+    const prepared = producer.prepare(emptyFrame());
+    using fast = Consumer.open(name);
+    const block = Consumer.open(name, { onSlow: 'block' });
+    await prepared.publishMany(8, { tags: tags(0, 8) });
+    t.deepEqual(await takeAll(fast), [...tags(0, 8)]);
+    t.is((await t.throwsAsync(prepared.publish({ timeout: 0 }), { instanceOf: GpuringError }))!.code, 'RING_FULL');
+    t.deepEqual(await takeAll(block), [...tags(0, 8)], 'the blocking subscriber still gets all it was sent');
+    block.close();
+
+    // The fast subscriber keeps up (it takes each frame as it comes); the slow ones never read.
+    const publishKeepingUp = async (from: number, count: number) => {
+      const seen: bigint[] = [];
+      for (let i = from; i < from + count; i++) {
+        await prepared.publish({ tag: BigInt(i), timeout: 0 });
+        const f = await fast.next({ timeout: 5000 });
+        seen.push(f.tag);
+        f.release();
+      }
+      return seen;
+    };
+    using drop = Consumer.open(name, { onSlow: 'drop-oldest' });
+    t.deepEqual(await publishKeepingUp(100, 20), [...tags(100, 20)], 'the fast subscriber loses nothing');
+    const missed = await takeAll(drop);
+    t.true(missed instanceof GpuringError && missed.code === 'FRAMES_MISSED' && missed.missed === 12, String(missed));
+    t.deepEqual(await takeAll(drop), [...tags(112, 8)], 'then the 8 newest, in order');
+
+    const evict = Consumer.open(name, { onSlow: 'evict' });
+    t.deepEqual(await publishKeepingUp(200, 9), [...tags(200, 9)]);
+    const dropped = await takeAll(drop);
+    t.true(dropped instanceof GpuringError && dropped.code === 'FRAMES_MISSED' && dropped.missed === 1, String(dropped));
+    t.deepEqual(await takeAll(drop), [...tags(201, 8)]);
+    const evicted = await takeAll(evict);
+    t.true(evicted instanceof GpuringError && evicted.code === 'EVICTED' && evicted.missed === 8, String(evicted));
+    await prepared.publish({ tag: 300n });
+    t.deepEqual(await takeAll(evict), [300n], 'it joined again, at the newest frame');
+    evict.close();
+    await takeAll(fast);
+    await takeAll(drop);
+    await producer.drain();
+  });
+});
