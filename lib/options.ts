@@ -105,9 +105,9 @@ export const consumerOptions = z
      * Broadcast rings: what producers do when this consumer falls a whole ring
      * behind. 'block': wait for it (the ring stays full); 'drop-oldest': drop
      * the oldest frame it has not taken; 'evict': drop every frame it has not
-     * taken and unsubscribe it. A consumer that lost frames learns it once:
-     * next() rejects with FRAMES_MISSED or EVICTED (`error.missed` says how
-     * many), and the next call goes on (evicted, from the newest frame).
+     * taken at once. A consumer that lost frames learns it once: next()
+     * rejects with FRAMES_MISSED or EVICTED (`error.missed` says how many),
+     * and the next call goes on with the frames published since.
      * Frames it has taken are never taken back.
      */
     onSlow: z.enum(['block', 'drop-oldest', 'evict']).default('block'),

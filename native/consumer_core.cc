@@ -76,7 +76,7 @@ int ConsumerState::TryClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos) {
                                                                 "' were dropped before this consumer took them (onSlow: 'drop-oldest')")
                       : MakeError(env, GPR_E_EVICTED, "this consumer fell a ring behind and was evicted from ring '" +
                                                           std::string(seg.name) + "', losing " + count +
-                                                          " frames (onSlow: 'evict'); it goes on from the newest frame");
+                                                          " frames (onSlow: 'evict'); it goes on with the frames published since");
   if (rc == -(int)GPR_E_EVICTED) gpr_bc_subscribe(&seg, me, on_slow);
   e.Value().Set("missed", Napi::Number::New(env, missed));
   throw e;

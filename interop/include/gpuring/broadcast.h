@@ -29,10 +29,11 @@ enum gpr_on_slow {
 GPR_INLINE uint64_t gpr_bc_bit(uint32_t index) { return 1ull << index; }
 
 /* Joins the subscribers of a broadcast ring as entry `me` (attached already),
- * or joins again after an eviction. Frames published from now on come to it.
- * The cursor starts a lap behind the producers' hint, before every position a
+ * or goes on after an eviction. Frames published from now on come to it. The
+ * cursor starts a lap behind the producers' hint, before every position a
  * frame carrying the new bit can have; frames without the bit are skipped. An
- * evicted subscriber starts where it was evicted: frames before that it took. */
+ * evicted subscriber goes on from where it was evicted (it took the frames
+ * before that; those after, published since, still carry its bit). */
 GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow) {
   gpr_participant *p = &seg->participants[me];
   uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
@@ -145,14 +146,17 @@ GPR_INLINE void gpr_bc_drop_for(gpr_segment *seg, uint32_t k, uint64_t pos) {
     __atomic_fetch_add(&seg->participants[k].missed, 1u, __ATOMIC_RELEASE);
 }
 
-/* Evicts subscriber `k`, whose cursor was `c` (<= the oldest frame `q`): it
- * leaves the subscribers, and every frame it had not taken is dropped for it. */
+/* Evicts subscriber `k`, whose cursor was `c` (<= the oldest frame `q`): every
+ * frame it had not taken is dropped for it, and its cursor says EVICTED until
+ * it has learnt so. It stays a subscriber (clearing its bit in
+ * control.subscribers could race with its joining again): frames published
+ * meanwhile are dropped for it whenever they hold the ring up, and come to it
+ * once it goes on. */
 GPR_INLINE void gpr_bc_evict(gpr_segment *seg, uint32_t k, uint64_t c, uint64_t q) {
   gpr_participant *p = &seg->participants[k];
   if (!__atomic_compare_exchange_n(&p->cursor, &c, GPR_CURSOR_EVICTED | (c & GPR_SEQ_MASK), 0, __ATOMIC_ACQ_REL,
                                    __ATOMIC_ACQUIRE))
     return;
-  __atomic_fetch_and(&seg->control->subscribers, ~gpr_bc_bit(k), __ATOMIC_SEQ_CST);
   for (uint64_t i = 0; i < seg->slot_count; i++) {
     uint64_t pos = (q + i) & GPR_SEQ_MASK;
     gpr_slot *s = gpr_slot_at(seg, pos);
@@ -218,8 +222,7 @@ GPR_INLINE int gpr_bc_finish_publish(gpr_segment *seg, uint32_t me, uint64_t pos
   uint64_t to = gpr_slot_word(pos, subscribers ? GPR_SLOT_READY : GPR_SLOT_RELEASED, me + 1u);
   if (!__atomic_compare_exchange_n(&s->word, &writing, to, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
     return -(int)GPR_E_FRAME_STATE;
-  if (subscribers) gpr_notify_data(seg);
-  else gpr_notify_space(seg);
+  if (subscribers) gpr_notify_data(seg);  /* every subscriber: not one sleeper per frame */
   return 0;
 }
 
@@ -235,8 +238,9 @@ GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos, const uint
   return released;
 }
 
-/* Sweep: dead entries leave the subscribers (before their frames are released,
- * so that few new frames name them). */
+/* Sweep: dead entries leave the subscribers (before their shares are released,
+ * so that few new frames name them; a frame that still does is released for
+ * them when it holds the ring up, gpr_bc_relieve_one). */
 GPR_INLINE void gpr_bc_sweep_subscribers(gpr_segment *seg, const uint8_t *dead) {
   uint64_t gone = 0;
   for (uint32_t k = 0; k < seg->participant_capacity && k < 64u; k++)

@@ -29,7 +29,7 @@
  * ring behind, producers do what it asked at open (on_slow): wait for it, drop
  * the oldest frame for it, or evict it. next() then fails once with
  * FRAMES_MISSED or EVICTED, gpr_consumer_missed() says how many frames it lost,
- * and the next call goes on (an evicted consumer joins again at the newest frame).
+ * and the next call goes on with the frames published since.
  *
  * Threads. next() is for one thread at a time; frames may be released and
  * buffers mapped from any thread. Included by gpuring.h. */
@@ -104,14 +104,14 @@ GPR_INLINE int gpr_consumer_open(const char *name, uint32_t open_timeout_ms, gpr
 GPR_INLINE uint64_t gpr_consumer_missed(const gpr_consumer *c) { return c->missed; }
 
 /* A broadcast subscriber learns what producers did while it lagged: one error,
- * with the count, then it goes on (evicted, it joins again at the newest frame). */
+ * with the count, then it goes on with the frames published since. */
 GPR_INLINE int gpr_consumer_report_missed(gpr_consumer *c, int rc, gpr_error *err) {
   c->missed = gpr_bc_take_missed(&c->seg, c->index);
   if (rc == -(int)GPR_E_FRAMES_MISSED)
     return gpr_fail(err, GPR_E_FRAMES_MISSED, 0, "%llu frames of ring '%s' were dropped before this consumer took them (on_slow: drop-oldest)",
                     (unsigned long long)c->missed, c->seg.name);
   gpr_bc_subscribe(&c->seg, c->index, c->on_slow);
-  return gpr_fail(err, GPR_E_EVICTED, 0, "this consumer fell a ring behind and was evicted from ring '%s', losing %llu frames; it goes on from the newest",
+  return gpr_fail(err, GPR_E_EVICTED, 0, "this consumer fell a ring behind and was evicted from ring '%s', losing %llu frames; it goes on with the frames published since",
                   c->seg.name, (unsigned long long)c->missed);
 }
 
