@@ -12,7 +12,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Iterator
 
 from . import layout as L
-from . import slot_protocol as ring
+from . import broadcast, slot_protocol as ring
 from .codec import decode_frame
 from .errors import GpuringError
 from .frame import Frame, Lease
@@ -32,9 +32,14 @@ class Consumer:
     """One consumer on a ring. ``next`` is for one thread at a time; leases may
     end on any thread (the garbage collector's included)."""
 
-    def __init__(self, seg: Segment) -> None:
+    def __init__(self, seg: Segment, on_slow: str = "block") -> None:
+        if on_slow not in L.ON_SLOW:
+            raise GpuringError("INVALID_ARGUMENT", f"on_slow must be one of {', '.join(L.ON_SLOW)}")
         self._seg = seg
         self._closed = False
+        self._on_slow = L.ON_SLOW.index(on_slow)
+        #: Broadcast rings: frames lost, as the last FRAMES_MISSED or EVICTED said.
+        self.missed = 0
         self.index, self.generation = seg.attach(L.ROLE_CONSUMER)
         self._maps = ArenaMaps(seg)
         self._lock = threading.Lock()
@@ -44,23 +49,49 @@ class Consumer:
         self._vmm: VmmImports | None = None
         self._stream_releases: StreamReleases | None = None
         sweep(seg)
+        if seg.broadcast:
+            broadcast.subscribe(seg, self.index, self._on_slow)
 
     @classmethod
-    def open(cls, name: str, *, timeout: float = 1.0, any_owner: bool = False) -> "Consumer":
-        """``any_owner`` joins a ring another user created (refused by default: SEGMENT_OWNER)."""
-        return cls(Segment.open(name, timeout, any_owner))
+    def open(cls, name: str, *, timeout: float = 1.0, any_owner: bool = False, on_slow: str = "block") -> "Consumer":
+        """``any_owner`` joins a ring another user created (refused by default: SEGMENT_OWNER).
+
+        ``on_slow`` (broadcast rings, SPEC.md §5.4): what producers do when this
+        consumer falls a whole ring behind. ``"block"``: wait for it;
+        ``"drop-oldest"``: drop the oldest frame it has not taken; ``"evict"``:
+        drop every frame it has not taken. It learns of a loss once: ``next``
+        raises FRAMES_MISSED or EVICTED (``error.missed`` says how many), and the
+        next call goes on with the frames published since. Frames it has taken
+        are never taken back."""
+        return cls(Segment.open(name, timeout, any_owner), on_slow)
 
     def try_next(self) -> Frame | None:
         """A frame if one is ready now, else None."""
         self._check_open()
-        claimed = ring.try_claim(self._seg, self.index)
+        claimed = self._claim()
         return None if claimed is None else self._hand_over(*claimed)
 
     def next(self, timeout: float | None = None) -> Frame:
         """Waits up to ``timeout`` seconds (None: forever) for a frame; TIMEOUT otherwise."""
         self._check_open()
-        pos, ref = ring.wait_for(self._seg, "data", lambda: ring.try_claim(self._seg, self.index), timeout)
+        pos, ref = ring.wait_for(self._seg, "data", self._claim, timeout)
         return self._hand_over(pos, ref)
+
+    def _claim(self) -> tuple[int, ring.FrameRef] | None:
+        try:
+            return ring.try_claim(self._seg, self.index)
+        except GpuringError as e:
+            if e.code not in ("FRAMES_MISSED", "EVICTED"):
+                raise
+            code = e.code
+        self.missed = broadcast.take_missed(self._seg, self.index)
+        if code == "FRAMES_MISSED":
+            raise GpuringError("FRAMES_MISSED", f"{self.missed} frames of ring '{self._seg.name}' were dropped before "
+                               "this consumer took them (on_slow: drop-oldest)", missed=self.missed)
+        broadcast.subscribe(self._seg, self.index, self._on_slow)
+        raise GpuringError("EVICTED", f"this consumer fell a ring behind and was evicted from ring '{self._seg.name}', "
+                           f"losing {self.missed} frames (on_slow: evict); it goes on with the frames published since",
+                           missed=self.missed)
 
     def __iter__(self) -> Iterator[Frame]:
         while True:
@@ -70,7 +101,8 @@ class Consumer:
         try:
             description = decode_frame(self._body(ref))
         except GpuringError:
-            ring.transition(self._seg, pos, L.CLAIMED, self.index + 1, L.slot_word(pos, L.LEASED, self.index + 1))
+            if not self._seg.broadcast:  # a broadcast claim is a lease already
+                ring.transition(self._seg, pos, L.CLAIMED, self.index + 1, L.slot_word(pos, L.LEASED, self.index + 1))
             self._end_lease(pos)
             raise
         ring.confirm(self._seg, self.index, pos)

@@ -19,9 +19,11 @@ class GpuringError(Exception):
     """A gpuring failure. ``code`` is one of :data:`ERROR_CODES`; ``errno`` is set
     when a system call failed."""
 
-    def __init__(self, code: str, message: str, errno: int | None = None) -> None:
+    def __init__(self, code: str, message: str, errno: int | None = None, missed: int | None = None) -> None:
         if code not in ERROR_CODES:
             raise ValueError(f"unknown gpuring error code {code!r}")
         super().__init__(f"{code}: {message}")
         self.code = code
         self.errno = errno
+        #: FRAMES_MISSED and EVICTED (broadcast rings): how many frames this consumer lost.
+        self.missed = missed

@@ -115,7 +115,12 @@ class Producer:
 
             def attempt() -> int | None:
                 self.reap()
-                return ring.try_publish(self._seg, self.index, ref)
+                pos = ring.try_publish(self._seg, self.index, ref)
+                # A broadcast ring may just have dropped its oldest frame for slow
+                # subscribers (SPEC.md §5.4): if it was ours, reaping frees the slot now.
+                if pos is None and self._seg.broadcast and self.reap():
+                    pos = ring.try_publish(self._seg, self.index, ref)
+                return pos
 
             pos = attempt() if not block else ring.wait_for(self._seg, "space", attempt, timeout)
             if pos is None:

@@ -136,6 +136,9 @@ def sweep(seg: Segment) -> SweepReport:
         rep.corrupt += _sweep_corrupt(seg, (seg.damage_cursor + k) & seg.mask)
     seg.damage_cursor = (seg.damage_cursor + window) & seg.mask
     if any(dead):
+        if seg.broadcast:
+            from .broadcast import sweep_dead  # broadcast.py builds on slot_protocol, as this module does
+            rep.released += sweep_dead(seg, dead)
         for i in range(seg.slot_count):
             _sweep_slot(seg, i, dead, refs, rep)
         for i, d in enumerate(dead):

@@ -20,13 +20,16 @@ class Ring:
 
     @staticmethod
     def create(name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600,
-               exist_ok: bool = False) -> "Ring":
+               exist_ok: bool = False, delivery: str = "each") -> "Ring":
         """Creates ring ``name``; SEGMENT_EXISTS if the name is taken, unless
         ``exist_ok``, which opens the ring that is there as it is (its own slots,
-        participants and mode), so that a producer can be started again."""
+        participants and mode), so that a producer can be started again.
+        ``delivery``: ``"each"`` frame to one consumer (a work queue), or ``"all"``
+        subscribers receive every frame (a broadcast ring of at most 64
+        participants, SPEC.md §5.4; see ``Consumer.open``'s ``on_slow``)."""
         for _ in range(100):
             try:
-                return Ring(Segment.create(name, slots, participants, mode))
+                return Ring(Segment.create(name, slots, participants, mode, delivery))
             except GpuringError as e:
                 if not exist_ok or e.code != "SEGMENT_EXISTS":
                     raise

@@ -53,23 +53,23 @@ def size_shm(fd: int, size: int) -> None:
             raise GpuringError("SYSTEM", f"posix_fallocate failed: {e}", e.errno) from None
 
 
-def check_header(raw: bytes, file_size: int, name: str) -> tuple[int, int]:
+def check_header(raw: bytes, file_size: int, name: str) -> tuple[int, int, bool]:
     """Validates a ready header against this build and its file; returns
-    (slot_count, participant_capacity). Same checks, order and codes as
-    gpr_header_check."""
+    (slot_count, participant_capacity, broadcast). Same checks, order and codes
+    as gpr_header_check."""
     (magic, ready, header_size, layout_hash, _total, slots, slot_size, parts, part_size, control_at,
      parts_at, slots_at, pidns, _created, _creator, flags, *_rest) = _HEADER.unpack(raw)
     if ready >> 16 != L.VERSION_MAJOR:
         raise GpuringError("SEGMENT_VERSION", f"segment '{name}' has format version {ready >> 16}.{ready & 0xFFFF}; "
                            f"this build speaks {L.VERSION_MAJOR}.x")
-    if flags == L.RING_BROADCAST and layout_hash == L.LAYOUT_HASH_BROADCAST:
-        raise GpuringError("UNSUPPORTED", f"ring '{name}' is a broadcast ring (SPEC.md §5.4); the Python package "
-                           "does not take part in broadcast rings yet: use a work-queue ring, or a Node or C participant")
-    if (layout_hash != L.LAYOUT_HASH or header_size != L.HEADER_BYTES or slot_size != L.SLOT_BYTES
+    broadcast = flags == L.RING_BROADCAST
+    expected = L.LAYOUT_HASH_BROADCAST if broadcast else L.LAYOUT_HASH
+    if (flags & ~L.RING_BROADCAST or layout_hash != expected or header_size != L.HEADER_BYTES or slot_size != L.SLOT_BYTES
             or part_size != L.PARTICIPANT_BYTES or control_at != L.CONTROL_OFFSET):
         raise GpuringError("SEGMENT_LAYOUT", f"segment '{name}' has a different layout "
-                           f"(hash {layout_hash:016x}, expected {L.LAYOUT_HASH:016x})")
-    if slots < 2 or slots > L.MAX_SLOTS or slots & (slots - 1) or not 1 <= parts <= L.MAX_PARTICIPANTS:
+                           f"(hash {layout_hash:016x}, expected {expected:016x})")
+    most = L.MAX_BROADCAST_PARTICIPANTS if broadcast else L.MAX_PARTICIPANTS
+    if slots < 2 or slots > L.MAX_SLOTS or slots & (slots - 1) or not 1 <= parts <= most:
         raise GpuringError("SEGMENT_LAYOUT", f"segment '{name}' has impossible counts")
     p_at, s_at, total = L.segment_size(slots, parts)
     if parts_at != p_at or slots_at != s_at or _total != total:
@@ -81,7 +81,7 @@ def check_header(raw: bytes, file_size: int, name: str) -> tuple[int, int]:
     if pidns != pid_namespace():
         raise GpuringError("PID_NAMESPACE", f"segment '{name}' was made in another PID namespace (container); "
                            "all participants must share one (docker run --pid=host or --ipc=host)")
-    return slots, parts
+    return slots, parts, broadcast
 
 
 def _await_header(fd: int, name: str, timeout_s: float) -> tuple[bytes, int]:
@@ -105,8 +105,9 @@ def _await_header(fd: int, name: str, timeout_s: float) -> tuple[bytes, int]:
 class Segment:
     """A process's view of one segment. Use :meth:`create` or :meth:`open`."""
 
-    def __init__(self, name: str, fd: int, slots: int, parts: int) -> None:
+    def __init__(self, name: str, fd: int, slots: int, parts: int, broadcast: bool = False) -> None:
         self.name, self.fd = name, fd
+        self.broadcast = broadcast  # every subscriber receives every frame (broadcast.py)
         self.slot_count, self.mask, self.participant_capacity = slots, slots - 1, parts
         _, self.slots_at, self.size = L.segment_size(slots, parts)
         self.mem = SharedMemory(fd, self.size)
@@ -114,8 +115,14 @@ class Segment:
         self.damage_cursor = 0  # where this process's next sweep looks for damaged slot words
 
     @classmethod
-    def create(cls, name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600) -> "Segment":
+    def create(cls, name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600,
+               delivery: str = "each") -> "Segment":
         check_name(name)
+        if delivery not in ("each", "all"):
+            raise GpuringError("INVALID_ARGUMENT", "delivery must be 'each' (a work queue) or 'all' (broadcast)")
+        broadcast = delivery == "all"
+        if broadcast and participants > L.MAX_BROADCAST_PARTICIPANTS:
+            raise GpuringError("INVALID_ARGUMENT", f"a broadcast ring holds at most {L.MAX_BROADCAST_PARTICIPANTS} participants")
         if slots < 2 or slots > L.MAX_SLOTS or slots & (slots - 1):
             raise GpuringError("INVALID_ARGUMENT", f"slot count must be a power of two, 2 to {L.MAX_SLOTS}")
         if not 1 <= participants <= L.MAX_PARTICIPANTS:
@@ -129,14 +136,15 @@ class Segment:
         try:
             os.fchmod(fd, mode)  # the umask must not narrow an explicit mode
             size_shm(fd, total)
-            seg = cls(name, fd, slots, participants)
+            seg = cls(name, fd, slots, participants, broadcast)
         except BaseException:
             os.close(fd)
             os.unlink(segment_path(name))
             raise
-        header = _HEADER.pack(L.SEGMENT_MAGIC, 0, L.HEADER_BYTES, L.LAYOUT_HASH, total, slots, L.SLOT_BYTES,
-                              participants, L.PARTICIPANT_BYTES, L.CONTROL_OFFSET, p_at, s_at, pid_namespace(),
-                              realtime_ns(), os.getpid(), 0, name.encode(), bytes(128))
+        header = _HEADER.pack(L.SEGMENT_MAGIC, 0, L.HEADER_BYTES, L.LAYOUT_HASH_BROADCAST if broadcast else L.LAYOUT_HASH,
+                              total, slots, L.SLOT_BYTES, participants, L.PARTICIPANT_BYTES, L.CONTROL_OFFSET, p_at,
+                              s_at, pid_namespace(), realtime_ns(), os.getpid(), L.RING_BROADCAST if broadcast else 0,
+                              name.encode(), bytes(128))
         seg.mem.write(0, header)
         for i in range(slots):
             seg.mem.store64(seg.slot(i), L.slot_word(i, L.EMPTY, 0))
@@ -161,8 +169,8 @@ class Segment:
                                f"(uid {os.geteuid()}): refusing to join; open it with any_owner=True if that user is trusted")
         try:
             raw, size = _await_header(fd, name, timeout)
-            slots, parts = check_header(raw, size, name)
-            return cls(name, fd, slots, parts)
+            slots, parts, broadcast = check_header(raw, size, name)
+            return cls(name, fd, slots, parts, broadcast)
         except BaseException:
             os.close(fd)
             raise
@@ -228,9 +236,10 @@ class Segment:
             mem.store32(self.participant(i, "roles"), roles)
             mem.store64(self.participant(i, "attached_unix_ns"), realtime_ns())
             mem.store32(self.participant(i, "arena_count"), 0)
-            for counter in ("published", "leased", "released", "doorbell_key"):
+            for counter in ("published", "leased", "released", "doorbell_key", "cursor", "missed", "missed_seen"):
                 mem.store64(self.participant(i, counter), 0)
             mem.store32(self.participant(i, "doorbell"), 0)
+            mem.store32(self.participant(i, "subscription"), 0)
             mem.store64(self.participant(i), L.pword(gen, 0, L.P_ACTIVE))
             return i, gen
         raise GpuringError("PARTICIPANTS_FULL", f"segment '{self.name}' has no free participant entry "

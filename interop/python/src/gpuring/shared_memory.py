@@ -56,6 +56,7 @@ _ops, _libc = _bind()
 _load64, _load32, _store64, _store32 = _ops["load64"], _ops["load32"], _ops["store64"], _ops["store32"]
 _cas64, _add64, _add32 = _ops["compare_exchange64"], _ops["fetch_add64"], _ops["fetch_add32"]
 _cas32, _and32, _or32 = _ops["compare_exchange32"], _ops["fetch_and32"], _ops["fetch_or32"]
+_and64, _or64 = _ops["fetch_and64"], _ops["fetch_or64"]
 
 
 class _Timespec(ctypes.Structure):
@@ -123,6 +124,14 @@ class SharedMemory:
     def or32(self, offset: int, value: int) -> int:
         """Atomic fetch-or; returns the previous value."""
         return int(_or32(self._addr(offset, 4), value & 0xFFFFFFFF, _SEQ_CST))
+
+    def and64(self, offset: int, value: int) -> int:
+        """Atomic fetch-and; returns the previous value."""
+        return int(_and64(self._addr(offset, 8), value & 0xFFFFFFFFFFFFFFFF, _SEQ_CST))
+
+    def or64(self, offset: int, value: int) -> int:
+        """Atomic fetch-or; returns the previous value."""
+        return int(_or64(self._addr(offset, 8), value & 0xFFFFFFFFFFFFFFFF, _SEQ_CST))
 
     def read(self, offset: int, length: int) -> bytes:
         """A private copy: validate it, never the shared bytes themselves."""

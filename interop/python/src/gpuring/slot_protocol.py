@@ -90,17 +90,24 @@ def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
                 continue
             _hint_advance(seg, "tail", pos + 1)
             mem.write(_ref_at(seg, pos), ref.pack())
+            if seg.broadcast:
+                from .broadcast import finish_publish  # broadcast.py builds on this module
+                finish_publish(seg, me, pos)
             # A CAS from the exact WRITING word: a sweeper may have taken the claim back.
-            if not mem.cas64(at, slot_word(pos, L.WRITING, me + 1), slot_word(pos, L.READY, me + 1)):
+            elif not mem.cas64(at, slot_word(pos, L.WRITING, me + 1), slot_word(pos, L.READY, me + 1)):
                 raise GpuringError("FRAME_STATE", "the ring took this producer's slot back (was it judged dead?)")
+            else:
+                notify_data(seg, doorbells=1)  # one consumer can take the frame (SPEC.md §6.1)
             seg.count(me, "published")
-            notify_data(seg, doorbells=1)  # one consumer can take the frame (SPEC.md §6.1)
             return pos
         if d == 0:
             pos = (pos + 1) & L.SEQ_MASK
         elif d < -seg.slot_count:  # a hint no slot can match: trust the slot
             pos = word_seq(w)
         elif d < 0:
+            if seg.broadcast:
+                from .broadcast import relieve
+                relieve(seg, word_seq(w))  # slow subscribers' policies (SPEC.md §5.4)
             return None
         else:
             pos = _hint_reload(seg, "tail", pos)
@@ -148,6 +155,9 @@ def _take_redelivered(seg: Segment, me: int, upto: int) -> tuple[int, FrameRef] 
 
 def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
     """Takes the oldest READY frame (state CLAIMED); None when the ring is empty."""
+    if seg.broadcast:
+        from .broadcast import try_claim as subscriber_claim
+        return subscriber_claim(seg, me)
     mem, pos = seg.mem, seg.mem.load64(seg.control("head")) & L.SEQ_MASK
     for _ in range(_scan_limit(seg)):
         w = mem.load64(seg.slot(pos))
@@ -173,7 +183,8 @@ def transition(seg: Segment, pos: int, state: int, owner: int, to_word: int) -> 
 
 
 def confirm(seg: Segment, me: int, pos: int) -> None:
-    transition(seg, pos, L.CLAIMED, me + 1, slot_word(pos, L.LEASED, me + 1))
+    if not seg.broadcast:  # a broadcast claim (the cursor CAS) is final
+        transition(seg, pos, L.CLAIMED, me + 1, slot_word(pos, L.LEASED, me + 1))
     seg.count(me, "leased")
 
 
@@ -191,6 +202,9 @@ def mark_redeliver(seg: Segment, pos: int) -> None:
 
 def unclaim_as(seg: Segment, owner: int, pos: int, state: int) -> None:
     """Hands a frame back for another consumer (``owner`` is a participant index)."""
+    if seg.broadcast:
+        from .broadcast import unclaim
+        return unclaim(seg, owner, pos)
     producer = FrameRef.unpack(seg.mem.read(_ref_at(seg, pos), L.REF_BYTES)).producer
     transition(seg, pos, state, owner + 1, slot_word(pos, L.READY, producer + 1))
     mark_redeliver(seg, pos)
@@ -212,6 +226,9 @@ def producer_active(seg: Segment, ref: FrameRef) -> bool:
 
 def release_as(seg: Segment, owner: int, pos: int, state: int) -> None:
     """Ends a lease: RELEASED for its producer to reclaim, or EMPTY if that producer is gone."""
+    if seg.broadcast:
+        from .broadcast import release_as as release_share
+        return release_share(seg, owner, pos)
     ref = FrameRef.unpack(seg.mem.read(_ref_at(seg, pos), L.REF_BYTES))
     to = (slot_word(pos, L.RELEASED, ref.producer + 1) if producer_active(seg, ref)
           else slot_word(pos + seg.slot_count, L.EMPTY, 0))

@@ -1,0 +1,216 @@
+"""Broadcast rings, where every subscriber receives every frame: gpuring/broadcast.h,
+step for step (SPEC.md §5.4).
+
+Producers publish as in a work queue, but copy control ``subscribers`` into the
+slot's ``pending`` word first; a subscriber reads positions in order from the
+``cursor`` in its entry and takes a frame by moving its cursor with a CAS; it
+releases by clearing its bit, and whoever clears the last bit hands the slot
+back to its producer. A producer that finds the ring full applies each holder's
+``on_slow`` policy (block, drop-oldest, evict). A taken frame is never taken back.
+"""
+from __future__ import annotations
+
+from . import layout as L
+from .errors import GpuringError
+from .layout import seq_diff, slot_word, word_owner, word_seq, word_state
+from .segment import Segment
+from .slot_protocol import FrameRef, notify_data, notify_space, producer_active, _scan_limit
+
+
+def _bit(index: int) -> int:
+    return 1 << index
+
+
+def _pending(seg: Segment, pos: int) -> int:
+    return seg.slot(pos) + L.SLOT["pending"]
+
+
+def subscribe(seg: Segment, me: int, on_slow: int) -> None:
+    """Joins the subscribers as entry ``me``, or goes on after an eviction from
+    where it was evicted. The cursor starts a lap behind the producers' hint,
+    before every position a frame carrying the new bit can have."""
+    mem = seg.mem
+    tail = mem.load64(seg.control("tail")) & L.SEQ_MASK
+    start = (tail - seg.slot_count) & L.SEQ_MASK
+    c = mem.load64(seg.participant(me, "cursor"))
+    if c & L.CURSOR_EVICTED and seq_diff(c & L.SEQ_MASK, start) > 0:
+        start = c & L.SEQ_MASK
+    mem.store64(seg.participant(me, "cursor"), start)
+    mem.store32(seg.participant(me, "subscription"), on_slow + 1)
+    mem.or64(seg.control("subscribers"), _bit(me))
+
+
+def take_missed(seg: Segment, me: int) -> int:
+    """Frames dropped for ``me`` that it has not been told of; marks them told."""
+    missed = seg.mem.load64(seg.participant(me, "missed"))
+    told = seg.mem.load64(seg.participant(me, "missed_seen"))
+    seg.mem.store64(seg.participant(me, "missed_seen"), missed)
+    return (missed - told) & 0xFFFFFFFFFFFFFFFF
+
+
+def _retire(seg: Segment, pos: int, w: int) -> None:
+    """The last share of the frame at ``pos`` went: RELEASED for its producer, or EMPTY a lap on."""
+    ref = FrameRef.unpack(seg.mem.read(seg.slot(pos) + L.SLOT["ref"], L.REF_BYTES))
+    to = (slot_word(pos, L.RELEASED, word_owner(w)) if producer_active(seg, ref) and word_owner(w) == ref.producer + 1
+          else slot_word(pos + seg.slot_count, L.EMPTY, 0))
+    if seg.mem.cas64(seg.slot(pos), w, to):
+        notify_space(seg)
+
+
+def release_as(seg: Segment, owner: int, pos: int) -> None:
+    """Ends subscriber ``owner``'s share of the frame at ``pos`` (its own release, or one made for it)."""
+    w = seg.mem.load64(seg.slot(pos))
+    if owner >= 64 or word_seq(w) != pos & L.SEQ_MASK or word_state(w) != L.READY:
+        raise GpuringError("FRAME_STATE", f"slot {pos & seg.mask} holds no frame of subscriber {owner}")
+    was = seg.mem.and64(_pending(seg, pos), ~_bit(owner))
+    if not was & _bit(owner):
+        raise GpuringError("FRAME_STATE", f"subscriber {owner} does not hold the frame at position {pos}")
+    if was & ~_bit(owner) == 0:
+        _retire(seg, pos, w)
+
+
+def _released(seg: Segment, owner: int, pos: int) -> bool:
+    try:
+        release_as(seg, owner, pos)
+        return True
+    except GpuringError:
+        return False
+
+
+def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
+    """The next frame for subscriber ``me``, or None; raises FRAMES_MISSED or EVICTED
+    (bare: the consumer adds the count) when producers dropped frames for it."""
+    mem, bit, cursor_at = seg.mem, _bit(me), seg.participant(me, "cursor")
+    for _ in range(4):  # a failed cursor CAS: a producer dropped frames for us meanwhile
+        cur = mem.load64(cursor_at)
+        if cur & L.CURSOR_EVICTED:
+            raise GpuringError("EVICTED", "evicted")
+        if mem.load64(seg.participant(me, "missed")) != mem.load64(seg.participant(me, "missed_seen")):
+            raise GpuringError("FRAMES_MISSED", "frames missed")
+        pos, lost = cur & L.SEQ_MASK, False
+        for _ in range(_scan_limit(seg)):
+            w = mem.load64(seg.slot(pos))
+            d, st = seq_diff(word_seq(w), pos), word_state(w)
+            if d < -seg.slot_count:  # a cursor no slot can match: trust the slot
+                pos = word_seq(w)
+                continue
+            if d < 0 or (d == 0 and st in (L.EMPTY, L.WRITING)):
+                break
+            if d == 0 and st == L.READY and mem.load64(_pending(seg, pos)) & bit:
+                if not mem.cas64(cursor_at, cur, (pos + 1) & L.SEQ_MASK):
+                    lost = True
+                    break
+                return pos, FrameRef.unpack(mem.read(seg.slot(pos) + L.SLOT["ref"], L.REF_BYTES))
+            pos = (pos + 1) & L.SEQ_MASK  # not ours: published before we joined, or done
+        if lost:
+            continue
+        if pos != cur & L.SEQ_MASK:
+            mem.cas64(cursor_at, cur, pos)  # skipped frames need not be looked at again
+        return None
+    return None
+
+
+def unclaim(seg: Segment, me: int, pos: int) -> None:
+    """Gives back a frame ``me`` took but never handed over: its cursor goes back
+    to it if nothing was taken since, else it is released and counted as missed."""
+    if seg.mem.cas64(seg.participant(me, "cursor"), (pos + 1) & L.SEQ_MASK, pos & L.SEQ_MASK):
+        notify_data(seg)
+        return
+    release_as(seg, me, pos)
+    seg.mem.add64(seg.participant(me, "missed"), 1)
+
+
+def _drop_for(seg: Segment, k: int, pos: int) -> None:
+    if _released(seg, k, pos):
+        seg.mem.add64(seg.participant(k, "missed"), 1)
+
+
+def _evict(seg: Segment, k: int, c: int, q: int) -> None:
+    """Drops every frame subscriber ``k`` has not taken; its cursor says EVICTED
+    until it has learnt so. It stays a subscriber (see gpr_bc_evict)."""
+    if not seg.mem.cas64(seg.participant(k, "cursor"), c, L.CURSOR_EVICTED | (c & L.SEQ_MASK)):
+        return
+    for i in range(seg.slot_count):
+        pos = (q + i) & L.SEQ_MASK
+        w = seg.mem.load64(seg.slot(pos))
+        if word_seq(w) == pos and word_state(w) == L.READY and seg.mem.load64(_pending(seg, pos)) & _bit(k):
+            _drop_for(seg, k, pos)
+    notify_data(seg)
+
+
+def _subscribed(seg: Segment, k: int) -> bool:
+    return (k < seg.participant_capacity and L.pword_state(seg.participant_word(k)) == L.P_ACTIVE
+            and seg.mem.load32(seg.participant(k, "subscription")) != 0)
+
+
+def _relieve_one(seg: Segment, k: int, q: int) -> None:
+    if not _subscribed(seg, k):
+        _released(seg, k, q)  # a bit left over from an earlier occupant
+        return
+    c = seg.mem.load64(seg.participant(k, "cursor"))
+    ahead = seq_diff(c & L.SEQ_MASK, q)  # > 0: it took the frame at q and holds it
+    if c & L.CURSOR_EVICTED:
+        if ahead <= 0:
+            _drop_for(seg, k, q)
+        return
+    if ahead > 0:
+        return
+    policy = L.ON_SLOW[(seg.mem.load32(seg.participant(k, "subscription")) - 1) % 3]
+    if policy == "drop-oldest":
+        if seg.mem.cas64(seg.participant(k, "cursor"), c, (q + 1) & L.SEQ_MASK):
+            _drop_for(seg, k, q)
+    elif policy == "evict":
+        _evict(seg, k, c, q)
+
+
+def relieve(seg: Segment, q: int) -> None:
+    """A producer needs the slot still serving the frame at ``q``: applies each holder's policy."""
+    w = seg.mem.load64(seg.slot(q))
+    if word_seq(w) != q & L.SEQ_MASK or word_state(w) != L.READY:
+        return
+    m = seg.mem.load64(_pending(seg, q))
+    while m:
+        k = (m & -m).bit_length() - 1
+        m &= m - 1
+        _relieve_one(seg, k, q)
+
+
+def finish_publish(seg: Segment, me: int, pos: int) -> None:
+    """After the reference is written (slot WRITING by ``me``): the frame goes to the
+    subscribers attached now (READY), or straight to RELEASED when there are none."""
+    subscribers = seg.mem.load64(seg.control("subscribers"))
+    seg.mem.store64(_pending(seg, pos), subscribers)
+    to = slot_word(pos, L.READY if subscribers else L.RELEASED, me + 1)
+    if not seg.mem.cas64(seg.slot(pos), slot_word(pos, L.WRITING, me + 1), to):
+        raise GpuringError("FRAME_STATE", "the ring took this producer's slot back (was it judged dead?)")
+    if subscribers:
+        notify_data(seg)  # every subscriber: not one sleeper per frame
+
+
+def holds(seg: Segment, me: int, pos: int) -> bool:
+    """Does subscriber ``me`` hold the frame at ``pos`` (taken, not released)?"""
+    w = seg.mem.load64(seg.slot(pos))
+    c = seg.mem.load64(seg.participant(me, "cursor"))
+    return (word_seq(w) == pos & L.SEQ_MASK and word_state(w) == L.READY
+            and bool(seg.mem.load64(_pending(seg, pos)) & _bit(me)) and seq_diff(c & L.SEQ_MASK, pos) > 0)
+
+
+def sweep_dead(seg: Segment, dead: list[bool]) -> int:
+    """Dead entries leave the subscribers, and their shares of every READY frame
+    are released; returns how many shares."""
+    gone = sum(_bit(k) for k, d in enumerate(dead[:64]) if d)
+    if not gone:
+        return 0
+    seg.mem.and64(seg.control("subscribers"), ~gone)
+    released = 0
+    for i in range(seg.slot_count):
+        w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
+        if word_state(w) != L.READY:
+            continue
+        pos = word_seq(w)
+        m = seg.mem.load64(_pending(seg, pos)) & gone
+        while m:
+            k = (m & -m).bit_length() - 1
+            m &= m - 1
+            released += _released(seg, k, pos)
+    return released

@@ -1,0 +1,99 @@
+"""Broadcast rings (SPEC.md §5.4) from Python: every subscriber, in any
+language, receives every frame in order; a killed subscriber gives its share
+back; the three on_slow policies."""
+import json
+import signal
+
+import pyarrow as pa
+import pytest
+
+from conftest import node_available, node_child, python_child
+from gpuring import Consumer, GpuringError, Producer, Ring
+
+FRAMES = 3000
+
+
+def _tags(consumer: Consumer) -> list[int] | GpuringError:
+    """Tags of the frames ready now, each released at once, or the error met."""
+    tags = []
+    try:
+        while (frame := consumer.try_next()) is not None:
+            tags.append(frame.user_tag)
+            frame.release()
+    except GpuringError as e:
+        return e
+    return tags
+
+
+def test_python_and_node_subscribers_each_receive_every_frame_in_order_and_a_killed_one_gives_its_share_back(ring_name):
+    Ring.create(ring_name, slots=64, delivery="all").close()
+    readers = [python_child("subscribe", ring_name, str(FRAMES))]
+    if node_available():
+        readers.append(node_child("child.ts", "subscribe", ring_name, str(FRAMES)))
+    holder = python_child("hold", ring_name, "1")
+    for r in readers:
+        line = r.stdout.readline()
+        assert line.startswith("ready") or json.loads(line)["ready"], line
+    with Producer.open(ring_name) as producer:
+        producer.publish(pa.table({"i": [0]}), user_tag=0)
+        assert holder.stdout.readline().split() == ["held", "1"]
+        for tag in range(1, 64):
+            producer.publish(pa.table({"i": [tag]}), user_tag=tag)
+        with pytest.raises(GpuringError) as full:
+            producer.publish(pa.table({"i": [64]}), user_tag=64, block=False)
+        assert full.value.code == "RING_FULL"  # the holder took frame 0 and keeps it
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        for tag in range(64, FRAMES):
+            producer.publish(pa.table({"i": [tag]}), user_tag=tag, timeout=30)
+        for r in readers:
+            out, err = r.communicate(timeout=60)
+            assert r.returncode == 0, err
+            last = out.strip().splitlines()[-1]
+            assert last == f"in-order {FRAMES}" or json.loads(last) == {"inOrder": FRAMES}, out
+        producer.drain(timeout=10)
+
+
+def test_on_slow_block_drop_oldest_and_evict(ring_name):
+    Ring.create(ring_name, slots=8, delivery="all").close()
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as fast:
+        def publish_keeping_up(first: int, count: int) -> list[int]:
+            seen = []
+            for tag in range(first, first + count):
+                producer.publish(pa.table({"i": [tag]}), user_tag=tag, block=False)
+                with fast.next(timeout=5) as frame:
+                    seen.append(frame.user_tag)
+            return seen
+
+        with Consumer.open(ring_name, on_slow="block") as block:
+            assert publish_keeping_up(0, 8) == list(range(8))
+            with pytest.raises(GpuringError) as full:
+                producer.publish(pa.table({"i": [8]}), block=False)
+            assert full.value.code == "RING_FULL"
+            assert _tags(block) == list(range(8))
+        with Consumer.open(ring_name, on_slow="drop-oldest") as drop:
+            assert publish_keeping_up(100, 20) == list(range(100, 120))
+            missed = _tags(drop)
+            assert isinstance(missed, GpuringError) and missed.code == "FRAMES_MISSED" and missed.missed == 12
+            assert _tags(drop) == list(range(112, 120))
+            with Consumer.open(ring_name, on_slow="evict") as evict:
+                assert publish_keeping_up(200, 9) == list(range(200, 209))
+                dropped = _tags(drop)
+                assert isinstance(dropped, GpuringError) and dropped.missed == 1
+                assert _tags(drop) == list(range(201, 209))
+                evicted = _tags(evict)
+                assert isinstance(evicted, GpuringError) and evicted.code == "EVICTED" and evicted.missed == 8
+                producer.publish(pa.table({"i": [300]}), user_tag=300)
+                assert _tags(evict) == [208, 300]
+                assert _tags(fast) == [300] and _tags(drop) == [300]
+        producer.drain(timeout=5)
+
+
+def test_a_broadcast_ring_holds_at_most_64_participants_and_opens_as_broadcast(ring_name):
+    ring = Ring.create(ring_name, slots=8, participants=64, delivery="all")
+    assert ring.segment.broadcast
+    with pytest.raises(GpuringError) as too_many:
+        Ring.create(ring_name + "x", participants=65, delivery="all")
+    assert too_many.value.code == "INVALID_ARGUMENT"
+    ring.close()
+    assert Ring.open(ring_name).segment.broadcast
