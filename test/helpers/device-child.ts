@@ -17,6 +17,8 @@
  *                           (so addresses repeat) before the next is made
  *   pool-exit NAME          one cuda-pool frame, then exits without waiting for its release
  *   read NAME               (a consumer) reads one frame and prints its rows, or its error code
+ *   read-all NAME N         (a subscriber of a broadcast ring) says it is ready, reads N frames and
+ *                           prints how many held only their tag's value in their one column
  *   stream-release NAME N   (a consumer) for each of two frames, queues N device copies of it
  *                           on a stream and releases it with release({ stream }): the first on
  *                           a DeviceStream, the second on a bare CUstream, then closes at once;
@@ -41,6 +43,21 @@ if (role === 'read') {
     say({ code: (error as { code?: string }).code, message: (error as Error).message });
   }
   f.release();
+  consumer.close();
+  process.exit(0);
+}
+
+if (role === 'read-all') {
+  const consumer = Consumer.open(name!);
+  say({ ready: true });
+  let ok = 0;
+  for (let i = 0; i < Number(arg); i++) {
+    const f = await consumer.next({ timeout: 30_000 });
+    const values = f.toTable().getChildAt(0)!.toArray() as ArrayLike<number>;
+    if (Array.prototype.every.call(values, (v: number) => v === Number(f.tag))) ok++;
+    f.release();
+  }
+  say({ ok });
   consumer.close();
   process.exit(0);
 }
