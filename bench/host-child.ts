@@ -20,6 +20,13 @@
  *                             Table (toTable) before releasing it; prints the count
  *   stream PATH N             sends N + WARMUP_FRAMES small frame descriptions as JSON lines (serialized
  *                             per frame), as fast as the socket takes them
+ *   fan-flood RINGS N         (fan-out) RINGS is a comma-separated list of rings: publishes a prepared
+ *                             frame N times into each, 256 per publishMany() per ring in turn; prints
+ *                             {"seconds"} as flood-prepared does
+ *   fan-paced RINGS N GAP_US  (fan-out) publishes a prepared frame N times into each ring, GAP_US apart,
+ *                             each tagged with the time its first publish was called
+ *   latency-sink NAME N       a consumer asleep in next(): prints "ready", then, after N frames, the
+ *                             microseconds from each frame's tag to its next() resolving, as JSON
  */
 import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
@@ -80,6 +87,52 @@ async function floodPrepared(): Promise<void> {
   await timed(producer, async (count) => {
     for (let i = 0; i < count; i += 256) await frame.publishMany(Math.min(256, count - i));
   });
+}
+
+/** One producer per ring of the comma-separated `target`, each with a prepared frame. */
+function fanProducers() {
+  const producers = target!.split(',').map((ring) => Producer.open(ring));
+  return { producers, frames: producers.map((p) => p.prepare(emptyFrameDescription())) };
+}
+
+async function fanFlood(): Promise<void> {
+  const { producers, frames } = fanProducers();
+  const publishAll = async (count: number) => {
+    for (let i = 0; i < count; i += 256) for (const f of frames) await f.publishMany(Math.min(256, count - i));
+  };
+  await publishAll(WARMUP_FRAMES);
+  await Promise.all(producers.map((p) => p.drain()));
+  const started = performance.now();
+  await publishAll(n);
+  await Promise.all(producers.map((p) => p.drain()));
+  process.stdout.write(`${JSON.stringify({ seconds: (performance.now() - started) / 1000 })}\n`);
+  for (const p of producers) p.close();
+}
+
+async function fanPaced(): Promise<void> {
+  const { producers, frames } = fanProducers();
+  for (let i = 0; i < n; i++) {
+    if (Number(gap) >= 1000) await pause(Number(gap) / 1000);
+    else spinFor(Number(gap));
+    const tag = process.hrtime.bigint();
+    for (const f of frames) await f.publish({ tag });
+  }
+  await Promise.all(producers.map((p) => p.drain()));
+  for (const p of producers) p.close();
+}
+
+async function latencySink(): Promise<void> {
+  const { Consumer } = await import('../dist/index.js');
+  const consumer = Consumer.open(target!);
+  process.stdout.write('ready\n');
+  const latencies: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const f = await consumer.next({ timeout: 30_000 });
+    latencies.push(Number(process.hrtime.bigint() - f.tag) / 1000);
+    f.release();
+  }
+  consumer.close();
+  process.stdout.write(`${JSON.stringify(latencies)}\n`);
 }
 
 async function socket(): Promise<void> {
@@ -153,4 +206,4 @@ async function stream(): Promise<void> {
   await new Promise((r) => s.on('close', r));
 }
 
-await { gpuring, prepared, 'flood-prepared': floodPrepared, socket, big, ipc, flood, sink, stream }[role as 'gpuring']();
+await { gpuring, prepared, 'flood-prepared': floodPrepared, socket, big, ipc, flood, sink, stream, 'fan-flood': fanFlood, 'fan-paced': fanPaced, 'latency-sink': latencySink }[role as 'gpuring']();

@@ -24,6 +24,9 @@
  *     callback and toTable(); anchor:
  *     the one-wake floor, a C process woken from epoll_wait on a socket by
  *     another (bench/wake_floor.c), measured in the same run
+ *  6. fan-out: a broadcast ring to 1, 2, 4, 8 subscriber processes against the
+ *     same frame published once per consumer into work-queue rings
+ *     (bench/fan-out.ts): throughput and p50/p99 latency
  * Every latency series leaves its first LATENCY_WARMUP frames out.
  */
 import { execFileSync, spawn } from 'node:child_process';
@@ -38,11 +41,12 @@ import { tableFromIPC } from 'apache-arrow';
 import { Consumer } from '../dist/index.js';
 import { withRing } from '../test/helpers/ring.js';
 import { compare, microsSince, percentile, report, type BenchRecord } from './harness.js';
+import { fanOutRecords } from './fan-out.js';
 import { WARMUP_FRAMES } from './frames.js';
 import type { Chart, Series } from './plot.js';
 
 const json = process.argv.includes('--json');
-/** `--only WORD`: run the sections whose name contains WORD (ring, hand-off, throughput, table). */
+/** `--only WORD`: run the sections whose name contains WORD (ring, hand-off, sleeping, throughput, fan-out, table). */
 const only = process.argv.includes('--only') ? process.argv[process.argv.indexOf('--only') + 1]! : '';
 const want = (section: string) => section.includes(only);
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -329,6 +333,7 @@ try {
     records.push(compare('throughput, prepared frame, publishMany(256) to 1 consumer taking nextBatch()', 'rate', 'frames/s', prepared, '1,000,000 frames/s (target)', 1e6, true));
     charts['throughput-vs-consumers'] = { title: 'Throughput, 8-column frames, one Node producer', x: { label: 'consumer processes' }, y: { label: 'frames per second' }, series };
   }
+  if (want('fan-out')) records.push(...(await fanOutRecords(child, progress)));
   if (want('table')) {
     progress('1 GiB table ...');
     records.push(...(await bigTable(1 << 30)));
