@@ -28,6 +28,8 @@ export interface RingInspection {
   slotCount: number;
   /** Participants that may attach at once. */
   participantCapacity: number;
+  /** 'each' frame to one consumer (a work queue), or 'all' subscribers get every frame (a broadcast ring). */
+  delivery: 'each' | 'all';
   /** The process that created the segment. */
   creatorPid: number;
   /** When it was created, ms since 1970. */
@@ -103,6 +105,24 @@ export interface ParticipantInfo {
   leased: number;
   /** Frames it released. */
   released: number;
+  /** Broadcast rings: where this subscriber stands. */
+  subscriber?: SubscriberInfo;
+}
+
+/** A broadcast ring's subscriber (SPEC.md §5.4). */
+export interface SubscriberInfo {
+  /** What producers do when it falls a ring behind. */
+  onSlow: 'block' | 'drop-oldest' | 'evict' | 'damaged';
+  /** The next position it reads. */
+  cursor: number;
+  /** Evicted, and not yet told so. */
+  evicted: boolean;
+  /** Frames it took and has not released. */
+  held: number;
+  /** Frames published to it that it has not taken yet. */
+  unread: number;
+  /** Frames dropped for it by its policy, in all. */
+  missed: number;
 }
 
 /** What one sweep for dead participants repaired. */

@@ -15,6 +15,23 @@ Napi::Array Roles(Napi::Env env, uint32_t roles) {
   return a;
 }
 
+// A broadcast subscriber's standing (SPEC.md §5.4).
+Napi::Object Subscriber(Napi::Env env, const gpr_segment &seg, uint32_t i, uint32_t subscription) {
+  static const char *const policies[] = {"block", "drop-oldest", "evict"};
+  const gpr_participant &p = seg.participants[i];
+  uint64_t cursor = __atomic_load_n(&p.cursor, __ATOMIC_ACQUIRE);
+  uint32_t held = 0, unread = 0;
+  gpr_bc_standing(&seg, i, &held, &unread);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("onSlow", Napi::String::New(env, subscription <= 3 ? policies[subscription - 1] : "damaged"));
+  o.Set("cursor", Num(env, cursor & GPR_SEQ_MASK));
+  o.Set("evicted", Napi::Boolean::New(env, (cursor & GPR_CURSOR_EVICTED) != 0));
+  o.Set("held", Num(env, held));
+  o.Set("unread", Num(env, unread));
+  o.Set("missed", Num(env, __atomic_load_n(&p.missed, __ATOMIC_RELAXED)));
+  return o;
+}
+
 Napi::Object Participant(Napi::Env env, const gpr_segment &seg, uint32_t i, uint64_t leases) {
   const gpr_participant &p = seg.participants[i];
   uint64_t w = gpr_participant_word(&seg, i);
@@ -37,6 +54,8 @@ Napi::Object Participant(Napi::Env env, const gpr_segment &seg, uint32_t i, uint
   o.Set("published", Num(env, __atomic_load_n(&p.published, __ATOMIC_RELAXED)));
   o.Set("leased", Num(env, __atomic_load_n(&p.leased, __ATOMIC_RELAXED)));
   o.Set("released", Num(env, __atomic_load_n(&p.released, __ATOMIC_RELAXED)));
+  uint32_t subscription = __atomic_load_n(&p.subscription, __ATOMIC_ACQUIRE);
+  if (seg.broadcast && subscription != 0) o.Set("subscriber", Subscriber(env, seg, i, subscription));
   return o;
 }
 
@@ -106,6 +125,7 @@ Napi::Value SegmentHandle::Inspect(const Napi::CallbackInfo &info) {
   o.Set("totalBytes", Num(env, seg.size));
   o.Set("slotCount", Num(env, seg.slot_count));
   o.Set("participantCapacity", Num(env, seg.participant_capacity));
+  o.Set("delivery", Napi::String::New(env, seg.broadcast ? "all" : "each"));
   o.Set("creatorPid", Num(env, h->creator_pid));
   o.Set("createdUnixMs", Num(env, h->created_unix_ns / 1000000ull));
   std::vector<uint64_t> counts(6, 0), leases(seg.participant_capacity, 0);

@@ -41,6 +41,32 @@ test('create, inspect (human and --json), rm', async (t) => {
   t.is(JSON.parse(missing.stdout).error.code, 'SEGMENT_NOT_FOUND');
 });
 
+test('create --delivery all makes a broadcast ring; inspect shows each subscriber process, what it holds and has yet to read', async (t) => {
+  const name = uniqueName('cli-bcast');
+  const created = await run('create', name, '--slots', '8', '--participants', '8', '--delivery', 'all', '--json');
+  t.is(created.code, 0, created.stderr);
+  t.is(JSON.parse(created.stdout).delivery, 'all');
+  t.is((await run('create', `${name}x`, '--delivery', 'some')).code, 2, 'an unknown delivery is refused');
+  const holder = child('hold', name, 1); // subscribes, takes one frame and keeps it
+  const idle = child('subscribe-idle', name);
+  t.like(await nextLine(idle), { ready: true });
+  const ring = Ring.open(name);
+  t.true(await eventually(() => ring.inspect().participants.filter((p) => p.subscriber).length === 2), 'both subscribed');
+  ring.close();
+  const producer = Producer.open(name);
+  for (const i of [1, 2, 3]) await producer.publish(new Table({ i: vectorFromArray([i], new Int32()) }));
+  await nextLine(holder);
+  const json = JSON.parse((await run('inspect', name, '--json')).stdout);
+  const subs = (json.participants as { pid: number; subscriber?: { held: number; unread: number; onSlow: string } }[]).filter((p) => p.subscriber);
+  t.deepEqual(subs.map((p) => [p.pid, p.subscriber!.held, p.subscriber!.unread, p.subscriber!.onSlow]).sort(), [[holder.pid, 1, 2, 'block'], [idle.pid, 0, 3, 'block']].sort());
+  const human = (await run('inspect', name)).stdout;
+  t.regex(human, /delivery: all/);
+  t.regex(human, /subscriber +on slow +next position +held +unread/);
+  for (const p of [holder, idle]) p.kill('SIGKILL');
+  producer.close();
+  await run('rm', name);
+});
+
 test('rm removes the arenas a ring left behind, also when its segment is already gone', async (t) => {
   const name = uniqueName('cli-orphans');
   Ring.create(name, { slots: 4 });

@@ -8,6 +8,11 @@
  *   dead-participant  the same, with consumer 1 dead
  *   garbage-slot      dead-participant with frame 5's record naming producer 4000
  *   corrupt-*         fresh with one header rule broken
+ *   broadcast-mid-stream  a broadcast ring (SPEC.md §5.4): producer 0 published
+ *                     frames 1..6 (as above) to subscribers 1 and 2; subscriber 1
+ *                     released 1 and 2 and holds 3; subscriber 2 released 1; frame 1
+ *                     was reaped
+ *   broadcast-dead-subscriber  the same, with subscriber 2 dead
  *
  * Each image is NAME.segment.bin plus the producer's arena NAME.p0g1.a0.bin,
  * and NAME.expect says what every language must observe (fixtures/README.md).
@@ -40,6 +45,9 @@ static uint8_t *read_shm(const char *name, size_t *n) {
 }
 
 /* The segment's bytes with process-specific fields normalized. */
+/* Entry `victim` (the consumer the dead-* images kill) gets `consumer_pid`; every other attached entry is alive. */
+static uint32_t victim = 1;
+
 static uint8_t *segment_image(const char *ring, size_t *n, uint32_t consumer_pid) {
   char shm[GPR_SHM_NAME_MAX];
   gpr_segment_shm_name(ring, shm);
@@ -50,7 +58,7 @@ static uint8_t *segment_image(const char *ring, size_t *n, uint32_t consumer_pid
   h->creator_pid = 0;
   gpr_participant *p = (gpr_participant *)(b + h->participants_offset);
   for (uint32_t i = 0; i < h->participant_capacity; i++) {
-    if (p[i].pid) p[i].pid = i == 1 ? consumer_pid : GPR_IMAGE_ALIVE;
+    if (p[i].pid) p[i].pid = i == victim ? consumer_pid : GPR_IMAGE_ALIVE;
     p[i].start_time = 0;
     p[i].attached_unix_ns = 0;
   }
@@ -107,6 +115,31 @@ static void make_stream(const char *ring) {
   CHECK(gpr_ring_try_claim(&c->seg, c->index, &ref, &pos) == 0 && ref.frame_id == 4);
   /* Nobody detaches: the images are taken with both still attached; the
    * process exits without cleaning up, after the caller copied the files. */
+}
+
+/* A broadcast ring with frames 1..6 in the states the header comment lists. */
+static void make_broadcast(const char *ring) {
+  gpr_error err;
+  gpr_segment seg;
+  gpr_segment_options so = {8u, 4u, 0, 0, 0, GPR_DELIVERY_ALL};
+  CHECK(gpr_segment_create(&seg, ring, &so, &err) == 0);
+  gpr_producer *p = NULL;
+  gpr_consumer *a = NULL, *b = NULL;
+  gpr_frame *f = NULL;
+  gpr_producer_options po = {64u << 10, 0};
+  CHECK(gpr_producer_open(ring, &po, &p, &err) == 0 && p->index == 0 && p->gen == 1);
+  CHECK(gpr_consumer_open(ring, 0, &a, &err) == 0 && a->index == 1);
+  CHECK(gpr_consumer_open(ring, 0, &b, &err) == 0 && b->index == 2);
+  for (int32_t k = 0; k < 6; k++) publish_seq(p, k);
+  for (int k = 0; k < 2; k++) {
+    CHECK(gpr_consumer_next(a, 0, &f, &err) == 0);
+    gpr_frame_release(f);
+  }
+  CHECK(gpr_consumer_next(a, 0, &f, &err) == 0 && f->frame_id == 3); /* held */
+  CHECK(gpr_consumer_next(b, 0, &f, &err) == 0);
+  gpr_frame_release(f);
+  CHECK(gpr_producer_reap(p) == 1);
+  gpr_segment_close(&seg);
 }
 
 static void bad_magic(uint8_t *b, size_t *n) { (void)n; b[0] ^= 0xFF; }
@@ -170,6 +203,23 @@ int main(int argc, char **argv) {
                                "error FRAME_INVALID\nframe 6 5 5\nframe 4 3 3\nempty\n");
   gpr_segment_close(&seg);
   char shm[GPR_SHM_NAME_MAX];
+  gpr_segment_unlink(ring, NULL);
+  make_broadcast(ring);
+  victim = 2;
+  write_segment("broadcast-mid-stream", ring, GPR_IMAGE_ALIVE, NULL);
+  write_arena("broadcast-mid-stream", ring);
+  write_expect("broadcast-mid-stream", "open OK\n" "states EMPTY=3 WRITING=0 READY=5 CLAIMED=0 LEASED=0 RELEASED=0\n"
+                                       "participant 0 1 ACTIVE alive\nparticipant 1 1 ACTIVE alive\n"
+                                       "subscriber 1 held=1 unread=3 missed=0\n"
+                                       "participant 2 1 ACTIVE alive\nsubscriber 2 held=0 unread=5 missed=0\n"
+                                       "sweep found_dead=0 released=0 redelivered=0 recycled=0\nempty\n");
+  write_segment("broadcast-dead-subscriber", ring, GPR_IMAGE_DEAD, NULL);
+  write_arena("broadcast-dead-subscriber", ring);
+  write_expect("broadcast-dead-subscriber", "open OK\n" "states EMPTY=3 WRITING=0 READY=5 CLAIMED=0 LEASED=0 RELEASED=0\n"
+                                            "participant 0 1 ACTIVE alive\nparticipant 1 1 ACTIVE alive\n"
+                                            "subscriber 1 held=1 unread=3 missed=0\n"
+                                            "participant 2 1 ACTIVE dead\nsubscriber 2 held=0 unread=5 missed=0\n"
+                                            "sweep found_dead=1 released=5 redelivered=0 recycled=0\nempty\n");
   gpr_segment_unlink(ring, NULL);
   gpr_arena_shm_name(ring, 0, 1, 0, shm);
   shm_unlink(shm);

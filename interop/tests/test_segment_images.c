@@ -51,6 +51,12 @@ static void observe_segment(gpr_segment *seg, text *t) {
     if (gpr_pstate(w) == GPR_PARTICIPANT_FREE) continue;
     put(t, "participant %u %u %s %s\n", i, gpr_pgen(w), kParticipantStates[gpr_pstate(w)],
         gpr_participant_alive(seg, i) ? "alive" : "dead");
+    if (seg->broadcast && seg->participants[i].subscription != 0) {
+      uint32_t held, unread;
+      gpr_bc_standing(seg, i, &held, &unread);
+      put(t, "subscriber %u held=%u unread=%u missed=%llu\n", i, held, unread,
+          (unsigned long long)seg->participants[i].missed);
+    }
   }
   gpr_sweep_report r;
   memset(&r, 0, sizeof r);

@@ -27,6 +27,7 @@ export const COMMANDS: Record<string, CommandSpec> = {
       slots: ['N', 'frames the ring holds at once, a power of two (default 1024)'],
       participants: ['N', 'producers and consumers attached at once (default 64)'],
       mode: ['OCTAL', 'file mode of the segment and the arenas (default 0600)'],
+      delivery: ['each|all', "'each' frame to one consumer (default), or 'all' subscribers get every frame (broadcast, at most 64 participants)"],
     },
     flags: { 'if-missing': 'succeed, leaving it as it is, when the ring already exists' },
   },

@@ -8,6 +8,7 @@ export function formatInspection(i: RingInspection): string {
   const lines = [
     `ring ${i.name}: format ${i.version}, layout ${i.layoutHash}, ${bytes(i.totalBytes)} in /dev/shm/gpuring.${i.name}`,
     `created ${new Date(i.createdUnixMs).toISOString()} by pid ${i.creatorPid}`,
+    `delivery: ${i.delivery === 'all' ? 'all (a broadcast ring: every subscriber gets every frame)' : 'each (a work queue: one consumer per frame)'}`,
     `slots: ${i.slotCount} (empty ${s.empty}, writing ${s.writing}, ready ${s.ready}, claimed ${s.claimed}, leased ${s.leased}, released ${s.released})`,
     `repaired after dead participants: ${i.recovered} slots; frames redelivered: ${i.redelivered}`,
     `participants: ${i.participants.length} of ${i.participantCapacity}; asleep on doorbells: ${i.doorbells.data} for frames, ${i.doorbells.space} for space`,
@@ -21,6 +22,13 @@ export function formatInspection(i: RingInspection): string {
         String(p.index), String(p.pid), p.roles.join('+'), p.state, p.alive ? 'yes' : 'NO', p.asleep.join('+') || '-', String(p.leases),
         String(p.published), String(p.leased), String(p.released), String(p.arenas), new Date(p.attachedUnixMs).toISOString(),
       ]);
+    lines.push(table(rows).replace(/^/gm, '  '));
+  }
+  const subscribers = i.participants.filter((p) => p.subscriber);
+  if (subscribers.length) {
+    const rows = [['subscriber', 'on slow', 'next position', 'held', 'unread', 'missed', 'evicted']];
+    for (const { index, subscriber: b } of subscribers)
+      rows.push([String(index), b!.onSlow, String(b!.cursor), String(b!.held), String(b!.unread), String(b!.missed), b!.evicted ? 'YES' : 'no']);
     lines.push(table(rows).replace(/^/gm, '  '));
   }
   return lines.join('\n');

@@ -34,10 +34,13 @@ async function dispatch(command: string | undefined, args: string[], out: Output
   switch (command) {
     case 'create': {
       const mode = str('mode');
+      const delivery = str('delivery') ?? 'each';
+      if (delivery !== 'each' && delivery !== 'all') throw new GpuringError('INVALID_ARGUMENT', `--delivery is 'each' or 'all', not '${delivery}'`);
       const ring = Ring.create(args[0]!, {
         slots: positiveInt(str('slots'), 1024, '--slots'),
         participants: positiveInt(str('participants'), 64, '--participants'),
         ...(mode ? { mode: parseInt(mode, 8) } : {}),
+        delivery,
         ifExists: values['if-missing'] ? 'open' : 'fail',
       });
       const info = ring.inspect();

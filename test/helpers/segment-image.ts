@@ -79,7 +79,10 @@ export function observeImage(): string {
     const seen = ring.inspect();
     const s = seen.slots;
     lines.push(`states EMPTY=${s.empty} WRITING=${s.writing} READY=${s.ready} CLAIMED=${s.claimed} LEASED=${s.leased} RELEASED=${s.released}`);
-    for (const p of seen.participants) lines.push(`participant ${p.index} ${p.generation} ${p.state.toUpperCase()} ${p.alive ? 'alive' : 'dead'}`);
+    for (const p of seen.participants) {
+      lines.push(`participant ${p.index} ${p.generation} ${p.state.toUpperCase()} ${p.alive ? 'alive' : 'dead'}`);
+      if (p.subscriber) lines.push(`subscriber ${p.index} held=${p.subscriber.held} unread=${p.subscriber.unread} missed=${p.subscriber.missed}`);
+    }
     const r = ring.sweep();
     lines.push(`sweep found_dead=${r.foundDead} released=${r.released} redelivered=${r.redelivered} recycled=${r.recycled}`);
     observeFrames(lines);

@@ -258,3 +258,18 @@ GPR_INLINE int gpr_ring_holds(const gpr_segment *seg, uint32_t me, uint64_t pos)
   return gpr_word_state(w) == GPR_SLOT_READY && (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(me)) &&
          gpr_seq_diff(c & GPR_SEQ_MASK, pos) > 0;
 }
+
+/* Where subscriber `k` stands (for tools: inspect, fixtures): frames it took and
+ * has not released (`held`), and frames it has yet to take (`unread`). */
+GPR_INLINE void gpr_bc_standing(const gpr_segment *seg, uint32_t k, uint32_t *held, uint32_t *unread) {
+  *held = *unread = 0;
+  if (k >= 64u) return;
+  uint64_t c = __atomic_load_n(&seg->participants[k].cursor, __ATOMIC_ACQUIRE) & GPR_SEQ_MASK;
+  for (uint32_t i = 0; i < seg->slot_count; i++) {
+    uint64_t w = gpr_slot_load(&seg->slots[i]);
+    if (gpr_word_state(w) != GPR_SLOT_READY || !(__atomic_load_n(&seg->slots[i].pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(k)))
+      continue;
+    if (gpr_seq_diff(c, gpr_word_seq(w)) > 0) ++*held;
+    else ++*unread;
+  }
+}

@@ -71,6 +71,9 @@ def observe() -> str:
         lines.append("states " + " ".join(f"{k}={v}" for k, v in seen["slotStates"].items()))
         for p in seen["participants"]:
             lines.append(f"participant {p['index']} {p['generation']} {p['state']} {'alive' if p['alive'] else 'dead'}")
+            if "subscriber" in p:
+                sub = p["subscriber"]
+                lines.append(f"subscriber {p['index']} held={sub['held']} unread={sub['unread']} missed={sub['missed']}")
         r = ring.sweep()
         lines.append(f"sweep found_dead={r.found_dead} released={r.released} redelivered={r.redelivered} recycled={r.recycled}")
         observe_frames(lines)
@@ -78,7 +81,8 @@ def observe() -> str:
 
 
 def test_there_are_segment_images():
-    for name in ("fresh", "mid-stream", "dead-participant", "garbage-slot", "corrupt-foreign", "corrupt-namespace"):
+    for name in ("fresh", "mid-stream", "dead-participant", "garbage-slot", "corrupt-foreign", "corrupt-namespace",
+                 "broadcast-mid-stream", "broadcast-dead-subscriber"):
         assert name in IMAGES
 
 

@@ -214,3 +214,22 @@ def sweep_dead(seg: Segment, dead: list[bool]) -> int:
             m &= m - 1
             released += _released(seg, k, pos)
     return released
+
+
+def standing(seg: Segment, k: int) -> dict[str, object]:
+    """Where subscriber ``k`` stands (for inspect): as gpr_bc_standing, with its policy, cursor and losses."""
+    c = seg.mem.load64(seg.participant(k, "cursor"))
+    held = unread = 0
+    for i in range(seg.slot_count):
+        at = seg.slots_at + i * L.SLOT_BYTES
+        w = seg.mem.load64(at)
+        if word_state(w) != L.READY or not seg.mem.load64(at + L.SLOT["pending"]) & _bit(k):
+            continue
+        if seq_diff(c & L.SEQ_MASK, word_seq(w)) > 0:
+            held += 1
+        else:
+            unread += 1
+    subscription = seg.mem.load32(seg.participant(k, "subscription"))
+    return {"onSlow": L.ON_SLOW[subscription - 1] if 1 <= subscription <= 3 else "damaged",
+            "cursor": c & L.SEQ_MASK, "evicted": bool(c & L.CURSOR_EVICTED), "held": held, "unread": unread,
+            "missed": seg.mem.load64(seg.participant(k, "missed"))}

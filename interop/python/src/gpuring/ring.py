@@ -5,7 +5,7 @@ import os
 import time
 from typing import Any
 
-from . import layout as L
+from . import broadcast, layout as L
 from .errors import GpuringError
 from .recovery import SweepReport, sweep
 from .segment import Segment, check_name, segment_path
@@ -72,7 +72,8 @@ class Ring:
         return sweep(self.segment)
 
     def inspect(self) -> dict[str, Any]:
-        """Slot states and participants, as ``gpuring inspect --json`` reports them."""
+        """Slot states and participants (in a broadcast ring, each subscriber's standing),
+        as ``gpuring inspect --json`` reports them."""
         seg = self.segment
         states = [0] * len(L.SLOT_STATES)
         for i in range(seg.slot_count):
@@ -82,11 +83,15 @@ class Ring:
             w = seg.participant_word(i)
             if L.pword_state(w) == L.P_FREE:
                 continue
-            participants.append({"index": i, "generation": w >> 32,
-                                 "state": L.PARTICIPANT_STATES[min(L.pword_state(w), 4)],
-                                 "pid": seg.mem.load32(seg.participant(i, "pid")),
-                                 "alive": seg.participant_alive(i)})
+            entry: dict[str, Any] = {"index": i, "generation": w >> 32,
+                                     "state": L.PARTICIPANT_STATES[min(L.pword_state(w), 4)],
+                                     "pid": seg.mem.load32(seg.participant(i, "pid")),
+                                     "alive": seg.participant_alive(i)}
+            if seg.broadcast and seg.mem.load32(seg.participant(i, "subscription")):
+                entry["subscriber"] = broadcast.standing(seg, i)
+            participants.append(entry)
         return {"name": seg.name, "slots": seg.slot_count, "bytes": seg.size,
+                "delivery": "all" if seg.broadcast else "each",
                 "slotStates": dict(zip(L.SLOT_STATES, states)), "participants": participants,
                 "recovered": seg.mem.load64(seg.control("recovered"))}
 
