@@ -98,7 +98,7 @@ export class Consumer implements AsyncIterable<Frame> {
     // The core settles a wait() with the Frame (or the GpuringError) itself, so
     // that a sleeping next() resumes its caller one microtask after the wake-up.
     const received = (record: ReceivedRecord): Frame => consumer.#received(record);
-    const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout, o.sweepInterval, openFlags(o), received, fromNative, onSlowPolicy(o)));
+    const core = callNative(() => new (native().ConsumerCore)(n, o.openTimeout, o.sweepInterval, openFlags(o), received, fromNative, onSlowPolicy(o), o.start === 'oldest'));
     const consumer: Consumer = new Consumer(n, core, received);
     warmUpReceivePath();
     return consumer;

@@ -299,6 +299,8 @@ export interface NativeAddon {
     failed?: (error: unknown) => unknown,
     /** Broadcast rings: gpr_on_slow (0 block, 1 drop-oldest, 2 evict). */
     onSlow?: number,
+    /** Broadcast rings: also take the frames still in the ring. */
+    fromOldest?: boolean,
   ) => NativeConsumerCore;
   cudaInfo(): CudaInfo;
   deviceAlloc(ordinal: number, bytes: number): bigint;

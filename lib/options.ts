@@ -111,6 +111,12 @@ export const consumerOptions = z
      * Frames it has taken are never taken back.
      */
     onSlow: z.enum(['block', 'drop-oldest', 'evict']).default('block'),
+    /**
+     * Broadcast rings: 'newest' receives the frames published from now on;
+     * 'oldest' also those still in the ring (some subscriber has yet to release
+     * them), in order, before the new ones.
+     */
+    start: z.enum(['newest', 'oldest']).default('newest'),
   })
   .strict();
 

@@ -77,7 +77,7 @@ int ConsumerState::TryClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos) {
                       : MakeError(env, GPR_E_EVICTED, "this consumer fell a ring behind and was evicted from ring '" +
                                                           std::string(seg.name) + "', losing " + count +
                                                           " frames (onSlow: 'evict'); it goes on with the frames published since");
-  if (rc == -(int)GPR_E_EVICTED) gpr_bc_subscribe(&seg, me, on_slow);
+  if (rc == -(int)GPR_E_EVICTED) gpr_bc_subscribe(&seg, me, on_slow, 0);
   e.Value().Set("missed", Napi::Number::New(env, missed));
   throw e;
 }
@@ -212,7 +212,8 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   s.Attach(env, name, info[1].As<Napi::Number>().Uint32Value(), info[3].As<Napi::Number>().Uint32Value(),
            GPR_ROLE_CONSUMER);
   s.on_slow = info.Length() > 6 && info[6].IsNumber() ? info[6].As<Napi::Number>().Uint32Value() : 0u;
-  if (s.seg.broadcast) gpr_bc_subscribe(&s.seg, s.me, s.on_slow);
+  bool oldest = info.Length() > 7 && info[7].IsBoolean() && info[7].As<Napi::Boolean>().Value();
+  if (s.seg.broadcast) gpr_bc_subscribe(&s.seg, s.me, s.on_slow, oldest);
   try {
     s.bodies = std::make_unique<BodyReader>(&s.seg);
     ConsumerState *raw = s_.get();

@@ -98,3 +98,19 @@ test("onSlow: 'block' keeps the ring full; 'drop-oldest' drops the slow one's ol
     await producer.drain();
   });
 });
+
+test("start: 'oldest' also receives the frames still in the ring when it joins, in order; 'newest' (the default) only those published after", async (t) => {
+  await withRing('bcast-start', { slots: 8, delivery: 'all' }, async (_ring, name) => {
+    using producer = Producer.open(name);
+    const prepared = producer.prepare(emptyFrame());
+    using first = Consumer.open(name);
+    await prepared.publishMany(3, { tags: tags(0, 3) });
+    using newest = Consumer.open(name);
+    using oldest = Consumer.open(name, { start: 'oldest' });
+    await prepared.publish({ tag: 3n });
+    t.deepEqual(await takeAll(oldest), [0n, 1n, 2n, 3n]);
+    t.deepEqual(await takeAll(newest), [3n]);
+    t.deepEqual(await takeAll(first), [0n, 1n, 2n, 3n]);
+    await producer.drain();
+  });
+});

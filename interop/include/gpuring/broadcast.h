@@ -28,13 +28,34 @@ enum gpr_on_slow {
 
 GPR_INLINE uint64_t gpr_bc_bit(uint32_t index) { return 1ull << index; }
 
+/* Takes a share of every frame still in the ring (READY, some subscriber yet
+ * to release it) for `me`, which is about to join: the "oldest retained" start.
+ * Runs before `me` joins control.subscribers, so no frame can carry its bit yet:
+ * a bit set on a slot that was recycled meanwhile (its new frame's pending
+ * happened to equal the old) is given back at once. */
+GPR_INLINE void gpr_bc_adopt_retained(gpr_segment *seg, uint32_t me) {
+  uint64_t bit = gpr_bc_bit(me);
+  for (uint32_t i = 0; i < seg->slot_count; i++) {
+    gpr_slot *s = &seg->slots[i];
+    uint64_t w = gpr_slot_load(s);
+    if (gpr_word_state(w) != GPR_SLOT_READY) continue;
+    uint64_t m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE);
+    while (m != 0 && !__atomic_compare_exchange_n(&s->pending, &m, m | bit, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    }
+    if (m == 0) continue;  /* released meanwhile: nothing to adopt */
+    uint64_t now = gpr_slot_load(s);
+    if (now != w) gpr_bc_release_as(seg, me, gpr_word_seq(now));
+  }
+}
+
 /* Joins the subscribers of a broadcast ring as entry `me` (attached already),
- * or goes on after an eviction. Frames published from now on come to it. The
- * cursor starts a lap behind the producers' hint, before every position a
- * frame carrying the new bit can have; frames without the bit are skipped. An
- * evicted subscriber goes on from where it was evicted (it took the frames
- * before that; those after, published since, still carry its bit). */
-GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow) {
+ * or goes on after an eviction. Frames published from now on come to it, and
+ * with `oldest` also the frames still in the ring. The cursor starts a lap
+ * behind the producers' hint, before every position a frame carrying the new
+ * bit can have; frames without the bit are skipped. An evicted subscriber goes
+ * on from where it was evicted (it took the frames before that; those after,
+ * published since, still carry its bit). */
+GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow, int oldest) {
   gpr_participant *p = &seg->participants[me];
   uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
   uint64_t start = (tail - seg->slot_count) & GPR_SEQ_MASK;
@@ -42,6 +63,7 @@ GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow
   if ((c & GPR_CURSOR_EVICTED) && gpr_seq_diff(c & GPR_SEQ_MASK, start) > 0) start = c & GPR_SEQ_MASK;
   __atomic_store_n(&p->cursor, start, __ATOMIC_SEQ_CST);
   __atomic_store_n(&p->subscription, on_slow + 1u, __ATOMIC_SEQ_CST);
+  if (oldest) gpr_bc_adopt_retained(seg, me);
   __atomic_fetch_or(&seg->control->subscribers, gpr_bc_bit(me), __ATOMIC_SEQ_CST);
 }
 

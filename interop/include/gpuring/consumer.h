@@ -44,6 +44,7 @@ typedef struct gpr_mapped_arena {
 typedef struct gpr_consumer_options {
   uint32_t open_timeout_ms;      /* wait for a creator to finish; 0 = 1000 */
   uint32_t on_slow;              /* broadcast rings: gpr_on_slow (0: GPR_ON_SLOW_BLOCK) */
+  uint32_t from_oldest;          /* broadcast rings: 1 = also the frames still in the ring when it joins */
 } gpr_consumer_options;
 
 typedef struct gpr_consumer {
@@ -89,14 +90,14 @@ GPR_INLINE int gpr_consumer_open_with(const char *name, const gpr_consumer_optio
   c->refs = 1;
   c->on_slow = on_slow;
   gpr_sweep(&c->seg, NULL, NULL);
-  if (c->seg.broadcast) gpr_bc_subscribe(&c->seg, c->index, on_slow);
+  if (c->seg.broadcast) gpr_bc_subscribe(&c->seg, c->index, on_slow, o && o->from_oldest);
   *out = c;
   return 0;
 }
 
 GPR_INLINE int gpr_consumer_open(const char *name, uint32_t open_timeout_ms, gpr_consumer **out,
                                  gpr_error *err) {
-  gpr_consumer_options o = {open_timeout_ms, GPR_ON_SLOW_BLOCK};
+  gpr_consumer_options o = {open_timeout_ms, GPR_ON_SLOW_BLOCK, 0};
   return gpr_consumer_open_with(name, &o, out, err);
 }
 
@@ -110,7 +111,7 @@ GPR_INLINE int gpr_consumer_report_missed(gpr_consumer *c, int rc, gpr_error *er
   if (rc == -(int)GPR_E_FRAMES_MISSED)
     return gpr_fail(err, GPR_E_FRAMES_MISSED, 0, "%llu frames of ring '%s' were dropped before this consumer took them (on_slow: drop-oldest)",
                     (unsigned long long)c->missed, c->seg.name);
-  gpr_bc_subscribe(&c->seg, c->index, c->on_slow);
+  gpr_bc_subscribe(&c->seg, c->index, c->on_slow, 0);
   return gpr_fail(err, GPR_E_EVICTED, 0, "this consumer fell a ring behind and was evicted from ring '%s', losing %llu frames; it goes on with the frames published since",
                   c->seg.name, (unsigned long long)c->missed);
 }

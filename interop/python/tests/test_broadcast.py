@@ -97,3 +97,16 @@ def test_a_broadcast_ring_holds_at_most_64_participants_and_opens_as_broadcast(r
     assert too_many.value.code == "INVALID_ARGUMENT"
     ring.close()
     assert Ring.open(ring_name).segment.broadcast
+
+
+def test_start_oldest_also_receives_the_frames_still_in_the_ring(ring_name):
+    Ring.create(ring_name, slots=8, delivery="all").close()
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as first:
+        for tag in range(3):
+            producer.publish(pa.table({"i": [tag]}), user_tag=tag)
+        with Consumer.open(ring_name) as newest, Consumer.open(ring_name, start="oldest") as oldest:
+            producer.publish(pa.table({"i": [3]}), user_tag=3)
+            assert _tags(oldest) == [0, 1, 2, 3]
+            assert _tags(newest) == [3]
+            assert _tags(first) == [0, 1, 2, 3]
+        producer.drain(timeout=5)

@@ -25,10 +25,25 @@ def _pending(seg: Segment, pos: int) -> int:
     return seg.slot(pos) + L.SLOT["pending"]
 
 
-def subscribe(seg: Segment, me: int, on_slow: int) -> None:
+def _adopt_retained(seg: Segment, me: int) -> None:
+    """A share of every frame still in the ring for ``me``, about to join (see gpr_bc_adopt_retained)."""
+    mem, bit = seg.mem, _bit(me)
+    for i in range(seg.slot_count):
+        at = seg.slots_at + i * L.SLOT_BYTES
+        w = mem.load64(at)
+        if word_state(w) != L.READY:
+            continue
+        while (m := mem.load64(at + L.SLOT["pending"])) and not mem.cas64(at + L.SLOT["pending"], m, m | bit):
+            pass
+        if m and mem.load64(at) != w:  # recycled meanwhile: the bit landed on a later frame
+            _released(seg, me, word_seq(mem.load64(at)))
+
+
+def subscribe(seg: Segment, me: int, on_slow: int, oldest: bool = False) -> None:
     """Joins the subscribers as entry ``me``, or goes on after an eviction from
     where it was evicted. The cursor starts a lap behind the producers' hint,
-    before every position a frame carrying the new bit can have."""
+    before every position a frame carrying the new bit can have. With
+    ``oldest`` it also takes a share of the frames still in the ring."""
     mem = seg.mem
     tail = mem.load64(seg.control("tail")) & L.SEQ_MASK
     start = (tail - seg.slot_count) & L.SEQ_MASK
@@ -37,6 +52,8 @@ def subscribe(seg: Segment, me: int, on_slow: int) -> None:
         start = c & L.SEQ_MASK
     mem.store64(seg.participant(me, "cursor"), start)
     mem.store32(seg.participant(me, "subscription"), on_slow + 1)
+    if oldest:
+        _adopt_retained(seg, me)
     mem.or64(seg.control("subscribers"), _bit(me))
 
 

@@ -32,9 +32,11 @@ class Consumer:
     """One consumer on a ring. ``next`` is for one thread at a time; leases may
     end on any thread (the garbage collector's included)."""
 
-    def __init__(self, seg: Segment, on_slow: str = "block") -> None:
+    def __init__(self, seg: Segment, on_slow: str = "block", start: str = "newest") -> None:
         if on_slow not in L.ON_SLOW:
             raise GpuringError("INVALID_ARGUMENT", f"on_slow must be one of {', '.join(L.ON_SLOW)}")
+        if start not in ("newest", "oldest"):
+            raise GpuringError("INVALID_ARGUMENT", "start must be 'newest' or 'oldest'")
         self._seg = seg
         self._closed = False
         self._on_slow = L.ON_SLOW.index(on_slow)
@@ -50,10 +52,11 @@ class Consumer:
         self._stream_releases: StreamReleases | None = None
         sweep(seg)
         if seg.broadcast:
-            broadcast.subscribe(seg, self.index, self._on_slow)
+            broadcast.subscribe(seg, self.index, self._on_slow, start == "oldest")
 
     @classmethod
-    def open(cls, name: str, *, timeout: float = 1.0, any_owner: bool = False, on_slow: str = "block") -> "Consumer":
+    def open(cls, name: str, *, timeout: float = 1.0, any_owner: bool = False, on_slow: str = "block",
+             start: str = "newest") -> "Consumer":
         """``any_owner`` joins a ring another user created (refused by default: SEGMENT_OWNER).
 
         ``on_slow`` (broadcast rings, SPEC.md §5.4): what producers do when this
@@ -62,8 +65,9 @@ class Consumer:
         drop every frame it has not taken. It learns of a loss once: ``next``
         raises FRAMES_MISSED or EVICTED (``error.missed`` says how many), and the
         next call goes on with the frames published since. Frames it has taken
-        are never taken back."""
-        return cls(Segment.open(name, timeout, any_owner), on_slow)
+        are never taken back. ``start``: ``"newest"`` receives the frames
+        published from now on; ``"oldest"`` also those still in the ring."""
+        return cls(Segment.open(name, timeout, any_owner), on_slow, start)
 
     def try_next(self) -> Frame | None:
         """A frame if one is ready now, else None."""
