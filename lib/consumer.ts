@@ -229,7 +229,9 @@ export class Consumer implements AsyncIterable<Frame> {
         yield batch[at++]!;
       }
     } finally {
-      for (; at < batch.length; at++) batch[at]!.handBack();
+      // Last first: a broadcast subscriber hands a frame back by moving its
+      // cursor back over it, which works only from the newest taken down.
+      for (let i = batch.length - 1; i >= at; i--) batch[i]!.handBack();
     }
   }
 

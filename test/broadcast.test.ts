@@ -114,3 +114,19 @@ test("start: 'oldest' also receives the frames still in the ring when it joins, 
     await producer.drain();
   });
 });
+
+test('a for-await loop that stops early hands the rest of its batch back: the subscriber gets those frames next, none missed', async (t) => {
+  await withRing('bcast-handback', { slots: 8, delivery: 'all' }, async (_ring, name) => {
+    using producer = Producer.open(name);
+    const prepared = producer.prepare(emptyFrame());
+    using consumer = Consumer.open(name);
+    await prepared.publishMany(4, { tags: tags(0, 4) });
+    for await (const f of consumer) {
+      t.is(f.tag, 0n);
+      f.release();
+      break; // frames 1-3 of the batch were never yielded
+    }
+    t.deepEqual(await takeAll(consumer), [1n, 2n, 3n]);
+    await producer.drain();
+  });
+});
