@@ -11,14 +11,18 @@
 //   - nothing invented or corrupted: every delivered frame was published (or
 //     was being published when its producer died) and its columns match its tag;
 //   - nothing leaked: no slot in use, no participant entry, no arena left.
+// The same run on a broadcast ring (SPEC.md §5.4), half as many kills, must show
+// each subscriber's frames of each producer in order with no gap or repeat
+// (a subscriber with onSlow 'block' misses nothing while it lives), nothing
+// invented or corrupted, nothing leaked.
 // GPURING_TORTURE_KILLS sets the number of kills (default 200).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import test from 'ava';
-import { Consumer, GpuringError } from '../lib/index.js';
+import test, { type ExecutionContext } from 'ava';
+import { Consumer, GpuringError, type Ring, type RingInspection } from '../lib/index.js';
 import { exitOf, root, withRing } from './helpers/ring.js';
 
 const KILLS = Number(process.env.GPURING_TORTURE_KILLS ?? 200);
@@ -84,6 +88,29 @@ async function torture(name: string, dir: string, kills: number): Promise<Incarn
   return all;
 }
 
+/** Tags a consumer incarnation logged, and the BAD ones apart. */
+function logged(all: Incarnation[]): { consumers: Incarnation[]; bad: string[]; tagsOf: (c: Incarnation) => string[] } {
+  const consumers = all.filter((i) => i.role.endsWith('consumer'));
+  const bad = consumers.flatMap((c) => lines(c.log).filter((line) => line.startsWith('BAD')));
+  return { consumers, bad, tagsOf: (c) => lines(c.log).filter((line) => !line.startsWith('BAD')) };
+}
+
+/** Frames each producer incarnation's publish returned for (its log's line count). */
+function publishedBy(all: Incarnation[]): Map<number, number> {
+  return new Map(all.filter((i) => i.role.endsWith('producer')).map((p) => [p.id, lines(p.log).length]));
+}
+
+const split = (tag: string) => [Number(BigInt(tag) >> 32n), Number(BigInt(tag) & 0xffffffffn)] as const;
+
+/** Nothing left behind: no slot in use, no participant entry, no arena. */
+function assertNothingLeft(t: ExecutionContext, ring: Ring, name: string): RingInspection {
+  const state = ring.inspect();
+  t.deepEqual(state.slots, { ...state.slots, writing: 0, ready: 0, claimed: 0, leased: 0, released: 0 }, 'no slot left in use');
+  t.deepEqual(state.participants, [], 'no participant entry left');
+  t.deepEqual(readdirSync('/dev/shm').filter((f) => f.startsWith(`gpuring.${name}.`)), [], 'no arena left');
+  return state;
+}
+
 /** Drains what is left with a fresh consumer; its tags. */
 async function drain(name: string): Promise<string[]> {
   const consumer = Consumer.open(name);
@@ -113,42 +140,66 @@ test(`kill -9 torture: ${KILLS} kills of Node and Python producers and consumers
 
       const delivered = new Map<string, number>();
       const count = (tag: string) => delivered.set(tag, (delivered.get(tag) ?? 0) + 1);
-      const bad: string[] = [];
-      const consumers = all.filter((i) => i.role.endsWith('consumer'));
-      for (const c of consumers) for (const line of lines(c.log)) line.startsWith('BAD') ? bad.push(line) : count(line);
+      const { consumers, bad, tagsOf } = logged(all);
+      for (const c of consumers) tagsOf(c).forEach(count);
       final.forEach(count);
       t.deepEqual(bad, [], 'every delivered frame holds what its producer wrote');
 
-      let published = 0;
+      const producedBy = publishedBy(all); // producer id -> frames whose publish returned
+      const published = [...producedBy.values()].reduce((a, b) => a + b, 0);
       const lost: string[] = [];
-      const producedBy = new Map<number, number>(); // producer id -> frames whose publish returned
-      for (const p of all.filter((i) => i.role.endsWith('producer'))) {
-        const n = lines(p.log).length;
-        producedBy.set(p.id, n);
-        published += n;
-        for (let seq = 0; seq < n; seq++) {
-          const tag = String((BigInt(p.id) << 32n) | BigInt(seq));
-          if (!delivered.has(tag)) lost.push(`${p.role} ${p.id} frame ${seq}`);
-        }
-      }
+      for (const [id, n] of producedBy)
+        for (let seq = 0; seq < n; seq++) if (!delivered.has(String((BigInt(id) << 32n) | BigInt(seq)))) lost.push(`producer ${id} frame ${seq}`);
       t.true(lost.length <= consumers.length, `${lost.length} published frames never logged, more than the ${consumers.length} killed consumers could have held: ${lost.slice(0, 10).join(', ')}`);
 
       const invented = [...delivered.keys()].filter((tag) => {
-        const id = Number(BigInt(tag) >> 32n);
+        const [id, seq] = split(tag);
         // seq == published count: the publish its producer was killed in may have completed.
-        return !producedBy.has(id) || Number(BigInt(tag) & 0xffffffffn) > producedBy.get(id)!;
+        return !producedBy.has(id) || seq > producedBy.get(id)!;
       });
       const duplicated = [...delivered].filter(([, times]) => times > 1).map(([tag, times]) => `${tag} x${times}`);
       t.deepEqual(invented, [], 'no frame delivered that was not published');
       t.deepEqual(duplicated.slice(0, 10), [], 'no frame delivered twice');
 
-      const state = ring.inspect();
-      t.deepEqual(state.slots, { ...state.slots, writing: 0, ready: 0, claimed: 0, leased: 0, released: 0 }, 'no slot left in use');
-      t.deepEqual(state.participants, [], 'no participant entry left');
-      t.deepEqual(readdirSync('/dev/shm').filter((f) => f.startsWith(`gpuring.${name}.`)), [], 'no arena left');
+      const state = assertNothingLeft(t, ring, name);
       const byRole = SEATS.filter((r, i) => SEATS.indexOf(r) === i).map((r) => `${all.filter((i) => i.role === r).length} ${r}s`);
       t.true(published > KILLS, `frames flowed between kills (${published} published)`);
       t.log(`${all.length} processes (${byRole.join(', ')}), ${KILLS}+ kills: ${published} frames published, ${delivered.size} delivered once and none twice, ${lost.length} ended with the consumer killed holding them, ${final.length} drained at the end; sweeps repaired ${state.recovered} slots, redelivered ${state.redelivered} claimed frames`);
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test(`kill -9 torture on a broadcast ring: ${Math.ceil(KILLS / 2)} kills; each subscriber gets each producer's frames in order without gap or repeat, nothing leaked`, async (t) => {
+  t.timeout(15 * 60_000);
+  const dir = mkdtempSync(join(tmpdir(), 'gpuring-torture-'));
+  try {
+    await withRing('torture-bcast', { slots: 64, participants: 32, delivery: 'all' }, async (ring, name) => {
+      const all = await torture(name, dir, Math.ceil(KILLS / 2));
+      await drain(name);
+      ring.sweep();
+      const { consumers, bad, tagsOf } = logged(all);
+      t.deepEqual(bad, [], 'every delivered frame holds what its producer wrote');
+      const producedBy = publishedBy(all);
+      const faults: string[] = [];
+      let deliveries = 0;
+      for (const c of consumers) {
+        const last = new Map<number, number>(); // producer id -> last seq this subscriber got
+        for (const tag of tagsOf(c)) {
+          const [id, seq] = split(tag);
+          deliveries++;
+          if (!producedBy.has(id) || seq > producedBy.get(id)!) faults.push(`${c.role} ${c.id}: frame ${id}:${seq} was never published`);
+          const before = last.get(id);
+          if (before !== undefined && seq !== before + 1) faults.push(`${c.role} ${c.id}: producer ${id}'s frame ${seq} after ${before}`);
+          last.set(id, seq);
+        }
+      }
+      t.deepEqual(faults.slice(0, 10), [], 'in order, no gap, no repeat, nothing invented');
+      const state = assertNothingLeft(t, ring, name);
+      const published = [...producedBy.values()].reduce((a, b) => a + b, 0);
+      t.true(published > KILLS / 2 && deliveries > 0, `frames flowed (${published} published, ${deliveries} deliveries)`);
+      t.log(`${all.length} processes, ${Math.ceil(KILLS / 2)}+ kills: ${published} frames published, ${deliveries} deliveries to ${consumers.length} subscribers, each in order without gap; sweeps repaired ${state.recovered} slots`);
     });
   } finally {
     rmSync(dir, { recursive: true, force: true });
