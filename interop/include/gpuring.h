@@ -87,8 +87,8 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
  * and older, which ignore header flags) refuses one with SEGMENT_LAYOUT rather
  * than taking its frames as a work queue. */
 #define GPR_LAYOUT_STRING_BROADCAST \
-  GPR_LAYOUT_STRING ";delivery=all;control.subscribers@576;participant.cursor@80.missed@88.missed_seen@96.subscription@104;slot.pending@64"
-#define GPR_LAYOUT_HASH_BROADCAST 0xe7bef7274414bf93ull
+  GPR_LAYOUT_STRING ";delivery=all;control.subscribers@576;participant.cursor@80.missed@88.missed_seen@96.subscription@104;slot.pending@8"
+#define GPR_LAYOUT_HASH_BROADCAST 0xfeed42585dba9dfbull
 
 #define GPR_CACHE_LINE 128u
 #define GPR_NAME_MAX 32u            /* segment name: [A-Za-z0-9_-]{1,32} */
@@ -295,10 +295,11 @@ typedef struct gpr_frame_ref {
 
 typedef struct gpr_slot {
   uint64_t word;                  /*   0 seq:48 << 16 | state:3 << 13 | owner:13 */
-  uint64_t reserved0;             /*   8 */
+  /* Broadcast rings: bit i = subscriber i has yet to release the frame. Beside
+   * the word, in its cache line: a claim and a release read or write both. */
+  uint64_t pending;               /*   8 */
   gpr_frame_ref ref;              /*  16 */
-  uint64_t pending;               /*  64 broadcast rings: bit i = subscriber i has yet to release the frame */
-  uint8_t reserved[56];           /*  72 */
+  uint8_t reserved[64];           /*  64 */
 } gpr_slot;
 
 /* Every arena (a shared-memory object holding host buffers) begins so. */
@@ -446,7 +447,7 @@ GPR_CHECK_OFFSET(gpr_frame_ref, flags, 40);
 GPR_CHECK_SIZE(gpr_slot, 128);
 GPR_CHECK_OFFSET(gpr_slot, word, 0);
 GPR_CHECK_OFFSET(gpr_slot, ref, 16);
-GPR_CHECK_OFFSET(gpr_slot, pending, 64);
+GPR_CHECK_OFFSET(gpr_slot, pending, 8);
 
 GPR_CHECK_SIZE(gpr_arena_header, 64);
 GPR_CHECK_OFFSET(gpr_arena_header, size, 8);
