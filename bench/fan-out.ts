@@ -4,10 +4,11 @@
  * one: publish the same frame once per consumer, into k work-queue rings of one
  * consumer each (bench/host-child.ts does both with the same prepared frame).
  *   - throughput: frames/s that reach all k (publishMany(256), consumers
- *     taking nextBatch()), after WARMUP_FRAMES untimed ones;
+ *     taking nextBatch()), after WARMUP_FRAMES untimed ones, the mean of two runs;
  *   - latency: a frame every GAP_US to consumers asleep in next(), from the
  *     producer's first publish call to each consumer's next() resolving, all
- *     consumers' samples pooled, the first LATENCY_WARMUP left out.
+ *     consumers' samples of two runs pooled, the first LATENCY_WARMUP of each left out.
+ * The two sides alternate (ours, theirs, theirs, ours) so that neither always runs on a colder machine.
  */
 import type { ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
@@ -67,13 +68,19 @@ async function latency(spawn: SpawnChild, n: number, k: number, broadcast: boole
 export async function fanOutRecords(spawn: SpawnChild, progress: (line: string) => void, counts = [1, 2, 4, 8]): Promise<BenchRecord[]> {
   const records: BenchRecord[] = [];
   const baseline = (k: number) => `the same frame published once per consumer (${k} work-queue ring${k > 1 ? 's' : ''})`;
+  // Each side runs twice, in the order ours, theirs, theirs, ours: whichever
+  // runs first in a row pays for a colder machine, so neither always does.
+  const abba = async <T>(measure: (broadcast: boolean) => Promise<T>): Promise<[T[], T[]]> => {
+    const [a1, b1, b2, a2] = [await measure(true), await measure(false), await measure(false), await measure(true)];
+    return [[a1, a2], [b1, b2]];
+  };
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   for (const k of counts) {
     progress(`fan-out, ${k} subscriber${k > 1 ? 's' : ''} ...`);
-    const ours = await throughput(spawn, 100_000, k, true);
-    const theirs = await throughput(spawn, 100_000, k, false);
-    records.push(compare(`fan-out throughput, prepared frame to ${k} subscriber process${k > 1 ? 'es' : ''} (every frame to each)`, 'rate', 'frames/s', ours, baseline(k), theirs, true));
-    const oursLat = await latency(spawn, 2000, k, true, 1000);
-    const theirsLat = await latency(spawn, 2000, k, false, 1000);
+    const [ours, theirs] = await abba((broadcast) => throughput(spawn, 100_000, k, broadcast));
+    records.push(compare(`fan-out throughput, prepared frame to ${k} subscriber process${k > 1 ? 'es' : ''} (every frame to each)`, 'rate', 'frames/s', mean(ours), baseline(k), mean(theirs), true));
+    const [oursRuns, theirsRuns] = await abba((broadcast) => latency(spawn, 1000, k, broadcast, 1000));
+    const [oursLat, theirsLat] = [oursRuns.flat(), theirsRuns.flat()];
     for (const p of [50, 99])
       records.push(compare(`fan-out latency, a frame every 1 ms to ${k} sleeping subscriber${k > 1 ? 's' : ''} (publish call to each next())`, `p${p}`, 'µs', percentile(oursLat, p), baseline(k), percentile(theirsLat, p), false));
   }
