@@ -173,6 +173,40 @@ static void test_evict(const char *name) {
   gpr_producer_close(p);
 }
 
+/* A frame can carry the bit of an entry freed meanwhile: a publish that loaded
+ * control.subscribers before a sweep cleared a dead subscriber's bit went READY
+ * after that sweep looked at its slot. The next sweep that looks at the slots
+ * (someone died) releases such a share, so the frame comes back. */
+static void test_leftover_bit(const char *name) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  gpr_consumer *a = subscribe(name, GPR_ON_SLOW_BLOCK);
+  CHECK(publish(p, 70, 0) == 0);
+  const uint32_t freed_entry = 7; /* nobody attached there */
+  CHECK(gpr_pstate(gpr_participant_word(&p->seg, freed_entry)) == GPR_PARTICIPANT_FREE);
+  gpr_slot *s = NULL;
+  for (uint32_t i = 0; i < SLOTS; i++)
+    if (gpr_word_state(gpr_slot_load(&p->seg.slots[i])) == GPR_SLOT_READY) s = &p->seg.slots[i];
+  CHECK(s != NULL);
+  if (!s) return;
+  __atomic_fetch_or(&s->pending, gpr_bc_bit(freed_entry), __ATOMIC_SEQ_CST);
+  CHECK(take(a, 0, NULL) == 70);
+  CHECK(gpr_producer_reap(p) == 0); /* the leftover bit holds it */
+  pid_t dies = fork();
+  if (dies == 0) {
+    gpr_consumer *c = NULL;
+    gpr_consumer_open(name, 0, &c, NULL);
+    _exit(0); /* without detaching: found dead by the next sweep */
+  }
+  waitpid(dies, NULL, 0);
+  gpr_sweep_report r;
+  CHECK(gpr_sweep(&p->seg, &r, NULL) == 0 && r.found_dead == 1 && r.released == 1);
+  CHECK(gpr_producer_reap(p) == 1);
+  gpr_consumer_close(a);
+  gpr_producer_close(p);
+}
+
 /* 4 subscriber processes each read `frames` frames and check every one is
  * there exactly once, in order; a fifth subscribes and is killed holding the
  * ring up; the producer goes on once a sweep released its shares. */
@@ -230,6 +264,7 @@ int main(int argc, char **argv) {
   test_block(name);
   test_drop_oldest(name);
   test_evict(name);
+  test_leftover_bit(name);
   test_processes(name, argc > 1 ? atoi(argv[1]) : 100000);
   gpr_segment_unlink(name, NULL);
   return CHECK_DONE();

@@ -248,14 +248,18 @@ GPR_INLINE int gpr_bc_finish_publish(gpr_segment *seg, uint32_t me, uint64_t pos
   return 0;
 }
 
-/* Sweep: the shares a dead subscriber held of the frame at `pos` are released for
- * it, and it leaves the subscribers. Returns how many frames that freed. */
+/* Sweep: the shares of the frame at `pos` held by entries that are not live
+ * subscribers are released: dead ones', and bits left over from an entry freed
+ * while a publish that had loaded control.subscribers before the sweep cleared
+ * its bit was still in flight (the frame went READY after that sweep looked).
+ * Returns how many shares. */
 GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos, const uint8_t *dead) {
   gpr_slot *s = gpr_slot_at(seg, pos);
   uint32_t released = 0;
   for (uint64_t m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE); m; m &= m - 1u) {
     uint32_t k = (uint32_t)__builtin_ctzll(m);
-    if (k < seg->participant_capacity && dead[k] && gpr_bc_release_as(seg, k, pos) == 0) released++;
+    int gone = k >= seg->participant_capacity || dead[k] || !gpr_bc_subscribed(seg, k);
+    if (gone && gpr_bc_release_as(seg, k, pos) == 0) released++;
   }
   return released;
 }

@@ -110,3 +110,26 @@ def test_start_oldest_also_receives_the_frames_still_in_the_ring(ring_name):
             assert _tags(newest) == [3]
             assert _tags(first) == [0, 1, 2, 3]
         producer.drain(timeout=5)
+
+
+def test_a_leftover_bit_of_a_freed_entry_is_released_by_the_next_sweep_that_finds_someone_dead(ring_name):
+    """A publish that loaded ``subscribers`` before a sweep cleared a dead subscriber's
+    bit can go READY after that sweep looked: the frame carries the bit of an entry
+    freed meanwhile (here set by hand on entry 7, which nobody holds)."""
+    ring = Ring.create(ring_name, slots=8, delivery="all")
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        producer.publish(pa.table({"i": [70]}), user_tag=70)
+        seg = ring.segment
+        slot = next(seg.slots_at + i * 128 for i in range(8)
+                    if (seg.mem.load64(seg.slots_at + i * 128) >> 13) & 7 == 2)  # the READY one
+        seg.mem.or64(slot + 8, 1 << 7)  # `pending` (SPEC.md §5.4)
+        assert _tags(consumer) == [70]
+        assert producer.reap() == 0  # the leftover bit holds it
+        child = python_child("hold", ring_name, "0")
+        assert child.stdout.readline().split() == ["held"]
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        report = ring.sweep()
+        assert (report.found_dead, report.released) == (1, 1)
+        assert producer.reap() == 1
+    ring.close()

@@ -213,23 +213,25 @@ def holds(seg: Segment, me: int, pos: int) -> bool:
 
 
 def sweep_dead(seg: Segment, dead: list[bool]) -> int:
-    """Dead entries leave the subscribers, and their shares of every READY frame
-    are released; returns how many shares."""
+    """Dead entries leave the subscribers, then every READY frame's shares held by
+    entries that are not live subscribers are released: dead ones', and bits left
+    over from an entry freed while a publish that had loaded ``subscribers``
+    earlier was in flight (see gpr_bc_sweep_slot). Returns how many shares."""
     gone = sum(_bit(k) for k, d in enumerate(dead[:64]) if d)
-    if not gone:
-        return 0
-    seg.mem.and64(seg.control("subscribers"), ~gone)
+    if gone:
+        seg.mem.and64(seg.control("subscribers"), ~gone)
     released = 0
     for i in range(seg.slot_count):
         w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
         if word_state(w) != L.READY:
             continue
         pos = word_seq(w)
-        m = seg.mem.load64(_pending(seg, pos)) & gone
+        m = seg.mem.load64(_pending(seg, pos))
         while m:
             k = (m & -m).bit_length() - 1
             m &= m - 1
-            released += _released(seg, k, pos)
+            if k >= seg.participant_capacity or dead[k] or not _subscribed(seg, k):
+                released += _released(seg, k, pos)
     return released
 
 
