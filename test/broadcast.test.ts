@@ -4,6 +4,7 @@
 import test from 'ava';
 import { HANDLE_BYTES } from '../lib/codec/layout.js';
 import { absentBuffer, Consumer, type FrameDescription, GpuringError, Producer } from '../lib/index.js';
+import { Int32, Table, vectorFromArray } from 'apache-arrow';
 import { child, exitOf, nextLine, withRing } from './helpers/ring.js';
 
 const FRAMES = 100_000;
@@ -127,6 +128,30 @@ test('a for-await loop that stops early hands the rest of its batch back: the su
       break; // frames 1-3 of the batch were never yielded
     }
     t.deepEqual(await takeAll(consumer), [1n, 2n, 3n]);
+    await producer.drain();
+  });
+});
+
+test('slow subscribers evicted and dropped again and again while a producer reuses its memory: no frame changes or is released under a subscriber, every loss is counted', async (t) => {
+  await withRing('bcast-evict', { slots: 8, delivery: 'all' }, async (_ring, name) => {
+    const slow = ['evict', 'drop-oldest'].map((policy) => child('subscribe-slow', name, policy, 3000));
+    for (const p of slow) t.like(await nextLine(p), { ready: true });
+    const results = slow.map((p) => nextLine<{ frames: number; evicted: number; framesMissed: number; missed: number; bad: number; failedReleases: number }>(p));
+    using producer = Producer.open(name);
+    const started = performance.now();
+    let seq = 0;
+    // Host frames in the producer's arena, reused as soon as released: a frame released under a subscriber would be overwritten.
+    while (performance.now() - started < 3000) await producer.publish(new Table({ v: vectorFromArray([seq], new Int32()) }), { tag: BigInt(seq++) });
+    const [evict, drop] = await Promise.all(results);
+    for (const r of [evict!, drop!]) {
+      t.is(r.bad, 0, 'every frame held its own contents until released');
+      t.is(r.failedReleases, 0, 'no frame was released for it while it held it');
+      t.true(r.frames > 0);
+    }
+    t.true(evict!.evicted > 0 && evict!.missed > 0, `the evict subscriber was evicted (${JSON.stringify(evict)})`);
+    t.true(drop!.framesMissed > 0 && drop!.missed > 0, `the drop-oldest subscriber lost frames (${JSON.stringify(drop)})`);
+    t.log(`${seq} frames published; evict: ${JSON.stringify(evict)}; drop-oldest: ${JSON.stringify(drop)}`);
+    for (const p of slow) t.is((await exitOf(p)).code, 0);
     await producer.drain();
   });
 });

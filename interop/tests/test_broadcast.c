@@ -168,6 +168,23 @@ static void test_evict(const char *name) {
   CHECK(take(slow, 0, &code) == -1 && code == GPR_E_RING_EMPTY);
   CHECK(publish(p, 40, 0) == 0 && take(slow, 0, NULL) == 40 && take(fast, 0, NULL) == 40);
   CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  /* The interleaving a producer dropping a frame for an evicted subscriber must
+   * survive: it read the EVICTED cursor, then the subscriber went on and took
+   * that very frame; the drop's CAS from the cursor it read must fail. */
+  uint64_t *cursor = &p->seg.participants[slow->index].cursor;
+  for (int32_t i = 41; i < 41 + (int32_t)SLOTS; i++) CHECK(publish(p, i, 0) == 0 && take(fast, 0, NULL) == i);
+  CHECK(publish(p, 49, 0) == 0 && take(fast, 0, NULL) == 49); /* evicts it again: 41..48 dropped */
+  uint64_t stale = __atomic_load_n(cursor, __ATOMIC_ACQUIRE);
+  CHECK(stale & GPR_CURSOR_EVICTED);
+  CHECK(take(slow, 0, &code) == -1 && code == GPR_E_EVICTED);
+  gpr_frame *held = NULL;
+  CHECK(gpr_consumer_next(slow, 0, &held, &err) == 0 && held && held->user_tag == 49); /* published since */
+  if (held) {
+    CHECK(gpr_bc_drop_evicted(&p->seg, slow->index, &stale, held->pos) == 0); /* it went on: no drop */
+    CHECK(gpr_ring_holds(&p->seg, slow->index, held->pos));
+    gpr_frame_release(held);
+  }
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
   gpr_consumer_close(slow);
   gpr_consumer_close(fast);
   gpr_producer_close(p);

@@ -14,11 +14,15 @@
  *   subscribe NAME FRAMES         subscribes to a broadcast ring, says it is ready, takes FRAMES frames in
  *                                 batches, reports how many carried tags 0, 1, 2, ... in order
  *   subscribe-idle NAME           subscribes to a broadcast ring, says it is ready, takes nothing, waits to be killed
+ *   subscribe-slow NAME POLICY MS subscribes with onSlow POLICY, says it is ready, and for MS ms takes frames,
+ *                                 holding each a random 0-500 µs (busy) before checking that its column v
+ *                                 still holds its tag and releasing it; reports frames, losses by code, bad
+ *                                 contents and failed releases
  */
 import v8 from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { makeData, makeVector, Table, Utf8 } from 'apache-arrow';
-import { Consumer, type Frame, Producer, Ring } from '../../lib/index.js';
+import { Consumer, type Frame, type GpuringError, Producer, Ring } from '../../lib/index.js';
 import { allTypesTable, wideTable } from './all-types.js';
 
 const [role, name, ...args] = process.argv.slice(2);
@@ -141,6 +145,37 @@ async function main(): Promise<void> {
       }
       say({ inOrder });
       consumer.close();
+      return;
+    }
+    case 'subscribe-slow': {
+      const consumer = Consumer.open(name!, { onSlow: args[0] as 'evict' | 'drop-oldest' });
+      say({ ready: true });
+      const until = performance.now() + Number(args[1]);
+      const seen = { frames: 0, evicted: 0, framesMissed: 0, missed: 0, bad: 0, failedReleases: 0 };
+      while (performance.now() < until) {
+        let f: Frame;
+        try {
+          f = await consumer.next({ timeout: 50 });
+        } catch (error) {
+          const e = error as GpuringError;
+          if (e.code === 'EVICTED') seen.evicted++;
+          else if (e.code === 'FRAMES_MISSED') seen.framesMissed++;
+          else if (e.code !== 'TIMEOUT') throw error;
+          seen.missed += e.missed ?? 0;
+          continue;
+        }
+        const hold = performance.now() + Math.random() * 0.5;
+        while (performance.now() < hold);
+        if (BigInt(f.toTable().getChild('v')!.get(0) as number) !== f.tag) seen.bad++; // released under it and reused?
+        try {
+          f.release();
+        } catch {
+          seen.failedReleases++;
+        }
+        seen.frames++;
+      }
+      consumer.close();
+      say(seen);
       return;
     }
     case 'subscribe-idle': {

@@ -58,10 +58,13 @@ GPR_INLINE void gpr_bc_adopt_retained(gpr_segment *seg, uint32_t me) {
 GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow, int oldest) {
   gpr_participant *p = &seg->participants[me];
   uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
-  uint64_t start = (tail - seg->slot_count) & GPR_SEQ_MASK;
-  uint64_t c = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE);
-  if ((c & GPR_CURSOR_EVICTED) && gpr_seq_diff(c & GPR_SEQ_MASK, start) > 0) start = c & GPR_SEQ_MASK;
-  __atomic_store_n(&p->cursor, start, __ATOMIC_SEQ_CST);
+  uint64_t c = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE), start;
+  /* A CAS: while it says EVICTED, producers drop frames for it by moving its
+   * evicted position past them, and it must not start before one of those. */
+  do {
+    start = (tail - seg->slot_count) & GPR_SEQ_MASK;
+    if ((c & GPR_CURSOR_EVICTED) && gpr_seq_diff(c & GPR_SEQ_MASK, start) > 0) start = c & GPR_SEQ_MASK;
+  } while (!__atomic_compare_exchange_n(&p->cursor, &c, start, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE));
   __atomic_store_n(&p->subscription, on_slow + 1u, __ATOMIC_SEQ_CST);
   if (oldest) gpr_bc_adopt_retained(seg, me);
   __atomic_fetch_or(&seg->control->subscribers, gpr_bc_bit(me), __ATOMIC_SEQ_CST);
@@ -168,24 +171,37 @@ GPR_INLINE void gpr_bc_drop_for(gpr_segment *seg, uint32_t k, uint64_t pos) {
     __atomic_fetch_add(&seg->participants[k].missed, 1u, __ATOMIC_RELEASE);
 }
 
+/* Drops the frame at `pos` for evicted subscriber `k`, whose cursor was `c`
+ * (EVICTED, at or before `pos`): its evicted position moves past the frame
+ * first, by CAS, so that it cannot go on (gpr_bc_subscribe) from before a frame
+ * being dropped, take it and see it released under it. 0 if the CAS lost: it
+ * went on meanwhile. */
+GPR_INLINE int gpr_bc_drop_evicted(gpr_segment *seg, uint32_t k, uint64_t *c, uint64_t pos) {
+  uint64_t past = GPR_CURSOR_EVICTED | ((pos + 1) & GPR_SEQ_MASK);
+  if (!__atomic_compare_exchange_n(&seg->participants[k].cursor, c, past, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return 0;
+  *c = past;
+  gpr_bc_drop_for(seg, k, pos);
+  return 1;
+}
+
 /* Evicts subscriber `k`, whose cursor was `c` (<= the oldest frame `q`): every
- * frame it had not taken is dropped for it, and its cursor says EVICTED until
- * it has learnt so. It stays a subscriber (clearing its bit in
- * control.subscribers could race with its joining again): frames published
+ * frame it had not taken is dropped for it, oldest first, and its cursor says
+ * EVICTED until it has learnt so. It stays a subscriber (clearing its bit in
+ * control.subscribers could race with its going on): frames published
  * meanwhile are dropped for it whenever they hold the ring up, and come to it
  * once it goes on. */
 GPR_INLINE void gpr_bc_evict(gpr_segment *seg, uint32_t k, uint64_t c, uint64_t q) {
   gpr_participant *p = &seg->participants[k];
-  if (!__atomic_compare_exchange_n(&p->cursor, &c, GPR_CURSOR_EVICTED | (c & GPR_SEQ_MASK), 0, __ATOMIC_ACQ_REL,
-                                   __ATOMIC_ACQUIRE))
-    return;
+  uint64_t evicted = GPR_CURSOR_EVICTED | (c & GPR_SEQ_MASK);
+  if (!__atomic_compare_exchange_n(&p->cursor, &c, evicted, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
   for (uint64_t i = 0; i < seg->slot_count; i++) {
     uint64_t pos = (q + i) & GPR_SEQ_MASK;
     gpr_slot *s = gpr_slot_at(seg, pos);
     uint64_t w = gpr_slot_load(s);
     if (gpr_word_seq(w) == pos && gpr_word_state(w) == GPR_SLOT_READY &&
-        (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(k)))
-      gpr_bc_drop_for(seg, k, pos);
+        (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(k)) && !gpr_bc_drop_evicted(seg, k, &evicted, pos))
+      break;
   }
   gpr_notify_data(seg);  /* wake it, so that it learns */
 }
@@ -208,7 +224,7 @@ GPR_INLINE void gpr_bc_relieve_one(gpr_segment *seg, uint32_t k, uint64_t q) {
   uint64_t c = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE);
   int64_t ahead = gpr_seq_diff(c & GPR_SEQ_MASK, q);  /* > 0: it has taken q and holds it */
   if (c & GPR_CURSOR_EVICTED) {
-    if (ahead <= 0) gpr_bc_drop_for(seg, k, q);  /* published to it around its eviction */
+    if (ahead <= 0) gpr_bc_drop_evicted(seg, k, &c, q);  /* published to it around or after its eviction */
     return;
   }
   if (ahead > 0) return;

@@ -46,11 +46,13 @@ def subscribe(seg: Segment, me: int, on_slow: int, oldest: bool = False) -> None
     ``oldest`` it also takes a share of the frames still in the ring."""
     mem = seg.mem
     tail = mem.load64(seg.control("tail")) & L.SEQ_MASK
-    start = (tail - seg.slot_count) & L.SEQ_MASK
-    c = mem.load64(seg.participant(me, "cursor"))
-    if c & L.CURSOR_EVICTED and seq_diff(c & L.SEQ_MASK, start) > 0:
-        start = c & L.SEQ_MASK
-    mem.store64(seg.participant(me, "cursor"), start)
+    while True:  # a CAS: producers move an evicted cursor past the frames they drop (see gpr_bc_subscribe)
+        c = mem.load64(seg.participant(me, "cursor"))
+        start = (tail - seg.slot_count) & L.SEQ_MASK
+        if c & L.CURSOR_EVICTED and seq_diff(c & L.SEQ_MASK, start) > 0:
+            start = c & L.SEQ_MASK
+        if mem.cas64(seg.participant(me, "cursor"), c, start):
+            break
     mem.store32(seg.participant(me, "subscription"), on_slow + 1)
     if oldest:
         _adopt_retained(seg, me)
@@ -142,16 +144,31 @@ def _drop_for(seg: Segment, k: int, pos: int) -> None:
         seg.mem.add64(seg.participant(k, "missed"), 1)
 
 
+def _drop_evicted(seg: Segment, k: int, c: int, pos: int) -> int | None:
+    """Drops the frame at ``pos`` for evicted subscriber ``k`` (cursor ``c``), moving its
+    evicted position past it first by CAS; the new cursor, or None if it went on meanwhile."""
+    past = L.CURSOR_EVICTED | ((pos + 1) & L.SEQ_MASK)
+    if not seg.mem.cas64(seg.participant(k, "cursor"), c, past):
+        return None
+    _drop_for(seg, k, pos)
+    return past
+
+
 def _evict(seg: Segment, k: int, c: int, q: int) -> None:
-    """Drops every frame subscriber ``k`` has not taken; its cursor says EVICTED
-    until it has learnt so. It stays a subscriber (see gpr_bc_evict)."""
-    if not seg.mem.cas64(seg.participant(k, "cursor"), c, L.CURSOR_EVICTED | (c & L.SEQ_MASK)):
+    """Drops every frame subscriber ``k`` has not taken, oldest first; its cursor says
+    EVICTED until it has learnt so. It stays a subscriber (see gpr_bc_evict)."""
+    evicted = L.CURSOR_EVICTED | (c & L.SEQ_MASK)
+    if not seg.mem.cas64(seg.participant(k, "cursor"), c, evicted):
         return
+    cur = evicted
     for i in range(seg.slot_count):
         pos = (q + i) & L.SEQ_MASK
         w = seg.mem.load64(seg.slot(pos))
         if word_seq(w) == pos and word_state(w) == L.READY and seg.mem.load64(_pending(seg, pos)) & _bit(k):
-            _drop_for(seg, k, pos)
+            moved = _drop_evicted(seg, k, cur, pos)
+            if moved is None:
+                break  # it went on meanwhile
+            cur = moved
     notify_data(seg)
 
 
@@ -167,8 +184,8 @@ def _relieve_one(seg: Segment, k: int, q: int) -> None:
     c = seg.mem.load64(seg.participant(k, "cursor"))
     ahead = seq_diff(c & L.SEQ_MASK, q)  # > 0: it took the frame at q and holds it
     if c & L.CURSOR_EVICTED:
-        if ahead <= 0:
-            _drop_for(seg, k, q)
+        if ahead <= 0:  # published to it around or after its eviction
+            _drop_evicted(seg, k, c, q)
         return
     if ahead > 0:
         return
