@@ -97,7 +97,7 @@ export interface ParticipantInfo {
   attachedUnixMs: number;
   /** Shared-memory arenas it created (producers). */
   arenas: number;
-  /** Frames this participant holds (claimed or leased). */
+  /** Frames this participant holds (claimed or leased; a broadcast subscriber: taken, not released). */
   leases: number;
   /** Frames this participant published so far. */
   published: number;

@@ -55,7 +55,11 @@ Napi::Object Participant(Napi::Env env, const gpr_segment &seg, uint32_t i, uint
   o.Set("leased", Num(env, __atomic_load_n(&p.leased, __ATOMIC_RELAXED)));
   o.Set("released", Num(env, __atomic_load_n(&p.released, __ATOMIC_RELAXED)));
   uint32_t subscription = __atomic_load_n(&p.subscription, __ATOMIC_ACQUIRE);
-  if (seg.broadcast && subscription != 0) o.Set("subscriber", Subscriber(env, seg, i, subscription));
+  if (seg.broadcast && subscription != 0) {
+    Napi::Object sub = Subscriber(env, seg, i, subscription);
+    o.Set("subscriber", sub);
+    o.Set("leases", sub.Get("held"));  // a subscriber's leases are the frames it took and holds
+  }
   return o;
 }
 

@@ -57,8 +57,8 @@ test('create --delivery all makes a broadcast ring; inspect shows each subscribe
   for (const i of [1, 2, 3]) await producer.publish(new Table({ i: vectorFromArray([i], new Int32()) }));
   await nextLine(holder);
   const json = JSON.parse((await run('inspect', name, '--json')).stdout);
-  const subs = (json.participants as { pid: number; subscriber?: { held: number; unread: number; onSlow: string } }[]).filter((p) => p.subscriber);
-  t.deepEqual(subs.map((p) => [p.pid, p.subscriber!.held, p.subscriber!.unread, p.subscriber!.onSlow]).sort(), [[holder.pid, 1, 2, 'block'], [idle.pid, 0, 3, 'block']].sort());
+  const subs = (json.participants as { pid: number; leases: number; subscriber?: { held: number; unread: number; onSlow: string } }[]).filter((p) => p.subscriber);
+  t.deepEqual(subs.map((p) => [p.pid, p.subscriber!.held, p.subscriber!.unread, p.subscriber!.onSlow, p.leases]).sort(), [[holder.pid, 1, 2, 'block', 1], [idle.pid, 0, 3, 'block', 0]].sort());
   const human = (await run('inspect', name)).stdout;
   t.regex(human, /delivery: all/);
   t.regex(human, /subscriber +on slow +next position +held +unread/);
