@@ -59,6 +59,44 @@ test('frames from Node are read by the spec-only consumer with the checksums Nod
   });
 });
 
+test('a broadcast ring (SPEC.md §5.4): frames from Node reach a spec-only subscriber and a Node subscriber, each with the checksums Node computes', async (t) => {
+  await withRing('spec-bcast', { slots: 16, delivery: 'all' }, async (ring, name) => {
+    const sources = reportSources();
+    using node = Consumer.open(name);
+    const report = cConsumerReport(name, sources.length, specProgram('spec_consumer'));
+    t.true(await eventually(() => ring.inspect().participants.filter((p) => p.subscriber).length === 2), 'the spec-only consumer subscribed');
+    const producer = Producer.open(name);
+    for (const [k, table] of sources.entries()) await producer.publish(table, { tag: BigInt(k) });
+    for (const [k, table] of sources.entries()) {
+      const f = await node.next(WAIT);
+      t.is(f.tag, BigInt(k));
+      t.is(f.toTable().numRows, table.numRows);
+      f.release();
+    }
+    t.deepEqual(await report, sources.map((table, k) => expectedReport(table, k + 1, k, 'host')));
+    await producer.drain();
+    producer.close();
+  });
+});
+
+test('a broadcast ring (SPEC.md §5.4): frames from the spec-only producer reach two Node subscribers, each exactly as written', async (t) => {
+  await withRing('spec-bcast-prod', { slots: 16, delivery: 'all' }, async (_ring, name) => {
+    using a = Consumer.open(name);
+    using b = Consumer.open(name);
+    const proc = spawn(specProgram('spec_producer'), [name, '20', '100'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    // In turn: the producer reuses a frame's arena region only once both released it.
+    for (let k = 0; k < 20; k++)
+      for (const consumer of [a, b]) {
+        const f = await consumer.next(WAIT);
+        t.is(f.tag, BigInt(k));
+        t.deepEqual(tableColumns(f.toTable()), producerColumns(k, 100));
+        f.release();
+      }
+    t.deepEqual(await nextLine(proc), { published: 20 }, 'it reaped every frame once both had released it');
+    t.deepEqual(await exitOf(proc), { code: 0, signal: null });
+  });
+});
+
 test('a spec-only consumer killed holding a lease and a claim: the claim goes to a Node consumer, the lease comes back', async (t) => {
   await withRing('spec-die-c', { slots: 16 }, async (_ring, name) => {
     const producer = Producer.open(name);

@@ -257,7 +257,12 @@ typedef struct take {
 
 static int try_claim(void *ctx) {
   take *t = (take *)ctx;
-  return ring_claim(t->r, &t->pos, &t->f) == RING_OK;
+  int rc = ring_claim(t->r, &t->pos, &t->f);
+  if (rc == RING_MISSED || rc == RING_EVICTED) { /* §5.4: told once, then it goes on */
+    printf("{\"%s\":%" PRIu64 "}\n", rc == RING_MISSED ? "frames_missed" : "evicted", bc_take_missed(t->r));
+    if (rc == RING_EVICTED) bc_subscribe(t->r, ON_SLOW_BLOCK);
+  }
+  return rc == RING_OK;
 }
 
 /* Claims the next frame within timeout_ms, sweeping every 250 ms while it waits (§7). */
@@ -282,6 +287,7 @@ int main(int argc, char **argv) {
   uint32_t timeout = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 30000u;
   ring r;
   if (ring_open(&r, argv[1], timeout) != 0 || ring_attach(&r, ROLE_CONSUMER) != 0) return 1;
+  if (r.broadcast) bc_subscribe(&r, ON_SLOW_BLOCK); /* §5.4: a subscriber; producers wait for it */
   take t = {&r, 0, {0}};
   for (uint32_t k = 0; k < frames; k++) {
     if (next_frame(&r, &t, timeout) != 0) {

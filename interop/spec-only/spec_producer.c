@@ -184,12 +184,13 @@ static int write_frame(producer *pr, uint32_t k, uint32_t rows, uint64_t *pos, f
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: spec_producer RING FRAMES ROWS [--die-writing]\n");
+    fprintf(stderr, "usage: spec_producer RING FRAMES ROWS [--die-writing | --broadcast]\n");
     return 2;
   }
   uint32_t frames = (uint32_t)strtoul(argv[2], NULL, 10), rows = (uint32_t)strtoul(argv[3], NULL, 10);
   static producer pr;
-  int created = ring_create(argv[1], 16, 64);
+  int broadcast = argc > 4 && strcmp(argv[4], "--broadcast") == 0;
+  int created = ring_create(argv[1], 16, 64, broadcast);
   if (created < 0 || ring_open(&pr.r, argv[1], TIMEOUT_MS) != 0 ||
       ring_attach(&pr.r, ROLE_PRODUCER) != 0)
     return 1;

@@ -2,7 +2,8 @@
  * alone (no gpuring.h), for spec_producer.c and spec_consumer.c. Each function
  * names the section it implements. It is the proof that SPEC.md suffices, not a
  * library: errors print and return -1, and only what the two programs need is
- * here (host memory only; the futex for waiting, doorbells only rung).
+ * here (host memory only; the futex for waiting, doorbells only rung). Both
+ * kinds of ring: work queues (§5.2, §5.3) and broadcast rings (§5.4).
  *
  * Shared memory is read through the helpers below: every word at a fixed
  * offset of a validated geometry, atomics with the orders SPEC.md names. */
@@ -34,6 +35,9 @@
 #define ARENA_MAGIC 0x414E455241525047ull
 #define BODY_MAGIC 0x46525047u
 #define LAYOUT_HASH 0xddb92fd56ec23d52ull
+#define LAYOUT_HASH_BROADCAST 0xfeed42585dba9dfbull
+#define FLAG_BROADCAST 1u
+#define CURSOR_EVICTED (1ull << 63)
 #define VERSION_MAJOR 2u
 #define MASK48 ((1ull << 48) - 1u)
 #define NOTHING_PENDING MASK48
@@ -42,12 +46,14 @@
 
 /* §12 field offsets: segment header, control (from 256), participant entry, slot, reference */
 enum { H_READY = 8, H_HEADER_SIZE = 12, H_HASH = 16, H_TOTAL = 24, H_SLOTS = 32, H_SLOT_SIZE = 36,
-       H_PCAP = 40, H_PSIZE = 44, H_CONTROL = 48, H_POFF = 56, H_SOFF = 64, H_PIDNS = 72 };
+       H_PCAP = 40, H_PSIZE = 44, H_CONTROL = 48, H_POFF = 56, H_SOFF = 64, H_PIDNS = 72, H_FLAGS = 92 };
 enum { C_TAIL = 256, C_HEAD = 384, C_DATA_SEQ = 512, C_DATA_WAITERS = 516, C_DATA_BELLS = 520,
        C_SPACE_SEQ = 640, C_SPACE_WAITERS = 644, C_SPACE_BELLS = 648, C_REDELIVER = 768,
-       C_RECOVERED = 896, C_REDELIVERED = 904 };
+       C_SUBSCRIBERS = 832, C_RECOVERED = 896, C_REDELIVERED = 904 };
 enum { P_STATE = 0, P_PID = 8, P_ROLES = 12, P_START = 16, P_ATTACHED = 24, P_ARENAS = 32,
-       P_PUBLISHED = 40, P_LEASED = 48, P_RELEASED = 56, P_BELL = 64, P_KEY = 72 };
+       P_PUBLISHED = 40, P_LEASED = 48, P_RELEASED = 56, P_BELL = 64, P_KEY = 72,
+       P_CURSOR = 80, P_MISSED = 88, P_MISSED_SEEN = 96, P_SUBSCRIPTION = 104 };
+enum { SLOT_PENDING = 8 }; /* §5.4: a broadcast frame's subscribers yet to release it */
 enum { REF_FRAME_ID = 0, REF_PRODUCER = 8, REF_PRODUCER_GEN = 12, REF_BODY_ARENA = 16,
        REF_BODY_LENGTH = 20, REF_BODY_OFFSET = 24, REF_USER_TAG = 32 };
 /* §4 participant states, §5.1 slot states, §6.1 doorbell bits */
@@ -55,6 +61,8 @@ enum { P_FREE, P_ACTIVE, P_DEAD, P_ATTACHING, P_FREEING };
 enum { S_EMPTY, S_WRITING, S_READY, S_CLAIMED, S_LEASED, S_RELEASED };
 enum { BELL_DATA = 1, BELL_SPACE = 2 };
 enum { RING_OK = 0, RING_NONE = 1 }; /* RING_NONE: full (publish) or empty (claim) */
+enum { RING_MISSED = 2, RING_EVICTED = 3 }; /* §5.4 claim: FRAMES_MISSED, EVICTED */
+enum { ON_SLOW_BLOCK, ON_SLOW_DROP_OLDEST, ON_SLOW_EVICT };
 
 typedef struct ring {
   char name[33];
@@ -63,6 +71,7 @@ typedef struct ring {
   uint64_t size, poff, soff;
   uint32_t slots, capacity;
   uint32_t me, gen; /* our entry (plain index) and its generation */
+  int broadcast;    /* §1.1 segment flag 1: every subscriber gets every frame (§5.4) */
 } ring;
 
 /* A frame reference copied out of a slot (§12). */
@@ -156,14 +165,17 @@ static inline int header_check(const uint8_t *h, uint64_t file_size, ring *r) {
   memcpy(&poff, h + H_POFF, 8);
   memcpy(&soff, h + H_SOFF, 8);
   memcpy(&pidns, h + H_PIDNS, 8);
-  uint32_t ready = u32v[H_READY / 4], slots = u32v[H_SLOTS / 4], cap = u32v[H_PCAP / 4];
+  uint32_t ready = u32v[H_READY / 4], slots = u32v[H_SLOTS / 4], cap = u32v[H_PCAP / 4], flags;
   uint64_t control;
   memcpy(&control, h + H_CONTROL, 8);
+  memcpy(&flags, h + H_FLAGS, 4);
   if (ready >> 16 != VERSION_MAJOR) return spec_fail("SEGMENT_VERSION: version %u.%u", ready >> 16, ready & 0xffffu);
-  if (hash != LAYOUT_HASH || u32v[H_HEADER_SIZE / 4] != 256 || u32v[H_SLOT_SIZE / 4] != 128 ||
-      u32v[H_PSIZE / 4] != 128 || control != 256)
-    return spec_fail("SEGMENT_LAYOUT: layout hash or sizes differ");
-  if (slots < 2 || slots > (1u << 20) || (slots & (slots - 1u)) || cap < 1 || cap > 8190)
+  /* §1.1: the flags and the hash agree (a broadcast ring has its own), no other flag bit */
+  int broadcast = flags == FLAG_BROADCAST;
+  if ((flags & ~FLAG_BROADCAST) || hash != (broadcast ? LAYOUT_HASH_BROADCAST : LAYOUT_HASH) ||
+      u32v[H_HEADER_SIZE / 4] != 256 || u32v[H_SLOT_SIZE / 4] != 128 || u32v[H_PSIZE / 4] != 128 || control != 256)
+    return spec_fail("SEGMENT_LAYOUT: layout hash, flags or sizes differ");
+  if (slots < 2 || slots > (1u << 20) || (slots & (slots - 1u)) || cap < 1 || cap > (broadcast ? 64u : 8190u))
     return spec_fail("SEGMENT_LAYOUT: slot count %u or capacity %u out of range", slots, cap);
   uint64_t want_soff = 1024ull + 128ull * cap;
   uint64_t want_total = (want_soff + 128ull * slots + 4095u) & ~4095ull;
@@ -175,6 +187,7 @@ static inline int header_check(const uint8_t *h, uint64_t file_size, ring *r) {
     return spec_fail("PID_NAMESPACE: segment made in another PID namespace");
   r->slots = slots;
   r->capacity = cap;
+  r->broadcast = broadcast;
   r->poff = poff;
   r->soff = soff;
   r->size = total;
@@ -225,7 +238,7 @@ static inline int shm_reserve(int fd, uint64_t bytes) {
 }
 
 /* §3.1 creating: exclusively, sized and reserved (§2), every field, slot words, then ready_version (release). */
-static inline int ring_create(const char *name, uint32_t slots, uint32_t capacity) {
+static inline int ring_create(const char *name, uint32_t slots, uint32_t capacity, int broadcast) {
   char shm[64];
   snprintf(shm, sizeof shm, "/gpuring.%s", name);
   int fd = shm_open(shm, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -239,8 +252,8 @@ static inline int ring_create(const char *name, uint32_t slots, uint32_t capacit
   }
   close(fd);
   struct stat ns;
-  uint64_t u64v[] = {SEG_MAGIC, LAYOUT_HASH, total, 256, 1024, soff, 0, now_ns(CLOCK_REALTIME)};
-  uint32_t u32v[] = {256, slots, 128, capacity, 128, (uint32_t)getpid()};
+  uint64_t u64v[] = {SEG_MAGIC, broadcast ? LAYOUT_HASH_BROADCAST : LAYOUT_HASH, total, 256, 1024, soff, 0, now_ns(CLOCK_REALTIME)};
+  uint32_t u32v[] = {256, slots, 128, capacity, 128, (uint32_t)getpid(), broadcast ? FLAG_BROADCAST : 0u};
   if (stat("/proc/self/ns/pid", &ns) == 0) u64v[6] = (uint64_t)ns.st_ino;
   memcpy(b + 0, &u64v[0], 8);
   memcpy(b + H_HEADER_SIZE, &u32v[0], 4);
@@ -256,6 +269,7 @@ static inline int ring_create(const char *name, uint32_t slots, uint32_t capacit
   memcpy(b + H_PIDNS, &u64v[6], 8);
   memcpy(b + 80, &u64v[7], 8);  /* created_unix_ns */
   memcpy(b + 88, &u32v[5], 4);  /* creator_pid */
+  memcpy(b + H_FLAGS, &u32v[6], 4);
   memcpy(b + 96, name, strlen(name)); /* name, zero-padded to 32 bytes */
   for (uint64_t i = 0; i < slots; i++) {
     uint64_t w = sword(i, S_EMPTY, 0);
@@ -297,6 +311,8 @@ static inline int ring_attach(ring *r, uint32_t roles) {
     *w64(r, e + P_PUBLISHED) = *w64(r, e + P_LEASED) = *w64(r, e + P_RELEASED) = 0;
     *w32(r, e + P_BELL) = 0;
     *w64(r, e + P_KEY) = 0;
+    *w64(r, e + P_CURSOR) = *w64(r, e + P_MISSED) = *w64(r, e + P_MISSED_SEEN) = 0; /* §5.4 */
+    *w32(r, e + P_SUBSCRIPTION) = 0;
     __atomic_store_n(state, pword(g, 0, P_ACTIVE), __ATOMIC_RELEASE);
     r->me = i;
     r->gen = g;
@@ -386,6 +402,8 @@ static inline void advance_hint(const ring *r, uint32_t hint, uint64_t pos) {
   if (seqdiff(next, __atomic_load_n(h, __ATOMIC_RELAXED) & MASK48) > 0) __atomic_store_n(h, next, __ATOMIC_RELAXED);
 }
 
+static inline void bc_relieve(const ring *r, uint64_t q); /* §5.4, below */
+
 /* Publish, first half: claims the slot for the next position as WRITING. */
 static inline int ring_claim_write(const ring *r, uint64_t *out) {
   uint64_t pos = __atomic_load_n(w64(r, C_TAIL), __ATOMIC_RELAXED) & MASK48;
@@ -401,7 +419,10 @@ static inline int ring_claim_write(const ring *r, uint64_t *out) {
     }
     if (d == 0) pos = (pos + 1u) & MASK48;
     else if (d < -(int64_t)r->slots) pos = sw_seq(w); /* a bogus hint */
-    else if (d < 0) return RING_NONE;                  /* the slot serves the previous lap: full */
+    else if (d < 0) {                                  /* the slot serves the previous lap: full */
+      if (r->broadcast) bc_relieve(r, sw_seq(w));      /* §5.4 slow subscribers */
+      return RING_NONE;
+    }
     else pos = reload_hint(r, C_TAIL, pos);
   }
   return RING_NONE;
@@ -431,13 +452,156 @@ static inline void ref_read(const ring *r, uint64_t pos, frame_ref *f) {
   memcpy(&f->user_tag, p + REF_USER_TAG, 8);
 }
 
+
+/* Where a released frame's slot goes (§5.2): RELEASED for its producer while that
+ * entry is ACTIVE with the reference's generation, else EMPTY a lap on. */
+static inline uint64_t released_word(const ring *r, uint64_t pos, const frame_ref *f) {
+  if (f->producer < r->capacity) {
+    uint64_t pw = __atomic_load_n(w64(r, entry(r, f->producer) + P_STATE), __ATOMIC_ACQUIRE);
+    if (pw == pword(f->producer_gen, 0, P_ACTIVE)) return sword(pos, S_RELEASED, f->producer + 1u);
+  }
+  return sword(pos + r->slots, S_EMPTY, 0);
+}
+
+/* ---- §5.4 broadcast rings ---- */
+static inline uint64_t *pending_of(const ring *r, uint64_t pos) { return w64(r, slot_at(r, pos) + SLOT_PENDING); }
+static inline uint64_t *cursor_of(const ring *r, uint32_t k) { return w64(r, entry(r, k) + P_CURSOR); }
+
+/* Subscribe: cursor a lap behind the tail (or where an eviction left it) by CAS, then subscription, then the bit. */
+static inline void bc_subscribe(const ring *r, uint32_t on_slow) {
+  uint64_t t = __atomic_load_n(w64(r, C_TAIL), __ATOMIC_RELAXED) & MASK48;
+  uint64_t *cur = cursor_of(r, r->me), c = __atomic_load_n(cur, __ATOMIC_SEQ_CST), start;
+  do {
+    start = (t - r->slots) & MASK48;
+    if ((c & CURSOR_EVICTED) && seqdiff(c & MASK48, start) > 0) start = c & MASK48;
+  } while (!__atomic_compare_exchange_n(cur, &c, start, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+  __atomic_store_n(w32(r, entry(r, r->me) + P_SUBSCRIPTION), on_slow + 1u, __ATOMIC_SEQ_CST);
+  __atomic_fetch_or(w64(r, C_SUBSCRIBERS), 1ull << r->me, __ATOMIC_SEQ_CST);
+}
+
+/* Release of subscriber k's share of the frame at pos; the last share moves the slot on. */
+static inline int bc_release_as(const ring *r, uint32_t k, uint64_t pos) {
+  uint64_t *word = w64(r, slot_at(r, pos));
+  uint64_t w = __atomic_load_n(word, __ATOMIC_ACQUIRE), bit = 1ull << (k & 63u);
+  if (k >= 64u || sw_seq(w) != (pos & MASK48) || sw_state(w) != S_READY) return -1;
+  uint64_t was = __atomic_fetch_and(pending_of(r, pos), ~bit, __ATOMIC_ACQ_REL);
+  if (!(was & bit)) return -1;
+  if (was & ~bit) return 0;
+  frame_ref f;
+  ref_read(r, pos, &f);
+  if (cas64(word, w, released_word(r, pos, &f))) ring_notify(r, BELL_SPACE);
+  return 0;
+}
+
+/* Claim: from the cursor, the first READY frame carrying our bit, taken by the cursor CAS. */
+static inline int bc_claim(const ring *r, uint64_t *out, frame_ref *f) {
+  uint64_t *cur = cursor_of(r, r->me), bit = 1ull << r->me, e = entry(r, r->me);
+  for (int tries = 0; tries < 4; tries++) {
+    uint64_t c = __atomic_load_n(cur, __ATOMIC_ACQUIRE);
+    if (c & CURSOR_EVICTED) return RING_EVICTED;
+    if (__atomic_load_n(w64(r, e + P_MISSED), __ATOMIC_ACQUIRE) != *w64(r, e + P_MISSED_SEEN)) return RING_MISSED;
+    uint64_t pos = c & MASK48;
+    int lost = 0;
+    for (uint32_t probe = 0; probe < 2u * r->slots + 2u && !lost; probe++) {
+      uint64_t w = __atomic_load_n(w64(r, slot_at(r, pos)), __ATOMIC_ACQUIRE);
+      int64_t d = seqdiff(sw_seq(w), pos);
+      uint32_t st = sw_state(w);
+      if (d < -(int64_t)r->slots) {
+        pos = sw_seq(w);
+        continue;
+      }
+      if (d < 0 || (d == 0 && (st == S_EMPTY || st == S_WRITING))) break;
+      if (d == 0 && st == S_READY && (__atomic_load_n(pending_of(r, pos), __ATOMIC_ACQUIRE) & bit)) {
+        if (!cas64(cur, c, (pos + 1u) & MASK48)) {
+          lost = 1;
+          break;
+        }
+        ref_read(r, pos, f);
+        *out = pos;
+        return RING_OK;
+      }
+      pos = (pos + 1u) & MASK48;
+    }
+    if (lost) continue;
+    if (pos != (c & MASK48)) cas64(cur, c, pos);
+    return RING_NONE;
+  }
+  return RING_NONE;
+}
+
+/* Learning of a loss: missed - missed_seen, then missed_seen = missed. */
+static inline uint64_t bc_take_missed(const ring *r) {
+  uint64_t e = entry(r, r->me), missed = __atomic_load_n(w64(r, e + P_MISSED), __ATOMIC_ACQUIRE);
+  uint64_t seen = *w64(r, e + P_MISSED_SEEN);
+  __atomic_store_n(w64(r, e + P_MISSED_SEEN), missed, __ATOMIC_RELAXED);
+  return missed - seen;
+}
+
+static inline int bc_subscribed(const ring *r, uint32_t k) {
+  return k < r->capacity && pw_state(__atomic_load_n(w64(r, entry(r, k) + P_STATE), __ATOMIC_ACQUIRE)) == P_ACTIVE &&
+         __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE) != 0u;
+}
+static inline void bc_drop_for(const ring *r, uint32_t k, uint64_t pos) {
+  if (bc_release_as(r, k, pos) == 0) __atomic_fetch_add(w64(r, entry(r, k) + P_MISSED), 1u, __ATOMIC_RELEASE);
+}
+/* "Drop it evicted": move the evicted position past the frame by CAS, then drop. */
+static inline int bc_drop_evicted(const ring *r, uint32_t k, uint64_t *c, uint64_t pos) {
+  uint64_t past = CURSOR_EVICTED | ((pos + 1u) & MASK48);
+  if (!__atomic_compare_exchange_n(cursor_of(r, k), c, past, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 0;
+  *c = past;
+  bc_drop_for(r, k, pos);
+  return 1;
+}
+
+/* Slow subscribers: the slot we need still serves the READY frame at q; each holder's policy. */
+static inline void bc_relieve(const ring *r, uint64_t q) {
+  uint64_t w = __atomic_load_n(w64(r, slot_at(r, q)), __ATOMIC_ACQUIRE);
+  if (sw_seq(w) != (q & MASK48) || sw_state(w) != S_READY) return;
+  for (uint64_t m = __atomic_load_n(pending_of(r, q), __ATOMIC_ACQUIRE); m; m &= m - 1u) {
+    uint32_t k = (uint32_t)__builtin_ctzll(m);
+    if (!bc_subscribed(r, k)) {
+      bc_release_as(r, k, q);
+      continue;
+    }
+    uint64_t c = __atomic_load_n(cursor_of(r, k), __ATOMIC_ACQUIRE);
+    int64_t ahead = seqdiff(c & MASK48, q);
+    if (c & CURSOR_EVICTED) {
+      if (ahead <= 0) bc_drop_evicted(r, k, &c, q);
+      continue;
+    }
+    if (ahead > 0) continue; /* it took the frame: never taken back */
+    uint32_t policy = __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE) - 1u;
+    if (policy == ON_SLOW_DROP_OLDEST) {
+      if (cas64(cursor_of(r, k), c, (q + 1u) & MASK48)) bc_drop_for(r, k, q);
+    } else if (policy == ON_SLOW_EVICT) {
+      uint64_t evicted = CURSOR_EVICTED | (c & MASK48);
+      if (!cas64(cursor_of(r, k), c, evicted)) continue;
+      for (uint64_t i = 0; i < r->slots; i++) {
+        uint64_t p = (q + i) & MASK48, pw = __atomic_load_n(w64(r, slot_at(r, p)), __ATOMIC_ACQUIRE);
+        if (sw_seq(pw) == p && sw_state(pw) == S_READY && (__atomic_load_n(pending_of(r, p), __ATOMIC_ACQUIRE) & (1ull << k)) &&
+            !bc_drop_evicted(r, k, &evicted, p))
+          break;
+      }
+      ring_notify(r, BELL_DATA);
+    }
+  }
+}
+
 /* Publish, second half: the reference, then READY (release), then wake consumers. */
 static inline int ring_commit(const ring *r, uint64_t pos, const frame_ref *f) {
   ref_write(r, pos, f);
-  if (!cas64(w64(r, slot_at(r, pos)), sword(pos, S_WRITING, r->me + 1u), sword(pos, S_READY, r->me + 1u)))
+  uint32_t state = S_READY;
+  if (r->broadcast) { /* §5.4: to the subscribers attached now; RELEASED when there are none */
+    uint64_t subscribers = __atomic_load_n(w64(r, C_SUBSCRIBERS), __ATOMIC_SEQ_CST);
+    __atomic_store_n(pending_of(r, pos), subscribers, __ATOMIC_RELAXED);
+    if (!subscribers) state = S_RELEASED;
+  }
+  uint64_t writing = sword(pos, S_WRITING, r->me + 1u);
+  if (!__atomic_compare_exchange_n(w64(r, slot_at(r, pos)), &writing, sword(pos, state, r->me + 1u), 0, __ATOMIC_RELEASE,
+                                   __ATOMIC_RELAXED))
     return spec_fail("FRAME_STATE: a sweeper took the claim at %" PRIu64 " back", pos);
   count_up(r, P_PUBLISHED);
-  ring_notify(r, BELL_DATA);
+  if (state == S_READY) ring_notify(r, BELL_DATA);
   return 0;
 }
 
@@ -467,6 +631,7 @@ static inline int ring_redelivered(const ring *r, uint64_t head, uint64_t *out, 
 
 /* §5.2 claim: the oldest READY frame, else a redelivered one. */
 static inline int ring_claim(const ring *r, uint64_t *out, frame_ref *f) {
+  if (r->broadcast) return bc_claim(r, out, f);
   uint64_t pos = __atomic_load_n(w64(r, C_HEAD), __ATOMIC_RELAXED) & MASK48;
   for (uint32_t probe = 0; probe < 2u * r->slots + 2u; probe++) {
     uint64_t w = __atomic_load_n(w64(r, slot_at(r, pos)), __ATOMIC_ACQUIRE);
@@ -487,6 +652,10 @@ static inline int ring_claim(const ring *r, uint64_t *out, frame_ref *f) {
 }
 
 static inline int ring_confirm(const ring *r, uint64_t pos) {
+  if (r->broadcast) { /* §5.4: the cursor CAS was the claim; nothing to confirm */
+    count_up(r, P_LEASED);
+    return 0;
+  }
   if (!cas64(w64(r, slot_at(r, pos)), sword(pos, S_CLAIMED, r->me + 1u), sword(pos, S_LEASED, r->me + 1u)))
     return spec_fail("FRAME_STATE: claim at %" PRIu64 " was taken back", pos);
   count_up(r, P_LEASED);
@@ -495,18 +664,13 @@ static inline int ring_confirm(const ring *r, uint64_t pos) {
 
 /* §5.2 release by `owner` (index): RELEASED for a live producer, else straight to EMPTY. */
 static inline int release_as(const ring *r, uint32_t owner, uint64_t pos, const frame_ref *f) {
-  uint64_t next = sword(pos + r->slots, S_EMPTY, 0);
-  if (f->producer < r->capacity) {
-    uint64_t pw = __atomic_load_n(w64(r, entry(r, f->producer) + P_STATE), __ATOMIC_ACQUIRE);
-    if (pw == pword(f->producer_gen, 0, P_ACTIVE)) next = sword(pos, S_RELEASED, f->producer + 1u);
-  }
-  if (!cas64(w64(r, slot_at(r, pos)), sword(pos, S_LEASED, owner + 1u), next)) return -1;
+  if (!cas64(w64(r, slot_at(r, pos)), sword(pos, S_LEASED, owner + 1u), released_word(r, pos, f))) return -1;
   ring_notify(r, BELL_SPACE);
   return 0;
 }
 
 static inline int ring_release(const ring *r, uint64_t pos, const frame_ref *f) {
-  if (release_as(r, r->me, pos, f) != 0) return spec_fail("FRAME_STATE: lease at %" PRIu64 " lost", pos);
+  if (r->broadcast ? bc_release_as(r, r->me, pos) != 0 : release_as(r, r->me, pos, f) != 0) return spec_fail("FRAME_STATE: lease at %" PRIu64 " lost", pos);
   count_up(r, P_RELEASED);
   return 0;
 }
@@ -567,6 +731,11 @@ static inline int64_t sweep_slot(const ring *r, uint64_t i) {
   int dead = owner >= 1u && owner <= r->capacity && entry_dead(r, owner - 1u);
   frame_ref f;
   ref_read(r, pos, &f);
+  if (r->broadcast && st == S_READY) /* §7 step 3, §5.4: shares of entries that are not live subscribers */
+    for (uint64_t m = __atomic_load_n(pending_of(r, pos), __ATOMIC_ACQUIRE); m; m &= m - 1u) {
+      uint32_t k = (uint32_t)__builtin_ctzll(m);
+      if (k >= r->capacity || entry_dead(r, k) || !bc_subscribed(r, k)) bc_release_as(r, k, pos);
+    }
   if (dead && (st == S_WRITING || st == S_RELEASED)) {
     if (cas64(word, w, sword(pos + r->slots, S_EMPTY, 0))) ring_notify(r, BELL_SPACE);
   } else if (dead && st == S_CLAIMED && handback_as(r, owner - 1u, pos, f.producer) == 0) {
@@ -597,6 +766,12 @@ static inline void ring_sweep(const ring *r) {
     any |= entry_dead(r, i);
   }
   if (!any) return;
+  if (r->broadcast) { /* §7 step 1: dead entries leave the subscribers */
+    uint64_t gone = 0;
+    for (uint32_t i = 0; i < r->capacity && i < 64u; i++)
+      if (entry_dead(r, i)) gone |= 1ull << i;
+    __atomic_fetch_and(w64(r, C_SUBSCRIBERS), ~gone, __ATOMIC_SEQ_CST);
+  }
   uint8_t *referred = (uint8_t *)calloc(r->capacity, 1);
   for (uint64_t i = 0; i < r->slots; i++) { /* step 3 */
     int64_t p = sweep_slot(r, i);
