@@ -479,6 +479,13 @@ static inline void bc_subscribe(const ring *r, uint32_t on_slow) {
   __atomic_fetch_or(w64(r, C_SUBSCRIBERS), 1ull << r->me, __ATOMIC_SEQ_CST);
 }
 
+/* The last share of the READY frame at pos (word w) went: RELEASED for its producer, or EMPTY. */
+static inline void bc_retire(const ring *r, uint64_t pos, uint64_t w) {
+  frame_ref f;
+  ref_read(r, pos, &f);
+  if (cas64(w64(r, slot_at(r, pos)), w, released_word(r, pos, &f))) ring_notify(r, BELL_SPACE);
+}
+
 /* Release of subscriber k's share of the frame at pos; the last share moves the slot on. */
 static inline int bc_release_as(const ring *r, uint32_t k, uint64_t pos) {
   uint64_t *word = w64(r, slot_at(r, pos));
@@ -486,10 +493,7 @@ static inline int bc_release_as(const ring *r, uint32_t k, uint64_t pos) {
   if (k >= 64u || sw_seq(w) != (pos & MASK48) || sw_state(w) != S_READY) return -1;
   uint64_t was = __atomic_fetch_and(pending_of(r, pos), ~bit, __ATOMIC_ACQ_REL);
   if (!(was & bit)) return -1;
-  if (was & ~bit) return 0;
-  frame_ref f;
-  ref_read(r, pos, &f);
-  if (cas64(word, w, released_word(r, pos, &f))) ring_notify(r, BELL_SPACE);
+  if (!(was & ~bit)) bc_retire(r, pos, w);
   return 0;
 }
 
@@ -557,7 +561,9 @@ static inline int bc_drop_evicted(const ring *r, uint32_t k, uint64_t *c, uint64
 static inline void bc_relieve(const ring *r, uint64_t q) {
   uint64_t w = __atomic_load_n(w64(r, slot_at(r, q)), __ATOMIC_ACQUIRE);
   if (sw_seq(w) != (q & MASK48) || sw_state(w) != S_READY) return;
-  for (uint64_t m = __atomic_load_n(pending_of(r, q), __ATOMIC_ACQUIRE); m; m &= m - 1u) {
+  uint64_t m = __atomic_load_n(pending_of(r, q), __ATOMIC_ACQUIRE);
+  if (!m) bc_retire(r, q, w); /* every share released, its last releaser died before moving it on */
+  for (; m; m &= m - 1u) {
     uint32_t k = (uint32_t)__builtin_ctzll(m);
     if (!bc_subscribed(r, k)) {
       bc_release_as(r, k, q);
@@ -731,11 +737,14 @@ static inline int64_t sweep_slot(const ring *r, uint64_t i) {
   int dead = owner >= 1u && owner <= r->capacity && entry_dead(r, owner - 1u);
   frame_ref f;
   ref_read(r, pos, &f);
-  if (r->broadcast && st == S_READY) /* §7 step 3, §5.4: shares of entries that are not live subscribers */
-    for (uint64_t m = __atomic_load_n(pending_of(r, pos), __ATOMIC_ACQUIRE); m; m &= m - 1u) {
+  if (r->broadcast && st == S_READY) { /* §7 step 3, §5.4: shares of entries that are not live subscribers */
+    uint64_t m = __atomic_load_n(pending_of(r, pos), __ATOMIC_ACQUIRE);
+    if (!m) bc_retire(r, pos, w); /* its last releaser died before moving the slot on */
+    for (; m; m &= m - 1u) {
       uint32_t k = (uint32_t)__builtin_ctzll(m);
       if (k >= r->capacity || entry_dead(r, k) || !bc_subscribed(r, k)) bc_release_as(r, k, pos);
     }
+  }
   if (dead && (st == S_WRITING || st == S_RELEASED)) {
     if (cas64(word, w, sword(pos + r->slots, S_EMPTY, 0))) ring_notify(r, BELL_SPACE);
   } else if (dead && st == S_CLAIMED && handback_as(r, owner - 1u, pos, f.producer) == 0) {

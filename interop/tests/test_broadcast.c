@@ -190,10 +190,12 @@ static void test_evict(const char *name) {
   gpr_producer_close(p);
 }
 
-/* A frame can carry the bit of an entry freed meanwhile: a publish that loaded
- * control.subscribers before a sweep cleared a dead subscriber's bit went READY
- * after that sweep looked at its slot. The next sweep that looks at the slots
- * (someone died) releases such a share, so the frame comes back. */
+/* What a kill -9 can leave in a broadcast ring, and the next sweep that looks at
+ * the slots (someone died) repairs: a frame carrying the bit of an entry freed
+ * meanwhile (a publish that loaded control.subscribers before a sweep cleared a
+ * dead subscriber's bit went READY after that sweep looked at its slot), and a
+ * READY frame whose last releaser died between clearing its bit and moving the
+ * slot on. */
 static void test_leftover_bit(const char *name) {
   gpr_error err;
   gpr_producer *p = NULL;
@@ -219,6 +221,22 @@ static void test_leftover_bit(const char *name) {
   waitpid(dies, NULL, 0);
   gpr_sweep_report r;
   CHECK(gpr_sweep(&p->seg, &r, NULL) == 0 && r.found_dead == 1 && r.released == 1);
+  CHECK(gpr_producer_reap(p) == 1);
+  /* A releaser killed between clearing the last bit and moving the slot on
+   * leaves a READY frame nobody holds: the next sweep that looks moves it on. */
+  CHECK(publish(p, 71, 0) == 0);
+  for (uint32_t i = 0; i < SLOTS; i++)
+    if (gpr_word_state(gpr_slot_load(&p->seg.slots[i])) == GPR_SLOT_READY) s = &p->seg.slots[i];
+  __atomic_fetch_and(&s->pending, ~gpr_bc_bit(a->index), __ATOMIC_SEQ_CST); /* the release's first half only */
+  CHECK(gpr_producer_reap(p) == 0 && take(a, 0, NULL) == -1);
+  dies = fork();
+  if (dies == 0) {
+    gpr_consumer *c = NULL;
+    gpr_consumer_open(name, 0, &c, NULL);
+    _exit(0);
+  }
+  waitpid(dies, NULL, 0);
+  CHECK(gpr_sweep(&p->seg, &r, NULL) == 0 && r.found_dead == 1);
   CHECK(gpr_producer_reap(p) == 1);
   gpr_consumer_close(a);
   gpr_producer_close(p);

@@ -245,7 +245,9 @@ GPR_INLINE void gpr_bc_relieve(gpr_segment *seg, uint64_t q) {
   gpr_slot *s = gpr_slot_at(seg, q);
   uint64_t w = gpr_slot_load(s);
   if (gpr_word_seq(w) != (q & GPR_SEQ_MASK) || gpr_word_state(w) != GPR_SLOT_READY) return;
-  for (uint64_t m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE); m; m &= m - 1u)
+  uint64_t m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE);
+  if (m == 0) gpr_bc_retire(seg, q, w);  /* every share released; its last releaser died before moving it on */
+  for (; m; m &= m - 1u)
     gpr_bc_relieve_one(seg, (uint32_t)__builtin_ctzll(m), q);
 }
 
@@ -272,7 +274,10 @@ GPR_INLINE int gpr_bc_finish_publish(gpr_segment *seg, uint32_t me, uint64_t pos
 GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos, const uint8_t *dead) {
   gpr_slot *s = gpr_slot_at(seg, pos);
   uint32_t released = 0;
-  for (uint64_t m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE); m; m &= m - 1u) {
+  uint64_t w = gpr_slot_load(s), m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE);
+  if (m == 0 && gpr_word_seq(w) == (pos & GPR_SEQ_MASK) && gpr_word_state(w) == GPR_SLOT_READY)
+    gpr_bc_retire(seg, pos, w);  /* its last releaser died between clearing its bit and moving the slot on */
+  for (; m; m &= m - 1u) {
     uint32_t k = (uint32_t)__builtin_ctzll(m);
     int gone = k >= seg->participant_capacity || dead[k] || !gpr_bc_subscribed(seg, k);
     if (gone && gpr_bc_release_as(seg, k, pos) == 0) released++;

@@ -133,3 +133,23 @@ def test_a_leftover_bit_of_a_freed_entry_is_released_by_the_next_sweep_that_find
         assert (report.found_dead, report.released) == (1, 1)
         assert producer.reap() == 1
     ring.close()
+
+
+def test_a_ready_frame_whose_last_releaser_died_half_way_is_moved_on_by_the_next_sweep(ring_name):
+    """A releaser killed between clearing the last bit of ``pending`` and moving the
+    slot on leaves a READY frame nobody holds (SPEC.md §5.4, Release)."""
+    ring = Ring.create(ring_name, slots=8, delivery="all")
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        producer.publish(pa.table({"i": [71]}), user_tag=71)
+        seg = ring.segment
+        slot = next(seg.slots_at + i * 128 for i in range(8)
+                    if (seg.mem.load64(seg.slots_at + i * 128) >> 13) & 7 == 2)
+        seg.mem.and64(slot + 8, ~(1 << consumer.index))  # the release's first half only
+        assert producer.reap() == 0 and consumer.try_next() is None
+        child = python_child("hold", ring_name, "0")
+        assert child.stdout.readline().split() == ["held"]
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        assert ring.sweep().found_dead == 1
+        assert producer.reap() == 1
+    ring.close()

@@ -203,6 +203,8 @@ def relieve(seg: Segment, q: int) -> None:
     if word_seq(w) != q & L.SEQ_MASK or word_state(w) != L.READY:
         return
     m = seg.mem.load64(_pending(seg, q))
+    if m == 0:  # every share released; its last releaser died before moving it on
+        _retire(seg, q, w)
     while m:
         k = (m & -m).bit_length() - 1
         m &= m - 1
@@ -244,6 +246,8 @@ def sweep_dead(seg: Segment, dead: list[bool]) -> int:
             continue
         pos = word_seq(w)
         m = seg.mem.load64(_pending(seg, pos))
+        if m == 0 and seg.mem.load64(seg.slot(pos)) == w:
+            _retire(seg, pos, w)  # its last releaser died between clearing its bit and moving the slot on
         while m:
             k = (m & -m).bit_length() - 1
             m &= m - 1
