@@ -38,6 +38,7 @@
 #define LAYOUT_HASH_BROADCAST 0xfeed42585dba9dfbull
 #define FLAG_BROADCAST 1u
 #define CURSOR_EVICTED (1ull << 63)
+#define CURSOR_DROPPING (1ull << 62)
 #define VERSION_MAJOR 2u
 #define MASK48 ((1ull << 48) - 1u)
 #define NOTHING_PENDING MASK48
@@ -467,14 +468,21 @@ static inline uint64_t released_word(const ring *r, uint64_t pos, const frame_re
 static inline uint64_t *pending_of(const ring *r, uint64_t pos) { return w64(r, slot_at(r, pos) + SLOT_PENDING); }
 static inline uint64_t *cursor_of(const ring *r, uint32_t k) { return w64(r, entry(r, k) + P_CURSOR); }
 
+static inline uint64_t bc_finish_drop(const ring *r, uint32_t k, uint64_t c); /* below */
+
 /* Subscribe: cursor a lap behind the tail (or where an eviction left it) by CAS, then subscription, then the bit. */
 static inline void bc_subscribe(const ring *r, uint32_t on_slow) {
   uint64_t t = __atomic_load_n(w64(r, C_TAIL), __ATOMIC_RELAXED) & MASK48;
   uint64_t *cur = cursor_of(r, r->me), c = __atomic_load_n(cur, __ATOMIC_SEQ_CST), start;
-  do {
+  for (;;) {
+    if (c & CURSOR_DROPPING) { /* a drop half done: finish it first */
+      c = bc_finish_drop(r, r->me, c);
+      continue;
+    }
     start = (t - r->slots) & MASK48;
     if ((c & CURSOR_EVICTED) && seqdiff(c & MASK48, start) > 0) start = c & MASK48;
-  } while (!__atomic_compare_exchange_n(cur, &c, start, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    if (__atomic_compare_exchange_n(cur, &c, start, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) break;
+  }
   __atomic_store_n(w32(r, entry(r, r->me) + P_SUBSCRIPTION), on_slow + 1u, __ATOMIC_SEQ_CST);
   __atomic_fetch_or(w64(r, C_SUBSCRIBERS), 1ull << r->me, __ATOMIC_SEQ_CST);
 }
@@ -502,6 +510,10 @@ static inline int bc_claim(const ring *r, uint64_t *out, frame_ref *f) {
   uint64_t *cur = cursor_of(r, r->me), bit = 1ull << r->me, e = entry(r, r->me);
   for (int tries = 0; tries < 4; tries++) {
     uint64_t c = __atomic_load_n(cur, __ATOMIC_ACQUIRE);
+    if (c & CURSOR_DROPPING) {
+      bc_finish_drop(r, r->me, c);
+      continue;
+    }
     if (c & CURSOR_EVICTED) return RING_EVICTED;
     if (__atomic_load_n(w64(r, e + P_MISSED), __ATOMIC_ACQUIRE) != *w64(r, e + P_MISSED_SEEN)) return RING_MISSED;
     uint64_t pos = c & MASK48;
@@ -545,15 +557,20 @@ static inline int bc_subscribed(const ring *r, uint32_t k) {
   return k < r->capacity && pw_state(__atomic_load_n(w64(r, entry(r, k) + P_STATE), __ATOMIC_ACQUIRE)) == P_ACTIVE &&
          __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE) != 0u;
 }
-static inline void bc_drop_for(const ring *r, uint32_t k, uint64_t pos) {
-  if (bc_release_as(r, k, pos) == 0) __atomic_fetch_add(w64(r, entry(r, k) + P_MISSED), 1u, __ATOMIC_RELEASE);
+/* Finish the drop a DROPPING cursor names: release the share of the frame before its
+ * position, clear the mark by CAS, and count the frame missed if that CAS won. */
+static inline uint64_t bc_finish_drop(const ring *r, uint32_t k, uint64_t c) {
+  bc_release_as(r, k, ((c & MASK48) - 1u) & MASK48);
+  uint64_t done = c & ~CURSOR_DROPPING;
+  if (!__atomic_compare_exchange_n(cursor_of(r, k), &c, done, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return c;
+  __atomic_fetch_add(w64(r, entry(r, k) + P_MISSED), 1u, __ATOMIC_RELEASE);
+  return done;
 }
-/* "Drop it evicted": move the evicted position past the frame by CAS, then drop. */
-static inline int bc_drop_evicted(const ring *r, uint32_t k, uint64_t *c, uint64_t pos) {
-  uint64_t past = CURSOR_EVICTED | ((pos + 1u) & MASK48);
-  if (!__atomic_compare_exchange_n(cursor_of(r, k), c, past, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 0;
-  *c = past;
-  bc_drop_for(r, k, pos);
+/* Drop the frame at pos for k: cursor past it by CAS, marked DROPPING (EVICTED kept), then finish. */
+static inline int bc_drop(const ring *r, uint32_t k, uint64_t *c, uint64_t pos) {
+  uint64_t marked = CURSOR_DROPPING | (*c & CURSOR_EVICTED) | ((pos + 1u) & MASK48);
+  if (!__atomic_compare_exchange_n(cursor_of(r, k), c, marked, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 0;
+  *c = bc_finish_drop(r, k, marked);
   return 1;
 }
 
@@ -570,22 +587,24 @@ static inline void bc_relieve(const ring *r, uint64_t q) {
       continue;
     }
     uint64_t c = __atomic_load_n(cursor_of(r, k), __ATOMIC_ACQUIRE);
+    if (c & CURSOR_DROPPING) c = bc_finish_drop(r, k, c); /* its dropper may have died half-way */
+    if (c & CURSOR_DROPPING) continue;
     int64_t ahead = seqdiff(c & MASK48, q);
     if (c & CURSOR_EVICTED) {
-      if (ahead <= 0) bc_drop_evicted(r, k, &c, q);
+      if (ahead <= 0) bc_drop(r, k, &c, q);
       continue;
     }
     if (ahead > 0) continue; /* it took the frame: never taken back */
     uint32_t policy = __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE) - 1u;
     if (policy == ON_SLOW_DROP_OLDEST) {
-      if (cas64(cursor_of(r, k), c, (q + 1u) & MASK48)) bc_drop_for(r, k, q);
+      bc_drop(r, k, &c, q);
     } else if (policy == ON_SLOW_EVICT) {
       uint64_t evicted = CURSOR_EVICTED | (c & MASK48);
       if (!cas64(cursor_of(r, k), c, evicted)) continue;
       for (uint64_t i = 0; i < r->slots; i++) {
         uint64_t p = (q + i) & MASK48, pw = __atomic_load_n(w64(r, slot_at(r, p)), __ATOMIC_ACQUIRE);
         if (sw_seq(pw) == p && sw_state(pw) == S_READY && (__atomic_load_n(pending_of(r, p), __ATOMIC_ACQUIRE) & (1ull << k)) &&
-            !bc_drop_evicted(r, k, &evicted, p))
+            !bc_drop(r, k, &evicted, p))
           break;
       }
       ring_notify(r, BELL_DATA);
@@ -775,10 +794,13 @@ static inline void ring_sweep(const ring *r) {
     any |= entry_dead(r, i);
   }
   if (!any) return;
-  if (r->broadcast) { /* §7 step 1: dead entries leave the subscribers */
+  if (r->broadcast) { /* §7 step 1: dead entries leave the subscribers; drops their producers left half done */
     uint64_t gone = 0;
-    for (uint32_t i = 0; i < r->capacity && i < 64u; i++)
+    for (uint32_t i = 0; i < r->capacity && i < 64u; i++) {
+      uint64_t c = __atomic_load_n(cursor_of(r, i), __ATOMIC_ACQUIRE);
       if (entry_dead(r, i)) gone |= 1ull << i;
+      else if ((c & CURSOR_DROPPING) && bc_subscribed(r, i)) bc_finish_drop(r, i, c);
+    }
     __atomic_fetch_and(w64(r, C_SUBSCRIBERS), ~gone, __ATOMIC_SEQ_CST);
   }
   uint8_t *referred = (uint8_t *)calloc(r->capacity, 1);

@@ -65,13 +65,13 @@ int main(void) {
          "\"body_version\": %u, \"control_offset\": %u, \"participants_offset\": %u, \"name_max\": %u, \"max_slots\": %u, "
          "\"max_participants\": %u, \"max_body_bytes\": %u, \"max_nodes\": %u, \"max_buffers\": %u, \"max_depth\": %u, "
          "\"max_arenas\": %u, \"max_count\": %llu, \"handle_bytes\": %u, \"arena_align\": %u, "
-         "\"ring_broadcast\": %u, \"max_broadcast_participants\": %u, \"cursor_evicted\": \"%016llx\"}",
+         "\"ring_broadcast\": %u, \"max_broadcast_participants\": %u, \"cursor_evicted\": \"%016llx\", \"cursor_dropping\": \"%016llx\"}",
          GPR_VERSION_MAJOR, GPR_VERSION_MINOR, (unsigned long long)GPR_LAYOUT_HASH, GPR_LAYOUT_STRING,
          (unsigned long long)GPR_LAYOUT_HASH_BROADCAST, GPR_LAYOUT_STRING_BROADCAST,
          (unsigned long long)GPR_SEGMENT_MAGIC, (unsigned long long)GPR_ARENA_MAGIC, GPR_BODY_MAGIC, GPR_BODY_VERSION,
          GPR_CONTROL_OFFSET, GPR_PARTICIPANTS_OFFSET, GPR_NAME_MAX, GPR_MAX_SLOTS, GPR_MAX_PARTICIPANTS, GPR_MAX_BODY_BYTES,
          GPR_MAX_NODES, GPR_MAX_BUFFERS, GPR_MAX_DEPTH, GPR_MAX_ARENAS, (unsigned long long)GPR_MAX_COUNT, GPR_HANDLE_BYTES,
-         GPR_ARENA_ALIGN, GPR_RING_BROADCAST, GPR_MAX_BROADCAST_PARTICIPANTS, (unsigned long long)GPR_CURSOR_EVICTED);
+         GPR_ARENA_ALIGN, GPR_RING_BROADCAST, GPR_MAX_BROADCAST_PARTICIPANTS, (unsigned long long)GPR_CURSOR_EVICTED, (unsigned long long)GPR_CURSOR_DROPPING);
   printf(", \"error_codes\": [");
   for (int i = 0; i < GPR_E_COUNT_; i++) printf("%s\"%s\"", i ? ", " : "", gpr_code_name((gpr_code)i));
   printf("]}\n");

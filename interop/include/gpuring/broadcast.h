@@ -25,6 +25,13 @@ enum gpr_on_slow {
 
 /* Cursor bit: the subscriber was evicted; the low 48 bits say where it stood. */
 #define GPR_CURSOR_EVICTED (1ull << 63)
+/* Cursor bit: a producer moved the cursor past the frame just before it to drop
+ * that frame, and has yet to release its share and count it (gpr_bc_drop).
+ * Whoever sees it finishes the drop, so a producer killed half-way through one
+ * leaves nothing held. */
+#define GPR_CURSOR_DROPPING (1ull << 62)
+
+GPR_INLINE uint64_t gpr_bc_finish_drop(gpr_segment *seg, uint32_t k, uint64_t c);
 
 GPR_INLINE uint64_t gpr_bc_bit(uint32_t index) { return 1ull << index; }
 
@@ -61,10 +68,15 @@ GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow
   uint64_t c = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE), start;
   /* A CAS: while it says EVICTED, producers drop frames for it by moving its
    * evicted position past them, and it must not start before one of those. */
-  do {
+  for (;;) {
+    if (c & GPR_CURSOR_DROPPING) {
+      c = gpr_bc_finish_drop(seg, me, c);
+      continue;
+    }
     start = (tail - seg->slot_count) & GPR_SEQ_MASK;
     if ((c & GPR_CURSOR_EVICTED) && gpr_seq_diff(c & GPR_SEQ_MASK, start) > 0) start = c & GPR_SEQ_MASK;
-  } while (!__atomic_compare_exchange_n(&p->cursor, &c, start, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE));
+    if (__atomic_compare_exchange_n(&p->cursor, &c, start, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) break;
+  }
   __atomic_store_n(&p->subscription, on_slow + 1u, __ATOMIC_SEQ_CST);
   if (oldest) gpr_bc_adopt_retained(seg, me);
   __atomic_fetch_or(&seg->control->subscribers, gpr_bc_bit(me), __ATOMIC_SEQ_CST);
@@ -115,6 +127,10 @@ GPR_INLINE int gpr_bc_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *ou
    * again, a bounded number of times (the cursor is shared memory). */
   for (int tries = 0; tries < 4; tries++) {
     uint64_t cur = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE);
+    if (cur & GPR_CURSOR_DROPPING) {  /* a producer's drop, half done: finish it */
+      gpr_bc_finish_drop(seg, me, cur);
+      continue;
+    }
     if (cur & GPR_CURSOR_EVICTED) return -(int)GPR_E_EVICTED;
     if (__atomic_load_n(&p->missed, __ATOMIC_ACQUIRE) != p->missed_seen) return -(int)GPR_E_FRAMES_MISSED;
     uint64_t pos = cur & GPR_SEQ_MASK;
@@ -165,23 +181,29 @@ GPR_INLINE int gpr_bc_unclaim(gpr_segment *seg, uint32_t me, uint64_t pos) {
   return rc;
 }
 
-/* Drops the frame at `pos` for subscriber `k`, counting it as missed. */
-GPR_INLINE void gpr_bc_drop_for(gpr_segment *seg, uint32_t k, uint64_t pos) {
-  if (gpr_bc_release_as(seg, k, pos) == 0)
-    __atomic_fetch_add(&seg->participants[k].missed, 1u, __ATOMIC_RELEASE);
+/* Finishes the drop the cursor `c` of subscriber `k` names (DROPPING: the frame
+ * just before its position): releases k's share of that frame (a second release
+ * finds it gone, harmless) and clears the mark, counting the frame as missed
+ * when that CAS wins. Returns the cursor as it is now. */
+GPR_INLINE uint64_t gpr_bc_finish_drop(gpr_segment *seg, uint32_t k, uint64_t c) {
+  gpr_bc_release_as(seg, k, ((c & GPR_SEQ_MASK) - 1u) & GPR_SEQ_MASK);
+  uint64_t done = c & ~GPR_CURSOR_DROPPING;
+  if (!__atomic_compare_exchange_n(&seg->participants[k].cursor, &c, done, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return c;
+  __atomic_fetch_add(&seg->participants[k].missed, 1u, __ATOMIC_RELEASE);
+  return done;
 }
 
-/* Drops the frame at `pos` for evicted subscriber `k`, whose cursor was `c`
- * (EVICTED, at or before `pos`): its evicted position moves past the frame
- * first, by CAS, so that it cannot go on (gpr_bc_subscribe) from before a frame
- * being dropped, take it and see it released under it. 0 if the CAS lost: it
- * went on meanwhile. */
-GPR_INLINE int gpr_bc_drop_evicted(gpr_segment *seg, uint32_t k, uint64_t *c, uint64_t pos) {
-  uint64_t past = GPR_CURSOR_EVICTED | ((pos + 1) & GPR_SEQ_MASK);
-  if (!__atomic_compare_exchange_n(&seg->participants[k].cursor, c, past, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+/* Drops the frame at `pos` for subscriber `k`, whose cursor is `*c` (at or
+ * before `pos`; EVICTED kept): the cursor moves past the frame first, by CAS
+ * and marked DROPPING, so that the subscriber can neither take it nor go on
+ * from before it (gpr_bc_subscribe) and see it released under it; then the drop
+ * is finished. 0 if the CAS lost (it took the frame, or went on). */
+GPR_INLINE int gpr_bc_drop(gpr_segment *seg, uint32_t k, uint64_t *c, uint64_t pos) {
+  uint64_t marked = GPR_CURSOR_DROPPING | (*c & GPR_CURSOR_EVICTED) | ((pos + 1) & GPR_SEQ_MASK);
+  if (!__atomic_compare_exchange_n(&seg->participants[k].cursor, c, marked, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return 0;
-  *c = past;
-  gpr_bc_drop_for(seg, k, pos);
+  *c = gpr_bc_finish_drop(seg, k, marked);
   return 1;
 }
 
@@ -200,7 +222,7 @@ GPR_INLINE void gpr_bc_evict(gpr_segment *seg, uint32_t k, uint64_t c, uint64_t 
     gpr_slot *s = gpr_slot_at(seg, pos);
     uint64_t w = gpr_slot_load(s);
     if (gpr_word_seq(w) == pos && gpr_word_state(w) == GPR_SLOT_READY &&
-        (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(k)) && !gpr_bc_drop_evicted(seg, k, &evicted, pos))
+        (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(k)) && !gpr_bc_drop(seg, k, &evicted, pos))
       break;
   }
   gpr_notify_data(seg);  /* wake it, so that it learns */
@@ -222,17 +244,17 @@ GPR_INLINE void gpr_bc_relieve_one(gpr_segment *seg, uint32_t k, uint64_t q) {
   }
   gpr_participant *p = &seg->participants[k];
   uint64_t c = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE);
+  if (c & GPR_CURSOR_DROPPING) c = gpr_bc_finish_drop(seg, k, c);  /* its dropper may have died half-way */
+  if (c & GPR_CURSOR_DROPPING) return;                            /* moved meanwhile: look again next time */
   int64_t ahead = gpr_seq_diff(c & GPR_SEQ_MASK, q);  /* > 0: it has taken q and holds it */
   if (c & GPR_CURSOR_EVICTED) {
-    if (ahead <= 0) gpr_bc_drop_evicted(seg, k, &c, q);  /* published to it around or after its eviction */
+    if (ahead <= 0) gpr_bc_drop(seg, k, &c, q);  /* published to it around or after its eviction */
     return;
   }
   if (ahead > 0) return;
   uint32_t policy = __atomic_load_n(&p->subscription, __ATOMIC_ACQUIRE) - 1u;
   if (policy == GPR_ON_SLOW_DROP_OLDEST) {
-    uint64_t past = (q + 1) & GPR_SEQ_MASK;
-    if (__atomic_compare_exchange_n(&p->cursor, &c, past, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-      gpr_bc_drop_for(seg, k, q);
+    gpr_bc_drop(seg, k, &c, q);
   } else if (policy == GPR_ON_SLOW_EVICT) {
     gpr_bc_evict(seg, k, c, q);
   }
@@ -290,8 +312,12 @@ GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos, const uint
  * them when it holds the ring up, gpr_bc_relieve_one). */
 GPR_INLINE void gpr_bc_sweep_subscribers(gpr_segment *seg, const uint8_t *dead) {
   uint64_t gone = 0;
-  for (uint32_t k = 0; k < seg->participant_capacity && k < 64u; k++)
+  for (uint32_t k = 0; k < seg->participant_capacity && k < 64u; k++) {
     if (dead[k]) gone |= gpr_bc_bit(k);
+    uint64_t c = __atomic_load_n(&seg->participants[k].cursor, __ATOMIC_ACQUIRE);
+    if (!dead[k] && gpr_bc_subscribed(seg, k) && (c & GPR_CURSOR_DROPPING))
+      gpr_bc_finish_drop(seg, k, c);  /* a drop its dead producer left half done */
+  }
   if (gone) __atomic_fetch_and(&seg->control->subscribers, ~gone, __ATOMIC_SEQ_CST);
 }
 

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import node_available, node_child, python_child
 from gpuring import Consumer, GpuringError, Producer, Ring
+from gpuring import layout as L
 
 FRAMES = 3000
 
@@ -152,4 +153,24 @@ def test_a_ready_frame_whose_last_releaser_died_half_way_is_moved_on_by_the_next
         child.wait()
         assert ring.sweep().found_dead == 1
         assert producer.reap() == 1
+    ring.close()
+
+
+def test_a_drop_its_producer_left_half_done_is_finished_by_the_subscribers_next_claim(ring_name):
+    """A producer killed between moving a drop-oldest subscriber's cursor past a frame
+    (marked DROPPING) and releasing its share (SPEC.md §5.4): the subscriber's next
+    claim finishes the drop, which counts once."""
+    ring = Ring.create(ring_name, slots=8, delivery="all")
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name, on_slow="drop-oldest") as slow:
+        producer.publish(pa.table({"i": [80]}), user_tag=80)
+        producer.publish(pa.table({"i": [81]}), user_tag=81)
+        seg = ring.segment
+        at = seg.participant(slow.index, "cursor")
+        pos = next(seg.mem.load64(seg.slots_at + i * 128) >> 16 for i in range(8)
+                   if (seg.mem.load64(seg.slots_at + i * 128) >> 13) & 7 == 2)  # frame 80's position
+        seg.mem.store64(at, L.CURSOR_DROPPING | (pos + 1))  # the drop's first half
+        missed = _tags(slow)
+        assert isinstance(missed, GpuringError) and missed.code == "FRAMES_MISSED" and missed.missed == 1
+        assert _tags(slow) == [81]
+        producer.drain(timeout=5)
     ring.close()

@@ -48,6 +48,9 @@ def subscribe(seg: Segment, me: int, on_slow: int, oldest: bool = False) -> None
     tail = mem.load64(seg.control("tail")) & L.SEQ_MASK
     while True:  # a CAS: producers move an evicted cursor past the frames they drop (see gpr_bc_subscribe)
         c = mem.load64(seg.participant(me, "cursor"))
+        if c & L.CURSOR_DROPPING:
+            _finish_drop(seg, me, c)
+            continue
         start = (tail - seg.slot_count) & L.SEQ_MASK
         if c & L.CURSOR_EVICTED and seq_diff(c & L.SEQ_MASK, start) > 0:
             start = c & L.SEQ_MASK
@@ -102,6 +105,9 @@ def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
     mem, bit, cursor_at = seg.mem, _bit(me), seg.participant(me, "cursor")
     for _ in range(4):  # a failed cursor CAS: a producer dropped frames for us meanwhile
         cur = mem.load64(cursor_at)
+        if cur & L.CURSOR_DROPPING:  # a producer's drop, half done: finish it
+            _finish_drop(seg, me, cur)
+            continue
         if cur & L.CURSOR_EVICTED:
             raise GpuringError("EVICTED", "evicted")
         if mem.load64(seg.participant(me, "missed")) != mem.load64(seg.participant(me, "missed_seen")):
@@ -139,19 +145,26 @@ def unclaim(seg: Segment, me: int, pos: int) -> None:
     seg.mem.add64(seg.participant(me, "missed"), 1)
 
 
-def _drop_for(seg: Segment, k: int, pos: int) -> None:
-    if _released(seg, k, pos):
-        seg.mem.add64(seg.participant(k, "missed"), 1)
+def _finish_drop(seg: Segment, k: int, c: int) -> int:
+    """Finishes the drop cursor ``c`` (DROPPING) names: releases k's share of the frame
+    just before its position and clears the mark, counting the frame as missed when
+    that CAS wins; the cursor as it is now (see gpr_bc_finish_drop)."""
+    _released(seg, k, ((c & L.SEQ_MASK) - 1) & L.SEQ_MASK)
+    done = c & ~L.CURSOR_DROPPING
+    if not seg.mem.cas64(seg.participant(k, "cursor"), c, done):
+        return seg.mem.load64(seg.participant(k, "cursor"))
+    seg.mem.add64(seg.participant(k, "missed"), 1)
+    return done
 
 
-def _drop_evicted(seg: Segment, k: int, c: int, pos: int) -> int | None:
-    """Drops the frame at ``pos`` for evicted subscriber ``k`` (cursor ``c``), moving its
-    evicted position past it first by CAS; the new cursor, or None if it went on meanwhile."""
-    past = L.CURSOR_EVICTED | ((pos + 1) & L.SEQ_MASK)
-    if not seg.mem.cas64(seg.participant(k, "cursor"), c, past):
+def _drop(seg: Segment, k: int, c: int, pos: int) -> int | None:
+    """Drops the frame at ``pos`` for subscriber ``k`` (cursor ``c``, EVICTED kept): the
+    cursor moves past it first by CAS, marked DROPPING, then the drop is finished; the
+    new cursor, or None if the CAS lost (see gpr_bc_drop)."""
+    marked = L.CURSOR_DROPPING | (c & L.CURSOR_EVICTED) | ((pos + 1) & L.SEQ_MASK)
+    if not seg.mem.cas64(seg.participant(k, "cursor"), c, marked):
         return None
-    _drop_for(seg, k, pos)
-    return past
+    return _finish_drop(seg, k, marked)
 
 
 def _evict(seg: Segment, k: int, c: int, q: int) -> None:
@@ -165,7 +178,7 @@ def _evict(seg: Segment, k: int, c: int, q: int) -> None:
         pos = (q + i) & L.SEQ_MASK
         w = seg.mem.load64(seg.slot(pos))
         if word_seq(w) == pos and word_state(w) == L.READY and seg.mem.load64(_pending(seg, pos)) & _bit(k):
-            moved = _drop_evicted(seg, k, cur, pos)
+            moved = _drop(seg, k, cur, pos)
             if moved is None:
                 break  # it went on meanwhile
             cur = moved
@@ -182,17 +195,20 @@ def _relieve_one(seg: Segment, k: int, q: int) -> None:
         _released(seg, k, q)  # a bit left over from an earlier occupant
         return
     c = seg.mem.load64(seg.participant(k, "cursor"))
+    if c & L.CURSOR_DROPPING:  # its dropper may have died half-way
+        c = _finish_drop(seg, k, c)
+        if c & L.CURSOR_DROPPING:
+            return
     ahead = seq_diff(c & L.SEQ_MASK, q)  # > 0: it took the frame at q and holds it
     if c & L.CURSOR_EVICTED:
         if ahead <= 0:  # published to it around or after its eviction
-            _drop_evicted(seg, k, c, q)
+            _drop(seg, k, c, q)
         return
     if ahead > 0:
         return
     policy = L.ON_SLOW[(seg.mem.load32(seg.participant(k, "subscription")) - 1) % 3]
     if policy == "drop-oldest":
-        if seg.mem.cas64(seg.participant(k, "cursor"), c, (q + 1) & L.SEQ_MASK):
-            _drop_for(seg, k, q)
+        _drop(seg, k, c, q)
     elif policy == "evict":
         _evict(seg, k, c, q)
 
@@ -239,6 +255,10 @@ def sweep_dead(seg: Segment, dead: list[bool]) -> int:
     gone = sum(_bit(k) for k, d in enumerate(dead[:64]) if d)
     if gone:
         seg.mem.and64(seg.control("subscribers"), ~gone)
+    for k in range(min(seg.participant_capacity, 64)):  # drops their dead producers left half done
+        c = seg.mem.load64(seg.participant(k, "cursor"))
+        if not dead[k] and c & L.CURSOR_DROPPING and _subscribed(seg, k):
+            _finish_drop(seg, k, c)
     released = 0
     for i in range(seg.slot_count):
         w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
