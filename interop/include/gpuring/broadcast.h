@@ -307,9 +307,10 @@ GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos, const uint
   return released;
 }
 
-/* Sweep: dead entries leave the subscribers (before their shares are released,
- * so that few new frames name them; a frame that still does is released for
- * them when it holds the ring up, gpr_bc_relieve_one). */
+/* Sweep, before the slots: dead entries leave the subscribers (so that few new
+ * frames name them; gpr_bc_sweep_slot releases the shares of those that still
+ * do), and drops that a dead producer left half done are finished for the live
+ * subscribers they name. */
 GPR_INLINE void gpr_bc_sweep_subscribers(gpr_segment *seg, const uint8_t *dead) {
   uint64_t gone = 0;
   for (uint32_t k = 0; k < seg->participant_capacity && k < 64u; k++) {

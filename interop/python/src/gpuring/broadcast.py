@@ -248,10 +248,12 @@ def holds(seg: Segment, me: int, pos: int) -> bool:
 
 
 def sweep_dead(seg: Segment, dead: list[bool]) -> int:
-    """Dead entries leave the subscribers, then every READY frame's shares held by
-    entries that are not live subscribers are released: dead ones', and bits left
-    over from an entry freed while a publish that had loaded ``subscribers``
-    earlier was in flight (see gpr_bc_sweep_slot). Returns how many shares."""
+    """Dead entries leave the subscribers and half-done drops of live ones are
+    finished (see gpr_bc_sweep_subscribers); then every READY frame with no share
+    left is moved on, and the shares held by entries that are not live subscribers
+    are released: dead ones', and bits left over from an entry freed while a
+    publish that had loaded ``subscribers`` earlier was in flight (see
+    gpr_bc_sweep_slot). Returns how many shares."""
     gone = sum(_bit(k) for k, d in enumerate(dead[:64]) if d)
     if gone:
         seg.mem.and64(seg.control("subscribers"), ~gone)
