@@ -155,6 +155,8 @@ export interface NativeProducerCore {
   publishMany(body: Uint8Array, count: number, tags: BigUint64Array | null, timeoutMs: number): (number | Promise<number>)[];
   onRelease(callback: ((frameIds: number[]) => void) | null): void;
   stats(): ProducerStats;
+  /** The broadcast ring's subscribers now; -1 on a work-queue ring. */
+  subscribers(): number;
   keepAlive(on: boolean): void;
   /** Whether JS waits for releases as they happen (drain, listeners): the core then watches every release. */
   promptReleases(on: boolean): void;

@@ -38,7 +38,7 @@ export const createOptions = z
 
 export const waitOptions = z
   .object({
-    /** Milliseconds to wait for the ring to appear: SEGMENT_NOT_FOUND after that. */
+    /** Milliseconds to wait (default: no limit); the wait then fails, saying what it waited for. */
     timeout: milliseconds.default(Infinity),
     /** Stops the wait with ABORTED. */
     signal: z.instanceof(AbortSignal).optional(),

@@ -16,7 +16,9 @@ import type { DeviceBuffer } from './device-buffer.js';
 import type { DeviceStream } from './device-stream.js';
 import { awaitNative, callNative, GpuringError } from './errors.js';
 import { native, type NativeProducerCore, type ProducerStats } from './native.js';
-import { openFlags, parseOptions, parseSegmentName, prepareOptions, producerOptions, publishOptions, toNativeTimeout } from './options.js';
+import { openFlags, parseOptions, parseSegmentName, prepareOptions, producerOptions, publishOptions, toNativeTimeout, waitOptions } from './options.js';
+import { pollUntil } from './poll-until.js';
+import type { WaitOptions } from './ring.js';
 
 /** Options of Producer.open(): arenaBytes, openTimeout, anyOwner, sweepInterval. */
 export type ProducerOptions = Partial<typeof producerOptions._input>;
@@ -139,6 +141,33 @@ export class Producer {
   /** Frames in flight, publishes waiting for space, unpublished allocations, arenas and their free bytes. */
   stats(): ProducerStats {
     return this.#core.stats();
+  }
+
+  /**
+   * The subscribers of a broadcast ring (`delivery: 'all'`) now: the consumers
+   * a frame published now goes to. A killed subscriber counts until the next
+   * sweep. A work-queue ring has consumers, not subscribers: INVALID_ARGUMENT.
+   */
+  get subscribers(): number {
+    this.#requireOpen();
+    const n = this.#core.subscribers();
+    if (n < 0) throw new GpuringError('INVALID_ARGUMENT', 'this ring is a work queue: it has consumers, not subscribers');
+    return n;
+  }
+
+  /**
+   * Resolves once a broadcast ring has at least `count` subscribers (checked
+   * every millisecond). A frame goes only to the subscribers attached when it
+   * is published, and straight back to the producer when there are none: a
+   * producer whose first frames must reach someone waits for them here.
+   * Rejects with TIMEOUT after `timeout` ms (default: no limit), ABORTED when
+   * `signal` aborts, INVALID_ARGUMENT on a work-queue ring.
+   */
+  async waitForSubscribers(count: number, options?: WaitOptions): Promise<void> {
+    const o = parseOptions(waitOptions, options, 'waitForSubscribers() options');
+    if (!Number.isInteger(count) || count < 1 || count > 64) throw new GpuringError('INVALID_ARGUMENT', `waitForSubscribers() takes 1 to 64 subscribers, not ${count}`);
+    if (this.subscribers >= count) return; // and a work queue fails here, before any wait
+    await pollUntil(() => this.subscribers >= count, o, 1, `${count} subscribers`, () => new GpuringError('TIMEOUT', `${this.subscribers} of ${count} subscribers after ${o.timeout} ms`));
   }
 
   /** Allocates `bytes` of arena memory to fill and publish without a copy. */

@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { callNative, GpuringError } from './errors.js';
 import { native, type NativeSegmentHandle, type RingInspection, type SweepReport } from './native.js';
 import { createOptions, openFlags, openOptions, parseOptions, parseSegmentName, segmentPath, waitOptions } from './options.js';
+import { pollUntil } from './poll-until.js';
 import { Producer, type ProducerOptions } from './producer.js';
 
 /** Options of Ring.create(): slots, participants, mode, ifExists. */
@@ -66,13 +67,7 @@ export class Ring {
   static async waitFor(name: string, options?: WaitOptions): Promise<void> {
     const n = parseSegmentName(name);
     const o = parseOptions(waitOptions, options, 'waitFor() options');
-    const deadline = performance.now() + o.timeout;
-    for (;;) {
-      if (o.signal?.aborted) throw new GpuringError('ABORTED', `the wait for ring '${n}' was aborted`, { cause: o.signal.reason });
-      if (existsSync(segmentPath(n))) return;
-      if (performance.now() >= deadline) throw new GpuringError('SEGMENT_NOT_FOUND', `no segment named '${n}' after waiting ${o.timeout} ms`);
-      await new Promise((resolve) => setTimeout(resolve, Math.min(WAIT_POLL_MS, Math.max(0, deadline - performance.now()))));
-    }
+    await pollUntil(() => existsSync(segmentPath(n)), o, WAIT_POLL_MS, `ring '${n}'`, () => new GpuringError('SEGMENT_NOT_FOUND', `no segment named '${n}' after waiting ${o.timeout} ms`));
   }
 
   /** Opens an existing ring, verifying magic, version, layout and size. */

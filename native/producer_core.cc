@@ -195,6 +195,7 @@ Napi::Function ProducerCore::Define(Napi::Env env) {
                       InstanceMethod<&ProducerCore::PublishMany>("publishMany"),
                       InstanceMethod<&ProducerCore::OnRelease>("onRelease"),
                       InstanceMethod<&ProducerCore::Stats>("stats"),
+                      InstanceMethod<&ProducerCore::Subscribers>("subscribers"),
                       InstanceMethod<&ProducerCore::KeepAlive>("keepAlive"),
                       InstanceMethod<&ProducerCore::PromptReleases>("promptReleases"),
                       InstanceMethod<&ProducerCore::TakeReleased>("takeReleased"),
@@ -433,6 +434,12 @@ Napi::Value ProducerCore::Stats(const Napi::CallbackInfo &info) {
   o.Set("arenas", Napi::Number::New(env, s_->pool.count));
   o.Set("arenaFreeBytes", Napi::Number::New(env, static_cast<double>(gpr_arena_pool_free_bytes(&s_->pool))));
   return o;
+}
+
+// subscribers() -> number: the broadcast ring's subscribers now, -1 on a work-queue ring.
+Napi::Value ProducerCore::Subscribers(const Napi::CallbackInfo &info) {
+  const gpr_segment &seg = s_->seg;
+  return Napi::Number::New(info.Env(), seg.broadcast ? static_cast<double>(gpr_ring_subscriber_count(&seg)) : -1.0);
 }
 
 Napi::Value ProducerCore::Close(const Napi::CallbackInfo &info) {

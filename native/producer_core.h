@@ -84,6 +84,7 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
                       uint64_t tag, double timeout_ms);
   Napi::Value OnRelease(const Napi::CallbackInfo &info);
   Napi::Value Stats(const Napi::CallbackInfo &info);
+  Napi::Value Subscribers(const Napi::CallbackInfo &info);
   Napi::Value KeepAlive(const Napi::CallbackInfo &info);
   Napi::Value PromptReleases(const Napi::CallbackInfo &info);
   Napi::Value TakeReleased(const Napi::CallbackInfo &info);

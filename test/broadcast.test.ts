@@ -41,6 +41,28 @@ test(`1 producer x 4 subscriber processes x ${FRAMES} frames: each sees every fr
   });
 });
 
+test('waitForSubscribers() resolves once enough subscriber processes joined, and `subscribers` counts them; TIMEOUT when too few come; a work-queue ring has no subscribers', async (t) => {
+  await withRing('bcast-wait', { slots: 8, delivery: 'all' }, async (_ring, name) => {
+    using producer = Producer.open(name);
+    t.is(producer.subscribers, 0);
+    const late = await t.throwsAsync(producer.waitForSubscribers(1, { timeout: 30 }), { instanceOf: GpuringError });
+    t.is(late!.code, 'TIMEOUT');
+    const waiting = producer.waitForSubscribers(2);
+    const readers = [child('subscribe', name, 1), child('subscribe', name, 1)];
+    await waiting;
+    t.is(producer.subscribers, 2);
+    for (const r of readers) t.like(await nextLine(r), { ready: true });
+    await producer.prepare(emptyFrame()).publish({ tag: 0n }); // reaches both: neither could miss it
+    for (const r of readers) t.like(await nextLine(r), { inOrder: 1 });
+    for (const r of readers) t.is((await exitOf(r)).code, 0);
+  });
+  await withRing('wq-wait', { slots: 8 }, async (_ring, name) => {
+    using producer = Producer.open(name);
+    t.is(t.throws(() => producer.subscribers, { instanceOf: GpuringError })!.code, 'INVALID_ARGUMENT');
+    t.is((await t.throwsAsync(producer.waitForSubscribers(1), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
+  });
+});
+
 /** Tags of the frames `consumer` takes now, released at once, or the error it got. */
 async function takeAll(consumer: Consumer): Promise<bigint[] | GpuringError> {
   const got: bigint[] = [];

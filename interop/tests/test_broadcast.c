@@ -65,7 +65,10 @@ static void test_every_subscriber_every_frame(const char *name) {
   CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
   CHECK(publish(p, 100, 0) == 0); /* nobody subscribed: released at once */
   CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  CHECK(gpr_ring_subscriber_count(&p->seg) == 0);
+  CHECK(gpr_producer_wait_subscribers(p, 1, 20, &err) == -(int)GPR_E_TIMEOUT && err.code == GPR_E_TIMEOUT);
   gpr_consumer *a = subscribe(name, GPR_ON_SLOW_BLOCK), *b = subscribe(name, GPR_ON_SLOW_BLOCK);
+  CHECK(gpr_ring_subscriber_count(&p->seg) == 2 && gpr_producer_wait_subscribers(p, 2, 0, &err) == 0);
   CHECK(take(a, 0, NULL) == -1); /* frame 100 came before it joined */
   released = 0;
   for (int32_t i = 0; i < 20; i++) {
@@ -308,7 +311,7 @@ static void test_processes(const char *name, int32_t frames) {
   }
   gpr_producer *p = NULL;
   CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
-  while (__builtin_popcountll(__atomic_load_n(&p->seg.control->subscribers, __ATOMIC_ACQUIRE)) < 5) usleep(1000);
+  CHECK(gpr_producer_wait_subscribers(p, 5, 10000, &err) == 0);
   for (int32_t i = 0; i < frames; i++) {
     if (i == (int32_t)SLOTS) {
       CHECK(publish(p, i, 0) == -(int)GPR_E_RING_FULL); /* the stuck one holds frame 0 */

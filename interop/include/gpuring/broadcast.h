@@ -235,6 +235,14 @@ GPR_INLINE int gpr_bc_subscribed(const gpr_segment *seg, uint32_t k) {
          __atomic_load_n(&seg->participants[k].subscription, __ATOMIC_ACQUIRE) != 0u;
 }
 
+/* How many subscribers a frame published now would go to: the bits of
+ * control.subscribers (0 for a work-queue ring). A killed subscriber counts
+ * until the next sweep clears its bit. A producer whose first frames must
+ * reach someone waits for this before publishing (gpr_producer_wait_subscribers). */
+GPR_INLINE uint32_t gpr_ring_subscriber_count(const gpr_segment *seg) {
+  return seg->broadcast ? (uint32_t)__builtin_popcountll(__atomic_load_n(&seg->control->subscribers, __ATOMIC_ACQUIRE)) : 0u;
+}
+
 /* What a producer that needs the slot of position q + slot_count does about
  * subscriber `k`, which still holds the frame at `q`. */
 GPR_INLINE void gpr_bc_relieve_one(gpr_segment *seg, uint32_t k, uint64_t q) {

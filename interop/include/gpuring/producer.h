@@ -271,6 +271,24 @@ GPR_INLINE int gpr_producer_drain(gpr_producer *p, int64_t timeout_ms, gpr_error
   return 0;
 }
 
+/* Waits until a broadcast ring has at least `count` subscribers (polled each
+ * millisecond): frames published before then go only to
+ * the subscribers attached, or straight back to the producer when there are
+ * none. TIMEOUT after `timeout_ms` (< 0: forever); INVALID_ARGUMENT on a
+ * work-queue ring, where every frame waits for a consumer anyway. */
+GPR_INLINE int gpr_producer_wait_subscribers(gpr_producer *p, uint32_t count, int64_t timeout_ms, gpr_error *err) {
+  if (!p->seg.broadcast)
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "ring '%s' is a work queue: it has consumers, not subscribers", p->seg.name);
+  uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : gpr_monotonic_ns() + (uint64_t)timeout_ms * 1000000u;
+  while (gpr_ring_subscriber_count(&p->seg) < count) {
+    if (gpr_monotonic_ns() >= deadline)
+      return gpr_fail(err, GPR_E_TIMEOUT, 0, "%u of %u subscribers after %lld ms", gpr_ring_subscriber_count(&p->seg),
+                      count, (long long)timeout_ms);
+    usleep(1000);
+  }
+  return 0;
+}
+
 /* Leaves the ring. Frames still queued stay readable: host arenas outlive the
  * producer until every frame naming them is released (SPEC.md §7). Their
  * on_release callbacks are not called; device memory behind them must stay

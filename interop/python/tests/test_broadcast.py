@@ -55,6 +55,30 @@ def test_python_and_node_subscribers_each_receive_every_frame_in_order_and_a_kil
         producer.drain(timeout=10)
 
 
+def test_wait_for_subscribers_returns_once_a_subscriber_process_joined_and_times_out_when_none_does(ring_name):
+    Ring.create(ring_name, slots=8, delivery="all").close()
+    with Producer.open(ring_name) as producer:
+        assert producer.subscribers == 0
+        with pytest.raises(GpuringError) as late:
+            producer.wait_for_subscribers(1, timeout=0.03)
+        assert late.value.code == "TIMEOUT"
+        reader = python_child("subscribe", ring_name, "1")
+        producer.wait_for_subscribers(1, timeout=30)
+        assert producer.subscribers == 1
+        producer.publish(pa.table({"i": [0]}), user_tag=0)  # it cannot miss it
+        out, err = reader.communicate(timeout=60)
+        assert reader.returncode == 0 and out.strip().splitlines()[-1] == "in-order 1", err
+        producer.drain(timeout=10)
+    work_queue = ring_name + "-wq"
+    Ring.create(work_queue, slots=8).close()
+    try:
+        with Producer.open(work_queue) as producer, pytest.raises(GpuringError) as none:
+            producer.wait_for_subscribers(1)
+        assert none.value.code == "INVALID_ARGUMENT"
+    finally:
+        Ring.unlink(work_queue)
+
+
 def test_on_slow_block_drop_oldest_and_evict(ring_name):
     Ring.create(ring_name, slots=8, delivery="all").close()
     with Producer.open(ring_name) as producer, Consumer.open(ring_name) as fast:

@@ -62,6 +62,11 @@ def subscribe(seg: Segment, me: int, on_slow: int, oldest: bool = False) -> None
     mem.or64(seg.control("subscribers"), _bit(me))
 
 
+def subscriber_count(seg: Segment) -> int:
+    """The subscribers a frame published now goes to (see gpr_ring_subscriber_count)."""
+    return bin(seg.mem.load64(seg.control("subscribers"))).count("1") if seg.broadcast else 0
+
+
 def take_missed(seg: Segment, me: int) -> int:
     """Frames dropped for ``me`` that it has not been told of; marks them told."""
     missed = seg.mem.load64(seg.participant(me, "missed"))

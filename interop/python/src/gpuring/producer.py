@@ -12,8 +12,10 @@ several consumers each frame goes to exactly one of them.
 """
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
+from . import broadcast
 from . import layout as L
 from . import slot_protocol as ring
 from .arena import Allocation, ArenaPool
@@ -150,6 +152,27 @@ class Producer:
             return None if self._in_flight else True
 
         ring.wait_for(self._seg, "space", attempt, timeout)
+
+    @property
+    def subscribers(self) -> int:
+        """The subscribers of a broadcast ring now: the consumers a frame
+        published now goes to (a killed one counts until the next sweep).
+        INVALID_ARGUMENT on a work-queue ring, which has consumers instead."""
+        self._check_open()
+        if not self._seg.broadcast:
+            raise GpuringError("INVALID_ARGUMENT", "this ring is a work queue: it has consumers, not subscribers")
+        return broadcast.subscriber_count(self._seg)
+
+    def wait_for_subscribers(self, count: int, timeout: float | None = None) -> None:
+        """Waits (checking every millisecond) until a broadcast ring has at
+        least ``count`` subscribers. A frame goes only to the subscribers
+        attached when it is published, and straight back to the producer when
+        there are none. TIMEOUT after ``timeout`` seconds (None: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.subscribers < count:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise GpuringError("TIMEOUT", f"{self.subscribers} of {count} subscribers after {timeout} s")
+            time.sleep(0.001)
 
     def _check_open(self) -> None:
         if self._closed:
