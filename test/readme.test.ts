@@ -5,7 +5,7 @@
 // twice, consumer first: it must wait for the ring, and a second producer run
 // must reuse the ring the first one left.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import test from 'ava';
@@ -63,19 +63,21 @@ test.serial('the packed package installs with no compiler on PATH, from its preb
   }
 });
 
-const cases = [
-  { readme: 'README.md', section: 'Node to Node', ring: 'prices', files: ['consumer.mjs', 'producer.mjs'], shows: /\{"id": 2, "px": 9\.75\}/ },
-  { readme: 'README.md', section: 'Node to Node', ring: 'prices', files: ['consumer.mjs', 'allocate-producer.mjs'], shows: /\{"id": 2, "px": 9\.75\}/ },
-  { readme: 'README.md', section: 'Node to Node', ring: 'prices', files: ['consumer.mjs', 'loan-producer.mjs'], shows: /\{"id": 2, "px": 9\.75, "sym": "cd"\}.*\{"id": 4, "px": null, "sym": "gh"\}/s },
-  { readme: 'README.md', section: 'Python to Node', ring: 'features', files: ['consumer.mjs', 'producer.py'], shows: /\{"id": 3n?, "score": 0\.125\}/ },
-  { readme: 'interop/python/README.md', section: '', ring: 'prices', files: ['consumer.py', 'producer.py'], shows: /px: \[9\.5,9\.75,10\]/ },
+const cases: (ProgramPair & { readme: string; sections: string[] })[] = [
+  { readme: 'README.md', sections: ['Node to Node'], ring: 'prices', consumer: 'consumer.mjs', producer: 'producer.mjs', shows: /\{"id": 2, "px": 9\.75\}/ },
+  { readme: 'README.md', sections: ['Node to Node'], ring: 'prices', consumer: 'consumer.mjs', producer: 'allocate-producer.mjs', shows: /\{"id": 2, "px": 9\.75\}/ },
+  { readme: 'README.md', sections: ['Node to Node'], ring: 'prices', consumer: 'consumer.mjs', producer: 'loan-producer.mjs', shows: /\{"id": 2, "px": 9\.75, "sym": "cd"\}.*\{"id": 4, "px": null, "sym": "gh"\}/s },
+  { readme: 'README.md', sections: ['Node to Node'], ring: 'ticks', consumer: 'recorder.mjs', producer: 'ticker.mjs', shows: /recorder: 1,2,3\ndashboard: 1,2,3\n/ },
+  { readme: 'README.md', sections: ['Python to Node'], ring: 'features', consumer: 'consumer.mjs', producer: 'producer.py', shows: /\{"id": 3n?, "score": 0\.125\}/ },
+  { readme: 'README.md', sections: ['C and C++', 'Python to Node'], ring: 'features', consumer: 'consumer.c', producer: 'producer.py', shows: /id 1 score 0\.5\nid 2 score 0\.25\nid 3 score 0\.125\n/ },
+  { readme: 'interop/python/README.md', sections: [''], ring: 'prices', consumer: 'consumer.py', producer: 'producer.py', shows: /px: \[9\.5,9\.75,10\]/ },
 ];
 
 for (const c of cases) {
   test.serial(`${c.readme}${c.sections[0] ? `, "${c.sections.join('" and "')}"` : ''}: ${c.consumer} and ${c.producer} run as written, twice`, async (t) => {
     t.timeout(300_000);
     project ??= freshProject();
-    const dir = join(project.dir, `${c.readme}-${c.sections.join('-')}`.replace(/\W+/g, '-'));
+    const dir = join(project.dir, `${c.readme}-${c.sections.join('-')}-${c.producer}`.replace(/\W+/g, '-'));
     mkdirSync(dir, { recursive: true });
     symlinkSync(join(project.dir, 'node_modules'), join(dir, 'node_modules')); // as if run from the project's root
     const all = programs(c.readme);
