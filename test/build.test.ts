@@ -36,6 +36,28 @@ test('node-gyp builds the addon from binding.gyp, and it publishes and consumes'
   }
 });
 
+const arm64 = join(root, 'build-arm64/gpuring.node');
+// CI cross-compiles it before the tests (`npm run prebuild:arm64`, .ci/run); a checkout may not have.
+const arm64Test = existsSync(arm64) || process.env.CI ? test : test.skip;
+
+arm64Test('the linux-arm64 prebuild is an aarch64 addon that needs only glibc 2.28, Node-API and libuv', (t) => {
+  t.true(existsSync(arm64), 'build-arm64/gpuring.node: CI builds it with `npm run prebuild:arm64` before the tests');
+  const elf = readFileSync(arm64);
+  t.is(elf.subarray(0, 4).toString('latin1'), '\x7fELF');
+  t.is(elf.readUInt16LE(18), 183, 'e_machine EM_AARCH64');
+  const undefinedSymbols = execFileSync('nm', ['-D', '--undefined-only', arm64], { encoding: 'utf8' }).trim().split('\n');
+  const strays = undefinedSymbols
+    .map((line) => line.trim().split(/\s+/))
+    .filter(([type]) => type === 'U')
+    .map(([, symbol]) => symbol!)
+    .filter((symbol) => {
+      if (/^(napi_|node_api_|uv_)/.test(symbol)) return false; // Node exports these
+      const glibc = /@GLIBC_(\d+)\.(\d+)/.exec(symbol);
+      return !glibc || Number(glibc[1]) * 1000 + Number(glibc[2]) > 2028;
+    });
+  t.deepEqual(strays, [], 'every other symbol comes from glibc 2.28 or older');
+});
+
 test('one license everywhere, shipped in the npm tarball; source maps carry their sources', (t) => {
   const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { license: string };
   const pyproject = readFileSync(join(root, 'interop/python/pyproject.toml'), 'utf8');

@@ -48,6 +48,7 @@ test.serial('the packed package installs with no compiler on PATH, from its preb
   t.regex(project.installLog, /gpuring: using the prebuilt addon prebuilds\/linux-x64\/gpuring\.napi\.glibc\.node/);
   const installed = join(project.dir, 'node_modules/gpuring');
   t.false(existsSync(join(installed, 'build')), 'nothing was built at install');
+  if (existsSync(join(root, 'build-arm64/gpuring.node'))) t.true(existsSync(join(installed, 'prebuilds/linux-arm64/gpuring.napi.glibc.node')), 'the cross-compiled arm64 addon is shipped too');
   t.true(existsSync(join(installed, 'LICENSE')));
   const probe = `import { Ring } from 'gpuring'; Ring.create('readme-probe-${process.pid}').close(); Ring.unlink('readme-probe-${process.pid}'); console.log('ok');`;
   t.is(execFileSync(process.execPath, ['--input-type=module', '-e', probe], { cwd: project.dir, encoding: 'utf8' }).trim(), 'ok');
