@@ -28,15 +28,21 @@ export class DeviceBuffer implements Disposable {
   }
 
   /**
-   * Allocates `byteLength` bytes on device `device`: with cuMemAlloc, or with
-   * `pool: true` from gpuring's stream-ordered pool on that device, which is
-   * exportable (published as cuda-pool, SPEC.md §9b). Pool memory is faster to
-   * allocate and, for consumers, to open: after a one-time import of the pool,
-   * each allocation costs them microseconds instead of a cuIpcOpenMemHandle.
+   * Allocates `byteLength` bytes on device `device`: with cuMemAlloc
+   * (published as cuda-ipc), or with `pool: true` from gpuring's
+   * stream-ordered pool on that device, which is exportable (cuda-pool,
+   * SPEC.md §9b), or with `vmm: true` as memory of the virtual memory
+   * management API, 20 MiB chunks mapped side by side as PyTorch's expandable
+   * segments are (cuda-vmm, §9d). Pool memory is faster to allocate and, for
+   * consumers, to open: after a one-time import of the pool, each allocation
+   * costs them microseconds instead of a cuIpcOpenMemHandle. A consumer maps
+   * VMM memory chunk by chunk, once per frame holding it.
    */
-  static alloc(byteLength: number, { device = 0, pool = false }: { device?: number; pool?: boolean } = {}): DeviceBuffer {
+  static alloc(byteLength: number, { device = 0, pool = false, vmm = false }: { device?: number; pool?: boolean; vmm?: boolean } = {}): DeviceBuffer {
     if (!Number.isSafeInteger(byteLength) || byteLength <= 0) throw new GpuringError('INVALID_ARGUMENT', 'byteLength must be a positive integer');
-    const ptr = callNative(() => (pool ? native().deviceAllocPool(device, byteLength) : native().deviceAlloc(device, byteLength)));
+    if (pool && vmm) throw new GpuringError('INVALID_ARGUMENT', 'a buffer is pool memory or VMM memory, not both');
+    const n = native();
+    const ptr = callNative(() => (pool ? n.deviceAllocPool(device, byteLength) : vmm ? n.deviceAllocVmm(device, byteLength) : n.deviceAlloc(device, byteLength)));
     return new DeviceBuffer(ptr, byteLength, device);
   }
 
@@ -100,8 +106,12 @@ export function deviceUuidOf(ordinal: number): Uint8Array {
 
 /**
  * Makes `ptr` (any device pointer, also one inside a larger allocation such as
- * PyTorch's or RMM's pools) shareable. Refuses memory legacy CUDA IPC cannot
- * export (managed, pinned host, stream-ordered pool, VMM) with NOT_EXPORTABLE.
+ * PyTorch's or RMM's pools) shareable: cudaMalloc memory as cuda-ipc, memory
+ * of an exportable stream-ordered pool as cuda-pool, VMM memory of
+ * `DeviceBuffer.alloc(n, { vmm: true })` as cuda-vmm (the whole allocation is
+ * the span). Refuses, with NOT_EXPORTABLE, memory none of these covers
+ * (managed, pinned host, the default pool of cudaMallocAsync, VMM memory of
+ * other allocators).
  */
 export function exportDeviceMemory(ptr: bigint): DeviceExport {
   return callNative(() => native().exportDeviceMemory(ptr));

@@ -209,9 +209,9 @@ export interface NativeConsumerCore {
 
 /** Device memory made shareable: its allocation's IPC handle and the pointer's offset in it. */
 export interface DeviceExport {
-  /** cuda-ipc for cudaMalloc memory, cuda-pool for memory of an exportable stream-ordered pool. */
-  kind: 'cuda-ipc' | 'cuda-pool';
-  /** 64 bytes: the allocation's CUipcMemHandle (cuda-ipc) or CUmemPoolPtrExportData (cuda-pool). */
+  /** cuda-ipc for cudaMalloc memory, cuda-pool for memory of an exportable stream-ordered pool, cuda-vmm for gpuring's VMM memory. */
+  kind: 'cuda-ipc' | 'cuda-pool' | 'cuda-vmm';
+  /** 64 bytes: the allocation's CUipcMemHandle (cuda-ipc), CUmemPoolPtrExportData (cuda-pool), or the span's bytes u64 and chunk count u32 (cuda-vmm). */
   handle: Uint8Array;
   /** Bytes from the allocation's base to the pointer. */
   offset: number;
@@ -221,7 +221,7 @@ export interface DeviceExport {
   allocationBytes: number;
   /** Device ordinal in this process. */
   device: number;
-  /** CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per allocation for the process's lifetime. */
+  /** CU_POINTER_ATTRIBUTE_BUFFER_ID, unique per allocation for the process's lifetime; cuda-vmm: the span number, never reused by the process. */
   allocationId: bigint;
   /** cuda-pool: this process's number for the pool (0n for cuda-ipc). */
   poolId: bigint;
@@ -320,6 +320,7 @@ export interface NativeAddon {
   /** Pools imported now and ever; allocation imports held now, made and freed ever. */
   poolStats(): { pools: number; poolsImported: number; imports: number; imported: number; freed: number };
   deviceAllocPool(device: number, bytes: number): bigint;
+  deviceAllocVmm(device: number, bytes: number): bigint;
   ipcStats(): IpcStats;
   pinnedHostStats(): PinnedHostStats;
   ipcSetLimits(entries: number, bytes: number): void;

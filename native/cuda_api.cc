@@ -5,6 +5,7 @@
 #include "gpuring.h"
 #include "errors.h"
 #include "js_values.h"
+#include "vmm_memory.h"
 
 namespace gpuring::cuda {
 
@@ -111,7 +112,9 @@ Napi::Value DeviceAlloc(const Napi::CallbackInfo &info) {
 Napi::Value DeviceFree(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   ScopedContext ctx(env, info[0].As<Napi::Number>().Int32Value());
-  Check(env, ctx.driver().cuMemFree(DevicePtr(info[1])), "cuMemFree");
+  CUdeviceptr p = DevicePtr(info[1]);
+  if (VmmAllocations::Get().Free(ctx.driver(), p)) return env.Undefined();
+  Check(env, ctx.driver().cuMemFree(p), "cuMemFree");
   return env.Undefined();
 }
 

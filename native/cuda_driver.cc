@@ -76,6 +76,7 @@ Driver Load() {
   GPR_RESOLVE(cuMemMap, "cuMemMap");
   GPR_RESOLVE(cuMemSetAccess, "cuMemSetAccess");
   GPR_RESOLVE(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle");
+  GPR_RESOLVE(cuMemExportToShareableHandle, "cuMemExportToShareableHandle");
   GPR_RESOLVE(cuMemRelease, "cuMemRelease");
   GPR_RESOLVE(cuMemUnmap, "cuMemUnmap");
   GPR_RESOLVE(cuMemAddressFree, "cuMemAddressFree");

@@ -131,6 +131,7 @@ struct Driver {
   CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
   CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t) = nullptr;
   CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int) = nullptr;
+  CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, int, unsigned long long) = nullptr;
   CUresult (*cuMemRelease)(CUmemGenericAllocationHandle) = nullptr;
   CUresult (*cuMemUnmap)(CUdeviceptr, size_t) = nullptr;
   CUresult (*cuMemAddressFree)(CUdeviceptr, size_t) = nullptr;

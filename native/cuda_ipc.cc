@@ -52,7 +52,8 @@ int CheckExportable(Napi::Env env, const Driver &d, CUdeviceptr p, CUmemoryPool 
   if (*pool) return device;
   int legacy = Attribute<int>(d, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p, &rc);
   if (rc == CUDA_SUCCESS && !legacy)
-    NotExportable(env, "virtual memory management allocations (cuMemCreate, PyTorch expandable segments) are not legacy-IPC capable");
+    NotExportable(env, "virtual memory management allocations (cuMemCreate) travel only when gpuring made them "
+                       "(DeviceBuffer.alloc(n, { vmm: true })) or from Python (PyTorch's expandable segments)");
   return device;
 }
 
@@ -69,6 +70,21 @@ struct Exported {
 bool SameAllocation(const Driver &d, CUdeviceptr p, uint64_t id) {
   CUresult rc;
   return Attribute<unsigned long long>(d, CU_POINTER_ATTRIBUTE_BUFFER_ID, p, &rc) == id && rc == CUDA_SUCCESS;
+}
+
+// A span of this process's VMM memory: its handle carries the span's size and
+// chunk count (SPEC.md §9d); consumers fetch the chunks over the channel.
+Exported FromSpan(const SpanExport &s) {
+  Exported e;
+  e.kind = GPR_MEM_CUDA_VMM;
+  memset(e.handle, 0, sizeof e.handle);
+  memcpy(e.handle, &s.bytes, 8);
+  memcpy(e.handle + 8, &s.chunks, 4);
+  e.m.alloc_id = s.span;
+  e.m.base = s.base;
+  e.m.bytes = s.bytes;
+  e.m.device = s.device;
+  return e;
 }
 
 Exported FromPool(const PoolExport &pe) {
@@ -91,6 +107,8 @@ Exported Export(Napi::Env env, const Driver &d, CUdeviceptr p) {
   Exported e;
   CUipcMemHandle h;
   PoolExport pe;
+  SpanExport span;
+  if (VmmAllocations::Get().Find(p, &span)) return FromSpan(span);  // freed ones leave the table: no reuse check
   if (PoolExports::Get().Find(p, &pe) && SameAllocation(d, p, pe.alloc_id)) return FromPool(pe);
   if (IpcHandleCache::Get().FindExport(p, &h, &e.m) && SameAllocation(d, p, e.m.alloc_id)) {
     memcpy(e.handle, h.reserved, sizeof e.handle);
@@ -119,7 +137,7 @@ Napi::Value ExportDeviceMemory(const Napi::CallbackInfo &info) {
   CUdeviceptr p = DevicePtr(info[0]);
   Exported e = Export(env, d, p);
   Napi::Object o = Napi::Object::New(env);
-  o.Set("kind", e.kind == GPR_MEM_CUDA_POOL ? "cuda-pool" : "cuda-ipc");
+  o.Set("kind", e.kind == GPR_MEM_CUDA_POOL ? "cuda-pool" : e.kind == GPR_MEM_CUDA_VMM ? "cuda-vmm" : "cuda-ipc");
   o.Set("handle", Napi::Buffer<uint8_t>::Copy(env, e.handle, sizeof e.handle));
   o.Set("offset", static_cast<double>(p - e.m.base));
   o.Set("base", Napi::BigInt::New(env, static_cast<uint64_t>(e.m.base)));
@@ -282,6 +300,16 @@ Napi::Value DeviceAllocPool(const Napi::CallbackInfo &info) {
   Check(env, d.cuMemAllocFromPoolAsync(&p, n, ExportablePool(env, d, device), nullptr), "cuMemAllocFromPoolAsync");
   Check(env, d.cuStreamSynchronize(nullptr), "cuStreamSynchronize");
   return Napi::BigInt::New(env, static_cast<uint64_t>(p));
+}
+
+// deviceAllocVmm(device, bytes) -> bigint: VMM memory on `device`, exportable
+// (published as cuda-vmm); free it with deviceFree.
+Napi::Value DeviceAllocVmm(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  int device = info[0].As<Napi::Number>().Int32Value();
+  ScopedContext ctx(env, device);
+  uint64_t n = static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue());
+  return Napi::BigInt::New(env, static_cast<uint64_t>(VmmAllocations::Get().Alloc(env, ctx.driver(), device, n)));
 }
 
 // ipcReleaseAll(handles): drops one reference per 64-byte handle.
@@ -568,6 +596,7 @@ void DefineCudaIpc(Napi::Env env, Napi::Object exports) {
   exports.Set("importReleaseAll", Napi::Function::New(env, ImportReleaseAll));
   exports.Set("poolStats", Napi::Function::New(env, PoolStats));
   exports.Set("deviceAllocPool", Napi::Function::New(env, DeviceAllocPool));
+  exports.Set("deviceAllocVmm", Napi::Function::New(env, DeviceAllocVmm));
   exports.Set("ipcStats", Napi::Function::New(env, IpcStats));
   exports.Set("pinnedHostStats", Napi::Function::New(env, PinnedHostStats));
   exports.Set("ipcSetLimits", Napi::Function::New(env, IpcSetLimits));

@@ -5,12 +5,15 @@
 #include <unistd.h>
 #include "errors.h"
 #include "pool_memory.h"
+#include "vmm_memory.h"
 
 namespace gpuring {
 
 namespace {
-int LookUp(void *, uint16_t kind, uint64_t id) {
-  return kind == GPR_MEM_CUDA_POOL ? cuda::PoolExports::Get().Descriptor(id) : -1;
+uint32_t LookUp(void *, uint16_t kind, uint64_t id, int *fds, uint64_t *sizes) {
+  if (kind == GPR_MEM_CUDA_VMM) return cuda::VmmAllocations::Get().Descriptors(id, fds, sizes);
+  if (kind != GPR_MEM_CUDA_POOL || (fds[0] = cuda::PoolExports::Get().Descriptor(id)) < 0) return 0;
+  return 1;
 }
 }  // namespace
 

@@ -23,6 +23,12 @@ class DescriptorChannels {
   void Remove(const gpr_segment *seg);
   // Whether producer (index, gen) of ring `segment` is one of this process's.
   bool Serves(const std::string &segment, uint32_t index, uint32_t gen);
+  // Runs `fn` while no answer is being sent: descriptors closed there are never mid-send.
+  template <typename Fn>
+  void WhileSilent(Fn &&fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn();
+  }
 
  private:
   struct Listener {

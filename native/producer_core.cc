@@ -2,6 +2,7 @@
 #include "arena_map.h"
 #include "descriptor_channels.h"
 #include "pool_memory.h"
+#include "vmm_memory.h"
 #include "errors.h"
 #include "js_values.h"
 
@@ -165,11 +166,11 @@ void ProducerState::OnWake() {
   });
 }
 
-// Binds the descriptor channel once this process has pool memory to hand
-// out: consumers of this producer's frames fetch pool descriptors there. A
-// process that never exported pool memory pays one load per publish.
+// Binds the descriptor channel once this process has pool or VMM memory to
+// hand out: consumers of this producer's frames fetch descriptors there. A
+// process that has neither pays two loads per publish.
 void ProducerState::ServeDescriptorsIfNeeded(Napi::Env env) {
-  if (serves_descriptors || !cuda::PoolExports::Any()) return;
+  if (serves_descriptors || (!cuda::PoolExports::Any() && !cuda::VmmAllocations::Any())) return;
   DescriptorChannels::Get().Add(env, &seg, me, gen);
   serves_descriptors = true;
 }

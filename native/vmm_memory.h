@@ -8,7 +8,9 @@
 // before the release: the producer may unmap and free the chunks after that.
 #pragma once
 #include <napi.h>
+#include <atomic>
 #include <map>
+#include <vector>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -17,6 +19,49 @@
 #include "gpuring.h"
 
 namespace gpuring::cuda {
+
+// One span this process exports: the chunks of one of its VMM allocations.
+struct SpanExport {
+  uint64_t span = 0;  // the span number (alloc_id), from 1, never reused in this process
+  CUdeviceptr base = 0;
+  uint64_t bytes = 0;
+  uint32_t chunks = 0;
+  int device = 0;
+};
+
+// This process's exportable VMM memory (DeviceBuffer.alloc(n, { vmm: true })):
+// chunks made with the POSIX file-descriptor handle type and mapped side by
+// side, as PyTorch's expandable segments are (20 MiB each). Each allocation
+// is one span whose chunk descriptors are exported once, handed out by this
+// process's descriptor channels, and closed when it is freed: a consumer maps
+// the span while its frames hold it (SPEC.md §9d).
+class VmmAllocations {
+ public:
+  static VmmAllocations &Get();
+  static constexpr uint64_t kChunkBytes = 20ull << 20;  // as PyTorch's expandable segments
+  CUdeviceptr Alloc(Napi::Env env, const Driver &d, int device, uint64_t bytes);
+  // Unmaps and frees the allocation at `base`; false when it is not one of these.
+  bool Free(const Driver &d, CUdeviceptr base);
+  // The span of the allocation containing `p`.
+  bool Find(CUdeviceptr p, SpanExport *out);
+  // For the descriptor channel: span `span`'s chunk descriptors and sizes (0: unknown).
+  uint32_t Descriptors(uint64_t span, int *fds, uint64_t *sizes);
+  // Whether this process ever made such memory: its producers then serve their channels.
+  static bool Any() { return any_.load(std::memory_order_acquire); }
+
+ private:
+  struct Allocation {
+    SpanExport span;
+    std::vector<CUmemGenericAllocationHandle> handles;
+    std::vector<int> fds;
+    std::vector<uint64_t> sizes;
+  };
+  static void Destroy(const Driver &d, Allocation &a, uint64_t mapped);
+  std::mutex mu_;
+  std::map<CUdeviceptr, Allocation> by_base_;
+  uint64_t next_span_ = 1;
+  static std::atomic<bool> any_;
+};
 
 class VmmImports {
  public:

@@ -14,9 +14,17 @@
 
 static int served_fd = -1;
 
-static int lookup(void *ctx, uint16_t kind, uint64_t id) {
+static uint32_t lookup(void *ctx, uint16_t kind, uint64_t id, int *fds, uint64_t *sizes) {
   (void)ctx;
-  return kind == GPR_MEM_CUDA_POOL && id == 7 ? served_fd : -1;
+  (void)sizes;
+  if (kind == GPR_MEM_CUDA_VMM && id == 11) { /* a span of three chunks */
+    const uint64_t chunks[3] = {2u << 20, 20u << 20, 2u << 20};
+    for (int i = 0; i < 3; i++) fds[i] = served_fd, sizes[i] = chunks[i];
+    return 3;
+  }
+  if (kind != GPR_MEM_CUDA_POOL || id != 7) return 0;
+  fds[0] = served_fd;
+  return 1;
 }
 
 typedef struct server {
@@ -71,17 +79,13 @@ static void *answer_with_three(void *arg) {
   return NULL;
 }
 
-static void test_vmm_span_arrives_chunk_by_chunk(const gpr_segment *seg) {
+/* Served by the channel's own answer (gpr_channel_serve with `lookup`). */
+static void test_vmm_span_arrives_chunk_by_chunk(const gpr_segment *seg, uint32_t index, uint32_t gen) {
   gpr_error err;
-  int listener = gpr_channel_listen(seg, 6, 9, &err);
-  CHECK(listener >= 0);
-  pthread_t t;
-  pthread_create(&t, NULL, answer_with_three, &listener);
   int before = open_descriptors(), fds[8];
   uint64_t sizes[8];
   uint32_t count = 0;
-  CHECK(gpr_channel_fetch_many(seg->name, 6, 9, GPR_MEM_CUDA_VMM, 11, fds, sizes, 8, &count, &err) == 0);
-  pthread_join(t, NULL);
+  CHECK(gpr_channel_fetch_many(seg->name, index, gen, GPR_MEM_CUDA_VMM, 11, fds, sizes, 8, &count, &err) == 0);
   CHECK(count == 3 && sizes[0] == 2u << 20 && sizes[1] == 20u << 20 && sizes[2] == 2u << 20);
   CHECK(open_descriptors() == before + 3);
   for (uint32_t i = 0; i < count; i++) {
@@ -89,7 +93,6 @@ static void test_vmm_span_arrives_chunk_by_chunk(const gpr_segment *seg) {
     CHECK(pread(fds[i], text, 5, 0) == 5 && strcmp(text, "hello") == 0);
     close(fds[i]);
   }
-  close(listener);
 }
 
 static void test_extra_descriptors_are_refused(const gpr_segment *seg) {
@@ -127,7 +130,7 @@ int main(void) {
   CHECK(fetch_in_child(name, 0, index, gen, 7) == 100 + GPR_E_DESCRIPTOR_UNAVAILABLE); /* not attached */
   CHECK(fetch_in_child(name, 1, index, gen + 1, 7) == 100 + GPR_E_DESCRIPTOR_UNAVAILABLE); /* no such producer */
   test_extra_descriptors_are_refused(&prod);
-  test_vmm_span_arrives_chunk_by_chunk(&prod);
+  test_vmm_span_arrives_chunk_by_chunk(&prod, index, gen);
 
   shutdown(s.listener, SHUT_RDWR);
   pthread_join(t, NULL);

@@ -16,6 +16,10 @@
  *                           (cuda-pool), frame i all i, each allocation freed once released
  *                           (so addresses repeat) before the next is made
  *   pool-exit NAME          one cuda-pool frame, then exits without waiting for its release
+ *   vmm NAME FRAMES         FRAMES float32 columns of VMM memory (cuda-vmm): each a new 50 MiB
+ *                           allocation (chunks of 20, 20 and 10 MiB), the column's 4 MiB from
+ *                           18 MiB on (across the first chunk boundary), frame i all i, freed
+ *                           once released
  *   read NAME               (a consumer) reads one frame and prints its rows, or its error code
  *   read-all NAME N         (a subscriber of a broadcast ring) says it is ready, reads N frames and
  *                           prints how many held only their tag's value in their one column
@@ -181,6 +185,19 @@ async function main(): Promise<number> {
         const buf = DeviceBuffer.alloc(1 << 20, { pool: true });
         buf.upload(new Float32Array(1 << 18).fill(i));
         await producer.publishFrame(column('f', 1 << 18, [absentBuffer(), deviceBufferDescriptor(buf.ptr, 1 << 20)]), { tag: BigInt(i) });
+        await producer.drain();
+        buf.free();
+      }
+      return Number(arg);
+    }
+    case 'vmm': {
+      const floats = 1 << 20;
+      for (let i = 0; i < Number(arg); i++) {
+        const buf = DeviceBuffer.alloc(50 << 20, { vmm: true });
+        buf.upload(new Float32Array(floats).fill(i), 18 << 20);
+        const data = deviceBufferDescriptor(buf.ptr + BigInt(18 << 20), floats * 4);
+        if (data.kind !== 'cuda-vmm' || data.offset !== 18 << 20) throw new Error(`not a span export: ${data.kind} at ${data.offset}`);
+        await producer.publishFrame(column('f', floats, [absentBuffer(), data]), { tag: BigInt(i) });
         await producer.drain();
         buf.free();
       }

@@ -275,16 +275,17 @@ GPR_INLINE gpr_cuda_pool_exports *gpr_cuda_pool_exports_instance(void) {
   return &exports;
 }
 
-/* The channel's answer for kind 3: pool `id`'s descriptor, or -1. */
-GPR_INLINE int gpr_cuda_pool_lookup(void *context, uint16_t kind, uint64_t id) {
+/* The channel's answer for kind 3: pool `id`'s descriptor (1), or none (0). */
+GPR_INLINE uint32_t gpr_cuda_pool_lookup(void *context, uint16_t kind, uint64_t id, int *fds, uint64_t *sizes) {
   (void)context;
+  (void)sizes;
   gpr_cuda_pool_exports *x = gpr_cuda_pool_exports_instance();
-  int fd = -1;
+  uint32_t found = 0;
   pthread_mutex_lock(&x->lock);
-  for (gpr_cuda_pool_export *e = x->first; e && kind == GPR_MEM_CUDA_POOL; e = e->next)
-    if (e->id == id) fd = e->fd;
+  for (gpr_cuda_pool_export *e = x->first; e && kind == GPR_MEM_CUDA_POOL && !found; e = e->next)
+    if (e->id == id) fds[found++] = e->fd;
   pthread_mutex_unlock(&x->lock);
-  return fd;
+  return found;
 }
 
 /* This process's number for `pool`, exporting its descriptor the first time. */

@@ -146,9 +146,11 @@ GPR_INLINE int gpr_channel_fetch(const char *segment, uint32_t index, uint32_t g
 
 /* ---- producer side ------------------------------------------------------ */
 
-/* Finds the descriptor to send for (kind, id), without handing it over (the
- * channel sends a duplicate); returns -1 when unknown. */
-typedef int (*gpr_channel_lookup)(void *ctx, uint16_t kind, uint64_t id);
+/* Finds the descriptors to send for (kind, id), without handing them over
+ * (the channel sends duplicates): fills `fds` and, for kind 4, each chunk's
+ * size in `sizes` (both GPR_CHANNEL_MAX_FDS long); returns how many, or 0 when
+ * the id is unknown. */
+typedef uint32_t (*gpr_channel_lookup)(void *ctx, uint16_t kind, uint64_t id, int *fds, uint64_t *sizes);
 
 /* Whether `pid` is attached to the segment (an ACTIVE entry's process). */
 GPR_INLINE int gpr_channel_attached(const gpr_segment *seg, pid_t pid) {
@@ -206,9 +208,11 @@ GPR_INLINE void gpr_channel_answer(const gpr_segment *seg, int conn, gpr_channel
   gpr_channel_set_timeout(conn);
   if (gpr_channel_peer(conn, &cred) != 0 || cred.uid != geteuid() || !gpr_channel_attached(seg, cred.pid)) return;
   if (recv(conn, &req, sizeof req, 0) != (ssize_t)sizeof req || req.magic != GPR_CHANNEL_MAGIC) return;
-  int fd = lookup(ctx, req.kind, req.value);
-  if (fd < 0) gpr_channel_reply(conn, GPR_CHANNEL_UNKNOWN, NULL, 0, NULL);
-  else if (gpr_channel_reply(conn, GPR_CHANNEL_FOUND, &fd, 1, NULL) < 0)
+  int fds[GPR_CHANNEL_MAX_FDS];
+  uint64_t sizes[GPR_CHANNEL_MAX_FDS];
+  uint32_t count = lookup(ctx, req.kind, req.value, fds, sizes);
+  if (count == 0 || count > GPR_CHANNEL_MAX_FDS) gpr_channel_reply(conn, GPR_CHANNEL_UNKNOWN, NULL, 0, NULL);
+  else if (gpr_channel_reply(conn, GPR_CHANNEL_FOUND, fds, count, req.kind == GPR_MEM_CUDA_VMM ? sizes : NULL) < 0)
     gpr_channel_reply(conn, GPR_CHANNEL_UNSENDABLE, NULL, 0, NULL);
 }
 
