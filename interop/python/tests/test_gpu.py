@@ -117,6 +117,31 @@ def test_node_pool_memory_to_cupy_each_allocation_imported_and_freed(ring_name):
     assert not consumer._pools._pools, "the imported pool destroyed at close"
 
 
+@pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
+def test_a_producers_idle_mapping_and_imported_pool_stay_while_it_lives_and_go_once_it_is_killed(ring_name):
+    Ring.create(ring_name).close()
+    node = node_child("device-child.ts", "leave", ring_name)  # a cuda-ipc frame, a cuda-pool frame, then idles
+    with Consumer.open(ring_name) as consumer:
+        for kind, value in (("cuda-ipc", 1), ("cuda-pool", 2)):
+            with consumer.next(timeout=60) as frame:
+                assert frame.description.columns[0].buffers[1].kind == kind
+                values = frame.to_cupy()["x"]
+                assert bool((values == value).all())
+                del values
+            gc.collect()
+        assert json.loads(node.stdout.readline()) == {"drained": True}
+        with pytest.raises(GpuringError):
+            consumer.next(timeout=0.6)  # waits long enough to look for dead producers twice
+        assert len(consumer._device.open) == 1, "a live producer's mapping stays open"
+        assert len(consumer._pools._pools) == 1, "a live producer's pool stays imported"
+        node.kill()
+        node.wait()
+        with pytest.raises(GpuringError):
+            consumer.next(timeout=0.6)
+        assert not consumer._device.open, "its mapping was closed while the consumer ran"
+        assert not consumer._pools._pools, "its pool was destroyed while the consumer ran"
+
+
 def test_non_contiguous_and_boolean_device_arrays_are_refused(ring_name):
     Ring.create(ring_name).close()
     with Producer.open(ring_name) as producer:

@@ -9,6 +9,7 @@ the lease ends.
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 from . import layout as L
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from .vmm_memory import VmmImports
     from .stream_releases import StreamReleases
 
+
+#: How often a consumer looks for producers that are gone, to let their device memory go (as often as waits sweep).
+FORGET_EVERY = ring.SWEEP_EVERY
 
 class Consumer:
     """One consumer on a ring. ``next`` is for one thread at a time; leases may
@@ -50,6 +54,7 @@ class Consumer:
         self._pools: PoolImports | None = None
         self._vmm: VmmImports | None = None
         self._stream_releases: StreamReleases | None = None
+        self._next_forget = 0.0
         sweep(seg)
         if seg.broadcast:
             broadcast.subscribe(seg, self.index, self._on_slow, start == "oldest")
@@ -82,6 +87,7 @@ class Consumer:
         return self._hand_over(pos, ref)
 
     def _claim(self) -> tuple[int, ring.FrameRef] | None:
+        self._forget_dead_producers()
         try:
             return ring.try_claim(self._seg, self.index)
         except GpuringError as e:
@@ -96,6 +102,24 @@ class Consumer:
         raise GpuringError("EVICTED", f"this consumer fell a ring behind and was evicted from ring '{self._seg.name}', "
                            f"losing {self.missed} frames (on_slow: evict); it goes on with the frames published since",
                            missed=self.missed)
+
+    def _forget_dead_producers(self) -> None:
+        """At most every FORGET_EVERY seconds (waiting or not): closes the idle
+        IPC mappings and destroys the unused imported pools of producers that
+        are gone, which would keep their device memory allocated (SPEC.md §9a, §9b)."""
+        now = time.monotonic()
+        if now < self._next_forget or (self._device is None and self._pools is None):
+            return
+        self._next_forget = now + FORGET_EVERY
+        if self._device is not None:
+            self._device.close_idle(self._producer_live)
+        if self._pools is not None:
+            self._pools.close(self._producer_live)
+
+    def _producer_live(self, producer: tuple[int, int]) -> bool:
+        index, gen = producer
+        seg = self._seg
+        return index < seg.participant_capacity and seg.participant_word(index) >> 32 == gen and seg.participant_alive(index)
 
     def __iter__(self) -> Iterator[Frame]:
         while True:

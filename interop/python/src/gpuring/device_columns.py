@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 from dataclasses import dataclass, field
 
 from . import cuda_driver as cu
@@ -228,7 +228,7 @@ def _views(frame: Frame, lease: Lease) -> tuple[dict[str, _DeviceView], int]:
 def _address(frame: Frame, b: BufferDescriptor, lease: Lease) -> int:
     """Where device buffer ``b`` of the frame lies in this process, mapped until ``lease`` ends."""
     if b.kind == "cuda-ipc":
-        return frame._consumer._device_mappings().map(b, lease)
+        return frame._consumer._device_mappings().map(b, frame.producer, lease)
     imports = frame._consumer._pool_imports() if b.kind == "cuda-pool" else frame._consumer._vmm_imports()
     base, size = imports.map(b, frame.producer, lease)
     if b.offset + b.length > size:
@@ -264,15 +264,17 @@ class DeviceMappings:
     recycled allocation is never served from a stale mapping, and counted by
     the leases whose arrays use them. Idle mappings stay open for the next
     frame; when the exporter reuses freed memory that one of them still maps,
-    the driver refuses the new mapping, and the idle ones are closed. All are
-    closed with the consumer."""
+    the driver refuses the new mapping, and the idle ones are closed. Idle
+    mappings of a producer that is gone are closed too (forget_dead): a mapping
+    keeps the dead process's memory allocated. All are closed with the consumer."""
 
     def __init__(self) -> None:
         self.open: dict[tuple[bytes, int], tuple[int, int]] = {}
         self.refs: dict[tuple[bytes, int], int] = {}
+        self.producers: dict[tuple[bytes, int], tuple[int, int]] = {}  # -> (index, generation) that published it
         self._lock = threading.Lock()  # leases end on any thread
 
-    def map(self, b: BufferDescriptor, lease: Lease) -> int:
+    def map(self, b: BufferDescriptor, producer: tuple[int, int], lease: Lease) -> int:
         """The buffer's address here; the mapping is held until ``lease`` ends."""
         key = (b.handle, b.allocation_id)
         hit = self.open.get(key)
@@ -286,6 +288,7 @@ class DeviceMappings:
                 if ptr is None:
                     raise GpuringError("CUDA", "cuIpcOpenMemHandle: the memory is mapped here already, by a frame still held")
             hit = self.open[key] = (ptr, ordinal)
+            self.producers[key] = producer
         with self._lock:
             self.refs[key] = self.refs.get(key, 0) + 1
         lease.on_end(lambda: self._unref(key))
@@ -295,11 +298,13 @@ class DeviceMappings:
         with self._lock:
             self.refs[key] -= 1
 
-    def close_idle(self) -> None:
+    def close_idle(self, live: Callable[[tuple[int, int]], bool] = lambda _: False) -> None:
+        """Closes the mappings no frame holds, except those of producers ``live`` keeps."""
         with self._lock:
-            idle = [k for k in self.open if self.refs.get(k, 0) == 0]
+            idle = [k for k in self.open if self.refs.get(k, 0) == 0 and not live(self.producers[k])]
         for key in idle:
             ptr, ordinal = self.open.pop(key)
+            del self.producers[key]
             with cu.primary_context(ordinal):
                 cu.ipc_close(ptr)
 
@@ -307,4 +312,4 @@ class DeviceMappings:
         for ptr, ordinal in self.open.values():
             with cu.primary_context(ordinal):
                 cu.ipc_close(ptr)
-        self.open = {}
+        self.open, self.producers = {}, {}

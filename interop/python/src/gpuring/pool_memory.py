@@ -267,14 +267,15 @@ class PoolImports:
         self._pools[key] = (pool, ordinal)
         return pool
 
-    def close(self) -> None:
-        """Destroys the imported pools no frame still holds an allocation of:
-        an imported pool keeps its exporter's pool memory allocated (a dead
-        producer's too) for as long as it exists."""
+    def close(self, live: Callable[[tuple[int, int]], bool] = lambda _: False) -> None:
+        """Destroys the imported pools no frame still holds an allocation of,
+        except those of producers ``live`` keeps (at close: none): an imported
+        pool keeps its exporter's pool memory allocated (a dead producer's too)
+        for as long as it exists."""
         with self._lock:
-            used = {key[:3] for key in self._imports}
-            pools = [p for key, p in self._pools.items() if key not in used]
-            self._pools = {key: p for key, p in self._pools.items() if key in used}
+            kept = {key[:3] for key in self._imports} | {key for key in self._pools if live(key[:2])}
+            pools = [p for key, p in self._pools.items() if key not in kept]
+            self._pools = {key: p for key, p in self._pools.items() if key in kept}
         for pool, ordinal in pools:
             with cu.primary_context(ordinal):
                 cu.call("cuMemPoolDestroy", pool)
