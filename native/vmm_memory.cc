@@ -84,6 +84,7 @@ bool VmmAllocations::Free(const Driver &d, CUdeviceptr base) {
 }
 
 bool VmmAllocations::Find(CUdeviceptr p, SpanExport *out) {
+  if (!Any()) return false;  // every export asks first: no lock for processes without VMM memory
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_base_.upper_bound(p);
   if (it == by_base_.begin()) return false;

@@ -107,8 +107,10 @@ class Consumer:
         """At most every FORGET_EVERY seconds (waiting or not): closes the idle
         IPC mappings and destroys the unused imported pools of producers that
         are gone, which would keep their device memory allocated (SPEC.md §9a, §9b)."""
+        if self._device is None and self._pools is None:
+            return  # a host-only consumer: nothing to let go, no clock read per claim
         now = time.monotonic()
-        if now < self._next_forget or (self._device is None and self._pools is None):
+        if now < self._next_forget:
             return
         self._next_forget = now + FORGET_EVERY
         if self._device is not None:
