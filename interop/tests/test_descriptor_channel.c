@@ -87,6 +87,9 @@ static void test_vmm_span_arrives_chunk_by_chunk(const gpr_segment *seg, uint32_
   uint32_t count = 0;
   CHECK(gpr_channel_fetch_many(seg->name, index, gen, GPR_MEM_CUDA_VMM, 11, fds, sizes, 8, &count, &err) == 0);
   CHECK(count == 3 && sizes[0] == 2u << 20 && sizes[1] == 20u << 20 && sizes[2] == 2u << 20);
+  /* The serving thread closes its end of the connection after replying: wait
+   * for that, then exactly the three received descriptors are new. */
+  for (int waited = 0; waited < 1000 && open_descriptors() != before + 3; waited++) usleep(1000);
   CHECK(open_descriptors() == before + 3);
   for (uint32_t i = 0; i < count; i++) {
     char text[6] = {0};
