@@ -82,6 +82,17 @@ int ConsumerState::TryClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos) {
   throw e;
 }
 
+// TryClaim, busy-polling for up to `spin_ns` while nothing is ready.
+int ConsumerState::ClaimWithin(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns) {
+  int rc = TryClaim(env, ref, pos);
+  if (rc == 0 || spin_ns == 0) return rc;
+  for (uint64_t until = gpr_monotonic_ns() + spin_ns; rc != 0 && gpr_monotonic_ns() < until;) {
+    for (int i = 0; i < 32; i++) gpr_cpu_relax();
+    rc = TryClaim(env, ref, pos);
+  }
+  return rc;
+}
+
 void ConsumerState::Expire(Napi::Env env) {
   uint64_t now = gpr_monotonic_ns();
   for (auto it = pending.begin(); it != pending.end();) {
@@ -115,7 +126,10 @@ void ConsumerState::Service(Napi::Env env) {
     uint64_t pos = 0;
     Request r = pending.front();
     try {
-      int rc = TryClaim(env, &ref, &pos);
+      // A ring may be a producer's heads-up, sent before its frame is READY
+      // (gpuring/doorbell.h): wait that long for the frame rather than sleep
+      // again and need a second wake-up.
+      int rc = ClaimWithin(env, &ref, &pos, bell->TakeRung() ? kHeadsUpWaitNs : 0);
       if (rc != 0) {
         bell->Arm(GPR_BELL_DATA);
         rc = TryClaim(env, &ref, &pos);
@@ -260,13 +274,9 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   ThrowHeldError(env);
   if (!s_->pending.empty()) return env.Null();
   double spin_us = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : 0;
-  uint64_t until = gpr_monotonic_ns() + static_cast<uint64_t>(spin_us > 0 ? spin_us * 1e3 : 0);
   gpr_frame_ref ref{};
   uint64_t pos = 0;
-  while (s_->TryClaim(env, &ref, &pos) != 0) {
-    if (gpr_monotonic_ns() >= until) return env.Null();
-    for (int i = 0; i < 32; i++) gpr_cpu_relax();
-  }
+  if (s_->ClaimWithin(env, &ref, &pos, static_cast<uint64_t>(spin_us > 0 ? spin_us * 1e3 : 0)) != 0) return env.Null();
   return s_->Receive(env, pos, ref);
 }
 

@@ -69,6 +69,7 @@ struct ConsumerState : LoopParticipant {
   // (FRAMES_MISSED) or its eviction (EVICTED) are thrown, once, as an error
   // whose `missed` says how many it lost; the next claim goes on.
   int TryClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos);
+  int ClaimWithin(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns);
 
   // Serves waiting requests from the ring in order; sleeps if any remain.
   void Service(Napi::Env env);
@@ -83,6 +84,11 @@ struct ConsumerState : LoopParticipant {
   bool Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *record, gpr_error *err);
   // Bytes before each body in what JS receives (see Receive).
   static constexpr size_t kRecordBytes = 32;
+  // How long a consumer woken by a ring waits for a frame before sleeping
+  // again: a producer's heads-up comes before its frame, which a warm producer
+  // makes READY within a few microseconds and a cold one (idle for
+  // milliseconds, on a virtual machine) within about 20.
+  static constexpr uint64_t kHeadsUpWaitNs = 20'000;
   // Lets go of the device memory of producers that left this ring, which
   // this process still maps or imports with no frame holding it (publisher.h):
   // once per sweep, and when the consumer closes.

@@ -85,6 +85,7 @@ void Doorbell::Disarm() { gpr_doorbell_clear(seg_, index_, GPR_BELL_DATA | GPR_B
 
 void Doorbell::Sleep(uint64_t timeout_ms, bool keep_alive) {
   sleeping_ = true;
+  rung_ = false;
   for (auto *h : {reinterpret_cast<uv_handle_t *>(&handles_->poll), reinterpret_cast<uv_handle_t *>(&handles_->timer)})
     keep_alive ? uv_ref(h) : uv_unref(h);
   uv_timer_start(&handles_->timer, [](uv_timer_t *h) {
@@ -107,7 +108,7 @@ void Doorbell::Stop() {
 // ignored at once: the poll is level-triggered.
 void Doorbell::Rung() {
   if (!sleeping_) return Drain();
-  unread_ = true;
+  unread_ = rung_ = true;
   Wake();
 }
 

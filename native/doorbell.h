@@ -15,6 +15,7 @@
 #include <napi.h>
 #include <uv.h>
 #include <functional>
+#include <utility>
 #include "gpuring.h"
 
 namespace gpuring {
@@ -41,6 +42,8 @@ class Doorbell {
   void Sleep(uint64_t timeout_ms, bool keep_alive = true);
   // Ends the sleep without running the callback.
   void Stop();
+  // Whether a ring woke us since the last call (not the timeout).
+  bool TakeRung() { return std::exchange(rung_, false); }
 
   struct Handles;  // the uv handles; freed by their close callbacks, which may run after us
 
@@ -56,6 +59,7 @@ class Doorbell {
   Handles *handles_ = nullptr;
   bool sleeping_ = false;
   bool unread_ = false;  // a ring that woke us may still be in the socket
+  bool rung_ = false;    // a ring woke us; not yet asked about
 };
 
 }  // namespace gpuring

@@ -291,9 +291,18 @@ Napi::Uint8Array ProducerCore::ValidBody(Napi::Env env, Napi::Value value) {
   return body;
 }
 
+// The heads-up of gpuring/doorbell.h, when this publish can go into the ring
+// at once (not behind frames waiting for space): whom it rang.
+uint32_t ProducerCore::HeadsUp() {
+  return closed_ || !s_->pending.empty() ? GPR_RUNG_NOBODY : gpr_doorbell_heads_up(&s_->seg);
+}
+
 // publish(body: Uint8Array, allocs: Float64Array [arena, offset, length]..., tag: bigint,
 //         timeoutMs: number (-1 forever, 0 fail fast)) -> number | Promise<number>
 Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
+  // First of all, before any work a cold CPU does slowly: a sleeping
+  // consumer's wake-up then overlaps this publish instead of following it.
+  uint32_t rung = HeadsUp();
   Napi::Env env = info.Env();
   Napi::Uint8Array body = ValidBody(env, info[0]);
   auto list = info[1].As<Napi::Float64Array>();
@@ -310,7 +319,7 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
     allocs.push_back(a);
   }
   s.ReapOldest();
-  Napi::Value out = Enqueue(env, body.Data(), body.ByteLength(), std::move(allocs), tag, timeout_ms);
+  Napi::Value out = Enqueue(env, body.Data(), body.ByteLength(), std::move(allocs), tag, timeout_ms, rung);
   if (out.IsEmpty()) {
     char why[512];
     gpr_ring_describe_full(&s.seg, why, sizeof why);
@@ -326,6 +335,7 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
 // waits for space. With timeoutMs 0 it stops at the first that does not fit:
 // fewer ids than `count` come back, and the rest were never published.
 Napi::Value ProducerCore::PublishMany(const Napi::CallbackInfo &info) {
+  uint32_t rung = HeadsUp();
   Napi::Env env = info.Env();
   Napi::Uint8Array body = ValidBody(env, info[0]);
   uint32_t count = info[1].As<Napi::Number>().Uint32Value();
@@ -338,7 +348,8 @@ Napi::Value ProducerCore::PublishMany(const Napi::CallbackInfo &info) {
   Napi::Array out = Napi::Array::New(env);
   for (uint32_t i = 0; i < count; i++) {
     uint64_t tag = tagged ? info[2].As<Napi::BigUint64Array>()[i] : 0;
-    Napi::Value id = Enqueue(env, body.Data(), body.ByteLength(), std::vector<gpr_allocation>(1), tag, timeout_ms);
+    Napi::Value id = Enqueue(env, body.Data(), body.ByteLength(), std::vector<gpr_allocation>(1), tag, timeout_ms,
+                             i == 0 ? rung : GPR_RUNG_NOBODY);
     if (id.IsEmpty()) break;
     out.Set(i, id);
   }
@@ -350,7 +361,7 @@ Napi::Value ProducerCore::PublishMany(const Napi::CallbackInfo &info) {
 // full and timeoutMs is 0 (nothing was kept). allocs[0] is for the body; the
 // rest are column buffers the frame now owns.
 Napi::Value ProducerCore::Enqueue(Napi::Env env, const uint8_t *body, size_t length, std::vector<gpr_allocation> allocs,
-                                  uint64_t tag, double timeout_ms) {
+                                  uint64_t tag, double timeout_ms, uint32_t rung) {
   ProducerState &s = *s_;
   Check(env, [&](gpr_error *e) { return gpr_arena_alloc(&s.pool, length, &allocs[0], e); });
   memcpy(allocs[0].ptr, body, length);
@@ -365,8 +376,8 @@ Napi::Value ProducerCore::Enqueue(Napi::Env env, const uint8_t *body, size_t len
   ref.user_tag = tag;
   uint64_t pos = 0;
   // A full ring may only hold frames released behind a held one: reap them all before waiting.
-  bool went = s.pending.empty() && (gpr_ring_try_publish(&s.seg, s.me, &ref, &pos) == 0 ||
-                                    (s.Reap(true) > 0 && gpr_ring_try_publish(&s.seg, s.me, &ref, &pos) == 0));
+  bool went = s.pending.empty() && (gpr_ring_try_publish_rung(&s.seg, s.me, &ref, &pos, rung) == 0 ||
+                                    (s.Reap(true) > 0 && gpr_ring_try_publish_rung(&s.seg, s.me, &ref, &pos, rung) == 0));
   if (went) {
     s.next_frame_id++;
     s.inflight.push_back(ProducerState::Frame{ref.frame_id, pos, std::move(allocs)});

@@ -81,7 +81,8 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   Napi::Value PublishMany(const Napi::CallbackInfo &info);
   Napi::Uint8Array ValidBody(Napi::Env env, Napi::Value value);
   Napi::Value Enqueue(Napi::Env env, const uint8_t *body, size_t length, std::vector<gpr_allocation> allocs,
-                      uint64_t tag, double timeout_ms);
+                      uint64_t tag, double timeout_ms, uint32_t rung);
+  uint32_t HeadsUp();
   Napi::Value OnRelease(const Napi::CallbackInfo &info);
   Napi::Value Stats(const Napi::CallbackInfo &info);
   Napi::Value Subscribers(const Napi::CallbackInfo &info);

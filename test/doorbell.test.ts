@@ -82,6 +82,22 @@ test('a consumer that goes back to sleep right after each wake-up misses no ring
   });
 });
 
+test('a consumer woken by a heads-up 50 ms before its frame sleeps again and is rung again by the publish: every frame arrives, in order', async (t) => {
+  await withRing('bell-heads-up', { slots: 16 }, async (_ring, name) => {
+    const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });
+    const producer = spawn(cProgram('heads_up'), [name, '5', '50'], { stdio: ['ignore', 'ignore', 'inherit'] });
+    const values: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      const f = await consumer.next(WAIT);
+      values.push(f.toTable().getChild('i')!.get(0) as number);
+      f.release();
+    }
+    t.deepEqual(values, [0, 1, 2, 3, 4]);
+    t.is((await exitOf(producer)).code, 0, 'each heads-up reached the sleeping consumer');
+    consumer.close();
+  });
+});
+
 test('nextBatch() takes every ready frame in order in one call, at most max, and waits for the first', async (t) => {
   await withRing('bell-batch', { slots: 64 }, async (ring, name) => {
     const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });

@@ -153,6 +153,26 @@ static int rung(const int *fds, int n, int *got) {
   return count;
 }
 
+/* Attaches `n` consumers asleep on doorbells (DATA); sleeper 0 is dead:
+ * nothing is bound to its name (fds[0] is -1). */
+static void attach_sleepers(gpr_segment *seg, int n, uint32_t *idx, int *fds) {
+  gpr_error err;
+  uint32_t g;
+  for (int i = 0; i < n; i++) {
+    CHECK(gpr_participant_attach(seg, GPR_ROLE_CONSUMER, &idx[i], &g, &err) == 0);
+    uint64_t key = 0x5eed0000u + (uint64_t)i;
+    __atomic_store_n(&seg->participants[idx[i]].doorbell_key, key, __ATOMIC_RELEASE);
+    fds[i] = -1;
+    if (i > 0) {
+      struct sockaddr_un addr;
+      socklen_t len = gpr_doorbell_address(seg->name, key, &addr);
+      fds[i] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      CHECK(fds[i] >= 0 && bind(fds[i], (struct sockaddr *)&addr, len) == 0);
+    }
+    gpr_doorbell_arm(seg, idx[i], GPR_BELL_DATA);
+  }
+}
+
 /* SPEC.md §6.1: a publish rings one doorbell sleeper it can reach, skipping a
  * dead one (no socket bound to its name); hand-backs ring every sleeper. */
 static void test_publish_rings_one_sleeper(const char *base) {
@@ -162,22 +182,10 @@ static void test_publish_rings_one_sleeper(const char *base) {
   gpr_error err;
   gpr_segment_options o = {8, 8, 0, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
-  uint32_t p, pg, idx[4], g;
+  uint32_t p, pg, idx[4];
   int fds[4], got[4];
   CHECK(gpr_participant_attach(&seg, GPR_ROLE_PRODUCER, &p, &pg, &err) == 0);
-  for (int i = 0; i < 4; i++) {
-    CHECK(gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &idx[i], &g, &err) == 0);
-    uint64_t key = 0x5eed0000u + (uint64_t)i;
-    __atomic_store_n(&seg.participants[idx[i]].doorbell_key, key, __ATOMIC_RELEASE);
-    fds[i] = -1;
-    if (i > 0) { /* sleeper 0 is dead: nothing is bound to its name */
-      struct sockaddr_un addr;
-      socklen_t len = gpr_doorbell_address(seg.name, key, &addr);
-      fds[i] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-      CHECK(fds[i] >= 0 && bind(fds[i], (struct sockaddr *)&addr, len) == 0);
-    }
-    gpr_doorbell_arm(&seg, idx[i], GPR_BELL_DATA);
-  }
+  attach_sleepers(&seg, 4, idx, fds);
   gpr_frame_ref r = ref_for(p, pg, 1);
   uint64_t pos;
   CHECK(gpr_ring_try_publish(&seg, p, &r, &pos) == 0);
@@ -206,6 +214,38 @@ static void test_publish_rings_one_sleeper(const char *base) {
   gpr_segment_unlink(name, &err);
 }
 
+/* SPEC.md §6.1, heads-up: a producer rings one sleeper it can reach before
+ * publishing; the publish then rings that sleeper again only if it went back
+ * to sleep, and no other. */
+static void test_heads_up(const char *base) {
+  char name[48];
+  snprintf(name, sizeof name, "%s-heads", base);
+  gpr_segment seg;
+  gpr_error err;
+  gpr_segment_options o = {8, 8, 0, 0, 0, GPR_DELIVERY_EACH};
+  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
+  uint32_t p, pg, idx[3];
+  int fds[3], got[3];
+  CHECK(gpr_participant_attach(&seg, GPR_ROLE_PRODUCER, &p, &pg, &err) == 0);
+  attach_sleepers(&seg, 3, idx, fds);
+  gpr_frame_ref r = ref_for(p, pg, 1);
+  uint64_t pos;
+  uint32_t to = gpr_doorbell_heads_up(&seg);
+  CHECK(to == idx[1] && rung(fds, 3, got) == 1 && got[1]);
+  CHECK(gpr_ring_try_publish_rung(&seg, p, &r, &pos, to) == 0);
+  CHECK(rung(fds, 3, got) == 0 && (seg.participants[idx[2]].doorbell & GPR_BELL_DATA));
+  to = gpr_doorbell_heads_up(&seg);
+  CHECK(to == idx[2] && rung(fds, 3, got) == 1 && got[2]);
+  gpr_doorbell_arm(&seg, idx[2], GPR_BELL_DATA); /* it woke too early and sleeps again */
+  CHECK(gpr_ring_try_publish_rung(&seg, p, &r, &pos, to) == 0);
+  CHECK(rung(fds, 3, got) == 1 && got[2] && seg.control->data_doorbells == 0);
+  CHECK(gpr_doorbell_heads_up(&seg) == GPR_RUNG_NOBODY);
+  CHECK(gpr_ring_try_publish_rung(&seg, p, &r, &pos, GPR_RUNG_NOBODY) == 0 && rung(fds, 3, got) == 0);
+  for (int i = 1; i < 3; i++) close(fds[i]);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, &err);
+}
+
 int main(void) {
   char name[32];
   snprintf(name, sizeof name, "ctest-ring-%d", (int)getpid());
@@ -222,6 +262,7 @@ int main(void) {
   test_corrupt_words(&seg, p, pg, c);
   test_hostile_hints(&seg, p, pg, c);
   test_publish_rings_one_sleeper(name);
+  test_heads_up(name);
   gpr_segment_close(&seg);
   gpr_segment_unlink(name, &err);
   return CHECK_DONE();

@@ -22,6 +22,9 @@
  *    stops after one sleeper it could reach: only one consumer can take the
  *    frame, and waking every sleeper for it cost the producer a system call
  *    per sleeper per frame (4 sleeping consumers took fewer frames/s than 1).
+ *  - Heads-up (optional): a producer may ring before its frame is READY, so
+ *    the wake-up overlaps the publish; the publish then rings the one it woke
+ *    again only if it went back to sleep (gpr_doorbell_heads_up).
  * Either the sleeper's last look sees the new state or the notifier sees the
  * bit (the same pairing as the futex waiters). A bell rings once per sleep: a
  * notifier finds the bit clear until its owner sleeps again, so a busy stream
@@ -83,25 +86,48 @@ GPR_INLINE void gpr_doorbell_arm(gpr_segment *seg, uint32_t index, uint32_t bit)
   if (!(was & bit)) __atomic_fetch_add(gpr_doorbell_count(seg, bit), 1u, __ATOMIC_SEQ_CST);
 }
 
-/* Notifier: rings entries asleep waiting for `bit`, at most `max` live ones.
- * The caller has issued the seq_cst fence after its release store (gpr_notify
- * does). The scan stops after as many set bits as the count announced, and
- * never passes the table. A sleeper whose socket is gone (ECONNREFUSED: it
- * died) was rung by nobody and does not count against `max`; a full queue
- * (EAGAIN) already holds a wake-up, so that sleeper counts as rung. */
-GPR_INLINE void gpr_doorbell_ring(gpr_segment *seg, uint32_t bit, uint32_t max) {
-  uint32_t left = __atomic_load_n(gpr_doorbell_count(seg, bit), __ATOMIC_RELAXED);
+/* One datagram to entry `p`'s doorbell: whether it reached a sleeper's queue.
+ * A socket that is gone (ECONNREFUSED: its owner died) reached nobody; a full
+ * queue (EAGAIN) already holds a wake-up, so it counts as reached. */
+GPR_INLINE int gpr_doorbell_send(gpr_segment *seg, gpr_participant *p) {
+  struct sockaddr_un addr;
+  socklen_t len = gpr_doorbell_address(seg->name, __atomic_load_n(&p->doorbell_key, __ATOMIC_ACQUIRE), &addr);
+  int fd = gpr_doorbell_sender(seg);
+  if (fd < 0) return 0;
+  return sendto(fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&addr, len) >= 0 || errno == EAGAIN;
+}
+
+enum { GPR_RUNG_NOBODY = 0xffffffffu };
+
+/* Notifier: rings entries asleep waiting for `bit`, at most `max` live ones;
+ * returns the index of the last one it reached, or GPR_RUNG_NOBODY. The caller
+ * has issued the seq_cst fence after its release store (gpr_notify does). The
+ * scan stops after as many set bits as the count announced, and never passes
+ * the table. A sleeper whose socket is gone was rung by nobody and does not
+ * count against `max`. */
+GPR_INLINE uint32_t gpr_doorbell_ring(gpr_segment *seg, uint32_t bit, uint32_t max) {
+  uint32_t left = __atomic_load_n(gpr_doorbell_count(seg, bit), __ATOMIC_RELAXED), rung = GPR_RUNG_NOBODY;
   for (uint32_t i = 0; left > 0 && max > 0 && i < seg->participant_capacity; i++) {
     gpr_participant *p = &seg->participants[i];
     if (!(__atomic_load_n(&p->doorbell, __ATOMIC_RELAXED) & bit)) continue;
     left--;
     if (!gpr_doorbell_clear(seg, i, bit)) continue;  /* another notifier rang it */
-    struct sockaddr_un addr;
-    socklen_t len = gpr_doorbell_address(seg->name, __atomic_load_n(&p->doorbell_key, __ATOMIC_ACQUIRE), &addr);
-    int fd = gpr_doorbell_sender(seg);
-    if (fd < 0) return;
-    if (sendto(fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&addr, len) >= 0 || errno == EAGAIN) max--;
+    if (gpr_doorbell_send(seg, p)) max--, rung = i;
   }
+  return rung;
+}
+
+/* Heads-up (SPEC.md §6.1): a producer about to publish rings the DATA sleeper
+ * (every one, on a broadcast ring) before its frame exists, so that the
+ * sleeper's wake-up, the slowest hop of a hand-off, overlaps the publish
+ * instead of following it. Returns whom it reached, for
+ * gpr_ring_try_publish_rung(); a publish that then does not happen costs that
+ * sleeper one wake-up that finds nothing. No system call while nobody sleeps. */
+GPR_INLINE uint32_t gpr_doorbell_heads_up(gpr_segment *seg) {
+  /* No fence: nothing is lost if this misses a sleeper, whom the publish's own
+   * notification still finds. */
+  if (__atomic_load_n(&seg->control->data_doorbells, __ATOMIC_RELAXED) == 0) return GPR_RUNG_NOBODY;
+  return gpr_doorbell_ring(seg, GPR_BELL_DATA, seg->broadcast ? UINT32_MAX : 1u);
 }
 
 /* Wakes waiters for `bit` (GPR_BELL_DATA: consumers on data_seq; GPR_BELL_SPACE:
@@ -120,5 +146,16 @@ GPR_INLINE void gpr_notify_bell(gpr_segment *seg, uint32_t bit, uint32_t doorbel
  * consumers do not all wake, and cost the producer a system call each, for
  * every frame. */
 GPR_INLINE void gpr_notify_published(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_DATA, 1u); }
+
+/* The DATA notification of a work-queue publish whose producer gave a heads-up
+ * that reached entry `rung`: that sleeper was already woken for this frame, so
+ * it is rung again only if it went back to sleep before the frame was READY
+ * (its bit is set again); nobody else is (another sleeper would wake to a frame
+ * `rung` takes). With GPR_RUNG_NOBODY, gpr_notify_published(). */
+GPR_INLINE void gpr_notify_published_rung(gpr_segment *seg, uint32_t rung) {
+  if (rung >= seg->participant_capacity) return gpr_notify_published(seg);
+  gpr_notify(&seg->control->data_seq, &seg->control->data_waiters);
+  if (gpr_doorbell_clear(seg, rung, GPR_BELL_DATA)) gpr_doorbell_send(seg, &seg->participants[rung]);
+}
 GPR_INLINE void gpr_notify_data(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_DATA, UINT32_MAX); }
 GPR_INLINE void gpr_notify_space(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_SPACE, UINT32_MAX); }

@@ -57,6 +57,7 @@ typedef struct gpr_producer {
   pthread_t channel_thread;
   gpr_channel_lookup channel_lookup;
   void *channel_context;
+  uint32_t heads_up;             /* entry the pending heads-up reached, or GPR_RUNG_NOBODY */
 } gpr_producer;
 
 /* Attaches to ring NAME (created beforehand with gpr_segment_create) and sweeps
@@ -73,6 +74,7 @@ GPR_INLINE int gpr_producer_open(const char *name, const gpr_producer_options *o
   gpr_arena_pool_init(&p->pool, &p->seg, p->index, p->gen, opt ? opt->arena_size : 0u);
   p->next_frame_id = 1;
   p->channel_fd = -1;
+  p->heads_up = GPR_RUNG_NOBODY;
   gpr_sweep(&p->seg, NULL, NULL);
   *out = p;
   return 0;
@@ -162,6 +164,17 @@ GPR_INLINE int gpr_producer_write_body(gpr_producer *p, const gpr_frame_desc *d,
   return rc;
 }
 
+/* Heads-up (SPEC.md §6.1): wakes a consumer asleep on a doorbell now, for the
+ * frame this producer publishes next, so that its wake-up (tens of
+ * microseconds on an idle machine) overlaps the work before that publish.
+ * gpr_producer_publish gives one itself when none is pending; call this when
+ * you start making a frame that takes about a wake-up's time to make. A
+ * consumer that wakes and finds nothing sleeps again, and the publish rings it
+ * again. No system call while nobody sleeps. */
+GPR_INLINE void gpr_producer_heads_up(gpr_producer *p) {
+  if (p->heads_up == GPR_RUNG_NOBODY) p->heads_up = gpr_doorbell_heads_up(&p->seg);
+}
+
 typedef struct gpr_publish_attempt {
   gpr_producer *p;
   const gpr_frame_ref *ref;
@@ -171,7 +184,11 @@ typedef struct gpr_publish_attempt {
 GPR_INLINE int gpr_producer_try_publish(void *ctx) {
   gpr_publish_attempt *a = (gpr_publish_attempt *)ctx;
   gpr_producer_reap(a->p);
-  int rc = gpr_ring_try_publish(&a->p->seg, a->p->index, a->ref, &a->pos);
+  /* The heads-up counts for the first try only: a frame that waits for space
+   * is notified as any other. */
+  uint32_t rung = a->p->heads_up;
+  a->p->heads_up = GPR_RUNG_NOBODY;
+  int rc = gpr_ring_try_publish_rung(&a->p->seg, a->p->index, a->ref, &a->pos, rung);
   /* A broadcast ring may just have dropped its oldest frame for slow subscribers
    * (gpr_bc_relieve): if that frame was ours, reaping it frees the slot now. */
   if (rc == -(int)GPR_E_RING_FULL && a->p->seg.broadcast && gpr_producer_reap(a->p) > 0)
@@ -213,15 +230,17 @@ GPR_INLINE int gpr_producer_publish(gpr_producer *p, const gpr_frame_desc *d,
   uint32_t owned = o ? o->owned_count : 0u;
   if (owned && !o->owned)
     return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "owned_count without owned allocations");
+  gpr_producer_heads_up(p); /* the wake-up overlaps encoding the body */
   int rc = gpr_producer_check_buffers(p, d, err);
   if (rc == 0) rc = gpr_producer_reserve(p, err);
-  if (rc != 0) return rc;
-  gpr_allocation *allocs = (gpr_allocation *)malloc((owned + 1u) * sizeof *allocs);
-  if (!allocs) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "producer: out of memory");
-  uint64_t body_length = gpr_body_encoded_size(d);
-  rc = gpr_producer_write_body(p, d, body_length, &allocs[0], err);
+  gpr_allocation *allocs = NULL;
+  if (rc == 0 && !(allocs = (gpr_allocation *)malloc((owned + 1u) * sizeof *allocs)))
+    rc = gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "producer: out of memory");
+  uint64_t body_length = rc == 0 ? gpr_body_encoded_size(d) : 0u;
+  if (rc == 0) rc = gpr_producer_write_body(p, d, body_length, &allocs[0], err);
   if (rc != 0) {
     free(allocs);
+    p->heads_up = GPR_RUNG_NOBODY; /* no frame follows it: the next publish gives its own */
     return rc;
   }
   if (owned) memcpy(allocs + 1, o->owned, owned * sizeof *allocs);

@@ -65,11 +65,11 @@ GPR_INLINE void gpr_count(uint64_t *counter) {
   __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + 1u, __ATOMIC_RELAXED);
 }
 
-/* Publishes `ref` as participant `me`. One CAS on the slot; no system call
- * unless a consumer sleeps. GPR_E_RING_FULL when the slot a lap back is still
- * occupied (queued, leased or not yet reclaimed by its producer). */
-GPR_INLINE int gpr_ring_try_publish(gpr_segment *seg, uint32_t me, const gpr_frame_ref *ref,
-                                    uint64_t *out_pos) {
+/* gpr_ring_try_publish() after a heads-up (gpr_doorbell_heads_up) that reached
+ * entry `rung`: the publish's DATA notification rings that entry again only if
+ * it went back to sleep (gpr_notify_published_rung). */
+GPR_INLINE int gpr_ring_try_publish_rung(gpr_segment *seg, uint32_t me, const gpr_frame_ref *ref,
+                                         uint64_t *out_pos, uint32_t rung) {
   gpr_control *c = seg->control;
   uint64_t pos = __atomic_load_n(&c->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
   for (uint64_t steps = gpr_scan_limit(seg); steps > 0; steps--) {
@@ -90,7 +90,7 @@ GPR_INLINE int gpr_ring_try_publish(gpr_segment *seg, uint32_t me, const gpr_fra
                                               __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
         return -(int)GPR_E_FRAME_STATE;
       } else {
-        gpr_notify_published(seg);
+        gpr_notify_published_rung(seg, rung);
       }
       gpr_count(&seg->participants[me].published);
       if (out_pos) *out_pos = pos;
@@ -104,6 +104,14 @@ GPR_INLINE int gpr_ring_try_publish(gpr_segment *seg, uint32_t me, const gpr_fra
     } else pos = gpr_hint_reload(seg, &c->tail, pos);  /* our hint was stale */
   }
   return -(int)GPR_E_RING_FULL;  /* no free slot within two laps: full for now */
+}
+
+/* Publishes `ref` as participant `me`. One CAS on the slot; no system call
+ * unless a consumer sleeps. GPR_E_RING_FULL when the slot a lap back is still
+ * occupied (queued, leased or not yet reclaimed by its producer). */
+GPR_INLINE int gpr_ring_try_publish(gpr_segment *seg, uint32_t me, const gpr_frame_ref *ref,
+                                    uint64_t *out_pos) {
+  return gpr_ring_try_publish_rung(seg, me, ref, out_pos, GPR_RUNG_NOBODY);
 }
 
 GPR_INLINE int gpr_ring_take(gpr_segment *seg, uint32_t me, uint64_t pos, uint64_t w,
