@@ -47,8 +47,11 @@ type NextParsed = { timeout: number; signal?: AbortSignal | undefined; spin: num
  * Waking: a consumer that finds the ring empty sleeps on its doorbell, a socket
  * that Node's event loop polls (SPEC.md §6.1): a producer's publish wakes the
  * loop directly, with no thread in between; a busy stream costs no system call
- * at all. Neither the event loop nor the libuv thread pool is ever blocked
- * (except by `next({ spin })`, on request). A pending `next()` keeps the process
+ * at all. Producers ring at the start of a publish (a heads-up), so the
+ * wake-up overlaps the publish; a consumer woken before its frame is READY
+ * polls the ring for up to 20 µs on the event loop, then sleeps again and is
+ * rung again. Otherwise neither the event loop nor the libuv thread pool is
+ * ever blocked (except by `next({ spin })`, on request). A pending `next()` keeps the process
  * alive; an idle consumer does not, and its leases are released when the
  * process exits even if `close()` was never called.
  */
