@@ -12,6 +12,7 @@ export type { BufferDescriptor, ColumnDescriptor, FrameDescription } from './cod
 export { absentBuffer, hostBuffer } from './codec/description.js';
 export { encodeFrame } from './codec/encode.js';
 export { decodeFrame } from './codec/decode.js';
-export type { CudaInfo, DeviceExport, DeviceInfo, ParticipantInfo, OldestSlot, ProducerStats, RingInspection, SlotInfo, SubscriberInfo, SweepReport } from './native.js';
+export type { CudaInfo, DeviceExport, DeviceInfo, ParticipantInfo, PinnedHostStats, OldestSlot, ProducerStats, RingInspection, SlotInfo, SubscriberInfo, SweepReport } from './native.js';
 export { DeviceStream } from './device-stream.js';
+export { PinnedHostPool } from './pinned-host-pool.js';
 export { cudaInfo, DeviceBuffer, deviceBufferDescriptor, exportDeviceMemory } from './device-buffer.js';

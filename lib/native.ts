@@ -323,6 +323,7 @@ export interface NativeAddon {
   deviceAllocVmm(device: number, bytes: number): bigint;
   ipcStats(): IpcStats;
   pinnedHostStats(): PinnedHostStats;
+  reservePinnedHost(device: number, bytes: number): boolean;
   ipcSetLimits(entries: number, bytes: number): void;
   recordEvent(device: number, onlyIfBusy?: boolean, stream?: bigint): { id: number; handle: Uint8Array } | null;
   recycleEvent(id: number): void;

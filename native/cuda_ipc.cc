@@ -328,6 +328,15 @@ Napi::Value IpcStats(const Napi::CallbackInfo &info) { return IpcHandleCache::Ge
 
 Napi::Value PinnedHostStats(const Napi::CallbackInfo &info) { return PinnedHostPool::Get().Stats(info.Env()); }
 
+// reservePinnedHost(device, bytes) -> whether a block was pinned (PinnedHostPool::Reserve).
+Napi::Value ReservePinnedHost(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  int device = info[0].As<Napi::Number>().Int32Value();
+  auto bytes = static_cast<size_t>(info[1].As<Napi::Number>().DoubleValue());
+  ScopedContext ctx(env, device);
+  return Napi::Boolean::New(env, PinnedHostPool::Get().Reserve(ctx.driver(), bytes));
+}
+
 // ipcSetLimits(entries, bytes): bounds on cached mappings; closes idle ones now if over.
 Napi::Value IpcSetLimits(const Napi::CallbackInfo &info) {
   IpcHandleCache::Get().SetLimits(info[0].As<Napi::Number>().Uint32Value(),
@@ -599,6 +608,7 @@ void DefineCudaIpc(Napi::Env env, Napi::Object exports) {
   exports.Set("deviceAllocVmm", Napi::Function::New(env, DeviceAllocVmm));
   exports.Set("ipcStats", Napi::Function::New(env, IpcStats));
   exports.Set("pinnedHostStats", Napi::Function::New(env, PinnedHostStats));
+  exports.Set("reservePinnedHost", Napi::Function::New(env, ReservePinnedHost));
   exports.Set("ipcSetLimits", Napi::Function::New(env, IpcSetLimits));
   exports.Set("recordEvent", Napi::Function::New(env, RecordEvent));
   exports.Set("recycleEvent", Napi::Function::New(env, RecycleEvent));

@@ -67,20 +67,38 @@ void PinnedHostPool::Pin(const Driver &d, Block &b, size_t n, const PieceReady &
   }
 }
 
+size_t PinnedHostPool::Capacity(size_t n) { return (n + kHugePage - 1) / kHugePage * kHugePage; }
+
+// Maps a new block of b->capacity bytes (not yet pinned), counted against the
+// limit; false when the bound would be passed or the memory cannot be mapped.
+bool PinnedHostPool::Fresh(const Driver &d, Block *b) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!Trim(d, b->capacity)) return false;
+    reserved_ += b->capacity;  // mapped below, outside the lock
+  }
+  if ((b->base = MapHugePages(b->capacity))) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  reserved_ -= b->capacity;
+  return false;
+}
+
+bool PinnedHostPool::Reserve(const Driver &d, size_t n) {
+  Block b{nullptr, Capacity(n), 0};
+  if (!Fresh(d, &b)) return false;
+  Pin(d, b, 0, [](void *, size_t, size_t) {});
+  Give(b);
+  return true;
+}
+
 Napi::ArrayBuffer PinnedHostPool::Take(Napi::Env env, const Driver &d, size_t n, const PieceReady &ready) {
-  Block b{nullptr, (n + kHugePage - 1) / kHugePage * kHugePage, 0};
+  Block b{nullptr, Capacity(n), 0};
   bool reused;
   {
     std::lock_guard<std::mutex> lock(mu_);
     reused = Reuse(b.capacity, &b);
-    if (!reused && !Trim(d, b.capacity)) return Napi::ArrayBuffer();
-    if (!reused) reserved_ += b.capacity;  // mapped below, outside the lock
   }
-  if (!reused && !(b.base = MapHugePages(b.capacity))) {
-    std::lock_guard<std::mutex> lock(mu_);
-    reserved_ -= b.capacity;
-    return Napi::ArrayBuffer();
-  }
+  if (!reused && !Fresh(d, &b)) return Napi::ArrayBuffer();
   try {
     if (!reused) Pin(d, b, n, ready);
     for (size_t at = 0; reused && at < n; at += kPiece) ready(static_cast<uint8_t *>(b.base) + at, at, std::min(kPiece, n - at));

@@ -36,6 +36,12 @@ class PinnedHostPool {
   // for its copies before the buffer is used.
   Napi::ArrayBuffer Take(Napi::Env env, const Driver &d, size_t n, const PieceReady &ready);
 
+  // Pins a block for results of about n bytes now and keeps it idle, so that
+  // the first such result copies at the link's rate instead of pinning as it
+  // goes; false when the bound would be passed or the memory cannot be mapped.
+  // Needs a current CUDA context.
+  bool Reserve(const Driver &d, size_t n);
+
   // { pinnedBytes, idleBytes, limitBytes }
   Napi::Object Stats(Napi::Env env);
 
@@ -46,6 +52,8 @@ class PinnedHostPool {
     size_t capacity;
     size_t pinned;  // bytes from base registered: all, unless pinning failed part way
   };
+  static size_t Capacity(size_t n);
+  bool Fresh(const Driver &d, Block *b);
   void Pin(const Driver &d, Block &b, size_t n, const PieceReady &ready);
   void Give(const Block &b);
   bool Reuse(size_t capacity, Block *out);

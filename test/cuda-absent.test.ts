@@ -2,7 +2,7 @@
 // CUDA_UNAVAILABLE and the reason; on a GPU machine this checks the opposite.
 import test from 'ava';
 import { tableFromArrays } from 'apache-arrow';
-import { Consumer, cudaInfo, DeviceBuffer, DeviceStream, GpuringError, Producer } from '../lib/index.js';
+import { Consumer, cudaInfo, DeviceBuffer, DeviceStream, GpuringError, PinnedHostPool, Producer } from '../lib/index.js';
 import { withRing } from './helpers/ring.js';
 
 const info = cudaInfo();
@@ -17,6 +17,8 @@ test('device memory without a driver fails with CUDA_UNAVAILABLE, naming the rea
   const e = t.throws(() => DeviceBuffer.alloc(64), { instanceOf: GpuringError })!;
   t.is(e.code, 'CUDA_UNAVAILABLE');
   t.regex(e.message, /libcuda\.so\.1/);
+  t.is(t.throws(() => PinnedHostPool.reserve(1 << 20), { instanceOf: GpuringError })!.code, 'CUDA_UNAVAILABLE');
+  t.deepEqual(PinnedHostPool.stats(), { pinnedBytes: 0, idleBytes: 0, limitBytes: PinnedHostPool.stats().limitBytes }, 'nothing was pinned');
 });
 
 test('release({ stream }) needs the driver; without it the lease stands and a plain release still ends it', async (t) => {

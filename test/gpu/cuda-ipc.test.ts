@@ -4,7 +4,7 @@
 import test from 'ava';
 import { tableDifference } from '../../lib/arrow/compare.js';
 import { Table } from 'apache-arrow';
-import { absentBuffer, Consumer, type Frame, cudaInfo, DeviceBuffer, deviceBufferDescriptor, DeviceStream, exportDeviceMemory, GpuringError, Producer, type FrameDescription } from '../../lib/index.js';
+import { absentBuffer, Consumer, type Frame, cudaInfo, DeviceBuffer, deviceBufferDescriptor, DeviceStream, exportDeviceMemory, GpuringError, PinnedHostPool, Producer, type FrameDescription } from '../../lib/index.js';
 import { HANDLE_BYTES } from '../../lib/codec/layout.js';
 import { native } from '../../lib/native.js';
 import { allTypesTable } from '../helpers/all-types.js';
@@ -167,20 +167,22 @@ gpuTest('copyToDevice({ into }) copies into the caller\'s buffer, which the copy
   });
 });
 
+/** Whether a frame of `buf` filled with a pattern of `seed` comes back from toTable() exactly. */
+async function readsBackExactly(producer: Producer, consumer: Consumer, buf: DeviceBuffer, seed: number): Promise<boolean> {
+  const want = Uint32Array.from({ length: buf.byteLength / 4 }, (_, i) => Math.imul(i, 2654435761) + seed);
+  buf.upload(want);
+  await producer.publishFrame(float32Column(buf.ptr, buf.byteLength));
+  const f = await consumer.next({ timeout: 5000 });
+  const x = f.toTable().getChild('x')!.data[0]!.values as Float32Array;
+  const got = new Uint32Array(x.buffer, x.byteOffset, x.length);
+  f.release();
+  return got.length === want.length && got.every((v, i) => v === want[i]);
+}
+
 gpuTest('large toTable results land in pinned memory, piece by piece, reused (and fully overwritten) once the table is collected', async (t) => {
   const bytes = (72 << 20) + 4096; // three pinned pieces, the last one partial
-  const pattern = (seed: number) => Uint32Array.from({ length: bytes / 4 }, (_, i) => Math.imul(i, 2654435761) + seed);
   await inProcess('gpu-pinned', bytes, async (producer, consumer, buf) => {
-    const readsBack = async (seed: number) => {
-      const want = pattern(seed);
-      buf.upload(want);
-      await producer.publishFrame(float32Column(buf.ptr, bytes));
-      const f = await consumer.next({ timeout: 5000 });
-      const x = f.toTable().getChild('x')!.data[0]!.values as Float32Array;
-      const got = new Uint32Array(x.buffer, x.byteOffset, x.length);
-      f.release();
-      return got.length === want.length && got.every((v, i) => v === want[i]);
-    };
+    const readsBack = (seed: number) => readsBackExactly(producer, consumer, buf, seed);
     const before = native().pinnedHostStats(); // earlier tests may have left larger blocks idle
     t.true(await readsBack(1), 'a fresh block holds the frame exactly');
     const pinned = native().pinnedHostStats().pinnedBytes;
@@ -189,6 +191,21 @@ gpuTest('large toTable results land in pinned memory, piece by piece, reused (an
     t.true(await eventually(collect), 'the collected table gave its block back');
     t.true(await readsBack(2), 'the reused block holds the new frame only');
     t.is(native().pinnedHostStats().pinnedBytes, pinned, 'no new memory was pinned');
+  });
+});
+
+gpuTest('PinnedHostPool.reserve() pins a block ahead: the first toTable() of that size lands in it, pinning nothing more, every value right', async (t) => {
+  const bytes = (100 << 20) + 8192; // a size no other test reads
+  await inProcess('gpu-reserve', bytes, async (producer, consumer, buf) => {
+    const before = PinnedHostPool.stats();
+    t.true(PinnedHostPool.reserve(bytes));
+    const reserved = PinnedHostPool.stats();
+    t.true(reserved.pinnedBytes >= before.pinnedBytes + bytes, 'a block was pinned');
+    t.true(reserved.idleBytes >= before.idleBytes + bytes, 'and kept idle');
+    t.true(await readsBackExactly(producer, consumer, buf, 7), 'the reserved block holds the frame exactly');
+    t.is(PinnedHostPool.stats().pinnedBytes, reserved.pinnedBytes, 'no new memory was pinned');
+    t.false(PinnedHostPool.reserve(2 ** 52), 'past the bound nothing is pinned');
+    t.is(PinnedHostPool.stats().pinnedBytes, reserved.pinnedBytes);
   });
 });
 
