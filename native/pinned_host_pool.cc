@@ -34,8 +34,12 @@ bool PinnedHostPool::Reuse(size_t capacity, Block *out) {
   return true;
 }
 
-// Frees idle blocks until `need` more bytes fit under the limit.
+// Frees idle blocks until `need` more bytes fit under the limit; frees none
+// when they would not fit even then.
 bool PinnedHostPool::Trim(const Driver &d, size_t need) {
+  size_t idle = 0;
+  for (const auto &kv : idle_) idle += kv.first;
+  if (reserved_ - idle + need > limit_) return false;
   while (reserved_ + need > limit_ && !idle_.empty()) {
     auto it = std::prev(idle_.end());
     Free(d, it->second);
