@@ -6,10 +6,12 @@
 //
 //   tensor[k][r][c] = (r * cols + c) * 0.5 + k        (frame k, from 0)
 //
-// Usage: tensor_producer RING [ROWS [COLS [FRAMES [pool]]]]  (creates RING if
-// it does not exist). With `pool`, tensors come from a stream-ordered pool made
-// exportable (cuda-pool, SPEC.md §9b), the way a stage using cudaMallocAsync
-// would allocate; else from cuMemAlloc. The tensor and its event belong to
+// Usage: tensor_producer RING [ROWS [COLS [FRAMES [pool|vmm]]]]  (creates RING
+// if it does not exist). With `pool`, tensors come from a stream-ordered pool
+// made exportable (cuda-pool, SPEC.md §9b), the way a stage using
+// cudaMallocAsync would allocate; with `vmm`, each is VMM memory of its own
+// (cuda-vmm, §9d: 20 MiB chunks mapped side by side, as PyTorch's expandable
+// segments are); else from cuMemAlloc. The tensor and its event belong to
 // the frame until the consumer releases it; the release callback then frees
 // them (gpuring/producer.h).
 // Needs a GPU; the kernel is PTX, compiled by the driver at run time, so no
@@ -72,10 +74,13 @@ void Check(const char *what, int rc, const gpr_error &e) {
 struct Tensor {
   const gpr_cuda *cuda;
   CUdeviceptr ptr = 0;
+  bool vmm = false;
   CUevent ready = nullptr;
   ~Tensor() {
+    gpr_error err{};
     if (ready) cuda->cuEventDestroy(ready);
-    if (ptr) cuda->cuMemFree(ptr);
+    if (ptr && vmm) gpr_cuda_vmm_free(cuda, ptr, &err);
+    else if (ptr) cuda->cuMemFree(ptr);
   }
 };
 
@@ -104,7 +109,8 @@ struct Stage {
   CUfunction fill = nullptr;
   CUstream stream = nullptr;
   gpr_producer *producer = nullptr;
-  CUmemoryPool pool = nullptr;  // null: cuMemAlloc
+  CUmemoryPool pool = nullptr;  // null: cuMemAlloc (or VMM)
+  bool vmm = false;
   uint32_t rows = 0, cols = 0;
 
   // A pool whose memory other processes can import (a file-descriptor handle
@@ -128,8 +134,13 @@ struct Stage {
     auto t = std::make_unique<Tensor>();
     t->cuda = cuda;
     uint64_t n = uint64_t{rows} * cols;
-    CUresult rc = pool ? cuda->cuMemAllocFromPoolAsync(&t->ptr, n * 4, pool, stream) : cuda->cuMemAlloc(&t->ptr, n * 4);
-    Check("allocate", gpr_cuda_check(cuda, rc, pool ? "cuMemAllocFromPoolAsync" : "cuMemAlloc", &err), err);
+    if (vmm) {
+      Check("allocate", gpr_cuda_vmm_alloc(cuda, 0, n * 4, &t->ptr, &err), err);
+      t->vmm = true;
+    } else {
+      CUresult rc = pool ? cuda->cuMemAllocFromPoolAsync(&t->ptr, n * 4, pool, stream) : cuda->cuMemAlloc(&t->ptr, n * 4);
+      Check("allocate", gpr_cuda_check(cuda, rc, pool ? "cuMemAllocFromPoolAsync" : "cuMemAlloc", &err), err);
+    }
     float scale = 0.5f, bias = static_cast<float>(k);
     void *args[] = {&t->ptr, &n, &scale, &bias};
     unsigned blocks = static_cast<unsigned>((n + 255) / 256);
@@ -172,7 +183,7 @@ struct Stage {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: tensor_producer RING [ROWS [COLS [FRAMES [pool]]]]\n");
+    std::fprintf(stderr, "usage: tensor_producer RING [ROWS [COLS [FRAMES [pool|vmm]]]]\n");
     return 2;
   }
   const char *ring = argv[1];
@@ -188,6 +199,7 @@ int main(int argc, char **argv) {
   Check("kernel", gpr_cuda_check(s.cuda, s.cuda->cuModuleGetFunction(&s.fill, module, "gpr_fill"), "cuModuleGetFunction", &err), err);
   Check("stream", gpr_cuda_check(s.cuda, s.cuda->cuStreamCreate(&s.stream, 0), "cuStreamCreate", &err), err);
   if (argc > 5 && std::string(argv[5]) == "pool") s.MakeExportablePool();
+  s.vmm = argc > 5 && std::string(argv[5]) == "vmm";
   gpr_segment seg;
   bool created = gpr_segment_create(&seg, ring, nullptr, &err) == 0;
   if (created) gpr_segment_close(&seg);

@@ -16,13 +16,16 @@ const gpu = info.available && info.devices.length > 0;
 const gpuTest = gpu ? test.serial : test.skip;
 if (!gpu) console.log(`C GPU tests skipped: ${info.available ? 'no CUDA device visible' : info.error}`);
 
-// cuda-ipc: cuMemAlloc tensors; cuda-pool: tensors of an exportable stream-ordered pool (gpr_cuda_describe_for).
-for (const memory of ['cuda-ipc', 'cuda-pool'] as const) {
+// cuda-ipc: cuMemAlloc tensors; cuda-pool: tensors of an exportable stream-ordered pool; cuda-vmm:
+// each tensor VMM memory of its own, 24 MiB across two chunks (gpr_cuda_vmm_alloc). All described
+// with gpr_cuda_describe_for.
+const modes = { 'cuda-ipc': { rows: 512, arg: [] }, 'cuda-pool': { rows: 512, arg: ['pool'] }, 'cuda-vmm': { rows: 65536, arg: ['vmm'] } };
+for (const [memory, mode] of Object.entries(modes)) {
   gpuTest(`rows x cols tensors a C++ stage filled on the device (${memory}) read in Node equal what its kernel wrote`, async (t) => {
-    const [rows, cols, frames] = [512, 96, 3];
+    const [rows, cols, frames] = [mode.rows, 96, 3];
     await withRing('gpu-cxx', { slots: 16 }, async (_ring, name) => {
       const consumer = Consumer.open(name);
-      const args = [name, rows, cols, frames, ...(memory === 'cuda-pool' ? ['pool'] : [])].map(String);
+      const args = [name, rows, cols, frames, ...mode.arg].map(String);
       const proc = spawn(cProgram('tensor_producer', 'interop/c'), args, { stdio: ['ignore', 'pipe', 'inherit'] });
       // It drains before exiting, so an exit before the last frame is a failure: report it at once.
       const died = exitOf(proc).then((e) => Promise.reject(new Error(`tensor_producer exited early: ${JSON.stringify(e)}`)));

@@ -6,8 +6,8 @@
  *
  * Producer side: gpr_cuda_describe_for() turns a device pointer into a
  * buffer descriptor (cudaMalloc memory as cuda-ipc; memory of an exportable
- * stream-ordered pool as cuda-pool, serving the producer's descriptor
- * channel); gpr_cuda_record_event() records the interprocess event that
+ * stream-ordered pool as cuda-pool and memory of gpr_cuda_vmm_alloc() as
+ * cuda-vmm, both serving the producer's descriptor channel); gpr_cuda_record_event() records the interprocess event that
  * orders the consumer after the work that filled the buffers.
  * Consumer side: gpr_cuda_map_received() opens a received frame's device
  * buffers (cuda-ipc; cuda-pool and cuda-vmm through the producer's
@@ -47,6 +47,18 @@ typedef struct CUmemPoolProps_st {
   unsigned short usage;
   unsigned char reserved[54];
 } CUmemPoolProps;
+typedef struct CUmemAllocationProp_st {
+  int type;
+  int requestedHandleTypes;
+  CUmemLocation location;
+  void *win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+} CUmemAllocationProp;
 #endif
 
 #define GPR_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1u
@@ -63,6 +75,8 @@ typedef struct CUmemPoolProps_st {
 #define GPR_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 1
 #define GPR_CU_MEM_LOCATION_TYPE_DEVICE 1
 #define GPR_CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
+#define GPR_CU_MEM_ALLOCATION_TYPE_PINNED 1
+#define GPR_CU_MEM_ALLOC_GRANULARITY_MINIMUM 0
 
 /* X(field, symbol, parameters): every entry point gpuring's C side uses. */
 #define GPR_CUDA_API(X)                                                               \
@@ -90,6 +104,10 @@ typedef struct CUmemPoolProps_st {
   X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))                                 \
   X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))                    \
   X(cuMemSetAccess, "cuMemSetAccess", (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t)) \
+  X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", (size_t *, const CUmemAllocationProp *, int)) \
+  X(cuMemCreate, "cuMemCreate", (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
+  X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", (void *, CUmemGenericAllocationHandle, int, unsigned long long)) \
+  X(cuMemsetD32, "cuMemsetD32_v2", (CUdeviceptr, unsigned, size_t))                 \
   X(cuMemPoolCreate, "cuMemPoolCreate", (CUmemoryPool *, const CUmemPoolProps *))   \
   X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", (CUmemoryPool, int, void *))   \
   X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", (CUdeviceptr *, size_t, CUmemoryPool, CUstream)) \
@@ -217,17 +235,22 @@ GPR_INLINE int gpr_cuda_allocation_of(const gpr_cuda *d, CUdeviceptr ptr, uint64
   return 0;
 }
 
-/* The device ordinal and UUID of the memory at `p`. */
-GPR_INLINE int gpr_cuda_device_of_pointer(const gpr_cuda *d, CUdeviceptr p, gpr_body_buffer *out, gpr_error *err) {
-  int ordinal = 0;
+/* Names device `ordinal` in `out`: its ordinal and UUID. */
+GPR_INLINE int gpr_cuda_name_device(const gpr_cuda *d, int ordinal, gpr_body_buffer *out, gpr_error *err) {
   CUdevice dev;
   CUuuid uuid;
-  GPR_CUDA_TRY(d, cuPointerGetAttribute(&ordinal, GPR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p), err);
   GPR_CUDA_TRY(d, cuDeviceGet(&dev, ordinal), err);
   GPR_CUDA_TRY(d, cuDeviceGetUuid(&uuid, dev), err);
   out->device_ordinal = ordinal;
   memcpy(out->device_uuid, uuid.bytes, 16);
   return 0;
+}
+
+/* The device ordinal and UUID of the memory at `p`. */
+GPR_INLINE int gpr_cuda_device_of_pointer(const gpr_cuda *d, CUdeviceptr p, gpr_body_buffer *out, gpr_error *err) {
+  int ordinal = 0;
+  GPR_CUDA_TRY(d, cuPointerGetAttribute(&ordinal, GPR_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p), err);
+  return gpr_cuda_name_device(d, ordinal, out, err);
 }
 
 /* Describes device bytes [ptr, ptr + length) as a cuda-ipc buffer: the handle
@@ -318,6 +341,190 @@ GPR_INLINE int gpr_cuda_pool_id(const gpr_cuda *d, CUmemoryPool pool, uint64_t *
   return rc;
 }
 
+/* VMM memory this process made to share (SPEC.md §9d), as Node's
+ * DeviceBuffer.alloc(n, { vmm: true }) makes it: chunks of 20 MiB (PyTorch's
+ * expandable-segment size) created with the POSIX file-descriptor handle
+ * type and mapped side by side. Each allocation is one span whose chunk
+ * descriptors are exported once and handed out by the producer's descriptor
+ * channel until gpr_cuda_vmm_free(). */
+enum { GPR_CUDA_VMM_CHUNK_BYTES = 20u << 20 };
+
+typedef struct gpr_cuda_vmm_shape {
+  CUdeviceptr base;
+  uint64_t bytes;   /* reserved and mapped: the sum of the chunks' sizes */
+  uint64_t span;    /* alloc_id on the wire: from 1, never reused in this process */
+  int device;
+  uint32_t chunks;
+} gpr_cuda_vmm_shape;
+
+typedef struct gpr_cuda_vmm_span {
+  struct gpr_cuda_vmm_span *next;
+  gpr_cuda_vmm_shape shape;
+  CUmemGenericAllocationHandle handles[GPR_CHANNEL_MAX_FDS];
+  int fds[GPR_CHANNEL_MAX_FDS];
+  uint64_t sizes[GPR_CHANNEL_MAX_FDS];
+} gpr_cuda_vmm_span;
+
+typedef struct gpr_cuda_vmm_spans {
+  pthread_mutex_t lock;
+  gpr_cuda_vmm_span *first;
+  uint64_t count;
+} gpr_cuda_vmm_spans;
+
+GPR_INLINE gpr_cuda_vmm_spans *gpr_cuda_vmm_spans_instance(void) {
+  static gpr_cuda_vmm_spans spans = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+  return &spans;
+}
+
+/* Unmaps `mapped` bytes of `s` and lets its chunks, range and descriptors go. */
+GPR_INLINE void gpr_cuda_vmm_destroy(const gpr_cuda *d, gpr_cuda_vmm_span *s, uint64_t mapped) {
+  if (mapped) d->cuMemUnmap(s->shape.base, mapped);
+  for (uint32_t i = 0; i < s->shape.chunks; i++) {
+    d->cuMemRelease(s->handles[i]);
+    if (s->fds[i] >= 0) close(s->fds[i]);
+  }
+  if (s->shape.base) d->cuMemAddressFree(s->shape.base, s->shape.bytes);
+  free(s);
+}
+
+/* Creates, exports and maps the chunks of `s` (shape.bytes, granularity-aligned)
+ * at shape.base; returns the bytes mapped and leaves the failing call's result
+ * in *rc. */
+GPR_INLINE uint64_t gpr_cuda_vmm_map(const gpr_cuda *d, gpr_cuda_vmm_span *s, const CUmemAllocationProp *prop,
+                                     uint64_t chunk, CUresult *rc, const char **call) {
+  uint64_t mapped = 0;
+  while (*rc == 0 && mapped < s->shape.bytes) {
+    uint64_t size = s->shape.bytes - mapped < chunk ? s->shape.bytes - mapped : chunk;
+    uint32_t i = s->shape.chunks;
+    s->fds[i] = -1;
+    if ((*rc = d->cuMemCreate(&s->handles[i], size, prop, 0)) != 0) return *call = "cuMemCreate", mapped;
+    s->shape.chunks++;
+    *rc = d->cuMemExportToShareableHandle(&s->fds[i], s->handles[i], GPR_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (*rc != 0) return *call = "cuMemExportToShareableHandle", mapped;
+    if ((*rc = d->cuMemMap(s->shape.base + mapped, size, 0, s->handles[i], 0)) != 0) return *call = "cuMemMap", mapped;
+    s->sizes[i] = size;
+    mapped += size;
+  }
+  return mapped;
+}
+
+/* Allocates `bytes` of VMM memory on device `ordinal` (made current on this
+ * thread) that gpr_cuda_describe_for() describes as one cuda-vmm span; free it
+ * with gpr_cuda_vmm_free() once no frame names it. */
+GPR_INLINE int gpr_cuda_vmm_alloc(const gpr_cuda *d, int ordinal, uint64_t bytes, CUdeviceptr *out, gpr_error *err) {
+  if (bytes == 0) return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "a VMM allocation of 0 bytes");
+  int rc = gpr_cuda_use_device(d, ordinal, err);
+  if (rc != 0) return rc;
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = GPR_CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = GPR_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.location.type = GPR_CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = ordinal;
+  size_t granularity = 0;
+  GPR_CUDA_TRY(d, cuMemGetAllocationGranularity(&granularity, &prop, GPR_CU_MEM_ALLOC_GRANULARITY_MINIMUM), err);
+  if (granularity == 0 || bytes > UINT64_MAX / 2) return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "%llu bytes of VMM memory", (unsigned long long)bytes);
+  uint64_t total = (bytes + granularity - 1) / granularity * granularity;
+  /* A span travels in one channel reply: past 253 chunks, chunks grow instead. */
+  uint64_t chunk = (total + GPR_CHANNEL_MAX_FDS - 1) / GPR_CHANNEL_MAX_FDS;
+  if (chunk < GPR_CUDA_VMM_CHUNK_BYTES) chunk = GPR_CUDA_VMM_CHUNK_BYTES;
+  chunk = (chunk + granularity - 1) / granularity * granularity;
+  gpr_cuda_vmm_span *s = (gpr_cuda_vmm_span *)calloc(1, sizeof *s);
+  if (!s) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
+  s->shape.bytes = total;
+  s->shape.device = ordinal;
+  const char *call = "cuMemAddressReserve";
+  CUresult cu = d->cuMemAddressReserve(&s->shape.base, total, 0, 0, 0);
+  uint64_t mapped = gpr_cuda_vmm_map(d, s, &prop, chunk, &cu, &call);
+  CUmemAccessDesc access = {{GPR_CU_MEM_LOCATION_TYPE_DEVICE, ordinal}, GPR_CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  if (cu == 0) cu = d->cuMemSetAccess(s->shape.base, total, &access, 1), call = "cuMemSetAccess";
+  if (cu != 0) {
+    gpr_cuda_vmm_destroy(d, s, mapped);
+    return gpr_cuda_check(d, cu, call, err);
+  }
+  gpr_cuda_vmm_spans *x = gpr_cuda_vmm_spans_instance();
+  pthread_mutex_lock(&x->lock);
+  s->shape.span = ++x->count;
+  s->next = x->first;
+  x->first = s;
+  pthread_mutex_unlock(&x->lock);
+  *out = s->shape.base;
+  return 0;
+}
+
+/* Unmaps and frees VMM memory of gpr_cuda_vmm_alloc(); INVALID_ARGUMENT when
+ * `base` is not one. Its span is no longer served: only free it once every
+ * frame naming it was released. Waits for a descriptor channel that is
+ * sending its descriptors. */
+GPR_INLINE int gpr_cuda_vmm_free(const gpr_cuda *d, CUdeviceptr base, gpr_error *err) {
+  gpr_cuda_vmm_spans *x = gpr_cuda_vmm_spans_instance();
+  gpr_cuda_vmm_span *s = NULL;
+  pthread_mutex_lock(gpr_channel_sending());
+  pthread_mutex_lock(&x->lock);
+  for (gpr_cuda_vmm_span **at = &x->first; *at; at = &(*at)->next)
+    if ((*at)->shape.base == base) {
+      s = *at;
+      *at = s->next;
+      break;
+    }
+  pthread_mutex_unlock(&x->lock);
+  pthread_mutex_unlock(gpr_channel_sending());
+  if (!s) return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "%#llx is not VMM memory of gpr_cuda_vmm_alloc()", base);
+  gpr_cuda_vmm_destroy(d, s, s->shape.bytes);
+  return 0;
+}
+
+/* The span holding [ptr, ptr + length) into *out (a copy); 0 when none does,
+ * -1 when the range starts in one and overruns it. */
+GPR_INLINE int gpr_cuda_vmm_find(CUdeviceptr ptr, uint64_t length, gpr_cuda_vmm_shape *out) {
+  gpr_cuda_vmm_spans *x = gpr_cuda_vmm_spans_instance();
+  int found = 0;
+  pthread_mutex_lock(&x->lock);
+  for (gpr_cuda_vmm_span *s = x->first; s && !found; s = s->next)
+    if (ptr >= s->shape.base && ptr - s->shape.base < s->shape.bytes) {
+      found = length <= s->shape.bytes - (ptr - s->shape.base) ? 1 : -1;
+      *out = s->shape;
+    }
+  pthread_mutex_unlock(&x->lock);
+  return found;
+}
+
+/* The channel's answer for kind 4: span `id`'s chunk descriptors and sizes. */
+GPR_INLINE uint32_t gpr_cuda_vmm_lookup(uint64_t id, int *fds, uint64_t *sizes) {
+  gpr_cuda_vmm_spans *x = gpr_cuda_vmm_spans_instance();
+  uint32_t found = 0;
+  pthread_mutex_lock(&x->lock);
+  for (gpr_cuda_vmm_span *s = x->first; s && !found; s = s->next)
+    if (s->shape.span == id) {
+      memcpy(fds, s->fds, s->shape.chunks * sizeof *fds);
+      memcpy(sizes, s->sizes, s->shape.chunks * sizeof *sizes);
+      found = s->shape.chunks;
+    }
+  pthread_mutex_unlock(&x->lock);
+  return found;
+}
+
+/* The descriptor channel's lookup for the memory this process shares: pools
+ * (kind 3) and VMM spans (kind 4). */
+GPR_INLINE uint32_t gpr_cuda_lookup(void *context, uint16_t kind, uint64_t id, int *fds, uint64_t *sizes) {
+  return kind == GPR_MEM_CUDA_VMM ? gpr_cuda_vmm_lookup(id, fds, sizes) : gpr_cuda_pool_lookup(context, kind, id, fds, sizes);
+}
+
+/* Describes [ptr, ptr + length) inside span `s` as a cuda-vmm buffer. */
+GPR_INLINE int gpr_cuda_describe_vmm(const gpr_cuda *d, const gpr_cuda_vmm_shape *s, CUdeviceptr ptr, uint64_t length,
+                                     gpr_body_buffer *out, gpr_error *err) {
+  memset(out, 0, sizeof *out);
+  int rc = gpr_cuda_name_device(d, s->device, out, err);
+  if (rc != 0) return rc;
+  out->kind = GPR_MEM_CUDA_VMM;
+  out->offset = ptr - s->base;
+  out->length = length;
+  out->alloc_id = s->span;
+  memcpy(out->handle, &s->bytes, 8);
+  memcpy(out->handle + 8, &s->chunks, 4);
+  return 0;
+}
+
 /* gpr_cuda_describe() for producer `p`, which also takes memory of an
  * exportable stream-ordered pool: described as cuda-pool (SPEC.md §9b), and
  * the producer's descriptor channel served from then on. Keep freed memory in
@@ -325,6 +532,15 @@ GPR_INLINE int gpr_cuda_pool_id(const gpr_cuda *d, CUmemoryPool pool, uint64_t *
  * import each allocation in microseconds. */
 GPR_INLINE int gpr_cuda_describe_for(const gpr_cuda *d, gpr_producer *p, CUdeviceptr ptr, uint64_t length,
                                      gpr_body_buffer *out, gpr_error *err) {
+  gpr_cuda_vmm_shape span = {0, 0, 0, 0, 0};
+  int vmm = gpr_cuda_vmm_find(ptr, length, &span);
+  if (vmm < 0)
+    return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "%llu bytes at %#llx overrun their VMM allocation",
+                    (unsigned long long)length, ptr);
+  if (vmm > 0) {
+    int rc = gpr_cuda_describe_vmm(d, &span, ptr, length, out, err);
+    return rc != 0 ? rc : gpr_producer_serve_descriptors(p, gpr_cuda_lookup, NULL, err);
+  }
   CUmemoryPool pool = NULL;
   if (d->cuPointerGetAttribute(&pool, GPR_CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, ptr) != 0 || !pool)
     return gpr_cuda_describe(d, ptr, length, out, err);
@@ -346,7 +562,7 @@ GPR_INLINE int gpr_cuda_describe_for(const gpr_cuda *d, gpr_producer *p, CUdevic
   out->alloc_id = alloc_id;
   out->pool_id = pool_id;
   memcpy(out->handle, data.reserved, GPR_HANDLE_BYTES);
-  return gpr_producer_serve_descriptors(p, gpr_cuda_pool_lookup, NULL, err);
+  return gpr_producer_serve_descriptors(p, gpr_cuda_lookup, NULL, err);
 }
 
 /* Records `*event` (created interprocess on first use) on `stream` and writes

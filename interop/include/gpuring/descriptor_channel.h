@@ -201,6 +201,14 @@ GPR_INLINE ssize_t gpr_channel_reply(int conn, uint64_t status, const int *fds, 
   return sendmsg(conn, &msg, MSG_NOSIGNAL);
 }
 
+/* Held while a lookup's descriptors are sent: whoever closes descriptors that
+ * a lookup may return takes it first (gpr_cuda_vmm_free), so that no
+ * descriptor is closed, or its number reused, between lookup and sendmsg. */
+GPR_INLINE pthread_mutex_t *gpr_channel_sending(void) {
+  static pthread_mutex_t sending = PTHREAD_MUTEX_INITIALIZER;
+  return &sending;
+}
+
 /* Answers one connection: checks the peer, reads its request, replies. */
 GPR_INLINE void gpr_channel_answer(const gpr_segment *seg, int conn, gpr_channel_lookup lookup, void *ctx) {
   struct ucred cred;
@@ -210,10 +218,12 @@ GPR_INLINE void gpr_channel_answer(const gpr_segment *seg, int conn, gpr_channel
   if (recv(conn, &req, sizeof req, 0) != (ssize_t)sizeof req || req.magic != GPR_CHANNEL_MAGIC) return;
   int fds[GPR_CHANNEL_MAX_FDS];
   uint64_t sizes[GPR_CHANNEL_MAX_FDS];
+  pthread_mutex_lock(gpr_channel_sending());
   uint32_t count = lookup(ctx, req.kind, req.value, fds, sizes);
   if (count == 0 || count > GPR_CHANNEL_MAX_FDS) gpr_channel_reply(conn, GPR_CHANNEL_UNKNOWN, NULL, 0, NULL);
   else if (gpr_channel_reply(conn, GPR_CHANNEL_FOUND, fds, count, req.kind == GPR_MEM_CUDA_VMM ? sizes : NULL) < 0)
     gpr_channel_reply(conn, GPR_CHANNEL_UNSENDABLE, NULL, 0, NULL);
+  pthread_mutex_unlock(gpr_channel_sending());
 }
 
 /* Serves the channel until `listener` is shut down (shutdown(SHUT_RDWR) from
