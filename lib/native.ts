@@ -229,9 +229,11 @@ export interface DeviceExport {
 
 /** toTable()'s pinned host blocks (PinnedHostPool). */
 export interface PinnedHostStats {
+  /** Bytes of page-locked host memory the pool holds, in use or idle. */
   pinnedBytes: number;
   /** Of those, bytes in blocks no table uses now, ready for reuse. */
   idleBytes: number;
+  /** The most the pool pins: a quarter of physical memory, at most 16 GiB. */
   limitBytes: number;
 }
 
