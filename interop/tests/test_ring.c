@@ -153,97 +153,100 @@ static int rung(const int *fds, int n, int *got) {
   return count;
 }
 
-/* Attaches `n` consumers asleep on doorbells (DATA); sleeper 0 is dead:
- * nothing is bound to its name (fds[0] is -1). */
-static void attach_sleepers(gpr_segment *seg, int n, uint32_t *idx, int *fds) {
+/* A work-queue ring with a producer and `n` (at most 4) consumers asleep on
+ * doorbells (DATA); sleeper 0 is dead: nothing is bound to its name (fds[0]
+ * is -1). */
+typedef struct bell_ring {
+  char name[48];
+  gpr_segment seg;
+  uint32_t p, pg, idx[4];
+  int fds[4], n;
+  gpr_frame_ref r; /* a frame of the producer's to publish */
+  uint64_t pos;
+} bell_ring;
+
+static void bell_ring_open(bell_ring *b, const char *base, const char *suffix, int n) {
   gpr_error err;
   uint32_t g;
+  snprintf(b->name, sizeof b->name, "%s-%s", base, suffix);
+  gpr_segment_options o = {8, 8, 0, 0, 0, GPR_DELIVERY_EACH};
+  CHECK(gpr_segment_create(&b->seg, b->name, &o, &err) == 0);
+  CHECK(gpr_participant_attach(&b->seg, GPR_ROLE_PRODUCER, &b->p, &b->pg, &err) == 0);
+  b->r = ref_for(b->p, b->pg, 1);
+  b->n = n;
   for (int i = 0; i < n; i++) {
-    CHECK(gpr_participant_attach(seg, GPR_ROLE_CONSUMER, &idx[i], &g, &err) == 0);
+    CHECK(gpr_participant_attach(&b->seg, GPR_ROLE_CONSUMER, &b->idx[i], &g, &err) == 0);
     uint64_t key = 0x5eed0000u + (uint64_t)i;
-    __atomic_store_n(&seg->participants[idx[i]].doorbell_key, key, __ATOMIC_RELEASE);
-    fds[i] = -1;
+    __atomic_store_n(&b->seg.participants[b->idx[i]].doorbell_key, key, __ATOMIC_RELEASE);
+    b->fds[i] = -1;
     if (i > 0) {
       struct sockaddr_un addr;
-      socklen_t len = gpr_doorbell_address(seg->name, key, &addr);
-      fds[i] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-      CHECK(fds[i] >= 0 && bind(fds[i], (struct sockaddr *)&addr, len) == 0);
+      socklen_t len = gpr_doorbell_address(b->seg.name, key, &addr);
+      b->fds[i] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      CHECK(b->fds[i] >= 0 && bind(b->fds[i], (struct sockaddr *)&addr, len) == 0);
     }
-    gpr_doorbell_arm(seg, idx[i], GPR_BELL_DATA);
+    gpr_doorbell_arm(&b->seg, b->idx[i], GPR_BELL_DATA);
   }
+}
+
+static void bell_ring_close(bell_ring *b) {
+  gpr_error err;
+  for (int i = 1; i < b->n; i++) close(b->fds[i]);
+  gpr_segment_close(&b->seg);
+  gpr_segment_unlink(b->name, &err);
 }
 
 /* SPEC.md §6.1: a publish rings one doorbell sleeper it can reach, skipping a
  * dead one (no socket bound to its name); hand-backs ring every sleeper. */
 static void test_publish_rings_one_sleeper(const char *base) {
-  char name[48];
-  snprintf(name, sizeof name, "%s-bells", base);
-  gpr_segment seg;
-  gpr_error err;
-  gpr_segment_options o = {8, 8, 0, 0, 0, GPR_DELIVERY_EACH};
-  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
-  uint32_t p, pg, idx[4];
-  int fds[4], got[4];
-  CHECK(gpr_participant_attach(&seg, GPR_ROLE_PRODUCER, &p, &pg, &err) == 0);
-  attach_sleepers(&seg, 4, idx, fds);
-  gpr_frame_ref r = ref_for(p, pg, 1);
-  uint64_t pos;
-  CHECK(gpr_ring_try_publish(&seg, p, &r, &pos) == 0);
-  CHECK(rung(fds, 4, got) == 1 && got[1]);
-  CHECK(seg.control->data_doorbells == 2);
-  CHECK(gpr_ring_try_publish(&seg, p, &r, &pos) == 0);
-  CHECK(rung(fds, 4, got) == 1 && got[2]);
+  bell_ring b;
+  bell_ring_open(&b, base, "bells", 4);
+  gpr_segment *seg = &b.seg;
+  int got[4];
+  CHECK(gpr_ring_try_publish(seg, b.p, &b.r, &b.pos) == 0);
+  CHECK(rung(b.fds, 4, got) == 1 && got[1]);
+  CHECK(seg->control->data_doorbells == 2);
+  CHECK(gpr_ring_try_publish(seg, b.p, &b.r, &b.pos) == 0);
+  CHECK(rung(b.fds, 4, got) == 1 && got[2]);
   /* A sleeper whose queue is full already holds a wake-up: it counts as rung. */
-  gpr_doorbell_arm(&seg, idx[1], GPR_BELL_DATA);
+  gpr_doorbell_arm(seg, b.idx[1], GPR_BELL_DATA);
   struct sockaddr_un full;
-  socklen_t full_len = gpr_doorbell_address(seg.name, 0x5eed0001u, &full);
+  socklen_t full_len = gpr_doorbell_address(seg->name, 0x5eed0001u, &full);
   int filler = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   while (sendto(filler, "", 1, 0, (struct sockaddr *)&full, full_len) >= 0) {
   }
   CHECK(errno == EAGAIN);
   close(filler);
-  CHECK(gpr_ring_try_publish(&seg, p, &r, &pos) == 0);
-  CHECK(seg.participants[idx[1]].doorbell == 0 && (seg.participants[idx[3]].doorbell & GPR_BELL_DATA));
-  while (rung(fds, 4, got) > 0) {
+  CHECK(gpr_ring_try_publish(seg, b.p, &b.r, &b.pos) == 0);
+  CHECK(seg->participants[b.idx[1]].doorbell == 0 && (seg->participants[b.idx[3]].doorbell & GPR_BELL_DATA));
+  while (rung(b.fds, 4, got) > 0) {
   }
-  for (int i = 1; i < 4; i++) gpr_doorbell_arm(&seg, idx[i], GPR_BELL_DATA);
-  gpr_notify_data(&seg); /* what a hand-back rings */
-  CHECK(rung(fds, 4, got) == 3 && seg.control->data_doorbells == 0);
-  for (int i = 1; i < 4; i++) close(fds[i]);
-  gpr_segment_close(&seg);
-  gpr_segment_unlink(name, &err);
+  for (int i = 1; i < 4; i++) gpr_doorbell_arm(seg, b.idx[i], GPR_BELL_DATA);
+  gpr_notify_data(seg); /* what a hand-back rings */
+  CHECK(rung(b.fds, 4, got) == 3 && seg->control->data_doorbells == 0);
+  bell_ring_close(&b);
 }
 
 /* SPEC.md §6.1, heads-up: a producer rings one sleeper it can reach before
  * publishing; the publish then rings that sleeper again only if it went back
  * to sleep, and no other. */
 static void test_heads_up(const char *base) {
-  char name[48];
-  snprintf(name, sizeof name, "%s-heads", base);
-  gpr_segment seg;
-  gpr_error err;
-  gpr_segment_options o = {8, 8, 0, 0, 0, GPR_DELIVERY_EACH};
-  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
-  uint32_t p, pg, idx[3];
-  int fds[3], got[3];
-  CHECK(gpr_participant_attach(&seg, GPR_ROLE_PRODUCER, &p, &pg, &err) == 0);
-  attach_sleepers(&seg, 3, idx, fds);
-  gpr_frame_ref r = ref_for(p, pg, 1);
-  uint64_t pos;
-  uint32_t to = gpr_doorbell_heads_up(&seg);
-  CHECK(to == idx[1] && rung(fds, 3, got) == 1 && got[1]);
-  CHECK(gpr_ring_try_publish_rung(&seg, p, &r, &pos, to) == 0);
-  CHECK(rung(fds, 3, got) == 0 && (seg.participants[idx[2]].doorbell & GPR_BELL_DATA));
-  to = gpr_doorbell_heads_up(&seg);
-  CHECK(to == idx[2] && rung(fds, 3, got) == 1 && got[2]);
-  gpr_doorbell_arm(&seg, idx[2], GPR_BELL_DATA); /* it woke too early and sleeps again */
-  CHECK(gpr_ring_try_publish_rung(&seg, p, &r, &pos, to) == 0);
-  CHECK(rung(fds, 3, got) == 1 && got[2] && seg.control->data_doorbells == 0);
-  CHECK(gpr_doorbell_heads_up(&seg) == GPR_RUNG_NOBODY);
-  CHECK(gpr_ring_try_publish_rung(&seg, p, &r, &pos, GPR_RUNG_NOBODY) == 0 && rung(fds, 3, got) == 0);
-  for (int i = 1; i < 3; i++) close(fds[i]);
-  gpr_segment_close(&seg);
-  gpr_segment_unlink(name, &err);
+  bell_ring b;
+  bell_ring_open(&b, base, "heads", 3);
+  gpr_segment *seg = &b.seg;
+  int got[3];
+  uint32_t to = gpr_doorbell_heads_up(seg);
+  CHECK(to == b.idx[1] && rung(b.fds, 3, got) == 1 && got[1]);
+  CHECK(gpr_ring_try_publish_rung(seg, b.p, &b.r, &b.pos, to) == 0);
+  CHECK(rung(b.fds, 3, got) == 0 && (seg->participants[b.idx[2]].doorbell & GPR_BELL_DATA));
+  to = gpr_doorbell_heads_up(seg);
+  CHECK(to == b.idx[2] && rung(b.fds, 3, got) == 1 && got[2]);
+  gpr_doorbell_arm(seg, b.idx[2], GPR_BELL_DATA); /* it woke too early and sleeps again */
+  CHECK(gpr_ring_try_publish_rung(seg, b.p, &b.r, &b.pos, to) == 0);
+  CHECK(rung(b.fds, 3, got) == 1 && got[2] && seg->control->data_doorbells == 0);
+  CHECK(gpr_doorbell_heads_up(seg) == GPR_RUNG_NOBODY);
+  CHECK(gpr_ring_try_publish_rung(seg, b.p, &b.r, &b.pos, GPR_RUNG_NOBODY) == 0 && rung(b.fds, 3, got) == 0);
+  bell_ring_close(&b);
 }
 
 int main(void) {

@@ -287,14 +287,20 @@ typedef struct gpr_cuda_pool_export {
   int fd;
 } gpr_cuda_pool_export;
 
-typedef struct gpr_cuda_pool_exports {
-  pthread_mutex_t lock;
-  gpr_cuda_pool_export *first;
-  uint64_t count;
-} gpr_cuda_pool_exports;
+struct gpr_cuda_vmm_span;
 
-GPR_INLINE gpr_cuda_pool_exports *gpr_cuda_pool_exports_instance(void) {
-  static gpr_cuda_pool_exports exports = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
+/* What this process shares over descriptor channels: pools (§9b) and VMM
+ * spans (§9d), each numbered from 1. */
+typedef struct gpr_cuda_exports {
+  pthread_mutex_t lock;
+  gpr_cuda_pool_export *pools;
+  uint64_t pool_count;
+  struct gpr_cuda_vmm_span *spans;
+  uint64_t span_count;
+} gpr_cuda_exports;
+
+GPR_INLINE gpr_cuda_exports *gpr_cuda_exports_instance(void) {
+  static gpr_cuda_exports exports = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, NULL, 0};
   return &exports;
 }
 
@@ -302,10 +308,10 @@ GPR_INLINE gpr_cuda_pool_exports *gpr_cuda_pool_exports_instance(void) {
 GPR_INLINE uint32_t gpr_cuda_pool_lookup(void *context, uint16_t kind, uint64_t id, int *fds, uint64_t *sizes) {
   (void)context;
   (void)sizes;
-  gpr_cuda_pool_exports *x = gpr_cuda_pool_exports_instance();
+  gpr_cuda_exports *x = gpr_cuda_exports_instance();
   uint32_t found = 0;
   pthread_mutex_lock(&x->lock);
-  for (gpr_cuda_pool_export *e = x->first; e && kind == GPR_MEM_CUDA_POOL && !found; e = e->next)
+  for (gpr_cuda_pool_export *e = x->pools; e && kind == GPR_MEM_CUDA_POOL && !found; e = e->next)
     if (e->id == id) fds[found++] = e->fd;
   pthread_mutex_unlock(&x->lock);
   return found;
@@ -313,10 +319,10 @@ GPR_INLINE uint32_t gpr_cuda_pool_lookup(void *context, uint16_t kind, uint64_t 
 
 /* This process's number for `pool`, exporting its descriptor the first time. */
 GPR_INLINE int gpr_cuda_pool_id(const gpr_cuda *d, CUmemoryPool pool, uint64_t *id, gpr_error *err) {
-  gpr_cuda_pool_exports *x = gpr_cuda_pool_exports_instance();
+  gpr_cuda_exports *x = gpr_cuda_exports_instance();
   int rc = 0;
   pthread_mutex_lock(&x->lock);
-  gpr_cuda_pool_export *e = x->first;
+  gpr_cuda_pool_export *e = x->pools;
   while (e && e->pool != pool) e = e->next;
   if (!e) {
     int fd = -1;
@@ -329,11 +335,11 @@ GPR_INLINE int gpr_cuda_pool_id(const gpr_cuda *d, CUmemoryPool pool, uint64_t *
       close(fd);
       rc = gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
     } else {
-      e->next = x->first; /* a compound literal here would not be C++ */
+      e->next = x->pools; /* a compound literal here would not be C++ */
       e->pool = pool;
-      e->id = ++x->count;
+      e->id = ++x->pool_count;
       e->fd = fd;
-      x->first = e;
+      x->pools = e;
     }
   }
   if (rc == 0) *id = e->id;
@@ -364,17 +370,6 @@ typedef struct gpr_cuda_vmm_span {
   int fds[GPR_CHANNEL_MAX_FDS];
   uint64_t sizes[GPR_CHANNEL_MAX_FDS];
 } gpr_cuda_vmm_span;
-
-typedef struct gpr_cuda_vmm_spans {
-  pthread_mutex_t lock;
-  gpr_cuda_vmm_span *first;
-  uint64_t count;
-} gpr_cuda_vmm_spans;
-
-GPR_INLINE gpr_cuda_vmm_spans *gpr_cuda_vmm_spans_instance(void) {
-  static gpr_cuda_vmm_spans spans = {PTHREAD_MUTEX_INITIALIZER, NULL, 0};
-  return &spans;
-}
 
 /* Unmaps `mapped` bytes of `s` and lets its chunks, range and descriptors go. */
 GPR_INLINE void gpr_cuda_vmm_destroy(const gpr_cuda *d, gpr_cuda_vmm_span *s, uint64_t mapped) {
@@ -442,11 +437,11 @@ GPR_INLINE int gpr_cuda_vmm_alloc(const gpr_cuda *d, int ordinal, uint64_t bytes
     gpr_cuda_vmm_destroy(d, s, mapped);
     return gpr_cuda_check(d, cu, call, err);
   }
-  gpr_cuda_vmm_spans *x = gpr_cuda_vmm_spans_instance();
+  gpr_cuda_exports *x = gpr_cuda_exports_instance();
   pthread_mutex_lock(&x->lock);
-  s->shape.span = ++x->count;
-  s->next = x->first;
-  x->first = s;
+  s->shape.span = ++x->span_count;
+  s->next = x->spans;
+  x->spans = s;
   pthread_mutex_unlock(&x->lock);
   *out = s->shape.base;
   return 0;
@@ -457,11 +452,11 @@ GPR_INLINE int gpr_cuda_vmm_alloc(const gpr_cuda *d, int ordinal, uint64_t bytes
  * frame naming it was released. Waits for a descriptor channel that is
  * sending its descriptors. */
 GPR_INLINE int gpr_cuda_vmm_free(const gpr_cuda *d, CUdeviceptr base, gpr_error *err) {
-  gpr_cuda_vmm_spans *x = gpr_cuda_vmm_spans_instance();
+  gpr_cuda_exports *x = gpr_cuda_exports_instance();
   gpr_cuda_vmm_span *s = NULL;
   pthread_mutex_lock(gpr_channel_sending());
   pthread_mutex_lock(&x->lock);
-  for (gpr_cuda_vmm_span **at = &x->first; *at; at = &(*at)->next)
+  for (gpr_cuda_vmm_span **at = &x->spans; *at; at = &(*at)->next)
     if ((*at)->shape.base == base) {
       s = *at;
       *at = s->next;
@@ -477,10 +472,10 @@ GPR_INLINE int gpr_cuda_vmm_free(const gpr_cuda *d, CUdeviceptr base, gpr_error 
 /* The span holding [ptr, ptr + length) into *out (a copy); 0 when none does,
  * -1 when the range starts in one and overruns it. */
 GPR_INLINE int gpr_cuda_vmm_find(CUdeviceptr ptr, uint64_t length, gpr_cuda_vmm_shape *out) {
-  gpr_cuda_vmm_spans *x = gpr_cuda_vmm_spans_instance();
+  gpr_cuda_exports *x = gpr_cuda_exports_instance();
   int found = 0;
   pthread_mutex_lock(&x->lock);
-  for (gpr_cuda_vmm_span *s = x->first; s && !found; s = s->next)
+  for (gpr_cuda_vmm_span *s = x->spans; s && !found; s = s->next)
     if (ptr >= s->shape.base && ptr - s->shape.base < s->shape.bytes) {
       found = length <= s->shape.bytes - (ptr - s->shape.base) ? 1 : -1;
       *out = s->shape;
@@ -491,10 +486,10 @@ GPR_INLINE int gpr_cuda_vmm_find(CUdeviceptr ptr, uint64_t length, gpr_cuda_vmm_
 
 /* The channel's answer for kind 4: span `id`'s chunk descriptors and sizes. */
 GPR_INLINE uint32_t gpr_cuda_vmm_lookup(uint64_t id, int *fds, uint64_t *sizes) {
-  gpr_cuda_vmm_spans *x = gpr_cuda_vmm_spans_instance();
+  gpr_cuda_exports *x = gpr_cuda_exports_instance();
   uint32_t found = 0;
   pthread_mutex_lock(&x->lock);
-  for (gpr_cuda_vmm_span *s = x->first; s && !found; s = s->next)
+  for (gpr_cuda_vmm_span *s = x->spans; s && !found; s = s->next)
     if (s->shape.span == id) {
       memcpy(fds, s->fds, s->shape.chunks * sizeof *fds);
       memcpy(sizes, s->sizes, s->shape.chunks * sizeof *sizes);
