@@ -10,7 +10,7 @@ import { Int32, Table, vectorFromArray } from 'apache-arrow';
 import { Consumer, Producer, type Ring } from '../lib/index.js';
 import { describeBatch } from '../lib/arrow/table-writer.js';
 import { absentBuffer } from '../lib/codec/description.js';
-import { child, cProgram, eventually, exitOf, root, SPEC_ONLY, withRing } from './helpers/ring.js';
+import { child, cProgram, eventually, exitOf, nextLine, root, SPEC_ONLY, withRing } from './helpers/ring.js';
 
 const NEVER_SWEEP = 600_000;
 const WAIT = { timeout: 20_000 };
@@ -95,6 +95,21 @@ test('a consumer woken by a heads-up 50 ms before its frame sleeps again and is 
     t.deepEqual(values, [0, 1, 2, 3, 4]);
     t.is((await exitOf(producer)).code, 0, 'each heads-up reached the sleeping consumer');
     consumer.close();
+  });
+});
+
+test('three consumer processes that only rings can wake, a Node producer publishing only while one sleeps (each publish a heads-up): every frame taken once, none stranded', async (t) => {
+  await withRing('bell-three', { slots: 16 }, async (ring, name) => {
+    const consumers = [0, 1, 2].map(() => child('stress-consume', name, NEVER_SWEEP));
+    const reports = consumers.map((c) => nextLine<{ seen: number[]; bad: number }>(c));
+    t.true(await eventually(() => ring.inspect().doorbells.data === 3), 'all three asleep');
+    const producer = child('publish-to-sleeper', name, 60);
+    // A frame whose ring was lost would sit in the ring until a ten-minute tick: drain() would not end.
+    const stranded = new Promise<string>((r) => setTimeout(() => r('stranded'), 20_000).unref());
+    t.deepEqual(await Promise.race([exitOf(producer), stranded]), { code: 0, signal: null });
+    for (const c of consumers) c.send('stop');
+    const seen = (await Promise.all(reports)).flatMap((r) => (t.is(r!.bad, 0), r!.seen));
+    t.deepEqual([...seen].sort((a, b) => a - b), Array.from({ length: 60 }, (_, i) => i), 'each frame once');
   });
 });
 

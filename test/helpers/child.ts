@@ -5,7 +5,8 @@
  *   publish-wide NAME COLUMNS     publishes a table of COLUMNS columns
  *   stress-produce NAME ID FRAMES publishes FRAMES small frames tagged ID, drains, exits
  *   publish-to-sleeper NAME FRAMES publishes FRAMES small frames, each only once a consumer sleeps waiting for data
- *   stress-consume NAME           consumes and checks frames until told 'stop' (IPC), reports what it saw
+ *   stress-consume NAME [SWEEP_MS] consumes and checks frames until told 'stop' (IPC), reports what it saw;
+ *                                 with SWEEP_MS, its sweep tick (so a large one leaves only rings to wake it)
  *   take-release NAME COUNT       takes and releases COUNT frames, then exits
  *   hold NAME COUNT               takes COUNT frames, never releases them, reports their tags, waits to be killed
  *   forget-to-close NAME          attaches as producer and consumer, publishes, takes a frame and just returns
@@ -52,7 +53,7 @@ async function publishAll(tables: Table[]): Promise<void> {
 }
 
 async function stressConsume(): Promise<void> {
-  const consumer = Consumer.open(name!);
+  const consumer = Consumer.open(name!, args[0] ? { sweepInterval: Number(args[0]) } : {});
   const seen: number[] = [];
   let bad = 0;
   process.on('message', () => consumer.close());
