@@ -77,9 +77,7 @@ bool SameAllocation(const Driver &d, CUdeviceptr p, uint64_t id) {
 Exported FromSpan(const SpanExport &s) {
   Exported e;
   e.kind = GPR_MEM_CUDA_VMM;
-  memset(e.handle, 0, sizeof e.handle);
-  memcpy(e.handle, &s.bytes, 8);
-  memcpy(e.handle + 8, &s.chunks, 4);
+  gpr_vmm_handle_write(e.handle, s.bytes, s.chunks);
   e.m.alloc_id = s.span;
   e.m.base = s.base;
   e.m.bytes = s.bytes;

@@ -37,9 +37,7 @@ bool PinnedHostPool::Reuse(size_t capacity, Block *out) {
 // Frees idle blocks until `need` more bytes fit under the limit; frees none
 // when they would not fit even then.
 bool PinnedHostPool::Trim(const Driver &d, size_t need) {
-  size_t idle = 0;
-  for (const auto &kv : idle_) idle += kv.first;
-  if (reserved_ - idle + need > limit_) return false;
+  if (reserved_ - IdleBytes() + need > limit_) return false;
   while (reserved_ + need > limit_ && !idle_.empty()) {
     auto it = std::prev(idle_.end());
     Free(d, it->second);
@@ -69,6 +67,12 @@ void PinnedHostPool::Pin(const Driver &d, Block &b, size_t n, const PieceReady &
     if (pinning) b.pinned = at + piece(at);
     if (at < n) ready(base + at, at, std::min(piece(at), n - at));
   }
+}
+
+size_t PinnedHostPool::IdleBytes() const {
+  size_t idle = 0;
+  for (const auto &kv : idle_) idle += kv.first;
+  return idle;
 }
 
 size_t PinnedHostPool::Capacity(size_t n) { return (n + kHugePage - 1) / kHugePage * kHugePage; }
@@ -119,8 +123,7 @@ Napi::ArrayBuffer PinnedHostPool::Take(Napi::Env env, const Driver &d, size_t n,
 
 Napi::Object PinnedHostPool::Stats(Napi::Env env) {
   std::lock_guard<std::mutex> lock(mu_);
-  size_t idle = 0;
-  for (auto &kv : idle_) idle += kv.first;
+  size_t idle = IdleBytes();
   Napi::Object o = Napi::Object::New(env);
   o.Set("pinnedBytes", Napi::Number::New(env, static_cast<double>(reserved_)));
   o.Set("idleBytes", Napi::Number::New(env, static_cast<double>(idle)));

@@ -53,6 +53,7 @@ class PinnedHostPool {
     size_t pinned;  // bytes from base registered: all, unless pinning failed part way
   };
   static size_t Capacity(size_t n);
+  size_t IdleBytes() const;  // mu_ held
   bool Fresh(const Driver &d, Block *b);
   void Pin(const Driver &d, Block &b, size_t n, const PieceReady &ready);
   void Give(const Block &b);

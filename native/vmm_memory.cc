@@ -112,12 +112,6 @@ VmmImports &VmmImports::Get() {
 
 namespace {
 
-// The span's size and chunk count as the producer wrote them in the handle.
-void SpanShape(const gpr_body_buffer &b, uint64_t *bytes, uint32_t *chunks) {
-  memcpy(bytes, b.handle, 8);
-  memcpy(chunks, b.handle + 8, 4);
-}
-
 // Maps `count` chunks (descriptors, closed here) side by side at a new
 // address range; on failure unmaps what it mapped and throws.
 CUdeviceptr MapChunks(Napi::Env env, const Driver &d, const int *fds, const uint64_t *sizes, uint32_t count,
@@ -158,7 +152,7 @@ VmmImports::Ref VmmImports::Acquire(Napi::Env env, const Driver &d, const std::s
   if (it == spans_.end()) {
     uint64_t declared = 0;
     uint32_t chunks = 0;
-    SpanShape(b, &declared, &chunks);
+    gpr_vmm_handle_read(b.handle, &declared, &chunks);
     std::vector<int> fds(GPR_CHANNEL_MAX_FDS, -1);
     std::vector<uint64_t> sizes(GPR_CHANNEL_MAX_FDS, 0);
     uint32_t count = 0;

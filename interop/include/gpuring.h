@@ -379,6 +379,18 @@ typedef struct gpr_body_buffer {
                                      *    chunk count u32, zeros */
 } gpr_body_buffer;
 
+/* A cuda-vmm buffer's handle (§9d): the span's bytes (u64) and chunk count (u32), then zeros. */
+GPR_INLINE void gpr_vmm_handle_write(uint8_t handle[GPR_HANDLE_BYTES], uint64_t bytes, uint32_t chunks) {
+  memset(handle, 0, GPR_HANDLE_BYTES);
+  memcpy(handle, &bytes, 8);
+  memcpy(handle + 8, &chunks, 4);
+}
+
+GPR_INLINE void gpr_vmm_handle_read(const uint8_t handle[GPR_HANDLE_BYTES], uint64_t *bytes, uint32_t *chunks) {
+  memcpy(bytes, handle, 8);
+  memcpy(chunks, handle + 8, 4);
+}
+
 #define GPR_CHECK_SIZE(type, size) GPR_STATIC_ASSERT(sizeof(type) == (size), #type " size")
 #define GPR_CHECK_OFFSET(type, field, off) \
   GPR_STATIC_ASSERT(offsetof(type, field) == (off), #type "." #field " offset")

@@ -7,8 +7,9 @@
  * Producer side: gpr_cuda_describe_for() turns a device pointer into a
  * buffer descriptor (cudaMalloc memory as cuda-ipc; memory of an exportable
  * stream-ordered pool as cuda-pool and memory of gpr_cuda_vmm_alloc() as
- * cuda-vmm, both serving the producer's descriptor channel); gpr_cuda_record_event() records the interprocess event that
- * orders the consumer after the work that filled the buffers.
+ * cuda-vmm, both serving the producer's descriptor channel);
+ * gpr_cuda_record_event() records the interprocess event that orders the
+ * consumer after the work that filled the buffers.
  * Consumer side: gpr_cuda_map_received() opens a received frame's device
  * buffers (cuda-ipc; cuda-pool and cuda-vmm through the producer's
  * descriptor channel, SPEC.md §9b-§9d) and orders a stream after the
@@ -107,7 +108,6 @@ typedef struct CUmemAllocationProp_st {
   X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", (size_t *, const CUmemAllocationProp *, int)) \
   X(cuMemCreate, "cuMemCreate", (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
   X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle", (void *, CUmemGenericAllocationHandle, int, unsigned long long)) \
-  X(cuMemsetD32, "cuMemsetD32_v2", (CUdeviceptr, unsigned, size_t))                 \
   X(cuMemPoolCreate, "cuMemPoolCreate", (CUmemoryPool *, const CUmemPoolProps *))   \
   X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", (CUmemoryPool, int, void *))   \
   X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", (CUdeviceptr *, size_t, CUmemoryPool, CUstream)) \
@@ -515,8 +515,7 @@ GPR_INLINE int gpr_cuda_describe_vmm(const gpr_cuda *d, const gpr_cuda_vmm_shape
   out->offset = ptr - s->base;
   out->length = length;
   out->alloc_id = s->span;
-  memcpy(out->handle, &s->bytes, 8);
-  memcpy(out->handle + 8, &s->chunks, 4);
+  gpr_vmm_handle_write(out->handle, s->bytes, s->chunks);
   return 0;
 }
 
@@ -742,8 +741,7 @@ GPR_INLINE int gpr_cuda_map_span(const gpr_cuda *d, const gpr_frame_desc *f, uin
   int rc = gpr_channel_fetch_many(o->segment, o->producer, o->producer_gen, GPR_MEM_CUDA_VMM, buf->alloc_id, fds, sizes,
                                   GPR_CHANNEL_MAX_FDS, &count, err);
   if (rc != 0) return rc;
-  memcpy(&declared, buf->handle, 8);
-  memcpy(&chunks, buf->handle + 8, 4);
+  gpr_vmm_handle_read(buf->handle, &declared, &chunks);
   for (uint32_t i = 0; i < count; i++) total += sizes[i];
   if (count != chunks || total != declared) {
     for (uint32_t i = 0; i < count; i++) close(fds[i]);
