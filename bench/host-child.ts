@@ -2,8 +2,8 @@
  * The other process of the host benchmarks (bench/host.ts).
  *   gpuring NAME N GAP_MS     publishes N small frames one at a time, each tagged with its publish
  *                             time (CLOCK_MONOTONIC), waiting for its release (and GAP_MS) before the next
- *   prepared NAME N GAP_US    publishes a prepared frame N times, GAP_US apart (sleeping; busy-waiting
- *                             below 1 ms), each tagged with the time publish was called; prints the
+ *   prepared NAME N GAP_US    publishes a prepared frame N times, GAP_US apart (sleeping: on a timer, or
+ *                             in a futex wait below 1 ms), each tagged with the time publish was called; prints the
  *                             times each publish returned (the frame was in the ring) as one JSON line
  *   flood-prepared NAME N     publishes a prepared frame N times, 256 per publishMany(), as fast as
  *                             backpressure allows; prints {"seconds"} from first publish to last release
@@ -49,6 +49,9 @@ async function gpuring(): Promise<void> {
   producer.close();
 }
 
+/** Blocks this thread for `us` µs in a futex wait, as the C floor's nanosleep() does: below a timer's 1 ms. */
+const sleepFor = (us: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, us / 1000);
+
 const spinFor = (us: number) => {
   const until = process.hrtime.bigint() + BigInt(Math.round(us * 1000));
   while (process.hrtime.bigint() < until);
@@ -59,9 +62,10 @@ async function prepared(): Promise<void> {
   const frame = producer.prepare(emptyFrameDescription());
   const committed: string[] = [];
   for (let i = 0; i < n; i++) {
-    // Sleep between frames as a real producer would; spin only below a timer's resolution.
+    // Sleep between frames as a real producer (and the C floor) would; below a
+    // timer's resolution, in a futex wait.
     if (Number(gap) >= 1000) await pause(Number(gap) / 1000);
-    else spinFor(Number(gap));
+    else sleepFor(Number(gap));
     await frame.publish({ tag: process.hrtime.bigint() });
     committed.push(String(process.hrtime.bigint()));
   }
