@@ -20,7 +20,7 @@
  *     1 consumer, batched
  *  5. a sleeping consumer hop by hop: a prepared frame published every 2 ms
  *     and every 100 µs to a consumer asleep in next(), timestamped at publish
- *     call, publish return (in the ring), consumer wake-up (lastWake), JS
+ *     call, publish return (the frame in the ring), consumer wake-up (lastWake), JS
  *     callback and toTable(); anchor:
  *     the one-wake floor, a C process woken from epoll_wait on a socket by
  *     another (bench/wake_floor.c), measured in the same run
@@ -193,7 +193,7 @@ async function sleepingRecords(n: number, gapUs: number, socket: number[] | null
   const records = (['p50', 'p99', 'p99.9'] as const).map((p) =>
     compare(name, p, 'µs', percentile(hops.total, p === 'p50' ? 50 : p === 'p99' ? 99 : 99.9), 'C one-wake floor (epoll_wait on a socket)', floor[p], false));
   if (socket) records.push(compare(name, 'p99.9', 'µs', percentile(hops.total, 99.9), 'JSON over a Unix socket (2 ms apart)', percentile(socket, 99.9), false));
-  records.push(hop(`  hop: publish call until the frame is in the ring (${gap})`, hops.publish));
+  records.push(hop(`  hop: publish call until it returns (the frame went into the ring before it, and any yield to the consumer it woke, ${gap})`, hops.publish));
   records.push(hop(`  hop: publish call until the consumer's event loop wakes (publish + doorbell + wake-up, ${gap})`, hops.wake));
   records.push(hop(`  hop: wake-up until next() resolves in JS (claim, copy, Frame, promise, ${gap})`, hops.receive));
   records.push(hop(`  hop: toTable() of the received frame (${gap})`, hops.table));

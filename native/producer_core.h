@@ -82,7 +82,17 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   Napi::Uint8Array ValidBody(Napi::Env env, Napi::Value value);
   Napi::Value Enqueue(Napi::Env env, const uint8_t *body, size_t length, std::vector<gpr_allocation> allocs,
                       uint64_t tag, double timeout_ms, uint32_t rung);
-  uint32_t HeadsUp();
+  // Whom a publish's heads-up rang, and whether this producer had been idle
+  // until then (see YieldToWoken).
+  struct HeadsUpGiven {
+    uint32_t rung;
+    bool after_idle;
+  };
+  // How long a producer must have been idle before a publish that woke a
+  // consumer yields its CPU to it (YieldToWoken).
+  static constexpr uint64_t kYieldAfterIdleNs = 50'000;
+  HeadsUpGiven HeadsUp();
+  void YieldToWoken(HeadsUpGiven given, bool ready);
   Napi::Value OnRelease(const Napi::CallbackInfo &info);
   Napi::Value Stats(const Napi::CallbackInfo &info);
   Napi::Value Subscribers(const Napi::CallbackInfo &info);
@@ -94,6 +104,7 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
 
   std::shared_ptr<ProducerState> s_;
   bool closed_ = false;
+  uint64_t last_publish_ns_ = 0;  // CLOCK_MONOTONIC when the last publish call returned
   napi_env env_ = nullptr;
 };
 
