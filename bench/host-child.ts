@@ -2,9 +2,11 @@
  * The other process of the host benchmarks (bench/host.ts).
  *   gpuring NAME N GAP_MS     publishes N small frames one at a time, each tagged with its publish
  *                             time (CLOCK_MONOTONIC), waiting for its release (and GAP_MS) before the next
- *   prepared NAME N GAP_US    publishes a prepared frame N times, GAP_US apart (sleeping: on a timer, or
- *                             in a futex wait below 1 ms), each tagged with the time publish was called; prints the
- *                             times each publish returned (the frame was in the ring) as one JSON line
+ *   prepared NAME N GAP_US PACING  publishes a prepared frame N times, GAP_US apart, each tagged with
+ *                             the time publish was called; between frames the producer is `asleep`
+ *                             (on a timer, or in a futex wait below 1 ms) or `busy` (spinning, as
+ *                             one computing its next frame is); prints the times each publish
+ *                             returned as one JSON line
  *   flood-prepared NAME N     publishes a prepared frame N times, 256 per publishMany(), as fast as
  *                             backpressure allows; prints {"seconds"} from first publish to last release
  *                             (after WARMUP_FRAMES more, untimed, each released)
@@ -34,7 +36,7 @@ import { Float64, makeData, makeVector, Table, tableToIPC } from 'apache-arrow';
 import { Producer } from '../dist/index.js';
 import { emptyFrameDescription, smallFrame, smallFrameDescription, toJson, WARMUP_FRAMES } from './frames.js';
 
-const [role, target, count, gap] = process.argv.slice(2);
+const [role, target, count, gap, pacing] = process.argv.slice(2);
 const n = Number(count);
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -62,9 +64,8 @@ async function prepared(): Promise<void> {
   const frame = producer.prepare(emptyFrameDescription());
   const committed: string[] = [];
   for (let i = 0; i < n; i++) {
-    // Sleep between frames as a real producer (and the C floor) would; below a
-    // timer's resolution, in a futex wait.
-    if (Number(gap) >= 1000) await pause(Number(gap) / 1000);
+    if (pacing === 'busy') spinFor(Number(gap));
+    else if (Number(gap) >= 1000) await pause(Number(gap) / 1000);
     else sleepFor(Number(gap));
     await frame.publish({ tag: process.hrtime.bigint() });
     committed.push(String(process.hrtime.bigint()));

@@ -19,11 +19,12 @@
  *     lines over a Unix socket (parsed), 1 consumer; and of a prepared frame,
  *     1 consumer, batched
  *  5. a sleeping consumer hop by hop: a prepared frame published every 2 ms
- *     and every 100 µs to a consumer asleep in next(), timestamped at publish
+ *     and every 100 µs (by a producer asleep between frames, and at 100 µs
+ *     also by one busy) to a consumer asleep in next(), timestamped at publish
  *     call, publish return (the frame in the ring), consumer wake-up (lastWake), JS
  *     callback and toTable(); anchor:
  *     the one-wake floor, a C process woken from epoll_wait on a socket by
- *     another (bench/wake_floor.c), measured in the same run
+ *     another paced alike (bench/wake_floor.c), measured in the same run
  *  6. fan-out: a broadcast ring to 1, 2, 4, 8 subscriber processes against the
  *     same frame published once per consumer into work-queue rings
  *     (bench/fan-out.ts): throughput and p50/p99 latency
@@ -138,9 +139,17 @@ function cProgramBuilt(name: string): string {
   return bin;
 }
 
+/**
+ * How a producer passes the time between frames: asleep (a timer, or a futex
+ * wait below 1 ms), or busy on its CPU, as one computing its next frame is.
+ * The floor is measured paced the same way: whether the sender's CPU is free
+ * decides where Linux wakes the sleeper, and so what a wake-up costs.
+ */
+type Pacing = 'asleep' | 'busy';
+
 /** The one-wake floor: p50/p99/p99.9 in µs of a C process woken from epoll_wait by another. */
-function wakeFloor(n: number, gapUs: number): Record<'p50' | 'p99' | 'p99.9', number> {
-  const ns = JSON.parse(execFileSync(cProgramBuilt('wake_floor'), [String(n), String(gapUs), String(LATENCY_WARMUP)], { encoding: 'utf8' })) as Record<string, number>;
+function wakeFloor(n: number, gapUs: number, pacing: Pacing): Record<'p50' | 'p99' | 'p99.9', number> {
+  const ns = JSON.parse(execFileSync(cProgramBuilt('wake_floor'), [String(n), String(gapUs), String(LATENCY_WARMUP), pacing], { encoding: 'utf8' })) as Record<string, number>;
   return { p50: ns.p50! / 1000, p99: ns.p99! / 1000, 'p99.9': ns['p99.9']! / 1000 };
 }
 
@@ -156,10 +165,10 @@ async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]>
 }
 
 /** A consumer asleep in next(), a prepared frame every `gapUs`: each hop's time, µs. */
-async function sleepingHandOff(n: number, gapUs: number) {
+async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing) {
   return withRing('bench-sleep', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const producer = child('prepared', name, n + LATENCY_WARMUP, gapUs);
+    const producer = child('prepared', name, n + LATENCY_WARMUP, gapUs, pacing);
     const out: Buffer[] = [];
     producer.stdout!.on('data', (d: Buffer) => out.push(d));
     const stamps: bigint[][] = [];
@@ -185,13 +194,13 @@ async function sleepingHandOff(n: number, gapUs: number) {
   });
 }
 
-async function sleepingRecords(n: number, gapUs: number, socket: number[] | null): Promise<BenchRecord[]> {
-  const floor = wakeFloor(n, gapUs);
-  const hops = await sleepingHandOff(n, gapUs);
-  const gap = gapUs >= 1000 ? `${gapUs / 1000} ms` : `${gapUs} µs`;
-  const name = `hand-off, consumer asleep, prepared frame ${gap} apart (publish call to JS callback)`;
+async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket: number[] | null): Promise<BenchRecord[]> {
+  const floor = wakeFloor(n, gapUs, pacing);
+  const hops = await sleepingHandOff(n, gapUs, pacing);
+  const gap = `${gapUs >= 1000 ? `${gapUs / 1000} ms` : `${gapUs} µs`} apart, producer ${pacing}`;
+  const name = `hand-off, consumer asleep, prepared frame ${gap} between frames (publish call to JS callback)`;
   const records = (['p50', 'p99', 'p99.9'] as const).map((p) =>
-    compare(name, p, 'µs', percentile(hops.total, p === 'p50' ? 50 : p === 'p99' ? 99 : 99.9), 'C one-wake floor (epoll_wait on a socket)', floor[p], false));
+    compare(name, p, 'µs', percentile(hops.total, p === 'p50' ? 50 : p === 'p99' ? 99 : 99.9), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor[p], false));
   if (socket) records.push(compare(name, 'p99.9', 'µs', percentile(hops.total, 99.9), 'JSON over a Unix socket (2 ms apart)', percentile(socket, 99.9), false));
   records.push(hop(`  hop: publish call until it returns (the frame went into the ring before it, and any yield to the consumer it woke, ${gap})`, hops.publish));
   records.push(hop(`  hop: publish call until the consumer's event loop wakes (publish + doorbell + wake-up, ${gap})`, hops.wake));
@@ -313,8 +322,9 @@ try {
     progress('sleeping consumer, hop by hop, 2 ms and 100 µs between frames ...');
     // 3,000 frames: a p99.9 is then the 4th-worst of its run, not the 2nd.
     const socketGap = await socketHandOff(3000, 2);
-    records.push(...(await sleepingRecords(3000, 2000, socketGap)));
-    records.push(...(await sleepingRecords(3000, 100, null)));
+    records.push(...(await sleepingRecords(3000, 2000, 'asleep', socketGap)));
+    records.push(...(await sleepingRecords(3000, 100, 'asleep', null)));
+    records.push(...(await sleepingRecords(3000, 100, 'busy', null)));
   }
   const charts: Record<string, Chart> = {};
   if (want('throughput')) {

@@ -1,12 +1,14 @@
 /* The one-wake floor (bench/host.ts runs it): how long one process takes to
  * wake another that sleeps in epoll_wait on a socket, the mechanism a Node
  * consumer's doorbell uses, measured in C with nothing else on the path.
- *   wake_floor N GAP_US [SKIP]  a child sleeps in epoll_wait on an abstract
- *                         AF_UNIX datagram socket; the parent sends SKIP + N
- *                         datagrams, each carrying CLOCK_MONOTONIC, GAP_US
- *                         apart. Prints the wake latencies' p50/p99/p99.9 in
- *                         ns as JSON, of the last N (the first SKIP warm up,
- *                         as the Node runs it is compared with do). */
+ *   wake_floor N GAP_US [SKIP [PACING]]
+ * A child sleeps in epoll_wait on an abstract AF_UNIX datagram socket; the
+ * parent sends SKIP + N datagrams, each carrying CLOCK_MONOTONIC, GAP_US
+ * apart, asleep in nanosleep between them, or spinning with PACING `busy`
+ * (Linux often wakes the child on the CPU of a sender about to sleep, so the
+ * two pacings measure different wake-ups). Prints the wake latencies'
+ * p50/p99/p99.9 in ns as JSON, of the last N (the first SKIP warm up, as the
+ * Node runs it is compared with do). */
 #include "gpuring.h"
 #include <sys/epoll.h>
 #include <sys/wait.h>
@@ -20,6 +22,7 @@ int main(int argc, char **argv) {
   uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000;
   uint64_t gap_us = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000;
   uint64_t skip = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
+  int busy = argc > 4 && strcmp(argv[4], "busy") == 0;
   n += skip;
   struct sockaddr_un addr;
   char name[32];
@@ -43,7 +46,11 @@ int main(int argc, char **argv) {
   int tx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   struct timespec pause = {0, (long)(gap_us * 1000)};
   for (uint64_t i = 0; i < n; i++) {
-    nanosleep(&pause, NULL);
+    if (busy)
+      for (uint64_t until = gpr_monotonic_ns() + gap_us * 1000; gpr_monotonic_ns() < until;) {
+      }
+    else
+      nanosleep(&pause, NULL);
     uint64_t now = gpr_monotonic_ns();
     sendto(tx, &now, sizeof now, 0, (struct sockaddr *)&addr, len);
   }
