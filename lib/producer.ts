@@ -76,6 +76,10 @@ interface Loose {
  * Backpressure: when the ring is full, `publish()` waits for space (up to
  * `timeout` ms, forever by default; `timeout: 0` fails at once with RING_FULL).
  * Frames are published in call order.
+ * Waking: a publish rings a sleeping consumer first thing (a heads-up, SPEC.md
+ * §6.1), and, when the producer had been idle for 50 µs or more, gives up its
+ * CPU once the frame is READY, so that a consumer Linux woke on this CPU runs
+ * at once rather than when this thread next blocks. A busy stream does neither.
  */
 export class Producer {
   /** The ring's name. */
