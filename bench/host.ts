@@ -130,8 +130,10 @@ function handOffRecords(path: string, ours: number[], baseline: string, theirs: 
   });
 }
 
-/** A measured hop, with no baseline of its own: where the time goes. */
-const hop = (name: string, samples: number[]): BenchRecord => ({ name, metric: 'p50', unit: 'µs', value: percentile(samples, 50), baseline: null, baselineValue: null, ratio: null });
+/** A measurement with no baseline of its own, that explains others. */
+const aside = (name: string, metric: string, unit: string, value: number): BenchRecord => ({ name, metric, unit, value, baseline: null, baselineValue: null, ratio: null });
+/** A measured hop: where the time goes. */
+const hop = (name: string, samples: number[]) => aside(name, 'p50', 'µs', percentile(samples, 50));
 
 function cProgramBuilt(name: string): string {
   const bin = join(dir, name);
@@ -148,9 +150,9 @@ function cProgramBuilt(name: string): string {
 type Pacing = 'asleep' | 'busy';
 
 /** The one-wake floor: p50/p99/p99.9 in µs of a C process woken from epoll_wait by another. */
-function wakeFloor(n: number, gapUs: number, pacing: Pacing): Record<'p50' | 'p99' | 'p99.9', number> {
+function wakeFloor(n: number, gapUs: number, pacing: Pacing): Record<'p50' | 'p99' | 'p99.9' | 'sameCpu', number> {
   const ns = JSON.parse(execFileSync(cProgramBuilt('wake_floor'), [String(n), String(gapUs), String(LATENCY_WARMUP), pacing], { encoding: 'utf8' })) as Record<string, number>;
-  return { p50: ns.p50! / 1000, p99: ns.p99! / 1000, 'p99.9': ns['p99.9']! / 1000 };
+  return { p50: ns.p50! / 1000, p99: ns.p99! / 1000, 'p99.9': ns['p99.9']! / 1000, sameCpu: ns.same_cpu! };
 }
 
 async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]> {
@@ -205,6 +207,7 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
   records.push(hop(`  hop: publish call until it returns (the frame went into the ring before it, and any yield to the consumer it woke, ${gap})`, hops.publish));
   records.push(hop(`  hop: publish call until the consumer's event loop wakes (publish + doorbell + wake-up, ${gap})`, hops.wake));
   records.push(hop(`  hop: wake-up until next() resolves in JS (claim, copy, Frame, promise, ${gap})`, hops.receive));
+  records.push(aside(`  the floor's sleeper woke on its sender's CPU (${gap}): where Linux wakes it decides what a wake-up costs`, 'share', '%', floor.sameCpu));
   records.push(hop(`  hop: toTable() of the received frame (${gap})`, hops.table));
   return records;
 }

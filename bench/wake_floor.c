@@ -8,8 +8,10 @@
  * (Linux often wakes the child on the CPU of a sender about to sleep, so the
  * two pacings measure different wake-ups). Prints the wake latencies'
  * p50/p99/p99.9 in ns as JSON, of the last N (the first SKIP warm up, as the
- * Node runs it is compared with do). */
-#include "gpuring.h"
+ * Node runs it is compared with do), and `same_cpu`: the percentage of those
+ * wake-ups that ran on the CPU the datagram was sent from. */
+#include "gpuring.h" /* defines _GNU_SOURCE, for sched_getcpu */
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
 
@@ -30,7 +32,8 @@ int main(int argc, char **argv) {
   socklen_t len = gpr_doorbell_address(name, 1, &addr);
   int rx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (rx < 0 || bind(rx, (struct sockaddr *)&addr, len) != 0) return 1;
-  uint64_t *lat = (uint64_t *)mmap(NULL, n * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  uint64_t *lat = (uint64_t *)mmap(NULL, 2 * n * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  uint64_t *same = lat + n; /* 1 where the wake-up ran on the sender's CPU */
   pid_t child = fork();
   if (child == 0) {
     int ep = epoll_create1(0);
@@ -38,8 +41,11 @@ int main(int argc, char **argv) {
     epoll_ctl(ep, EPOLL_CTL_ADD, rx, &ev);
     for (uint64_t i = 0; i < n; i++) {
       epoll_wait(ep, &ev, 1, -1);
-      uint64_t sent = 0;
-      if (recv(rx, &sent, sizeof sent, 0) == sizeof sent) lat[i] = gpr_monotonic_ns() - sent;
+      uint64_t sent[2] = {0, 0}; /* CLOCK_MONOTONIC, the sender's CPU */
+      if (recv(rx, sent, sizeof sent, 0) == sizeof sent) {
+        lat[i] = gpr_monotonic_ns() - sent[0];
+        same[i] = (uint64_t)sched_getcpu() == sent[1];
+      }
     }
     _exit(0);
   }
@@ -51,14 +57,15 @@ int main(int argc, char **argv) {
       }
     else
       nanosleep(&pause, NULL);
-    uint64_t now = gpr_monotonic_ns();
-    sendto(tx, &now, sizeof now, 0, (struct sockaddr *)&addr, len);
+    uint64_t sent[2] = {gpr_monotonic_ns(), (uint64_t)sched_getcpu()};
+    sendto(tx, sent, sizeof sent, 0, (struct sockaddr *)&addr, len);
   }
   waitpid(child, NULL, 0);
-  uint64_t *kept = lat + skip;
+  uint64_t *kept = lat + skip, on_sender = 0;
   n -= skip;
+  for (uint64_t i = skip; i < skip + n; i++) on_sender += same[i];
   qsort(kept, n, sizeof *kept, cmp);
-  printf("{\"p50\": %llu, \"p99\": %llu, \"p99.9\": %llu}\n", (unsigned long long)kept[n / 2],
-         (unsigned long long)kept[n * 99 / 100], (unsigned long long)kept[n * 999 / 1000]);
+  printf("{\"p50\": %llu, \"p99\": %llu, \"p99.9\": %llu, \"same_cpu\": %.1f}\n", (unsigned long long)kept[n / 2],
+         (unsigned long long)kept[n * 99 / 100], (unsigned long long)kept[n * 999 / 1000], 100.0 * on_sender / n);
   return 0;
 }
