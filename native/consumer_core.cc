@@ -1,4 +1,5 @@
 #include "consumer_core.h"
+#include <sched.h>
 #include "cuda_context.h"
 #include "errors.h"
 #include "ipc_handle_cache.h"
@@ -58,6 +59,7 @@ bool ConsumerState::Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *reco
     return false;
   }
   gpr_ring_confirm(&seg, me, pos);
+  taken_ns = gpr_monotonic_ns();
   double numbers[2] = {static_cast<double>(pos), static_cast<double>(ref.frame_id)};
   uint32_t producer[2] = {ref.producer, ref.producer_gen};
   memcpy(record, numbers, sizeof numbers);
@@ -112,6 +114,29 @@ uint64_t ConsumerState::NextWakeMs() const {
   return wake;
 }
 
+namespace {
+// Whether this process may run on 4 or more CPUs, so that a polling consumer
+// leaves a core to its producer.
+bool SpareCores() {
+  cpu_set_t set;
+  return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 4;
+}
+}  // namespace
+
+// A consumer whose last frame came less than kBusyStreamNs ago polls the ring
+// that long before it arms its doorbell: in a busy stream the next frame is
+// microseconds away, and sleeping would cost the producer a ring (a system
+// call) per frame and us a wake-up per frame (publishMany to a batched
+// consumer on the 16-core H100 host: 0.90 M to 1.10 M frames/s, means of five
+// runs each). Only where a core is spare: on 2 cores the poll takes the
+// producer's CPU (-13% there). Not on a broadcast ring, whose subscribers all
+// poll the slots its one producer writes (fan-out to 1-4 subscribers fell by
+// 12-30% in one run).
+uint64_t ConsumerState::BusySpinNs() const {
+  static const bool spare = SpareCores();
+  return spare && !seg.broadcast && gpr_monotonic_ns() - taken_ns < kBusyStreamNs ? kBusyStreamNs : 0;
+}
+
 // The doorbell protocol's sleeper side (gpuring/doorbell.h): look, arm, look
 // once more, and only then sleep; a publish between the two looks rings us.
 void ConsumerState::Service(Napi::Env env) {
@@ -129,7 +154,7 @@ void ConsumerState::Service(Napi::Env env) {
       // A ring may be a producer's heads-up, sent before its frame is READY
       // (gpuring/doorbell.h): wait that long for the frame rather than sleep
       // again and need a second wake-up.
-      int rc = ClaimWithin(env, &ref, &pos, bell->TakeRung() ? kHeadsUpWaitNs : 0);
+      int rc = ClaimWithin(env, &ref, &pos, bell->TakeRung() ? kHeadsUpWaitNs : BusySpinNs());
       if (rc != 0) {
         bell->Arm(GPR_BELL_DATA);
         rc = TryClaim(env, &ref, &pos);

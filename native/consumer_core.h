@@ -89,6 +89,11 @@ struct ConsumerState : LoopParticipant {
   // makes READY within a few microseconds and a cold one (idle for
   // milliseconds, on a virtual machine) within about 20.
   static constexpr uint64_t kHeadsUpWaitNs = 20'000;
+  // How recent a frame makes a stream busy, and how long a consumer in a busy
+  // stream polls before it sleeps (BusySpinNs).
+  static constexpr uint64_t kBusyStreamNs = 20'000;
+  uint64_t taken_ns = 0;  // CLOCK_MONOTONIC of the last frame taken
+  uint64_t BusySpinNs() const;
   // Lets go of the device memory of producers that left this ring, which
   // this process still maps or imports with no frame holding it (publisher.h):
   // once per sweep, and when the consumer closes.
