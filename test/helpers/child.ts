@@ -17,8 +17,8 @@
  *   subscribe-idle NAME           subscribes to a broadcast ring, says it is ready, takes nothing, waits to be killed
  *   subscribe-slow NAME POLICY MS subscribes with onSlow POLICY, says it is ready, and for MS ms takes frames,
  *                                 holding each a random 0-500 µs (busy) before checking that its column v
- *                                 still holds its tag and releasing it; reports frames, losses by code, bad
- *                                 contents and failed releases
+ *                                 still holds its tag and releasing it, then busy another 0-500 µs; reports
+ *                                 frames, losses by code, bad contents and failed releases
  */
 import v8 from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -174,6 +174,12 @@ async function main(): Promise<void> {
           seen.failedReleases++;
         }
         seen.frames++;
+        // Busy between frames too: a subscriber that takes its next frame the
+        // moment it releases one keeps a waiting producer behind it (its
+        // release is the space the producer waits for), and on a machine whose
+        // wake-ups are slow it would never fall behind at all.
+        const gap = performance.now() + Math.random() * 0.5;
+        while (performance.now() < gap);
       }
       consumer.close();
       say(seen);
