@@ -239,7 +239,7 @@ export class Producer {
   loan(schema: Schema, rows: number, options: LoanOptions = {}): FrameLoan {
     this.#requireOpen();
     if (!Number.isSafeInteger(rows) || rows < 0) throw new GpuringError('INVALID_ARGUMENT', `loan(): rows must be a whole number >= 0, not ${rows}`);
-    const writer = this.#flatWriter(toBatch(new Table(schema)));
+    const writer = this.#loanWriter(schema);
     if (!writer) throw new GpuringError('INVALID_ARGUMENT', 'loan() takes flat schemas (no nested or dictionary column); build a Table and publish() it instead');
     const [regions, total] = loanLayout(schema, writer.plans, rows, options.bytes ?? {});
     const a = total > 0 ? this.#allocate(total, false) : null;
@@ -254,6 +254,13 @@ export class Producer {
       free: () => void (a && this.#loose.delete(looseKey(a)) && !this.#closed && callNative(() => this.#core.free(a.arena, a.offset))),
     };
     return new FrameLoan(schema, rows, regions, memory, sink);
+  }
+
+  /** The FlatBatchWriter of a loan's `schema`: made from an empty Table on first use only (building one costs more than the rest of a loan). */
+  #loanWriter(schema: Schema): FlatBatchWriter | null {
+    let flat = this.#flat.get(schema);
+    if (flat === undefined) this.#flat.set(schema, (flat = this.#flatWriter(toBatch(new Table(schema)))));
+    return flat;
   }
 
   /** The FlatBatchWriter of `batch`'s Schema (made on first use), or null where that schema is not flat. */

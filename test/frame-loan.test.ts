@@ -71,6 +71,31 @@ test('a loan of every flat type, filled in place, reaches the consumer as the ta
   });
 });
 
+test('loans of two schemas, interleaved with publish(table) of one of them: every frame arrives as written (each schema keeps its own layout)', async (t) => {
+  await withRing('loan-schemas', { slots: 16 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const ints = new A.Table({ a: A.makeVector(Int32Array.of(1, 2, 3)), b: A.makeVector(Float64Array.of(0.5, 1.5, 2.5)) });
+    const texts = new A.Table({ s: A.vectorFromArray(['x', 'yz', ''], new A.Utf8()), n: A.makeVector(Int16Array.of(-1, 0, 1)) });
+    const sent: A.Table[] = [];
+    for (const table of [ints, texts, ints, texts, ints]) {
+      const loan = producer.loan(table.schema, table.numRows, { bytes: charBytes(table) });
+      fill(loan, table);
+      await loan.publish();
+      sent.push(table);
+      if (table === ints) (await producer.publish(texts), sent.push(texts));
+    }
+    for (const table of sent) {
+      const frame = await consumer.next({ timeout: 5000 });
+      t.is(tableDifference(table, frame.toTable()), null);
+      frame.release();
+    }
+    await producer.drain();
+    producer.close();
+    consumer.close();
+  });
+});
+
 test('a loan read by a C consumer in another process: the checksums Node computes for the same table', async (t) => {
   await withRing('loan-c', { slots: 8 }, async (_ring, name) => {
     const producer = Producer.open(name);
