@@ -14,6 +14,7 @@
  *                             as each frame's differs), waits for an ack
  *   big NAME BYTES            writes a BYTES float64 column into arena memory, then publishes it once
  *   ipc PATH BYTES            builds the same table, sends it with tableToIPC over a Unix socket
+ *   flood-loan NAME N         as flood, each frame written in place into producer.loan() memory
  *   flood NAME N              publishes N small frames as fast as backpressure allows, then drains;
  *                             prints {"seconds"} from first publish to last release (after
  *                             WARMUP_FRAMES more, untimed, each released)
@@ -183,6 +184,19 @@ async function flood(): Promise<void> {
   });
 }
 
+/** The same 8-column frames as flood(), each written in place into a loan of arena memory (no Table, no copy). */
+async function floodLoan(): Promise<void> {
+  const producer = Producer.open(target!);
+  const schema = smallFrame().schema;
+  await timed(producer, async (count) => {
+    for (let i = 0; i < count; i++) {
+      const loan = producer.loan(schema, 1);
+      loan.columns.forEach((column, c) => ((column.values as Int32Array)[0] = c));
+      await loan.publish();
+    }
+  });
+}
+
 async function sink(): Promise<void> {
   const { Consumer } = await import('../dist/index.js');
   const consumer = Consumer.open(target!);
@@ -211,4 +225,4 @@ async function stream(): Promise<void> {
   await new Promise((r) => s.on('close', r));
 }
 
-await { gpuring, prepared, 'flood-prepared': floodPrepared, socket, big, ipc, flood, sink, stream, 'fan-flood': fanFlood, 'fan-paced': fanPaced, 'latency-sink': latencySink }[role as 'gpuring']();
+await { gpuring, prepared, 'flood-prepared': floodPrepared, 'flood-loan': floodLoan, socket, big, ipc, flood, sink, stream, 'fan-flood': fanFlood, 'fan-paced': fanPaced, 'latency-sink': latencySink }[role as 'gpuring']();

@@ -17,7 +17,8 @@
  *     to 1, 2 and 4 consumer processes that build each frame's Table, with and
  *     without batching (taking every waiting frame per wake-up); baseline: JSON
  *     lines over a Unix socket (parsed), 1 consumer; and of a prepared frame,
- *     1 consumer, batched
+ *     1 consumer, batched; and the same frames written in place into loans
+ *     (producer.loan()), against publish(table) in the same run
  *  5. a sleeping consumer hop by hop: a prepared frame published every 2 ms
  *     and every 100 µs (by a producer asleep between frames, and at 100 µs
  *     also by one busy) to a consumer asleep in next(), timestamped at publish
@@ -342,6 +343,8 @@ try {
         records.push(compare(`throughput, publish(table) of 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''} taking toTable()${batch ? ', batched' : ''}`, 'rate', 'frames/s', rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
       }
     records.push(compare('throughput, publish(table) of 8-column frames, 1 consumer taking toTable(), batched', 'rate', 'frames/s', series[1]!.points[0]![1], '100,000 frames/s (target)', 1e5, true));
+    const loaned = await throughput(50_000, 1, true, 'flood-loan', true);
+    records.push(compare('throughput, the same frames written into producer.loan() memory, 1 consumer taking toTable(), batched', 'rate', 'frames/s', loaned, 'publish(table) of pre-built Tables (same run)', series[1]!.points[0]![1], true));
     const prepared = await throughput(200_000, 1, true, 'flood-prepared');
     records.push(compare('throughput, prepared frame, publishMany(256) to 1 consumer taking nextBatch()', 'rate', 'frames/s', prepared, '1,000,000 frames/s (target)', 1e6, true));
     charts['throughput-vs-consumers'] = { title: 'Throughput, 8-column frames, one Node producer', x: { label: 'consumer processes' }, y: { label: 'frames per second' }, series };
