@@ -127,8 +127,8 @@ bool SpareCores() {
 // that long before it arms its doorbell: in a busy stream the next frame is
 // microseconds away, and sleeping would cost the producer a ring (a system
 // call) per frame and us a wake-up per frame (publishMany to a batched
-// consumer on the 16-core H100 host: 0.90 M to 1.10 M frames/s, means of five
-// runs each). Only where a core is spare: on 2 cores the poll takes the
+// consumer on the 16-core H100 host: means of 0.90 M frames/s without, over
+// five runs, and 1.03 M with, over six). Only where a core is spare: on 2 cores the poll takes the
 // producer's CPU (-13% there). Not on a broadcast ring, whose subscribers all
 // poll the slots its one producer writes (fan-out to 1-4 subscribers fell by
 // 12-30% in one run).
