@@ -59,7 +59,7 @@ bool ConsumerState::Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *reco
     return false;
   }
   gpr_ring_confirm(&seg, me, pos);
-  taken_ns = gpr_monotonic_ns();
+  if (busy_poll) taken_ns = gpr_monotonic_ns();
   double numbers[2] = {static_cast<double>(pos), static_cast<double>(ref.frame_id)};
   uint32_t producer[2] = {ref.producer, ref.producer_gen};
   memcpy(record, numbers, sizeof numbers);
@@ -114,27 +114,25 @@ uint64_t ConsumerState::NextWakeMs() const {
   return wake;
 }
 
-namespace {
 // Whether this process may run on 4 or more CPUs, so that a polling consumer
 // leaves a core to its producer.
-bool SpareCores() {
+bool ConsumerState::SpareCores() {
   cpu_set_t set;
   return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 4;
 }
-}  // namespace
 
 // A consumer whose last frame came less than kBusyStreamNs ago polls the ring
 // that long before it arms its doorbell: in a busy stream the next frame is
 // microseconds away, and sleeping would cost the producer a ring (a system
 // call) per frame and us a wake-up per frame (publishMany to a batched
 // consumer on the 16-core H100 host: means of 0.90 M frames/s without, over
-// five runs, and 1.03 M with, over six). Only where a core is spare: on 2 cores the poll takes the
-// producer's CPU (-13% there). Not on a broadcast ring, whose subscribers all
-// poll the slots its one producer writes (fan-out to 1-4 subscribers fell by
-// 12-30% in one run).
+// five runs, and 1.03 M with, over six). Only where a core is spare: on 2
+// cores the poll takes the producer's CPU (-13% there). Not on a broadcast
+// ring, whose subscribers all poll the slots its one producer writes (fan-out
+// to 1-4 subscribers fell by 12-30% in one run). `busy_poll` says whether
+// both hold; it is decided once, at open.
 uint64_t ConsumerState::BusySpinNs() const {
-  static const bool spare = SpareCores();
-  return spare && !seg.broadcast && gpr_monotonic_ns() - taken_ns < kBusyStreamNs ? kBusyStreamNs : 0;
+  return busy_poll && gpr_monotonic_ns() - taken_ns < kBusyStreamNs ? kBusyStreamNs : 0;
 }
 
 // The doorbell protocol's sleeper side (gpuring/doorbell.h): look, arm, look
@@ -253,6 +251,8 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   s.on_slow = info.Length() > 6 && info[6].IsNumber() ? info[6].As<Napi::Number>().Uint32Value() : 0u;
   bool oldest = info.Length() > 7 && info[7].IsBoolean() && info[7].As<Napi::Boolean>().Value();
   if (s.seg.broadcast) gpr_bc_subscribe(&s.seg, s.me, s.on_slow, oldest);
+  static const bool spare_cores = ConsumerState::SpareCores();
+  s.busy_poll = spare_cores && !s.seg.broadcast;
   try {
     s.bodies = std::make_unique<BodyReader>(&s.seg);
     ConsumerState *raw = s_.get();
