@@ -86,6 +86,20 @@ class Consumer:
         pos, ref = ring.wait_for(self._seg, "data", self._claim, timeout)
         return self._hand_over(pos, ref)
 
+    def next_held(self, timeout: float | None = None) -> Frame:
+        """Like ``next``, for a process that forwards frames elsewhere (``gpuring
+        bridge``): the frame's slot stays CLAIMED until ``release()``, so if this
+        process dies holding it, a sweeper hands the frame back to the ring
+        (SPEC.md §5.3, §7) and another consumer receives it, where a frame taken
+        with ``next`` would be released unread. Delivery becomes at-least-once:
+        the forwarder's peer must drop repeats. INVALID_ARGUMENT on a broadcast
+        ring, where a claim is final."""
+        self._check_open()
+        if self._seg.broadcast:
+            raise GpuringError("INVALID_ARGUMENT", "next_held needs a work-queue ring: a broadcast claim cannot be handed back")
+        pos, ref = ring.wait_for(self._seg, "data", self._claim, timeout)
+        return self._hand_over(pos, ref, held=True)
+
     def _claim(self) -> tuple[int, ring.FrameRef] | None:
         self._forget_dead_producers()
         try:
@@ -127,7 +141,7 @@ class Consumer:
         while True:
             yield self.next()
 
-    def _hand_over(self, pos: int, ref: ring.FrameRef) -> Frame:
+    def _hand_over(self, pos: int, ref: ring.FrameRef, held: bool = False) -> Frame:
         try:
             description = decode_frame(self._body(ref))
         except GpuringError:
@@ -135,11 +149,12 @@ class Consumer:
                 ring.transition(self._seg, pos, L.CLAIMED, self.index + 1, L.slot_word(pos, L.LEASED, self.index + 1))
             self._end_lease(pos)
             raise
-        ring.confirm(self._seg, self.index, pos)
+        if not held:
+            ring.confirm(self._seg, self.index, pos)
         with self._lock:
             self._held.add(pos)
-        return Frame(self, description, ref.frame_id, ref.user_tag, Lease(lambda: self._end_lease(pos)),
-                     (ref.producer, ref.producer_gen))
+        end = (lambda: self._end_lease(pos, confirm=True)) if held else (lambda: self._end_lease(pos))
+        return Frame(self, description, ref.frame_id, ref.user_tag, Lease(end), (ref.producer, ref.producer_gen))
 
     def _body(self, ref: ring.FrameRef) -> bytes:
         if ref.producer >= self._seg.participant_capacity or ref.body_length > L.MAX_BODY_BYTES:
@@ -150,12 +165,14 @@ class Consumer:
             raise GpuringError("FRAME_BOUNDS", f"frame body [{ref.body_offset}, +{ref.body_length}) outside its arena")
         return mem.read(ref.body_offset, ref.body_length)
 
-    def _end_lease(self, pos: int) -> None:
+    def _end_lease(self, pos: int, confirm: bool = False) -> None:
         with self._lock:
             if self._closed:
                 return  # closed: detach already released everything we held
             self._held.discard(pos)
             try:
+                if confirm:  # a held frame (next_held) is leased only now, to be released at once
+                    ring.confirm(self._seg, self.index, pos)
                 ring.release(self._seg, self.index, pos)
             except GpuringError:
                 pass  # a sweeper released it for us after judging us dead

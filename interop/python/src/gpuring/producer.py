@@ -13,7 +13,8 @@ several consumers each frame goes to exactly one of them.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import broadcast
 from . import layout as L
@@ -28,6 +29,15 @@ from .segment import Segment
 
 if TYPE_CHECKING:
     from .pool_memory import DescriptorChannel
+
+
+@dataclass(frozen=True)
+class HostSpace:
+    """Shared memory from ``Producer.host_space``: ``view`` is writable;
+    ``BufferDescriptor.host(arena, allocation.offset + k, n)`` names bytes in it."""
+    allocation: Allocation
+    arena: str
+    view: memoryview
 
 
 def _is_device(data: object) -> bool:
@@ -53,7 +63,7 @@ class Producer:
         self._closed = False
         self.index, self.generation = seg.attach(L.ROLE_PRODUCER)
         self._pool = ArenaPool(seg, self.index, self.generation, arena_size)
-        self._in_flight: dict[int, tuple[list[Allocation], object]] = {}
+        self._in_flight: dict[int, tuple[list[Allocation], object, Callable[[], None] | None]] = {}
         self._next_id = 1
         self._channel: DescriptorChannel | None = None
         sweep(seg)  # frames a crashed predecessor left behind
@@ -95,13 +105,32 @@ class Producer:
         return self._publish(description, [alloc], None, timeout, block, user_tag)
 
     def publish_description(self, description: FrameDescription, *, keep_alive: object = None,
-                            timeout: float | None = None, block: bool = True, user_tag: int = 0) -> int:
-        """Publishes a description you built; ``keep_alive`` is held until release."""
+                            timeout: float | None = None, block: bool = True, user_tag: int = 0,
+                            space: list[HostSpace] | None = None, on_reclaim: Callable[[], None] | None = None) -> int:
+        """Publishes a description you built; ``keep_alive`` is held until release.
+        ``space``: the ``host_space`` its host buffers lie in, freed when the frame
+        is reclaimed (or at once if the publish fails). ``on_reclaim`` runs when
+        the frame is reclaimed after its release (in ``publish``, ``reap`` or ``drain``)."""
         self._check_open()
-        return self._publish(description, [], keep_alive, timeout, block, user_tag)
+        allocs = [s.allocation for s in space or []]
+        return self._publish(description, allocs, keep_alive, timeout, block, user_tag, on_reclaim)
+
+    def host_space(self, nbytes: int) -> HostSpace:
+        """``nbytes`` of this producer's shared memory, to fill in place (a bridge
+        receives buffers from the network straight into it) and then publish
+        with ``publish_description(space=[...])``; free it with ``free_space``
+        if it is not published."""
+        self._check_open()
+        alloc = self._pool.alloc(max(nbytes, 1))
+        mem = self._pool.memory(alloc)
+        return HostSpace(alloc, self._pool.name(alloc.arena), mem.view[alloc.offset:alloc.offset + nbytes])
+
+    def free_space(self, space: HostSpace) -> None:
+        """Gives back ``host_space`` that was not published."""
+        self._pool.free(space.allocation)
 
     def _publish(self, description: FrameDescription, allocs: list[Allocation], keep: object, timeout: float | None,
-                 block: bool, user_tag: int) -> int:
+                 block: bool, user_tag: int, on_reclaim: Callable[[], None] | None = None) -> int:
         if self._channel is None and any(b.kind in ("cuda-pool", "cuda-vmm") for b in description.buffers()):
             # Consumers fetch the pool's descriptor here (SPEC.md §9c).
             from .pool_memory import DescriptorChannel, attached_pids
@@ -132,15 +161,18 @@ class Producer:
                 self._pool.free(a)
             raise
         self._next_id += 1
-        self._in_flight[pos] = (allocs, keep)
+        self._in_flight[pos] = (allocs, keep, on_reclaim)
         return frame_id
 
     def reap(self) -> int:
         """Reclaims the memory of released frames; returns how many."""
         done = [pos for pos in self._in_flight if ring.reap(self._seg, self.index, pos)]
         for pos in done:
-            for a in self._in_flight.pop(pos)[0]:
+            allocs, _, on_reclaim = self._in_flight.pop(pos)
+            for a in allocs:
                 self._pool.free(a)
+            if on_reclaim is not None:
+                on_reclaim()
         return len(done)
 
     def drain(self, timeout: float | None = None) -> None:

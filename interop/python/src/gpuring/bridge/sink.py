@@ -1,0 +1,214 @@
+"""The receiving end of a bridge: publishes the frames a source sends into a
+local ring, host buffers received straight into this producer's arenas.
+
+A frame is acknowledged (``free_data``) once published here, or, when the source
+asked for ``released``, once the local consumers released it. A frame whose
+origin (source ring, producer, generation, frame id) this sink already
+published is acknowledged and dropped: the source sends held frames again after
+a link or a source bridge fails (SPEC.md §14.4). Backpressure: while the local
+ring is full nothing is published or acknowledged, so the source stops at its
+window and its ring fills in turn; nothing is dropped.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import OrderedDict
+from typing import Callable
+
+from .. import layout as L
+from ..codec import decode_frame
+from ..description import DEVICE_KINDS, BufferDescriptor, FrameDescription
+from ..errors import GpuringError
+from ..producer import HostSpace, Producer
+from . import wire as W
+from .handshake import handshake
+from .link import Link, LinkLost
+from .stats import BridgeStats
+from .stream_id import stream_id
+
+REMEMBERED_ORIGINS = 1 << 16  # per source stream; far more than a source ever holds unacknowledged
+FULL_RING_BACKOFF_S = (0.00005, 0.005)  # first and longest pause between publish attempts on a full ring
+REAP_EVERY_S = 0.001  # "released" acks: how often frames are looked at for their release
+
+
+def _align(n: int) -> int:
+    return (n + 63) & ~63
+
+
+class BridgeSink:
+    """Publishes into ring ``ring`` what linked sources send. ``window``: frames
+    a source may have in flight; ``max_frame_bytes``: the largest frame taken."""
+
+    def __init__(self, ring: str, secret: bytes, *, window: int = 64, max_frame_bytes: int = 1 << 30,
+                 stats: BridgeStats | None = None) -> None:
+        self.ring, self._secret = ring, secret
+        self.window, self.max_frame_bytes = window, max_frame_bytes
+        self.stats = stats or BridgeStats(ring, "sink")
+        self._producer = Producer.open(ring)
+        self._stream = stream_id(self._producer._seg)
+        self._seen: dict[bytes, OrderedDict[tuple[int, int, int], None]] = {}
+        self._reclaim_waiters = 0
+
+    def _hello(self) -> W.Hello:
+        return W.Hello(W.ROLE_SINK, 0, 0, os.urandom(32), self._stream, self.window, self.max_frame_bytes, self.ring)
+
+    async def serve(self, link: Link) -> None:
+        """One link's life: handshake, then frames until END. Raises LinkLost
+        when the link fails, GpuringError on a protocol error or a refused frame."""
+        peer = await handshake(link, self._hello(), self._secret)
+        self.stats.linked(link.peer, peer.ring)
+        seen = self._seen.setdefault(peer.stream_id, OrderedDict())
+        acks = _Acks(link)
+        try:
+            while await self._one_frame(link, peer, seen, acks):
+                pass
+            await acks.drain()
+        finally:
+            self.stats.unlinked()
+
+    async def _one_frame(self, link: Link, peer: W.Hello, seen: OrderedDict[tuple[int, int, int], None],
+                         acks: "_Acks") -> bool:
+        header = W.FrameHeader.unpack(await link.recv(W.FRAME.size, W.TAG_META), L.MAX_BODY_BYTES)
+        if header.kind == W.KIND_END:
+            return False
+        description = await self._description(link, header)
+        space = await self._receive_buffers(link, header, description)
+        acks.owe()
+        origin = (header.origin_producer, header.origin_generation, header.origin_frame_id)
+        repeat = origin in seen
+        self.stats.received(header.total_bytes, repeat)
+        if repeat:
+            self._producer.free_space(space)
+            acks.now(header.seq)
+            return True
+        ack: Callable[[], None] = lambda: acks.now(header.seq)
+        released = peer.ack_mode == W.ACK_RELEASED
+        await self._publish(description, space, header.user_tag, ack if released else None)
+        _remember(seen, origin)
+        if not released:
+            ack()
+        return True
+
+    async def _description(self, link: Link, header: W.FrameHeader) -> FrameDescription:
+        body = await link.recv(header.description_length, W.TAG_META)
+        try:
+            description = decode_frame(body)
+        except GpuringError as e:
+            await self._refuse(link, header.seq, e)
+        buffers = [b for b in description.buffers() if b.kind != "absent" and b.length]
+        total = sum(b.length for b in buffers)
+        if len(buffers) != header.buffer_count or total != header.total_bytes:
+            await self._refuse(link, header.seq, W.bad(f"frame {header.seq} announces {header.buffer_count} buffers "
+                                                       f"of {header.total_bytes} bytes; its description has "
+                                                       f"{len(buffers)} of {total}"))
+        if total > self.max_frame_bytes:
+            await self._refuse(link, header.seq, GpuringError(
+                "OUT_OF_MEMORY", f"frame {header.seq} holds {total} bytes; this sink takes at most {self.max_frame_bytes}"))
+        if any(b.kind in DEVICE_KINDS for b in buffers):
+            await self._refuse(link, header.seq, GpuringError(
+                "UNSUPPORTED", "device frames do not cross bridges yet (see the note on issue 15)"))
+        return description
+
+    async def _refuse(self, link: Link, seq: int, error: GpuringError) -> None:
+        message = str(error).partition(": ")[2]
+        await link.send(W.pack_refused(seq, error.code, message), W.TAG_CONTROL)
+        raise error
+
+    async def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription) -> HostSpace:
+        """Receives each buffer into one span of this producer's arenas and
+        points the description at it."""
+        present = [(i, b) for i, b in enumerate(description.buffers()) if b.kind != "absent"]
+        space = self._producer.host_space(sum(_align(b.length) for _, b in present))
+        handle = BufferDescriptor.host(space.arena, 0, 0).handle
+        try:
+            at = 0
+            for i, b in present:  # an empty buffer too is named in this sink's arena, not the source's
+                if b.length:
+                    await link.recv_into(space.view[at:at + b.length], W.body_tag(header.seq, i))
+                b.kind, b.device_ordinal, b.device_uuid, b.allocation_id = "host", -1, bytes(16), 0
+                b.handle, b.offset = handle, space.allocation.offset + at
+                at += _align(b.length)
+        except BaseException:
+            self._producer.free_space(space)
+            raise
+        description.sync_kind, description.sync_handle = 0, bytes(L.HANDLE_BYTES)
+        return space
+
+    async def _publish(self, description: FrameDescription, space: HostSpace, user_tag: int,
+                       on_reclaim: Callable[[], None] | None) -> None:
+        pause = FULL_RING_BACKOFF_S[0]
+        while True:
+            try:
+                self._producer.publish_description(description, space=[space], block=False, user_tag=user_tag,
+                                                   on_reclaim=on_reclaim)
+                break
+            except GpuringError as e:
+                if e.code != "RING_FULL":
+                    raise
+            await asyncio.sleep(pause)  # the link keeps progressing meanwhile; the source waits on its window
+            pause = min(pause * 2, FULL_RING_BACKOFF_S[1])
+        if on_reclaim is not None:
+            self._ensure_reaper()
+
+    def _ensure_reaper(self) -> None:
+        if self._reclaim_waiters == 0:
+            self._reclaim_waiters = 1
+            asyncio.ensure_future(self._reap_while_waiting())
+
+    async def _reap_while_waiting(self) -> None:
+        """"released" acks: frames are reclaimed (and acknowledged) only when
+        looked at, which a publish does; between publishes this looks."""
+        try:
+            while self._producer.in_flight:
+                self._producer.reap()
+                await asyncio.sleep(REAP_EVERY_S)
+        finally:
+            self._reclaim_waiters = 0
+
+    def close(self) -> None:
+        """Leaves the ring. Frames published stay deliverable: host arenas outlive their producer."""
+        self._producer.close()
+
+
+def _remember(seen: OrderedDict[tuple[int, int, int], None], origin: tuple[int, int, int]) -> None:
+    seen[origin] = None
+    if len(seen) > REMEMBERED_ORIGINS:
+        seen.popitem(last=False)
+
+
+class _Acks:
+    """free_data messages to the source, in the order frames are done; sends run
+    in the background so that publishing does not wait for the link."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+        self._pending: list[int] = []
+        self._sending: asyncio.Future[None] | None = None
+        self._owed = 0  # frames received on this link and not yet acknowledged
+        self._all_sent = asyncio.Event()
+
+    def owe(self) -> None:
+        self._owed += 1
+
+    def now(self, seq: int) -> None:
+        self._owed -= 1
+        self._pending.append(seq)
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.ensure_future(self._send())
+
+    async def _send(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending[:W.FREE_DATA_MAX], self._pending[W.FREE_DATA_MAX:]
+                await self._link.send(W.pack_free_data(batch), W.TAG_CONTROL)
+        except LinkLost:
+            self._pending.clear()  # the source sends these frames again; they are repeats here then
+        if self._owed == 0:
+            self._all_sent.set()
+
+    async def drain(self) -> None:
+        """Waits until every frame received on the link was acknowledged ("released" acks wait for consumers)."""
+        if self._owed or self._pending or (self._sending is not None and not self._sending.done()):
+            self._all_sent.clear()
+            await self._all_sent.wait()

@@ -1,0 +1,177 @@
+"""The sending end of a bridge: takes every frame of a local ring and forwards
+it over a link, releasing it only when the sink says it was published (or, by
+option, released there).
+
+Frames are taken with ``Consumer.next_held``: until the sink acknowledges a
+frame its slot stays CLAIMED, so if this process dies the ring hands the frame
+to the next consumer (a restarted bridge) instead of losing it. Frames held when
+a link fails are sent again, first and in order, on the next link; the sink
+drops the ones it had already published (SPEC.md §14.4).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..codec import encode_frame
+from ..consumer import Consumer
+from ..description import DEVICE_KINDS
+from ..errors import GpuringError
+from ..frame import Frame
+from . import wire as W
+from .handshake import handshake
+from .link import Link, LinkLost
+from .stats import BridgeStats
+from .stream_id import stream_id
+
+TAKE_WAIT_S = 0.2  # how long one wait for a frame blocks the taking thread (a stop is noticed within it)
+
+
+class BridgeSource:
+    """Forwards ring ``ring`` to whichever sink it is linked to. ``ack``:
+    ``"published"`` (release here once published there) or ``"released"``
+    (once a consumer there released it)."""
+
+    def __init__(self, ring: str, secret: bytes, *, ack: str = "published", stats: BridgeStats | None = None) -> None:
+        if ack not in W.ACK_MODES:
+            raise GpuringError("INVALID_ARGUMENT", f"ack must be one of {', '.join(W.ACK_MODES)}")
+        self.ring, self._secret, self._ack = ring, secret, W.ACK_MODES[ack]
+        self.stats = stats or BridgeStats(ring, "source")
+        self._consumer = Consumer.open(ring, start="oldest")
+        self._stream = stream_id(self._consumer._seg)
+        self._taker = ThreadPoolExecutor(1, thread_name_prefix="gpuring-bridge-take")
+        self._held: OrderedDict[int, Frame] = OrderedDict()  # taken, not yet acknowledged, in order taken
+        self._serial = 0
+        self._taking: asyncio.Future[Frame | None] | None = None
+        self._stopping = False
+
+    def _hello(self) -> W.Hello:
+        return W.Hello(W.ROLE_SOURCE, self._ack, 0, os.urandom(32), self._stream, 0, 0, self.ring)
+
+    async def serve(self, link: Link) -> None:
+        """One link's life: handshake, frames held from before sent again, then
+        the ring's frames as they come. Returns at stop; raises LinkLost when
+        the link fails, GpuringError when the sink refuses."""
+        peer = await handshake(link, self._hello(), self._secret)
+        window = max(1, peer.window)
+        self.stats.linked(link.peer, peer.ring)
+        unacked: dict[int, int] = {}  # link sequence number -> serial of the held frame
+        room = asyncio.Event()
+        acks = asyncio.ensure_future(self._acks(link, unacked, room, window))
+        try:
+            await self._stream_frames(link, unacked, room, window, acks)
+        finally:
+            acks.cancel()
+            self.stats.unlinked()
+
+    async def _stream_frames(self, link: Link, unacked: dict[int, int], room: asyncio.Event, window: int,
+                             acks: asyncio.Future[None]) -> None:
+        resend = list(self._held)
+        for seq in range(2**32):
+            while len(unacked) >= window:
+                room.clear()
+                await _first(room.wait(), acks)
+            if resend:
+                serial = resend.pop(0)
+                if serial not in self._held:
+                    continue
+            else:
+                frame = await self._next_frame(acks)
+                if frame is None:  # stopping: the sink publishes what it has, then the link ends
+                    await link.send(W.FrameHeader(seq, 0, 0, 0, 0, 0, 0, 0, W.KIND_END).pack(), W.TAG_META)
+                    while unacked:
+                        room.clear()
+                        await _first(room.wait(), acks)
+                    return
+                serial = self._hold(frame)
+            unacked[seq] = serial
+            await self._send(link, seq, self._held[serial])
+        raise LinkLost("2^32 frames on one link: reconnecting to restart the sequence numbers")
+
+    def _hold(self, frame: Frame) -> int:
+        self._serial += 1
+        self._held[self._serial] = frame
+        return self._serial
+
+    async def _next_frame(self, acks: asyncio.Future[None]) -> Frame | None:
+        """The next frame of the ring, or None once stopped. A frame taken while
+        the link failed stays held for the next link."""
+        while not self._stopping:
+            if self._taking is None:
+                self._taking = asyncio.get_running_loop().run_in_executor(self._taker, self._take)
+            await _first(asyncio.shield(self._taking), acks)
+            frame, self._taking = self._taking.result(), None
+            if frame is not None:
+                return frame
+        return None
+
+    def _take(self) -> Frame | None:
+        try:
+            return self._consumer.next_held(TAKE_WAIT_S)
+        except GpuringError as e:
+            if e.code == "TIMEOUT":
+                return None
+            if e.code in ("FRAME_INVALID", "FRAME_BOUNDS"):
+                self.stats.damaged(str(e))  # the ring released it: nothing to forward
+                return None
+            raise
+
+    async def _send(self, link: Link, seq: int, frame: Frame) -> None:
+        body = encode_frame(frame.description)
+        buffers = [(i, b) for i, b in enumerate(frame.description.buffers()) if b.kind != "absent" and b.length]
+        total = sum(b.length for _, b in buffers)
+        producer, generation = frame.producer
+        header = W.FrameHeader(seq, len(body), len(buffers), producer, generation, frame.frame_id, frame.user_tag, total)
+        await link.send(header.pack(), W.TAG_META)
+        await link.send(body, W.TAG_META)
+        for i, b in buffers:
+            await link.send(self._bytes_of(frame, b), W.body_tag(seq, i))
+        self.stats.sent(total)
+
+    def _bytes_of(self, frame: Frame, b: Any) -> Any:
+        if b.kind in DEVICE_KINDS:
+            raise GpuringError("UNSUPPORTED", "device frames do not cross bridges yet: publish host frames into a "
+                               "bridged ring (see the note on issue 15)")
+        mem = self._consumer._maps.memory(b.arena_name)
+        self._consumer._maps.address(b)  # bounds-checks the buffer in its arena
+        return mem.view[b.offset:b.offset + b.length]
+
+    async def _acks(self, link: Link, unacked: dict[int, int], room: asyncio.Event, window: int) -> None:
+        while True:
+            msg = W.unpack_control(await link.recv(W.CONTROL_BYTES, W.TAG_CONTROL))
+            if isinstance(msg, W.Refusal):
+                raise GpuringError("BRIDGE_REFUSED", f"the sink refused frame {msg.seq}: {msg.code}: {msg.message}")
+            for seq in msg:
+                serial = unacked.pop(seq, None)
+                if serial is None:
+                    raise W.bad(f"free_data for frame {seq}, which is not in flight")
+                frame = self._held.pop(serial)
+                frame.release()
+                self.stats.acked()
+            room.set()
+
+    def stop(self) -> None:
+        """Asks ``serve`` to end the link (it sends END) at its next frame."""
+        self._stopping = True
+
+    def close(self) -> None:
+        """Leaves the ring: frames still held are handed back to it (they stay
+        CLAIMED until now), so nothing unacknowledged is lost."""
+        self._stopping = True
+        self._taker.shutdown(wait=True)
+        self._consumer.close()  # first: once closed, dropping a held frame no longer releases it
+        self._held.clear()
+
+
+async def _first(waiting: Any, failing: asyncio.Future[None]) -> None:
+    """Waits for ``waiting``; if ``failing`` ends first, raises what it raised."""
+    task = asyncio.ensure_future(waiting)
+    done, _ = await asyncio.wait({task, failing}, return_when=asyncio.FIRST_COMPLETED)
+    if failing in done:
+        task.cancel()
+        failing.result()
+        raise LinkLost("the link's acknowledgements ended")
+
