@@ -144,7 +144,10 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
   X(SEGMENT_OWNER, "the segment belongs to another user")                       \
   X(DESCRIPTOR_UNAVAILABLE, "the producer did not hand over a memory descriptor") \
   X(FRAMES_MISSED, "frames of a broadcast ring were dropped before this consumer took them") \
-  X(EVICTED, "this consumer fell behind and was evicted from a broadcast ring")
+  X(EVICTED, "this consumer fell behind and was evicted from a broadcast ring") \
+  X(BRIDGE_REFUSED, "the bridge at the other end refused: version, roles, secret or a frame") \
+  X(BRIDGE_PROTOCOL, "a malformed message came over a bridge's link")          \
+  X(UCX_UNAVAILABLE, "UCX (UCXX), which bridges need, is not installed")
 
 typedef enum gpr_code {
 #define GPR_X_ENUM(name, text) GPR_E_##name,
