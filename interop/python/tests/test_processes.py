@@ -47,6 +47,39 @@ def test_leases_of_a_killed_consumer_are_released_for_it(ring_name):
     ring.close()
 
 
+def test_frames_held_unconfirmed_by_a_killed_consumer_are_delivered_again(ring_name):
+    """next_held (what a bridge forwards with) leaves slots CLAIMED: a killed
+    holder's frames go back to the ring, not to their producer."""
+    ring = Ring.create(ring_name, slots=4)
+    with Producer.open(ring_name) as producer:
+        for i in range(3):
+            producer.publish(pa.table({"i": [i]}))
+        child = python_child("hold", ring_name, "2", "held")
+        assert child.stdout.readline().split() == ["held", "1", "2"]
+        assert ring.inspect()["slotStates"]["CLAIMED"] == 2
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        report = ring.sweep()
+        assert (report.found_dead, report.released) == (1, 0)
+        with Consumer.open(ring_name) as consumer:
+            got = sorted(_take_value(consumer) for _ in range(3))
+        assert got == [0, 1, 2]
+        producer.drain(timeout=5)
+    ring.close()
+
+
+def _take_value(consumer: Consumer) -> int:
+    with consumer.next(timeout=5) as frame:
+        return int(frame.to_arrow().column("i")[0].as_py())
+
+
+def test_next_held_is_refused_on_a_broadcast_ring(ring_name):
+    Ring.create(ring_name, delivery="all").close()
+    with Consumer.open(ring_name) as consumer, pytest.raises(GpuringError) as e:
+        consumer.next_held(timeout=0)
+    assert e.value.code == "INVALID_ARGUMENT"
+
+
 def test_a_producer_waiting_for_space_held_by_a_killed_consumer_sweeps_and_goes_on(ring_name):
     """Nobody else sweeps here: the waiting producer must find the dead holder
     itself (SPEC.md §7: waiters sweep), or it waits until its timeout."""

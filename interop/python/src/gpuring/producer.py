@@ -109,11 +109,12 @@ class Producer:
                             space: list[HostSpace] | None = None, on_reclaim: Callable[[], None] | None = None) -> int:
         """Publishes a description you built; ``keep_alive`` is held until release.
         ``space``: the ``host_space`` its host buffers lie in, freed when the frame
-        is reclaimed (or at once if the publish fails). ``on_reclaim`` runs when
+        is reclaimed; if the publish fails (RING_FULL, TIMEOUT) it stays yours, to
+        publish again or ``free_space``. ``on_reclaim`` runs when
         the frame is reclaimed after its release (in ``publish``, ``reap`` or ``drain``)."""
         self._check_open()
-        allocs = [s.allocation for s in space or []]
-        return self._publish(description, allocs, keep_alive, timeout, block, user_tag, on_reclaim)
+        return self._publish(description, [], keep_alive, timeout, block, user_tag, on_reclaim,
+                             [s.allocation for s in space or []])
 
     def host_space(self, nbytes: int) -> HostSpace:
         """``nbytes`` of this producer's shared memory, to fill in place (a bridge
@@ -130,7 +131,10 @@ class Producer:
         self._pool.free(space.allocation)
 
     def _publish(self, description: FrameDescription, allocs: list[Allocation], keep: object, timeout: float | None,
-                 block: bool, user_tag: int, on_reclaim: Callable[[], None] | None = None) -> int:
+                 block: bool, user_tag: int, on_reclaim: Callable[[], None] | None = None,
+                 lent: list[Allocation] | None = None) -> int:
+        """``allocs`` are freed if the publish fails, ``lent`` stay the caller's then;
+        both are freed when the frame is reclaimed."""
         if self._channel is None and any(b.kind in ("cuda-pool", "cuda-vmm") for b in description.buffers()):
             # Consumers fetch the pool's descriptor here (SPEC.md §9c).
             from .pool_memory import DescriptorChannel, attached_pids
@@ -161,7 +165,7 @@ class Producer:
                 self._pool.free(a)
             raise
         self._next_id += 1
-        self._in_flight[pos] = (allocs, keep, on_reclaim)
+        self._in_flight[pos] = (allocs + (lent or []), keep, on_reclaim)
         return frame_id
 
     def reap(self) -> int:

@@ -1,4 +1,5 @@
-"""Child: takes COUNT frames, never releases them, says so, waits to be killed."""
+"""Child: takes COUNT frames (with next_held when a third argument says "held"),
+never releases them, says so, waits to be killed."""
 import sys
 import time
 
@@ -6,6 +7,7 @@ from gpuring import Consumer
 
 name, count = sys.argv[1], int(sys.argv[2])
 consumer = Consumer.open(name)
-held = [consumer.next(timeout=30) for _ in range(count)]
+take = consumer.next_held if sys.argv[3:] == ["held"] else consumer.next
+held = [take(timeout=30) for _ in range(count)]
 print("held", " ".join(str(f.frame_id) for f in held), flush=True)
 time.sleep(600)

@@ -21,6 +21,8 @@ class LinkLost(Exception):
 def ucxx() -> Any:
     # UCXX sets a variable UCX then warns about on every start; keep the CLI's output clean.
     os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
+    # A restarted listener takes its port back at once, not after the old connections' TIME_WAIT.
+    os.environ.setdefault("UCX_CM_REUSEADDR", "y")
     try:
         import ucxx as module
     except ImportError as e:

@@ -138,18 +138,26 @@ class BridgeSink:
     async def _publish(self, description: FrameDescription, space: HostSpace, user_tag: int,
                        on_reclaim: Callable[[], None] | None) -> None:
         pause = FULL_RING_BACKOFF_S[0]
-        while True:
-            try:
-                self._producer.publish_description(description, space=[space], block=False, user_tag=user_tag,
-                                                   on_reclaim=on_reclaim)
-                break
-            except GpuringError as e:
-                if e.code != "RING_FULL":
-                    raise
-            await asyncio.sleep(pause)  # the link keeps progressing meanwhile; the source waits on its window
-            pause = min(pause * 2, FULL_RING_BACKOFF_S[1])
+        try:
+            while not self._try_publish(description, space, user_tag, on_reclaim):
+                await asyncio.sleep(pause)  # the link keeps progressing meanwhile; the source waits on its window
+                pause = min(pause * 2, FULL_RING_BACKOFF_S[1])
+        except BaseException:
+            self._producer.free_space(space)  # a failed publish leaves the space ours
+            raise
         if on_reclaim is not None:
             self._ensure_reaper()
+
+    def _try_publish(self, description: FrameDescription, space: HostSpace, user_tag: int,
+                     on_reclaim: Callable[[], None] | None) -> bool:
+        try:
+            self._producer.publish_description(description, space=[space], block=False, user_tag=user_tag,
+                                               on_reclaim=on_reclaim)
+            return True
+        except GpuringError as e:
+            if e.code == "RING_FULL":
+                return False
+            raise
 
     def _ensure_reaper(self) -> None:
         if self._reclaim_waiters == 0:

@@ -1,0 +1,35 @@
+"""Host B of a bridge test: creates RING (SLOTS slots), says "created", takes
+frames until COUNT distinct ones arrived or WAIT seconds pass without one, checks each
+against what the producer published for its user tag, says "progress N" every
+500 frames, and prints one JSON line at the end: the tags in arrival order and
+the frames that differed."""
+import json
+import sys
+
+import pyarrow as pa
+
+import gpuring
+from all_types import all_types_table
+
+ring, count, kind, slots, wait = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+gpuring.Ring.create(ring, slots=slots).close()
+print("created", flush=True)
+tags, wrong, distinct = [], [], set()
+with gpuring.Consumer.open(ring) as c:
+    while len(distinct) < count:  # a repeat (after a killed sink) does not count
+        try:
+            frame = c.next(timeout=wait)
+        except gpuring.GpuringError as e:
+            if e.code != "TIMEOUT":
+                raise
+            break
+        with frame:
+            i = frame.user_tag
+            want = all_types_table(1 + i % 9) if kind == "all-types" else pa.table({"id": pa.array([i], pa.int64())})
+            if not pa.Table.from_batches([frame.to_arrow()]).equals(want):
+                wrong.append(i)
+            tags.append(i)
+            distinct.add(i)
+            if len(tags) % 500 == 0:
+                print("progress", len(tags), flush=True)
+print(json.dumps({"tags": tags, "wrong": wrong}), flush=True)
