@@ -92,7 +92,8 @@ export interface ParticipantInfo {
   /** Process id. */
   pid: number;
   /** What it attached as. */
-  roles: ('producer' | 'consumer')[];
+  /** `bridge`: a `gpuring bridge` end, forwarding frames to or from another machine (SPEC.md §14). */
+  roles: ('producer' | 'consumer' | 'bridge')[];
   /** When it attached, ms since 1970. */
   attachedUnixMs: number;
   /** Shared-memory arenas it created (producers). */

@@ -12,6 +12,7 @@ Napi::Array Roles(Napi::Env env, uint32_t roles) {
   Napi::Array a = Napi::Array::New(env);
   if (roles & GPR_ROLE_PRODUCER) a.Set(a.Length(), Napi::String::New(env, "producer"));
   if (roles & GPR_ROLE_CONSUMER) a.Set(a.Length(), Napi::String::New(env, "consumer"));
+  if (roles & GPR_ROLE_BRIDGE) a.Set(a.Length(), Napi::String::New(env, "bridge"));
   return a;
 }
 

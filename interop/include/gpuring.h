@@ -244,7 +244,7 @@ enum gpr_participant_state {
   GPR_PARTICIPANT_FREEING = 4    /* being freed by one sweeper; the word names its pid */
 };
 
-enum gpr_role { GPR_ROLE_PRODUCER = 1u, GPR_ROLE_CONSUMER = 2u };
+enum gpr_role { GPR_ROLE_PRODUCER = 1u, GPR_ROLE_CONSUMER = 2u, GPR_ROLE_BRIDGE = 4u /* informational, SPEC §14 */ };
 
 /* Participant entry. `state` packs (generation << 32 | pid << 3 | state); the
  * generation grows on every attach so that arenas of an earlier occupant are

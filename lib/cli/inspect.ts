@@ -24,6 +24,7 @@ export function formatInspection(i: RingInspection): string {
       ]);
     lines.push(table(rows).replace(/^/gm, '  '));
   }
+  lines.push(...bridgeLines(i));
   const subscribers = i.participants.filter((p) => p.subscriber);
   if (subscribers.length) {
     const rows = [['subscriber', 'on slow', 'next position', 'held', 'unread', 'missed', 'evicted']];
@@ -32,6 +33,19 @@ export function formatInspection(i: RingInspection): string {
     lines.push(table(rows).replace(/^/gm, '  '));
   }
   return lines.join('\n');
+}
+
+/** `gpuring bridge` ends attached here (SPEC.md §14), with their lag: a forwarding end's leases are the
+ * frames it sent and the far side has not acknowledged; the ready frames wait for it behind them. */
+function bridgeLines(i: RingInspection): string[] {
+  return i.participants
+    .filter((p) => p.roles.includes('bridge') && p.state === 'active')
+    .map((p) =>
+      p.roles.includes('consumer')
+        ? `bridge: participant ${p.index} (pid ${p.pid}) forwards this ring to another machine: ${p.leases} frames in flight ` +
+          `(sent, not yet acknowledged), ${i.slots.ready} waiting in the ring, ${p.released} acknowledged`
+        : `bridge: participant ${p.index} (pid ${p.pid}) publishes frames from another machine: ${p.published} published`,
+    );
 }
 
 export function inspectCommand(name: string, out: Output): void {

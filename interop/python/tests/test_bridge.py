@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import HERE, python_env
+from conftest import HERE, REPO, python_env
 from two_hosts import TwoHosts, unavailable
 
 PORT = 13337
+NODE_CLI = REPO / "bin" / "gpuring.js"
 
 
 def _ucxx_missing() -> str | None:
@@ -59,9 +62,10 @@ class Scenario:
     and start again."""
 
     def __init__(self, hosts: TwoHosts, secret: str, count: int, kind: str = "ids", slots: int = 64,
-                 ack: str = "published") -> None:
+                 ack: str = "published", consumer_delay: float = 0) -> None:
         self.hosts, self.secret, self.ack = hosts, secret, ack
-        self.consumer = self._child(hosts.b, "bridge_consume", "b", str(count), kind, str(slots), "15")
+        self.consumer = self._child(hosts.b, "bridge_consume", "b", str(count), kind, str(slots), "15",
+                                    str(consumer_delay))
         self.producer = self._child(hosts.a, "bridge_produce", "a", str(count), kind)
         for p in (self.consumer, self.producer):
             assert p.stdout is not None and p.stdout.readline().strip() == "created"
@@ -168,16 +172,35 @@ def test_killed_sink_bridge_loses_nothing(hosts, secret):
 
 
 def test_full_far_ring_holds_the_source_back(hosts, secret):
-    """Ring b has 4 slots and its consumer reads only after 2 s: the sink stops
-    publishing, the source stops at its window, ring a fills and the producer
-    waits. Then every frame arrives, none dropped."""
+    """Ring b has 4 slots and its consumer reads only after 4 s: the sink stops
+    publishing, the source stops at its window (64, all of ring a's slots), ring
+    a fills and its producer waits, and inspect on host A shows the forwarding
+    bridge with those frames in flight. Then every frame arrives, none dropped."""
     n = 400
-    s = Scenario(hosts, secret, n, "ids", slots=4)
+    s = Scenario(hosts, secret, n, "ids", slots=4, consumer_delay=4)
     try:
+        time.sleep(2.5)
+        info = _inspect(hosts.a, "a")
+        bridge = [p for p in info["participants"] if "bridge" in p["roles"]]
+        assert [p["roles"] for p in bridge] == [["consumer", "bridge"]]
+        assert info["slotStates"]["CLAIMED"] == 64  # the window: sent, not acknowledged, held for a resend
+        if NODE_CLI.exists():
+            shown = subprocess.run(hosts.a.command(["node", str(NODE_CLI), "inspect", "a"]), capture_output=True,
+                                   text=True, timeout=60)
+            assert re.search(r"bridge: participant \d+ \(pid \d+\) forwards this ring to another machine: 64 frames "
+                             r"in flight", shown.stdout), shown.stdout + shown.stderr
         got = s.received()
         assert got["tags"] == list(range(n))
     finally:
         s.stop()
+
+
+def _inspect(host, ring: str) -> dict:
+    code = f"import json, gpuring; r = gpuring.Ring.open({ring!r}); print(json.dumps(r.inspect()))"
+    out = subprocess.run(host.command([sys.executable, "-c", code]), env=_env(), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 def test_wrong_secret_is_refused(hosts, secret, tmp_path):

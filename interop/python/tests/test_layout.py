@@ -38,3 +38,4 @@ def test_enumerations():
     assert list(L.MEMORY_KINDS) == SCHEMA["memory_kinds"]
     assert list(L.PARTICIPANT_STATES) == SCHEMA["participant_word"]["state"]["values"]
     assert list(ERROR_CODES[:len(SCHEMA["error_codes"])]) == SCHEMA["error_codes"]
+    assert SCHEMA["roles"] == {"producer": L.ROLE_PRODUCER, "consumer": L.ROLE_CONSUMER, "bridge": L.ROLE_BRIDGE}

@@ -36,7 +36,7 @@ class Consumer:
     """One consumer on a ring. ``next`` is for one thread at a time; leases may
     end on any thread (the garbage collector's included)."""
 
-    def __init__(self, seg: Segment, on_slow: str = "block", start: str = "newest") -> None:
+    def __init__(self, seg: Segment, on_slow: str = "block", start: str = "newest", extra_roles: int = 0) -> None:
         if on_slow not in L.ON_SLOW:
             raise GpuringError("INVALID_ARGUMENT", f"on_slow must be one of {', '.join(L.ON_SLOW)}")
         if start not in ("newest", "oldest"):
@@ -46,7 +46,7 @@ class Consumer:
         self._on_slow = L.ON_SLOW.index(on_slow)
         #: Broadcast rings: frames lost, as the last FRAMES_MISSED or EVICTED said.
         self.missed = 0
-        self.index, self.generation = seg.attach(L.ROLE_CONSUMER)
+        self.index, self.generation = seg.attach(L.ROLE_CONSUMER | extra_roles)
         self._maps = ArenaMaps(seg)
         self._lock = threading.Lock()
         self._held: set[int] = set()
@@ -61,7 +61,7 @@ class Consumer:
 
     @classmethod
     def open(cls, name: str, *, timeout: float = 1.0, any_owner: bool = False, on_slow: str = "block",
-             start: str = "newest") -> "Consumer":
+             start: str = "newest", extra_roles: int = 0) -> "Consumer":
         """``any_owner`` joins a ring another user created (refused by default: SEGMENT_OWNER).
 
         ``on_slow`` (broadcast rings, SPEC.md §5.4): what producers do when this
@@ -71,8 +71,9 @@ class Consumer:
         raises FRAMES_MISSED or EVICTED (``error.missed`` says how many), and the
         next call goes on with the frames published since. Frames it has taken
         are never taken back. ``start``: ``"newest"`` receives the frames
-        published from now on; ``"oldest"`` also those still in the ring."""
-        return cls(Segment.open(name, timeout, any_owner), on_slow, start)
+        published from now on; ``"oldest"`` also those still in the ring.
+        ``extra_roles``: ``layout.ROLE_BRIDGE`` marks a bridge end for ``inspect``."""
+        return cls(Segment.open(name, timeout, any_owner), on_slow, start, extra_roles)
 
     def try_next(self) -> Frame | None:
         """A frame if one is ready now, else None."""

@@ -58,10 +58,10 @@ def _dlpack_on_cuda(v: Any) -> bool:
 class Producer:
     """One producer on a ring. Not thread-safe: use one per thread."""
 
-    def __init__(self, seg: Segment, arena_size: int = 0) -> None:
+    def __init__(self, seg: Segment, arena_size: int = 0, extra_roles: int = 0) -> None:
         self._seg = seg
         self._closed = False
-        self.index, self.generation = seg.attach(L.ROLE_PRODUCER)
+        self.index, self.generation = seg.attach(L.ROLE_PRODUCER | extra_roles)
         self._pool = ArenaPool(seg, self.index, self.generation, arena_size)
         self._in_flight: dict[int, tuple[list[Allocation], object, Callable[[], None] | None]] = {}
         self._next_id = 1
@@ -70,11 +70,12 @@ class Producer:
 
     @classmethod
     def open(cls, name: str, *, arena_size: int = 0, timeout: float = 1.0,
-             any_owner: bool = False) -> "Producer":
+             any_owner: bool = False, extra_roles: int = 0) -> "Producer":
         """``any_owner`` joins a ring another user created (refused by default: SEGMENT_OWNER).
         ``arena_size``: bytes per shared-memory arena; 0, the first is 1 MiB and each next
-        one doubles, up to 64 MiB."""
-        return cls(Segment.open(name, timeout, any_owner), arena_size)
+        one doubles, up to 64 MiB. ``extra_roles``: ``layout.ROLE_BRIDGE`` marks a
+        bridge end for ``inspect``."""
+        return cls(Segment.open(name, timeout, any_owner), arena_size, extra_roles)
 
     @property
     def in_flight(self) -> int:

@@ -86,6 +86,7 @@ class Ring:
             entry: dict[str, Any] = {"index": i, "generation": w >> 32,
                                      "state": L.PARTICIPANT_STATES[min(L.pword_state(w), 4)],
                                      "pid": seg.mem.load32(seg.participant(i, "pid")),
+                                     "roles": _role_names(seg.mem.load32(seg.participant(i, "roles"))),
                                      "alive": seg.participant_alive(i)}
             if seg.broadcast and seg.mem.load32(seg.participant(i, "subscription")):
                 entry["subscriber"] = broadcast.standing(seg, i)
@@ -104,3 +105,8 @@ class Ring:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _role_names(roles: int) -> list[str]:
+    return [n for bit, n in ((L.ROLE_PRODUCER, "producer"), (L.ROLE_CONSUMER, "consumer"), (L.ROLE_BRIDGE, "bridge"))
+            if roles & bit]

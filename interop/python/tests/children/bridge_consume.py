@@ -1,10 +1,12 @@
-"""Host B of a bridge test: creates RING (SLOTS slots), says "created", takes
+"""Host B of a bridge test: creates RING (SLOTS slots), says "created", sleeps
+DELAY seconds if given, takes
 frames until COUNT distinct ones arrived or WAIT seconds pass without one, checks each
 against what the producer published for its user tag, says "progress N" every
 500 frames, and prints one JSON line at the end: the tags in arrival order and
 the frames that differed."""
 import json
 import sys
+import time
 
 import pyarrow as pa
 
@@ -14,6 +16,8 @@ from all_types import all_types_table
 ring, count, kind, slots, wait = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
 gpuring.Ring.create(ring, slots=slots).close()
 print("created", flush=True)
+if len(sys.argv) > 6:  # a test looks at the stalled bridge meanwhile
+    time.sleep(float(sys.argv[6]))
 tags, wrong, distinct = [], [], set()
 with gpuring.Consumer.open(ring) as c:
     while len(distinct) < count:  # a repeat (after a killed sink) does not count

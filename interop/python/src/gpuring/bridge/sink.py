@@ -45,7 +45,7 @@ class BridgeSink:
         self.ring, self._secret = ring, secret
         self.window, self.max_frame_bytes = window, max_frame_bytes
         self.stats = stats or BridgeStats(ring, "sink")
-        self._producer = Producer.open(ring)
+        self._producer = Producer.open(ring, extra_roles=L.ROLE_BRIDGE)
         self._stream = stream_id(self._producer._seg)
         self._seen: dict[bytes, OrderedDict[tuple[int, int, int], None]] = {}
         self._reclaim_waiters = 0

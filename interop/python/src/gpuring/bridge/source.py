@@ -16,6 +16,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .. import layout as L
 from ..codec import encode_frame
 from ..consumer import Consumer
 from ..description import DEVICE_KINDS
@@ -40,7 +41,7 @@ class BridgeSource:
             raise GpuringError("INVALID_ARGUMENT", f"ack must be one of {', '.join(W.ACK_MODES)}")
         self.ring, self._secret, self._ack = ring, secret, W.ACK_MODES[ack]
         self.stats = stats or BridgeStats(ring, "source")
-        self._consumer = Consumer.open(ring, start="oldest")
+        self._consumer = Consumer.open(ring, start="oldest", extra_roles=L.ROLE_BRIDGE)
         self._stream = stream_id(self._consumer._seg)
         self._taker = ThreadPoolExecutor(1, thread_name_prefix="gpuring-bridge-take")
         self._held: OrderedDict[int, Frame] = OrderedDict()  # taken, not yet acknowledged, in order taken
