@@ -33,7 +33,8 @@ def read_secret(path: str) -> bytes:
     return secret
 
 
-def _proof(secret: bytes, first: bytes, second: bytes) -> bytes:
+def auth_proof(secret: bytes, first: bytes, second: bytes) -> bytes:
+    """AUTH: what the end that sent HELLO ``first`` answers to the HELLO ``second``."""
     return hmac.new(secret, AUTH_LABEL + first + second, hashlib.sha256).digest()
 
 
@@ -56,9 +57,9 @@ async def handshake(link: Link, mine: W.Hello, secret: bytes) -> W.Hello:
     await link.send(own, W.TAG_HELLO)
     raw = await link.recv(W.HELLO.size, W.TAG_HELLO)
     theirs = W.Hello.unpack(raw)
-    await link.send(_proof(secret, own, raw), W.TAG_HELLO)
+    await link.send(auth_proof(secret, own, raw), W.TAG_HELLO)
     proof = await link.recv(W.AUTH_BYTES, W.TAG_HELLO)
-    status, reason = _judge(mine, theirs, hmac.compare_digest(proof, _proof(secret, raw, own)))
+    status, reason = _judge(mine, theirs, hmac.compare_digest(proof, auth_proof(secret, raw, own)))
     if mine.role == W.ROLE_SINK:
         await link.send(W.pack_verdict(status, reason), W.TAG_CONTROL)
     elif status == W.VERDICT_ACCEPTED:  # the source hears the sink's verdict too

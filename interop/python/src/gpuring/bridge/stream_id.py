@@ -20,6 +20,8 @@ def stream_id(seg: Segment) -> bytes:
     """16 bytes naming this segment: machine boot, name, creation time and creator.
     A ring made again under the same name is another stream."""
     h = L.SEGMENT_HEADER
-    created = seg.mem.load64(h["created_unix_ns"])
-    creator = seg.mem.load32(h["creator_pid"])
-    return hashlib.sha256(b"%s/%s/%d/%d" % (_boot_id(), seg.name.encode(), created, creator)).digest()[:16]
+    return stream_id_of(_boot_id(), seg.name, seg.mem.load64(h["created_unix_ns"]), seg.mem.load32(h["creator_pid"]))
+
+
+def stream_id_of(boot_id: bytes, name: str, created_unix_ns: int, creator_pid: int) -> bytes:
+    return hashlib.sha256(b"%s/%s/%d/%d" % (boot_id, name.encode(), created_unix_ns, creator_pid)).digest()[:16]
