@@ -95,11 +95,20 @@ class Consumer:
         with ``next`` would be released unread. Delivery becomes at-least-once:
         the forwarder's peer must drop repeats. INVALID_ARGUMENT on a broadcast
         ring, where a claim is final."""
+        self._check_holdable()
+        pos, ref = ring.wait_for(self._seg, "data", self._claim, timeout)
+        return self._hand_over(pos, ref, held=True)
+
+    def try_next_held(self) -> Frame | None:
+        """``next_held`` if a frame is ready now, else None."""
+        self._check_holdable()
+        claimed = self._claim()
+        return None if claimed is None else self._hand_over(*claimed, held=True)
+
+    def _check_holdable(self) -> None:
         self._check_open()
         if self._seg.broadcast:
             raise GpuringError("INVALID_ARGUMENT", "next_held needs a work-queue ring: a broadcast claim cannot be handed back")
-        pos, ref = ring.wait_for(self._seg, "data", self._claim, timeout)
-        return self._hand_over(pos, ref, held=True)
 
     def _claim(self) -> tuple[int, ring.FrameRef] | None:
         self._forget_dead_producers()

@@ -59,20 +59,21 @@ class BridgeSink:
         peer = await handshake(link, self._hello(), self._secret)
         self.stats.linked(link.peer, peer.ring)
         seen = self._seen.setdefault(peer.stream_id, OrderedDict())
-        acks = _Acks(link)
+        acks, meta = _Acks(link), _MetaStream(link)
         try:
-            while await self._one_frame(link, peer, seen, acks):
+            while await self._one_frame(link, meta, peer, seen, acks):
                 pass
             await acks.drain()
         finally:
+            meta.close()
             self.stats.unlinked()
 
-    async def _one_frame(self, link: Link, peer: W.Hello, seen: OrderedDict[tuple[int, int, int], None],
-                         acks: "_Acks") -> bool:
-        header = W.FrameHeader.unpack(await link.recv(W.FRAME.size, W.TAG_META), L.MAX_BODY_BYTES)
+    async def _one_frame(self, link: Link, meta: "_MetaStream", peer: W.Hello,
+                         seen: OrderedDict[tuple[int, int, int], None], acks: "_Acks") -> bool:
+        header = await meta.header()
         if header.kind == W.KIND_END:
             return False
-        description = await self._description(link, header)
+        description = await self._description(link, header, await meta.description(header.description_length))
         space = await self._receive_buffers(link, header, description)
         acks.owe()
         origin = (header.origin_producer, header.origin_generation, header.origin_frame_id)
@@ -90,8 +91,7 @@ class BridgeSink:
             ack()
         return True
 
-    async def _description(self, link: Link, header: W.FrameHeader) -> FrameDescription:
-        body = await link.recv(header.description_length, W.TAG_META)
+    async def _description(self, link: Link, header: W.FrameHeader, body: bytes) -> FrameDescription:
         try:
             description = decode_frame(body)
         except GpuringError as e:
@@ -121,14 +121,16 @@ class BridgeSink:
         present = [(i, b) for i, b in enumerate(description.buffers()) if b.kind != "absent"]
         space = self._producer.host_space(sum(_align(b.length) for _, b in present))
         handle = BufferDescriptor.host(space.arena, 0, 0).handle
+        receives = []
         try:
             at = 0
             for i, b in present:  # an empty buffer too is named in this sink's arena, not the source's
                 if b.length:
-                    await link.recv_into(space.view[at:at + b.length], W.body_tag(header.seq, i))
+                    receives.append(link.recv_into(space.view[at:at + b.length], W.body_tag(header.seq, i)))
                 b.kind, b.device_ordinal, b.device_uuid, b.allocation_id = "host", -1, bytes(16), 0
                 b.handle, b.offset = handle, space.allocation.offset + at
                 at += _align(b.length)
+            await asyncio.gather(*receives)  # posted together; a failure ends the link and with it the rest
         except BaseException:
             self._producer.free_space(space)
             raise
@@ -183,6 +185,29 @@ def _remember(seen: OrderedDict[tuple[int, int, int], None], origin: tuple[int, 
     seen[origin] = None
     if len(seen) > REMEMBERED_ORIGINS:
         seen.popitem(last=False)
+
+
+class _MetaStream:
+    """A link's metadata stream, with the next frame's header always posted
+    ahead: UCX matches it while this frame's buffers arrive."""
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+        self._next: asyncio.Future[bytes] | None = None
+
+    async def header(self) -> W.FrameHeader:
+        raw = await (self._next or self._link.recv(W.FRAME.size, W.TAG_META))
+        self._next = None
+        return W.FrameHeader.unpack(raw, L.MAX_BODY_BYTES)
+
+    async def description(self, length: int) -> bytes:
+        body = await self._link.recv(length, W.TAG_META)
+        self._next = asyncio.ensure_future(self._link.recv(W.FRAME.size, W.TAG_META))
+        return body
+
+    def close(self) -> None:
+        if self._next is not None:
+            self._next.cancel()
 
 
 class _Acks:

@@ -14,7 +14,7 @@ import asyncio
 import os
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from .. import layout as L
 from ..codec import encode_frame
@@ -57,39 +57,33 @@ class BridgeSource:
         the ring's frames as they come. Returns at stop; raises LinkLost when
         the link fails, GpuringError when the sink refuses."""
         peer = await handshake(link, self._hello(), self._secret)
-        window = max(1, peer.window)
         self.stats.linked(link.peer, peer.ring)
-        unacked: dict[int, int] = {}  # link sequence number -> serial of the held frame
-        room = asyncio.Event()
-        acks = asyncio.ensure_future(self._acks(link, unacked, room, window))
+        flight = _Flight(max(1, peer.window))
+        acks = asyncio.ensure_future(self._acks(link, flight))
+        acks.add_done_callback(flight.fail_from)
         try:
-            await self._stream_frames(link, unacked, room, window, acks)
+            await self._stream_frames(link, flight)
         finally:
             acks.cancel()
             self.stats.unlinked()
 
-    async def _stream_frames(self, link: Link, unacked: dict[int, int], room: asyncio.Event, window: int,
-                             acks: asyncio.Future[None]) -> None:
+    async def _stream_frames(self, link: Link, flight: "_Flight") -> None:
         resend = list(self._held)
         for seq in range(2**32):
-            while len(unacked) >= window:
-                room.clear()
-                await _first(room.wait(), acks)
+            await flight.room()
             if resend:
                 serial = resend.pop(0)
                 if serial not in self._held:
                     continue
             else:
-                frame = await self._next_frame(acks)
+                frame = await self._next_frame(flight.failed)
                 if frame is None:  # stopping: the sink publishes what it has, then the link ends
                     await link.send(W.FrameHeader(seq, 0, 0, 0, 0, 0, 0, 0, W.KIND_END).pack(), W.TAG_META)
-                    while unacked:
-                        room.clear()
-                        await _first(room.wait(), acks)
+                    await flight.empty()
                     return
                 serial = self._hold(frame)
-            unacked[seq] = serial
-            await self._send(link, seq, self._held[serial])
+            flight.unacked[seq] = serial
+            self._send(link, seq, self._held[serial], flight)
         raise LinkLost("2^32 frames on one link: reconnecting to restart the sequence numbers")
 
     def _hold(self, frame: Frame) -> int:
@@ -97,21 +91,26 @@ class BridgeSource:
         self._held[self._serial] = frame
         return self._serial
 
-    async def _next_frame(self, acks: asyncio.Future[None]) -> Frame | None:
-        """The next frame of the ring, or None once stopped. A frame taken while
-        the link failed stays held for the next link."""
+    async def _next_frame(self, failed: asyncio.Future[None]) -> Frame | None:
+        """The next frame of the ring, or None once stopped. While frames are
+        ready they are taken here, on the loop; only a wait goes to the taking
+        thread. A frame that thread takes while the link fails stays for the next link."""
         while not self._stopping:
             if self._taking is None:
-                self._taking = asyncio.get_running_loop().run_in_executor(self._taker, self._take)
-            await _first(asyncio.shield(self._taking), acks)
+                frame = self._take(self._consumer.try_next_held)
+                if frame is not None:
+                    return frame
+                self._taking = asyncio.get_running_loop().run_in_executor(
+                    self._taker, self._take, lambda: self._consumer.next_held(TAKE_WAIT_S))
+            await _first(asyncio.shield(self._taking), failed)
             frame, self._taking = self._taking.result(), None
             if frame is not None:
                 return frame
         return None
 
-    def _take(self) -> Frame | None:
+    def _take(self, take: Callable[[], Frame | None]) -> Frame | None:
         try:
-            return self._consumer.next_held(TAKE_WAIT_S)
+            return take()
         except GpuringError as e:
             if e.code == "TIMEOUT":
                 return None
@@ -120,16 +119,19 @@ class BridgeSource:
                 return None
             raise
 
-    async def _send(self, link: Link, seq: int, frame: Frame) -> None:
+    def _send(self, link: Link, seq: int, frame: Frame, flight: "_Flight") -> None:
+        """Posts the frame's messages in order and returns without waiting for
+        them: the frame stays held until acknowledged, so its memory outlives
+        the sends. A send that fails fails the link."""
         body = encode_frame(frame.description)
         buffers = [(i, b) for i, b in enumerate(frame.description.buffers()) if b.kind != "absent" and b.length]
         total = sum(b.length for _, b in buffers)
         producer, generation = frame.producer
         header = W.FrameHeader(seq, len(body), len(buffers), producer, generation, frame.frame_id, frame.user_tag, total)
-        await link.send(header.pack(), W.TAG_META)
-        await link.send(body, W.TAG_META)
-        for i, b in buffers:
-            await link.send(self._bytes_of(frame, b), W.body_tag(seq, i))
+        sends = [link.send(header.pack(), W.TAG_META), link.send(body, W.TAG_META)]
+        sends += [link.send(self._bytes_of(frame, b), W.body_tag(seq, i)) for i, b in buffers]
+        for send in sends:  # tasks start in creation order, so UCX gets the messages in this order
+            asyncio.ensure_future(send).add_done_callback(flight.fail_from)
         self.stats.sent(total)
 
     def _bytes_of(self, frame: Frame, b: Any) -> Any:
@@ -140,19 +142,18 @@ class BridgeSource:
         self._consumer._maps.address(b)  # bounds-checks the buffer in its arena
         return mem.view[b.offset:b.offset + b.length]
 
-    async def _acks(self, link: Link, unacked: dict[int, int], room: asyncio.Event, window: int) -> None:
+    async def _acks(self, link: Link, flight: "_Flight") -> None:
         while True:
             msg = W.unpack_control(await link.recv(W.CONTROL_BYTES, W.TAG_CONTROL))
             if isinstance(msg, W.Refusal):
                 raise GpuringError("BRIDGE_REFUSED", f"the sink refused frame {msg.seq}: {msg.code}: {msg.message}")
             for seq in msg:
-                serial = unacked.pop(seq, None)
+                serial = flight.unacked.pop(seq, None)
                 if serial is None:
                     raise W.bad(f"free_data for frame {seq}, which is not in flight")
-                frame = self._held.pop(serial)
-                frame.release()
+                self._held.pop(serial).release()
                 self.stats.acked()
-            room.set()
+            flight.changed.set()
 
     def stop(self) -> None:
         """Asks ``serve`` to end the link (it sends END) at its next frame."""
@@ -167,6 +168,34 @@ class BridgeSource:
         self._held.clear()
 
 
+class _Flight:
+    """One link's frames sent and not yet acknowledged (sequence number to held
+    serial), the window, and the link's first failure (of a send or of the acks)."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.unacked: dict[int, int] = {}
+        self.changed = asyncio.Event()
+        self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def fail_from(self, task: asyncio.Future[Any]) -> None:
+        """A done callback of each send and of the acks: the first error fails the link."""
+        if self.failed.done() or task.cancelled() or task.exception() is None:
+            return
+        self.failed.set_exception(task.exception())  # type: ignore[arg-type]
+
+    async def _until(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            self.changed.clear()
+            await _first(self.changed.wait(), self.failed)
+
+    async def room(self) -> None:
+        await self._until(lambda: len(self.unacked) < self.window)
+
+    async def empty(self) -> None:
+        await self._until(lambda: not self.unacked)
+
+
 async def _first(waiting: Any, failing: asyncio.Future[None]) -> None:
     """Waits for ``waiting``; if ``failing`` ends first, raises what it raised."""
     task = asyncio.ensure_future(waiting)
@@ -174,5 +203,4 @@ async def _first(waiting: Any, failing: asyncio.Future[None]) -> None:
     if failing in done:
         task.cancel()
         failing.result()
-        raise LinkLost("the link's acknowledgements ended")
-
+        raise LinkLost("the link ended")

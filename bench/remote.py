@@ -1,0 +1,135 @@
+"""`npm run bench:remote`: frames across a link between two "hosts" (two network
+namespaces with their own /dev/shm, as the bridge tests make them; root
+needed) through gpuring bridges over UCX, against the same tables as Arrow IPC
+over a TCP socket and through Arrow Flight, and the floor: the same bytes over
+a TCP socket with no Arrow. All in one run. UCX runs over TCP here (UCX_TLS=tcp):
+the namespaces share no memory or RDMA device.
+
+    python3 bench/remote.py [--json] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "interop/python/tests"))
+from two_hosts import TwoHosts, unavailable  # noqa: E402
+
+CHILD = str(ROOT / "bench" / "remote_child.py")
+PORT = 13500
+TRANSPORTS = ("tcp", "ipc", "flight", "gpuring")
+LABELS = {"tcp": "TCP socket, raw bytes (floor)", "ipc": "Arrow IPC over TCP", "flight": "Arrow Flight (gRPC)",
+          "gpuring": "gpuring bridge (UCX over TCP)"}
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT / "interop/python/src"), PYTHONUNBUFFERED="1", UCX_TLS="tcp")
+
+
+def start(host, *args: str) -> subprocess.Popen[str]:
+    p = host.run([sys.executable, *args], env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None
+    line = p.stdout.readline().strip()
+    if line != "ready":
+        raise RuntimeError(f"{args}: {line} {p.stderr.read() if p.stderr else ''}")
+    return p
+
+
+def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int, secret: str) -> dict:
+    port = str(PORT)
+    run_one.runs += 1  # type: ignore[attr-defined]
+    a, b = f"a{run_one.runs}", f"b{run_one.runs}"  # type: ignore[attr-defined]
+    bridges: list[subprocess.Popen[str]] = []
+    if transport == "gpuring":
+        recv = start(hosts.b, CHILD, "recv", "gpuring", b, str(count))
+        send = start(hosts.a, CHILD, "send", "gpuring", a, str(count), str(size), str(pace_us))
+        bridge = [sys.executable, "-m", "gpuring", "bridge", "--secret", secret, "--progress", "0", "--window", "128"]
+        bridges.append(hosts.b.run([*bridge, "--from", f"ucx://:{port}", "--listen", "--to", b], env=env(),
+                                   stderr=subprocess.PIPE))
+        bridges.append(hosts.a.run([*bridge, "--from", a, "--to", f"ucx://{hosts.b.address}:{port}"], env=env(),
+                                   stderr=subprocess.PIPE))
+        assert bridges[1].stderr is not None
+        while "linked" not in (line := bridges[1].stderr.readline()):
+            if not line:
+                raise RuntimeError("the source bridge ended before linking")
+    else:
+        recv = start(hosts.b, CHILD, "recv", transport, port, str(count))
+        send = start(hosts.a, CHILD, "send", transport, f"{hosts.b.address}:{port}", str(count), str(size), str(pace_us))
+    assert send.stdin is not None
+    send.stdin.write("go\n")
+    send.stdin.flush()
+    out, err = recv.communicate(timeout=600)
+    send.communicate(timeout=60)
+    for b in bridges:
+        b.terminate()
+        b.communicate(timeout=30)
+    if recv.returncode:
+        raise RuntimeError(f"{transport}: {err}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+run_one.runs = 0  # type: ignore[attr-defined]
+
+
+def summarize(r: dict, size: int, count: int) -> dict:
+    lat = sorted(r["latency_us"])
+    seconds = (r["last_ns"] - r["first_ns"]) / 1e9 or 1e-9
+    return {"p50_us": round(statistics.median(lat), 1), "p99_us": round(lat[int(len(lat) * 0.99) - 1], 1),
+            "frames_per_s": round((count - 1) / seconds), "mb_per_s": round((count - 1) * size / seconds / 1e6, 1)}
+
+
+CASES = [  # name, bytes per frame, frames, microseconds between frames (0: as fast as possible)
+    ("latency, 1 KiB frames 1 ms apart", 1024, 300, 1000),
+    ("throughput, 1 KiB frames", 1024, 3000, 0),
+    ("throughput, 1 MiB frames", 1 << 20, 200, 0),
+]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quick", action="store_true", help="a tenth of the frames")
+    args = p.parse_args()
+    if why := unavailable():
+        print(f"bench:remote needs two network namespaces: {why}", file=sys.stderr)
+        return 2
+    secret = "/tmp/gpuring-bench-remote.secret"
+    with open(os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(os.urandom(24).hex())
+    hosts = TwoHosts()
+    rows = []
+    try:
+        for name, size, count, pace in CASES:
+            count = max(count // 10, 20) if args.quick else count
+            base = None
+            for t in TRANSPORTS:
+                print(f"{name}: {LABELS[t]}...", file=sys.stderr, flush=True)
+                s = summarize(run_one(hosts, t, size, count, pace, secret), size, count)
+                base = base or s
+                rows.append({"case": name, "transport": LABELS[t], **s,
+                             "p50_vs_floor": round(s["p50_us"] / base["p50_us"], 2),
+                             "throughput_vs_floor": round(s["frames_per_s"] / base["frames_per_s"], 2)})
+                time.sleep(0.2)
+    finally:
+        hosts.close()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        head = ["case", "transport", "p50 µs", "p99 µs", "frames/s", "MB/s", "p50 ÷ floor", "frames/s ÷ floor"]
+        body = [[r["case"], r["transport"], r["p50_us"], r["p99_us"], r["frames_per_s"], r["mb_per_s"], r["p50_vs_floor"],
+                 r["throughput_vs_floor"]] for r in rows]
+        widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+        for line in [head, *body]:
+            print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

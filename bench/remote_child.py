@@ -1,0 +1,175 @@
+"""One end of a `npm run bench:remote` transfer (bench/remote.py starts it inside
+a "host"): sends COUNT frames of SIZE bytes, PACE_US apart (0: as fast as it
+can), or receives them and prints one JSON line: each frame's latency (send
+stamp to arrival, CLOCK_MONOTONIC, which both hosts share) and the first and
+last arrival times.
+
+    remote_child.py send gpuring RING COUNT SIZE PACE_US
+    remote_child.py recv gpuring RING COUNT
+    remote_child.py send ipc|flight|tcp HOST:PORT COUNT SIZE PACE_US
+    remote_child.py recv ipc|flight|tcp PORT COUNT
+"""
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+
+
+def frame(size: int) -> pa.Table:
+    values = np.zeros(max(size // 8, 1), np.int64)
+    values[0] = time.monotonic_ns()  # the stamp: what the receiver subtracts from its clock
+    return pa.table({"v": values})
+
+
+def paced(count: int, size: int, pace_us: int):
+    for _ in range(count):
+        if pace_us:
+            time.sleep(pace_us / 1e6)
+        yield frame(size)
+
+
+def report(stamps: list[int], arrivals: list[int]) -> None:
+    print(json.dumps({"latency_us": [(a - s) / 1e3 for s, a in zip(stamps, arrivals)],
+                      "first_ns": arrivals[0], "last_ns": arrivals[-1]}), flush=True)
+
+
+def gpuring_send(ring: str, count: int, size: int, pace_us: int) -> None:
+    import gpuring
+    gpuring.Ring.create(ring, slots=256).close()
+    print("ready", flush=True)
+    with gpuring.Producer.open(ring) as p:
+        sys.stdin.readline()  # the bridges are up
+        for t in paced(count, size, pace_us):
+            p.publish(t)
+        p.drain(timeout=300)
+
+
+def gpuring_recv(ring: str, count: int) -> None:
+    import gpuring
+    gpuring.Ring.create(ring, slots=256).close()
+    stamps, arrivals = [], []
+    with gpuring.Consumer.open(ring) as c:
+        print("ready", flush=True)
+        for _ in range(count):
+            with c.next(timeout=120) as f:
+                arrivals.append(time.monotonic_ns())
+                stamps.append(f.to_arrow().column(0)[0].as_py())
+    report(stamps, arrivals)
+
+
+def ipc_send(address: str, count: int, size: int, pace_us: int) -> None:
+    host, port = address.rsplit(":", 1)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    with socket.create_connection((host, int(port))) as s, s.makefile("wb") as sink:
+        writer = None
+        for t in paced(count, size, pace_us):
+            writer = writer or pa.ipc.new_stream(sink, t.schema)
+            writer.write_table(t)
+            sink.flush()
+        assert writer is not None
+        writer.close()
+
+
+def ipc_recv(port: str, count: int) -> None:
+    server = socket.create_server(("", int(port)))
+    print("ready", flush=True)
+    conn, _ = server.accept()
+    stamps, arrivals = [], []
+    with conn, conn.makefile("rb") as source:
+        for batch in pa.ipc.open_stream(source):
+            arrivals.append(time.monotonic_ns())
+            stamps.append(batch.column(0)[0].as_py())
+    assert len(stamps) == count
+    report(stamps, arrivals)
+
+
+def tcp_send(address: str, count: int, size: int, pace_us: int) -> None:
+    """The floor: the same bytes with an 8-byte length before each, no Arrow at all."""
+    host, port = address.rsplit(":", 1)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    with socket.create_connection((host, int(port))) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(count):
+            if pace_us:
+                time.sleep(pace_us / 1e6)
+            body = np.zeros(max(size // 8, 1), np.int64)
+            body[0] = time.monotonic_ns()
+            s.sendall(body.nbytes.to_bytes(8, "little") + body.tobytes())
+
+
+def _exactly(conn: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = conn.recv_into(view[got:])
+        if not k:
+            raise EOFError
+        got += k
+    return buf
+
+
+def tcp_recv(port: str, count: int) -> None:
+    server = socket.create_server(("", int(port)))
+    print("ready", flush=True)
+    conn, _ = server.accept()
+    stamps, arrivals = [], []
+    with conn:
+        for _ in range(count):
+            body = _exactly(conn, int.from_bytes(_exactly(conn, 8), "little"))
+            arrivals.append(time.monotonic_ns())
+            stamps.append(int.from_bytes(body[:8], "little", signed=True))
+    report(stamps, arrivals)
+
+
+def flight_send(address: str, count: int, size: int, pace_us: int) -> None:
+    import pyarrow.flight as fl
+    print("ready", flush=True)
+    sys.stdin.readline()
+    client = fl.connect(f"grpc+tcp://{address}")
+    writer = None
+    for t in paced(count, size, pace_us):
+        if writer is None:
+            writer, _ = client.do_put(fl.FlightDescriptor.for_path("bench"), t.schema)
+        writer.write_table(t)
+    assert writer is not None
+    writer.close()
+
+
+def flight_recv(port: str, count: int) -> None:
+    import pyarrow.flight as fl
+    stamps: list[int] = []
+    arrivals: list[int] = []
+
+    class Server(fl.FlightServerBase):  # type: ignore[misc]
+        def do_put(self, context, descriptor, reader, writer):  # noqa: ANN001
+            for chunk in reader:
+                arrivals.append(time.monotonic_ns())
+                stamps.append(chunk.data.column(0)[0].as_py())
+
+    server = Server(f"grpc+tcp://0.0.0.0:{port}")
+    print("ready", flush=True)
+    while len(arrivals) < count:
+        time.sleep(0.01)
+    server.shutdown()
+    report(stamps, arrivals)
+
+
+def main() -> None:
+    role, transport, where, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    if role == "send":
+        size, pace = int(sys.argv[5]), int(sys.argv[6])
+        {"gpuring": gpuring_send, "ipc": ipc_send, "flight": flight_send, "tcp": tcp_send}[transport](
+            where, count, size, pace)
+    else:
+        {"gpuring": gpuring_recv, "ipc": ipc_recv, "flight": flight_recv, "tcp": tcp_recv}[transport](where, count)
+
+
+if __name__ == "__main__":
+    main()
