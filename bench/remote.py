@@ -50,7 +50,7 @@ def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int
     if transport == "gpuring":
         recv = start(hosts.b, CHILD, "recv", "gpuring", b, str(count))
         send = start(hosts.a, CHILD, "send", "gpuring", a, str(count), str(size), str(pace_us))
-        bridge = [sys.executable, "-m", "gpuring", "bridge", "--secret", secret, "--progress", "0", "--window", "128"]
+        bridge = [sys.executable, *(os.environ["BRIDGE_LAUNCHER"].split() if "BRIDGE_LAUNCHER" in os.environ else ["-m", "gpuring", "bridge"]), "--secret", secret, "--progress", "0", "--window", "128"]
         bridges.append(hosts.b.run([*bridge, "--from", f"ucx://:{port}", "--listen", "--to", b], env=env(),
                                    stderr=subprocess.PIPE))
         bridges.append(hosts.a.run([*bridge, "--from", a, "--to", f"ucx://{hosts.b.address}:{port}"], env=env(),
@@ -96,6 +96,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="a tenth of the frames")
+    p.add_argument("--only", choices=("latency", "throughput"), help="only the cases whose name begins so")
+    p.add_argument("--transports", default=",".join(TRANSPORTS), help="comma-separated, the floor (tcp) first")
     args = p.parse_args()
     if why := unavailable():
         print(f"bench:remote needs two network namespaces: {why}", file=sys.stderr)
@@ -106,10 +108,10 @@ def main() -> int:
     hosts = TwoHosts()
     rows = []
     try:
-        for name, size, count, pace in CASES:
+        for name, size, count, pace in [c for c in CASES if not args.only or c[0].startswith(args.only)]:
             count = max(count // 10, 20) if args.quick else count
             base = None
-            for t in TRANSPORTS:
+            for t in args.transports.split(","):
                 print(f"{name}: {LABELS[t]}...", file=sys.stderr, flush=True)
                 s = summarize(run_one(hosts, t, size, count, pace, secret), size, count)
                 base = base or s

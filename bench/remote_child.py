@@ -96,12 +96,14 @@ def tcp_send(address: str, count: int, size: int, pace_us: int) -> None:
     sys.stdin.readline()
     with socket.create_connection((host, int(port))) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        body = np.zeros(max(size // 8, 1), np.int64)
+        length = body.nbytes.to_bytes(8, "little")
         for _ in range(count):
             if pace_us:
                 time.sleep(pace_us / 1e6)
-            body = np.zeros(max(size // 8, 1), np.int64)
             body[0] = time.monotonic_ns()
-            s.sendall(body.nbytes.to_bytes(8, "little") + body.tobytes())
+            s.sendall(length)
+            s.sendall(body.data)
 
 
 def _exactly(conn: socket.socket, n: int) -> bytearray:

@@ -85,6 +85,10 @@ async def _run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # The thread that waits for frames must get the interpreter back quickly from the event loop, which
+    # polls UCX: at Python's default 5 ms switch interval, the take hop of a lone frame was 0.97 ms
+    # (median, bench:remote latency case, 2-core box); at 0.1 ms it was 0.60 ms.
+    sys.setswitchinterval(0.0001)
     try:
         asyncio.run(_run(args))
     except GpuringError as e:

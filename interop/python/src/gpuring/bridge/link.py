@@ -23,8 +23,11 @@ def ucxx() -> Any:
     os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
     # A restarted listener takes its port back at once, not after the old connections' TIME_WAIT.
     os.environ.setdefault("UCX_CM_REUSEADDR", "y")
-    # UCX progressed by the event loop itself, woken by the worker's file descriptor: 2.5x the frames/s of
-    # UCXX's default (a progress thread, a thread hop per completion) in bench:remote on a 2-core machine.
+    # UCX progressed on the event loop, woken by the worker's file descriptor: 2.5x the frames/s of
+    # UCXX's default progress thread on a 2-core machine. Its cost: while linked, UCXX has the loop poll each
+    # pending request (asyncio.sleep(0) in turn), so a linked bridge keeps one core busy even when idle.
+    # UCXPY_PROGRESS_MODE=thread with UCXPY_ENABLE_PYTHON_FUTURE=1 idles at ~2% of a core, at a third of the
+    # frames/s; it is not yet tested here (SPEC.md §14.5).
     os.environ.setdefault("UCXPY_PROGRESS_MODE", "blocking")
     try:
         import ucxx as module
@@ -60,6 +63,12 @@ class Link:
             await self._ep.send(data, tag=_ucxx_tag(tag))
         except self._errors as e:
             raise LinkLost(f"sending to {self.peer}: {e}") from None
+
+    def post(self, data: Any, tag: int) -> asyncio.Future[None]:
+        """Sends without waiting: the message is handed to UCX in the order of
+        ``post`` calls, before the loop next waits. ``data`` must live until done."""
+        return asyncio.ensure_future(self.send(data, tag))
+
 
     async def recv_into(self, buffer: Any, tag: int) -> None:
         try:

@@ -128,10 +128,10 @@ class BridgeSource:
         total = sum(b.length for _, b in buffers)
         producer, generation = frame.producer
         header = W.FrameHeader(seq, len(body), len(buffers), producer, generation, frame.frame_id, frame.user_tag, total)
-        sends = [link.send(header.pack(), W.TAG_META), link.send(body, W.TAG_META)]
-        sends += [link.send(self._bytes_of(frame, b), W.body_tag(seq, i)) for i, b in buffers]
-        for send in sends:  # tasks start in creation order, so UCX gets the messages in this order
-            asyncio.ensure_future(send).add_done_callback(flight.fail_from)
+        sends = [link.post(header.pack(), W.TAG_META), link.post(body, W.TAG_META)]
+        sends += [link.post(self._bytes_of(frame, b), W.body_tag(seq, i)) for i, b in buffers]
+        for send in sends:
+            send.add_done_callback(flight.fail_from)
         self.stats.sent(total)
 
     def _bytes_of(self, frame: Frame, b: Any) -> Any:
