@@ -163,8 +163,8 @@ class Consumer:
             ring.confirm(self._seg, self.index, pos)
         with self._lock:
             self._held.add(pos)
-        end = (lambda: self._end_lease(pos, confirm=True)) if held else (lambda: self._end_lease(pos))
-        return Frame(self, description, ref.frame_id, ref.user_tag, Lease(end), (ref.producer, ref.producer_gen))
+        return Frame(self, description, ref.frame_id, ref.user_tag, Lease(lambda: self._end_lease(pos, confirm=held)),
+                     (ref.producer, ref.producer_gen))
 
     def _body(self, ref: ring.FrameRef) -> bytes:
         if ref.producer >= self._seg.participant_capacity or ref.body_length > L.MAX_BODY_BYTES:

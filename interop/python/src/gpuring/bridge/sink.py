@@ -48,7 +48,7 @@ class BridgeSink:
         self._producer = Producer.open(ring, extra_roles=L.ROLE_BRIDGE)
         self._stream = stream_id(self._producer._seg)
         self._seen: dict[bytes, OrderedDict[tuple[int, int, int], None]] = {}
-        self._reclaim_waiters = 0
+        self._reaping = False  # a task looks for released frames ("released" acks)
 
     def _hello(self) -> W.Hello:
         return W.Hello(W.ROLE_SINK, 0, 0, os.urandom(32), self._stream, self.window, self.max_frame_bytes, self.ring)
@@ -162,8 +162,8 @@ class BridgeSink:
             raise
 
     def _ensure_reaper(self) -> None:
-        if self._reclaim_waiters == 0:
-            self._reclaim_waiters = 1
+        if not self._reaping:
+            self._reaping = True
             asyncio.ensure_future(self._reap_while_waiting())
 
     async def _reap_while_waiting(self) -> None:
@@ -174,7 +174,7 @@ class BridgeSink:
                 self._producer.reap()
                 await asyncio.sleep(REAP_EVERY_S)
         finally:
-            self._reclaim_waiters = 0
+            self._reaping = False
 
     def close(self) -> None:
         """Leaves the ring. Frames published stay deliverable: host arenas outlive their producer."""
