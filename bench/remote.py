@@ -5,7 +5,12 @@ over a TCP socket and through Arrow Flight, and the floor: the same bytes over
 a TCP socket with no Arrow. All in one run. UCX runs over TCP here (UCX_TLS=tcp):
 the namespaces share no memory or RDMA device.
 
-    python3 bench/remote.py [--json] [--quick]
+    python3 bench/remote.py [--json] [--quick] [--only latency|throughput] [--transports ...] [--device]
+
+With --device (a GPU needed) the frames are CuPy device arrays: bridged as
+device memory (UCX copies them through host memory over TCP) against host
+staging (copied to the host, bridged as host frames, copied to the device on
+host B), with raw host bytes over TCP as the floor.
 """
 from __future__ import annotations
 
@@ -25,12 +30,20 @@ from two_hosts import TwoHosts, unavailable  # noqa: E402
 CHILD = str(ROOT / "bench" / "remote_child.py")
 PORT = 13500
 TRANSPORTS = ("tcp", "ipc", "flight", "gpuring")
-LABELS = {"tcp": "TCP socket, raw bytes (floor)", "ipc": "Arrow IPC over TCP", "flight": "Arrow Flight (gRPC)",
-          "gpuring": "gpuring bridge (UCX over TCP)"}
+DEVICE_TRANSPORTS = ("tcp", "gpuring-staged", "gpuring-device")
+LABELS = {"tcp": "TCP socket, raw host bytes (floor)", "ipc": "Arrow IPC over TCP", "flight": "Arrow Flight (gRPC)",
+          "gpuring": "gpuring bridge (UCX over TCP)",
+          "gpuring-staged": "host staging: to host, gpuring bridge, to device",
+          "gpuring-device": "gpuring bridge, device frames (UCX cuda_copy + TCP)"}
+# Device frames: UCX copies them through host memory (cuda_copy) and over TCP; cuda_ipc would
+# take a shortcut between the two "hosts", which share one GPU.
+UCX_TLS = {"host": "tcp", "device": "tcp,cuda_copy"}
+ucx_tls = UCX_TLS["host"]
 
 
 def env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(ROOT / "interop/python/src"), PYTHONUNBUFFERED="1", UCX_TLS="tcp")
+    path = os.pathsep.join(p for p in (str(ROOT / "interop/python/src"), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1", UCX_TLS=ucx_tls)
 
 
 def start(host, *args: str) -> subprocess.Popen[str]:
@@ -47,18 +60,22 @@ def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int
     run_one.runs += 1  # type: ignore[attr-defined]
     a, b = f"a{run_one.runs}", f"b{run_one.runs}"  # type: ignore[attr-defined]
     bridges: list[subprocess.Popen[str]] = []
-    if transport == "gpuring":
-        recv = start(hosts.b, CHILD, "recv", "gpuring", b, str(count))
-        send = start(hosts.a, CHILD, "send", "gpuring", a, str(count), str(size), str(pace_us))
+    if transport.startswith("gpuring"):
+        recv = start(hosts.b, CHILD, "recv", transport, b, str(count))
+        send = start(hosts.a, CHILD, "send", transport, a, str(count), str(size), str(pace_us))
         bridge = [sys.executable, *(os.environ["BRIDGE_LAUNCHER"].split() if "BRIDGE_LAUNCHER" in os.environ else ["-m", "gpuring", "bridge"]), "--secret", secret, "--progress", "0", "--window", "128"]
         bridges.append(hosts.b.run([*bridge, "--from", f"ucx://:{port}", "--listen", "--to", b], env=env(),
                                    stderr=subprocess.PIPE))
         bridges.append(hosts.a.run([*bridge, "--from", a, "--to", f"ucx://{hosts.b.address}:{port}"], env=env(),
                                    stderr=subprocess.PIPE))
         assert bridges[1].stderr is not None
+        said = []
         while "linked" not in (line := bridges[1].stderr.readline()):
+            said.append(line)
             if not line:
-                raise RuntimeError("the source bridge ended before linking")
+                for b in bridges:
+                    b.kill()
+                raise RuntimeError("a bridge ended before linking: " + "".join(said)[-2000:] + bridges[0].communicate()[1][-2000:])
     else:
         recv = start(hosts.b, CHILD, "recv", transport, port, str(count))
         send = start(hosts.a, CHILD, "send", transport, f"{hosts.b.address}:{port}", str(count), str(size), str(pace_us))
@@ -66,11 +83,16 @@ def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int
     send.stdin.write("go\n")
     send.stdin.flush()
     out, err = recv.communicate(timeout=600)
-    send.communicate(timeout=60)
+    try:
+        send.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        err += "the sender did not finish within 60 s of the last arrival"
+        send.kill()
+        err += send.communicate()[1][-2000:]
     for b in bridges:
         b.terminate()
-        b.communicate(timeout=30)
-    if recv.returncode:
+        err += b.communicate(timeout=30)[1][-2000:]
+    if recv.returncode or send.returncode:
         raise RuntimeError(f"{transport}: {err}")
     return json.loads(out.strip().splitlines()[-1])
 
@@ -78,8 +100,10 @@ def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int
 run_one.runs = 0  # type: ignore[attr-defined]
 
 
-def summarize(r: dict, size: int, count: int) -> dict:
+def summarize(r: dict, size: int) -> dict:
+    """Of the frames after the child's warm-up."""
     lat = sorted(r["latency_us"])
+    count = len(lat)
     seconds = (r["last_ns"] - r["first_ns"]) / 1e9 or 1e-9
     return {"p50_us": round(statistics.median(lat), 1), "p99_us": round(lat[int(len(lat) * 0.99) - 1], 1),
             "frames_per_s": round((count - 1) / seconds), "mb_per_s": round((count - 1) * size / seconds / 1e6, 1)}
@@ -90,6 +114,11 @@ CASES = [  # name, bytes per frame, frames, microseconds between frames (0: as f
     ("throughput, 1 KiB frames", 1024, 3000, 0),
     ("throughput, 1 MiB frames", 1 << 20, 200, 0),
 ]
+DEVICE_CASES = [
+    ("latency, 64 KiB device frames 1 ms apart", 1 << 16, 300, 1000),
+    ("throughput, 1 MiB device frames", 1 << 20, 300, 0),
+    ("throughput, 16 MiB device frames", 1 << 24, 60, 0),
+]
 
 
 def main() -> int:
@@ -97,8 +126,13 @@ def main() -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="a tenth of the frames")
     p.add_argument("--only", choices=("latency", "throughput"), help="only the cases whose name begins so")
-    p.add_argument("--transports", default=",".join(TRANSPORTS), help="comma-separated, the floor (tcp) first")
+    p.add_argument("--transports", help="comma-separated, the floor (tcp) first")
+    p.add_argument("--device", action="store_true", help="device frames (CuPy, a GPU): bridged as device memory "
+                   "against host staging")
     args = p.parse_args()
+    global ucx_tls
+    ucx_tls = UCX_TLS["device" if args.device else "host"]
+    transports = args.transports or ",".join(DEVICE_TRANSPORTS if args.device else TRANSPORTS)
     if why := unavailable():
         print(f"bench:remote needs two network namespaces: {why}", file=sys.stderr)
         return 2
@@ -108,12 +142,13 @@ def main() -> int:
     hosts = TwoHosts()
     rows = []
     try:
-        for name, size, count, pace in [c for c in CASES if not args.only or c[0].startswith(args.only)]:
+        for name, size, count, pace in [c for c in (DEVICE_CASES if args.device else CASES)
+                                        if not args.only or c[0].startswith(args.only)]:
             count = max(count // 10, 20) if args.quick else count
             base = None
-            for t in args.transports.split(","):
+            for t in transports.split(","):
                 print(f"{name}: {LABELS[t]}...", file=sys.stderr, flush=True)
-                s = summarize(run_one(hosts, t, size, count, pace, secret), size, count)
+                s = summarize(run_one(hosts, t, size, count, pace, secret), size)
                 base = base or s
                 rows.append({"case": name, "transport": LABELS[t], **s,
                              "p50_vs_floor": round(s["p50_us"] / base["p50_us"], 2),

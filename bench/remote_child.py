@@ -2,10 +2,10 @@
 a "host"): sends COUNT frames of SIZE bytes, PACE_US apart (0: as fast as it
 can), or receives them and prints one JSON line: each frame's latency (send
 stamp to arrival, CLOCK_MONOTONIC, which both hosts share) and the first and
-last arrival times.
+last arrival times, leaving out the first WARM_UP frames.
 
-    remote_child.py send gpuring RING COUNT SIZE PACE_US
-    remote_child.py recv gpuring RING COUNT
+    remote_child.py send gpuring[-device|-staged] RING COUNT SIZE PACE_US
+    remote_child.py recv gpuring[-device|-staged] RING COUNT
     remote_child.py send ipc|flight|tcp HOST:PORT COUNT SIZE PACE_US
     remote_child.py recv ipc|flight|tcp PORT COUNT
 """
@@ -20,45 +20,76 @@ import numpy as np
 import pyarrow as pa
 
 
+WARM_UP = 5  # frames not counted: first connections, mappings, CUDA contexts
+WARM_UP_PAUSE_S = 1.0  # after them, before the frames counted
+
+
 def frame(size: int) -> pa.Table:
     values = np.zeros(max(size // 8, 1), np.int64)
     values[0] = time.monotonic_ns()  # the stamp: what the receiver subtracts from its clock
     return pa.table({"v": values})
 
 
-def paced(count: int, size: int, pace_us: int):
-    for _ in range(count):
+def pauses(count: int, pace_us: int):
+    """Before each frame: the pace, and a pause after the warm-up frames."""
+    for i in range(count):
+        if i == WARM_UP:
+            time.sleep(WARM_UP_PAUSE_S)
         if pace_us:
             time.sleep(pace_us / 1e6)
+        yield i
+
+
+def paced(count: int, size: int, pace_us: int):
+    for _ in pauses(count, pace_us):
         yield frame(size)
 
 
 def report(stamps: list[int], arrivals: list[int]) -> None:
-    print(json.dumps({"latency_us": [(a - s) / 1e3 for s, a in zip(stamps, arrivals)],
-                      "first_ns": arrivals[0], "last_ns": arrivals[-1]}), flush=True)
+    print(json.dumps({"latency_us": [(a - s) / 1e3 for s, a in zip(stamps[WARM_UP:], arrivals[WARM_UP:])],
+                      "first_ns": arrivals[WARM_UP], "last_ns": arrivals[-1]}), flush=True)
 
 
-def gpuring_send(ring: str, count: int, size: int, pace_us: int) -> None:
+def gpuring_send(ring: str, count: int, size: int, pace_us: int, mode: str = "host") -> None:
+    """mode host: pyarrow tables; device: one CuPy array of SIZE bytes, published
+    as it is; staged: that array copied to the host, published as a table."""
     import gpuring
     gpuring.Ring.create(ring, slots=256).close()
     print("ready", flush=True)
+    if mode != "host":
+        import cupy
+        x = cupy.zeros(max(size // 8, 1), cupy.int64)
     with gpuring.Producer.open(ring) as p:
         sys.stdin.readline()  # the bridges are up
-        for t in paced(count, size, pace_us):
-            p.publish(t)
+        for _ in pauses(count, pace_us):
+            stamp = time.monotonic_ns()
+            data = frame(size) if mode == "host" else {"v": x} if mode == "device" else pa.table({"v": x.get()})
+            p.publish(data, user_tag=stamp)
         p.drain(timeout=300)
 
 
-def gpuring_recv(ring: str, count: int) -> None:
+def gpuring_recv(ring: str, count: int, mode: str = "host") -> None:
+    """A frame has arrived once readable where the sender's data was: host
+    frames as Arrow, device frames mapped as CuPy, staged frames copied to the device."""
     import gpuring
     gpuring.Ring.create(ring, slots=256).close()
     stamps, arrivals = [], []
+    if mode != "host":
+        import cupy
+        cupy.zeros(1)  # the CUDA context, before the first frame
     with gpuring.Consumer.open(ring) as c:
         print("ready", flush=True)
         for _ in range(count):
             with c.next(timeout=120) as f:
+                if mode == "host":
+                    f.to_arrow()
+                elif mode == "device":
+                    f.to_cupy()
+                else:
+                    cupy.asarray(f.to_arrow().column(0).to_numpy())
+                    cupy.cuda.runtime.deviceSynchronize()
                 arrivals.append(time.monotonic_ns())
-                stamps.append(f.to_arrow().column(0)[0].as_py())
+                stamps.append(f.user_tag)
     report(stamps, arrivals)
 
 
@@ -165,12 +196,17 @@ def flight_recv(port: str, count: int) -> None:
 
 def main() -> None:
     role, transport, where, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    gpuring_mode = transport.partition("-")[2] or "host"  # gpuring, gpuring-device, gpuring-staged
     if role == "send":
         size, pace = int(sys.argv[5]), int(sys.argv[6])
-        {"gpuring": gpuring_send, "ipc": ipc_send, "flight": flight_send, "tcp": tcp_send}[transport](
-            where, count, size, pace)
+        if transport.startswith("gpuring"):
+            gpuring_send(where, count, size, pace, gpuring_mode)
+        else:
+            {"ipc": ipc_send, "flight": flight_send, "tcp": tcp_send}[transport](where, count, size, pace)
+    elif transport.startswith("gpuring"):
+        gpuring_recv(where, count, gpuring_mode)
     else:
-        {"gpuring": gpuring_recv, "ipc": ipc_recv, "flight": flight_recv, "tcp": tcp_recv}[transport](where, count)
+        {"ipc": ipc_recv, "flight": flight_recv, "tcp": tcp_recv}[transport](where, count)
 
 
 if __name__ == "__main__":

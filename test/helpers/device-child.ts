@@ -21,8 +21,9 @@
  *                           18 MiB on (across the first chunk boundary), frame i all i, freed
  *                           once released
  *   read NAME               (a consumer) reads one frame and prints its rows, or its error code
- *   read-all NAME N         (a subscriber of a broadcast ring) says it is ready, reads N frames and
- *                           prints how many held only their tag's value in their one column
+ *   read-all NAME N         (a consumer, or a subscriber of a broadcast ring) says it is ready, reads N
+ *                           frames and prints how many held only their tag's value in their first
+ *                           column, the tags in order, and the buffer kinds seen
  *   stream-release NAME N   (a consumer) for each of two frames, queues N device copies of it
  *                           on a stream and releases it with release({ stream }): the first on
  *                           a DeviceStream, the second on a bare CUstream, then closes at once;
@@ -55,13 +56,17 @@ if (role === 'read-all') {
   const consumer = Consumer.open(name!);
   say({ ready: true });
   let ok = 0;
+  const tags: number[] = [];
+  const kinds = new Set<string>();
   for (let i = 0; i < Number(arg); i++) {
     const f = await consumer.next({ timeout: 30_000 });
     const values = f.toTable().getChildAt(0)!.toArray() as ArrayLike<number>;
     if (Array.prototype.every.call(values, (v: number) => v === Number(f.tag))) ok++;
+    tags.push(Number(f.tag));
+    for (const c of f.description.columns) for (const b of c.buffers) kinds.add(b.kind);
     f.release();
   }
-  say({ ok });
+  say({ ok, tags, kinds: [...kinds].sort() });
   consumer.close();
   process.exit(0);
 }

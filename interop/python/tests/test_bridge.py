@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HERE, REPO, python_env
+from gpuring import GpuringError
+
+from conftest import HERE, REPO, node_available, python_env
 from two_hosts import TwoHosts, unavailable
 
 PORT = 13337
@@ -62,23 +64,38 @@ class Scenario:
     and start again."""
 
     def __init__(self, hosts: TwoHosts, secret: str, count: int, kind: str = "ids", slots: int = 64,
-                 ack: str = "published", consumer_delay: float = 0) -> None:
+                 ack: str = "published", consumer_delay: float = 0, node_reader: list[str] | None = None,
+                 ipc: str = "", writer: list[str] | None = None, extra_env: dict[str, str] | None = None) -> None:
+        """``node_reader``: a Node helper (test/helpers) and its arguments reads
+        ring b instead of the Python consumer; ``ipc``: where the producer
+        writes its tables as the referee; ``writer``: a child script and its
+        arguments publishes into ring a (which the test created) instead."""
         self.hosts, self.secret, self.ack = hosts, secret, ack
-        self.consumer = self._child(hosts.b, "bridge_consume", "b", str(count), kind, str(slots), "15",
-                                    str(consumer_delay))
-        self.producer = self._child(hosts.a, "bridge_produce", "a", str(count), kind)
-        for p in (self.consumer, self.producer):
-            assert p.stdout is not None and p.stdout.readline().strip() == "created"
+        self.env = {**_env(), **(extra_env or {})}
+        if writer is None:
+            self.producer = self._child(hosts.a, "bridge_produce", "a", str(count), kind, *([ipc] if ipc else []))
+            assert self.producer.stdout is not None and self.producer.stdout.readline().strip() == "created"
+        else:
+            self.producer = self._child(hosts.a, *writer)
+        if node_reader is None:
+            self.consumer = self._child(hosts.b, "bridge_consume", "b", str(count), kind, str(slots), "15",
+                                        str(consumer_delay))
+            assert self.consumer.stdout is not None and self.consumer.stdout.readline().strip() == "created"
+        else:
+            _create_ring(hosts.b, "b", slots)
+            self.consumer = hosts.b.run(["node", "--import", "tsx", str(REPO / "test" / "helpers" / node_reader[0]),
+                                         *node_reader[1:]], cwd=str(REPO), env=self.env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.sink = self.start_sink()
         self.source = self.start_source()
 
     def _child(self, host, script: str, *args: str) -> subprocess.Popen[str]:
-        return host.run([sys.executable, str(HERE / "children" / f"{script}.py"), *args], env=_env(),
+        return host.run([sys.executable, str(HERE / "children" / f"{script}.py"), *args], env=self.env,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def _bridge(self, host, *args: str, secret: str | None = None) -> subprocess.Popen[str]:
         return host.run([sys.executable, "-m", "gpuring", "bridge", "--secret", secret or self.secret, "--progress", "0",
-                         *args], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         *args], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def start_sink(self) -> subprocess.Popen[str]:
         return self._bridge(self.hosts.b, "--from", f"ucx://:{PORT}", "--listen", "--to", "b")
@@ -118,6 +135,78 @@ def test_every_type_crosses_in_order(hosts, secret):
         assert got["wrong"] == []
         assert got["tags"] == list(range(60))  # one source, one sink: publication order is kept
         assert s.producer.wait(timeout=30) == 0  # every frame was released on host A: acknowledged
+    finally:
+        s.stop()
+
+
+@pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
+def test_a_node_consumer_on_the_far_host_reads_every_type(hosts, secret, tmp_path):
+    ipc = str(tmp_path / "sent.arrow")
+    s = Scenario(hosts, secret, 45, "all-types", node_reader=["arrow-peer.ts", "compare", "b", ipc, "45"], ipc=ipc)
+    try:
+        out, err = s.consumer.communicate(timeout=120)
+        assert s.consumer.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1]) == {"frames": 45, "differences": [None] * 45}
+        assert s.producer.wait(timeout=30) == 0
+    finally:
+        s.stop()
+
+
+def _gpu_missing() -> str | None:
+    try:
+        import cupy  # noqa: F401
+        from gpuring import cuda_driver
+        return None if cuda_driver.device_count() > 0 else "no CUDA device"
+    except ImportError:
+        return "CuPy is not installed"
+    except GpuringError as e:
+        return str(e)
+
+
+def _device_env() -> dict[str, str]:
+    """UCX copies device buffers through host memory over TCP (cuda_copy); no
+    cuda_ipc, which would take the shortcut between two processes on one GPU."""
+    return {"UCX_TLS": "tcp,cuda_copy"}
+
+
+needs_gpu = pytest.mark.skipif(_gpu_missing() is not None, reason=f"needs an NVIDIA GPU: {_gpu_missing()}")
+
+
+@needs_gpu
+@pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
+def test_device_frames_land_in_the_far_hosts_device_memory(hosts, secret):
+    """CuPy frames of seven sizes on host A; on host B a Node consumer finds
+    every frame's buffer on the device (cuda-ipc, the sink's memory) holding its
+    values, in order."""
+    n = 40
+    s = Scenario(hosts, secret, n, "device", node_reader=["device-child.ts", "read-all", "b", str(n)],
+                 extra_env=_device_env())
+    try:
+        out, err = s.consumer.communicate(timeout=120)
+        assert s.consumer.returncode == 0, err
+        lines = [json.loads(line) for line in out.strip().splitlines()]
+        assert lines[-1] == {"ok": n, "tags": list(range(n)), "kinds": ["absent", "cuda-ipc"]}
+        assert s.producer.wait(timeout=30) == 0
+    finally:
+        s.stop()
+
+
+@needs_gpu
+@pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
+def test_cudf_style_device_columns_cross_to_node(hosts, secret):
+    """The "Done when" of issue 15: a cuDF-style producer on host A (int32 with
+    a null mask, utf8 with offsets, in device memory) feeds a Node consumer on host B."""
+    rows = 1000
+    _create_ring(hosts.a, "a")
+    s = Scenario(hosts, secret, 1, node_reader=["arrow-peer.ts", "columns", "b"], extra_env=_device_env(),
+                 writer=["device_produce", "a", "cudf-style", str(rows)])
+    try:
+        out, err = s.consumer.communicate(timeout=120)
+        assert s.consumer.returncode == 0, err
+        cols = json.loads(out.strip().splitlines()[-1])["columns"]
+        assert cols["id"] == [None if i % 3 == 1 else i for i in range(rows)]
+        assert cols["name"] == [f"n{i}" for i in range(rows)]
+        assert s.producer.wait(timeout=30) == 0
     finally:
         s.stop()
 
@@ -193,6 +282,13 @@ def test_full_far_ring_holds_the_source_back(hosts, secret):
         assert got["tags"] == list(range(n))
     finally:
         s.stop()
+
+
+def _create_ring(host, ring: str, slots: int = 64) -> None:
+    code = f"import gpuring; gpuring.Ring.create({ring!r}, slots={slots}).close()"
+    out = subprocess.run(host.command([sys.executable, "-c", code]), env=_env(), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
 
 
 def _inspect(host, ring: str) -> dict:

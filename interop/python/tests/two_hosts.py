@@ -38,11 +38,12 @@ class Host:
         assert self._anchor.stdout is not None and self._anchor.stdout.readline().strip() == "up", "namespace setup failed"
         self.pid = self._anchor.pid
 
-    def command(self, argv: list[str]) -> list[str]:
-        return ["nsenter", "-t", str(self.pid), "-n", "-m", *argv]
+    def command(self, argv: list[str], cwd: str = ".") -> list[str]:
+        """``argv`` run inside the namespaces; ``cwd`` there (entering a mount namespace starts at /)."""
+        return ["nsenter", "-t", str(self.pid), "-n", "-m", f"--wd={os.path.abspath(cwd)}", *argv]
 
-    def run(self, argv: list[str], **kw: Any) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.command(argv), text=True, **kw)
+    def run(self, argv: list[str], cwd: str = ".", **kw: Any) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.command(argv, cwd), text=True, **kw)
 
     def sh(self, command: str) -> None:
         subprocess.run(self.command(["sh", "-c", command]), check=True)

@@ -20,6 +20,7 @@ CU_MEMORYTYPE_DEVICE = 2
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 CU_EVENT_DISABLE_TIMING = 0x2
 CU_EVENT_DISABLE_TIMING_INTERPROCESS = 0x2 | 0x4
+CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_ALREADY_MAPPED = 208
 CUDA_ERROR_NOT_READY = 600
 _lib = None
@@ -64,18 +65,29 @@ def call(fn: str, *args: Any) -> None:
 _contexts: dict[int, ctypes.c_void_p] = {}
 
 
-@contextlib.contextmanager
-def primary_context(ordinal: int) -> Iterator[None]:
-    """Makes the device's primary context current for the block. It is retained
-    once and never released: releasing the last reference destroys the context
-    and every IPC mapping and event in it, even if CuPy opens it again later."""
+def _primary(ordinal: int) -> ctypes.c_void_p:
+    """The device's primary context. It is retained once and never released:
+    releasing the last reference destroys the context and every IPC mapping
+    and event in it, even if CuPy opens it again later."""
     ctx = _contexts.get(ordinal)
     if ctx is None:
         dev, ctx = ctypes.c_int(), ctypes.c_void_p()
         call("cuDeviceGet", ctypes.byref(dev), ordinal)
         call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
         _contexts[ordinal] = ctx
-    call("cuCtxPushCurrent_v2", ctx)
+    return ctx
+
+
+def make_current(ordinal: int) -> None:
+    """Leaves the device's primary context current on this thread, for code
+    that calls CUDA itself without one (UCX copying device buffers)."""
+    call("cuCtxSetCurrent", _primary(ordinal))
+
+
+@contextlib.contextmanager
+def primary_context(ordinal: int) -> Iterator[None]:
+    """Makes the device's primary context current for the block."""
+    call("cuCtxPushCurrent_v2", _primary(ordinal))
     try:
         yield
     finally:
@@ -136,6 +148,21 @@ def ipc_mem_handle(base: int) -> bytes:
     handle = (ctypes.c_ubyte * 64)()
     call("cuIpcGetMemHandle", handle, ctypes.c_uint64(base))
     return bytes(handle)
+
+
+def mem_alloc(nbytes: int) -> int:
+    """``nbytes`` of device memory from cuMemAlloc (exportable with CUDA IPC)
+    in the current context."""
+    ptr = ctypes.c_uint64()
+    rc = driver().cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes))
+    if rc == CUDA_ERROR_OUT_OF_MEMORY:
+        raise GpuringError("OUT_OF_MEMORY", f"cuMemAlloc of {nbytes} bytes: the device is out of memory")
+    check(rc, "cuMemAlloc_v2")
+    return ptr.value
+
+
+def mem_free(ptr: int) -> None:
+    driver().cuMemFree_v2(ctypes.c_uint64(ptr))
 
 
 def ipc_open(handle: bytes) -> int | None:

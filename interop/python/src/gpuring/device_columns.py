@@ -188,24 +188,33 @@ class _KeepAlive:
             SPANS.release(span)
 
 
-class _DeviceView:
-    """Exposes one mapped buffer through __cuda_array_interface__; CuPy and
-    PyTorch keep it (and with it the frame's lease) alive as long as their array."""
+class DeviceView:
+    """Exposes device memory through __cuda_array_interface__; CuPy, PyTorch
+    and UCXX keep it (and with it ``owner``, such as the frame's lease) alive
+    as long as they use it."""
 
-    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str, lease: Lease) -> None:
+    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str, owner: object) -> None:
         self.__cuda_array_interface__: dict[str, Any] = {"shape": shape, "typestr": typestr, "data": (ptr, False),
                                          "version": 3, "strides": None, "stream": None}
-        self._lease = lease
+        self._owner = owner
 
 
-def _views(frame: Frame, lease: Lease) -> tuple[dict[str, _DeviceView], int]:
+def wait_for_writes(frame: Frame) -> int:
+    """Blocks until the producer's writes to the frame's device buffers are
+    done (its event, SPEC.md §9); returns the ordinal of the frame's device."""
     d = frame.description
     device = next((b for b in d.buffers() if b.kind in DEVICE_KINDS), None)
     ordinal = cu.ordinal_of_uuid(device.device_uuid) if device else 0
     if d.sync_kind == SYNC_CUDA_EVENT:
         with cu.primary_context(ordinal):
             cu.wait_ipc_event(d.sync_handle)
-    views: dict[str, _DeviceView] = {}
+    return ordinal
+
+
+def _views(frame: Frame, lease: Lease) -> tuple[dict[str, DeviceView], int]:
+    d = frame.description
+    ordinal = wait_for_writes(frame)
+    views: dict[str, DeviceView] = {}
     for c in d.columns:
         leaf = c
         shape: tuple[int, ...] = (c.length,)
@@ -220,12 +229,12 @@ def _views(frame: Frame, lease: Lease) -> tuple[dict[str, _DeviceView], int]:
         need = (leaf.offset + leaf.length) * itemsize
         if data.length < need:
             raise GpuringError("FRAME_BOUNDS", f"column {c.name!r}: buffer of {data.length} bytes, {need} needed")
-        ptr = _address(frame, data, lease) + leaf.offset * itemsize
-        views[c.name] = _DeviceView(ptr, shape, typestr, lease)
+        ptr = address(frame, data, lease) + leaf.offset * itemsize
+        views[c.name] = DeviceView(ptr, shape, typestr, lease)
     return views, ordinal
 
 
-def _address(frame: Frame, b: BufferDescriptor, lease: Lease) -> int:
+def address(frame: Frame, b: BufferDescriptor, lease: Lease) -> int:
     """Where device buffer ``b`` of the frame lies in this process, mapped until ``lease`` ends."""
     if b.kind == "cuda-ipc":
         return frame._consumer._device_mappings().map(b, frame.producer, lease)

@@ -46,9 +46,26 @@ def _parser() -> argparse.ArgumentParser:
                    help="source: release a frame here once published there (default) or once released there")
     p.add_argument("--window", type=int, default=64, help="sink: frames a source may have in flight (default 64)")
     p.add_argument("--max-frame-bytes", type=int, default=1 << 30, help="sink: the largest frame taken")
+    p.add_argument("--device", default="auto",
+                   help="sink: where device buffers land: a CUDA device ordinal, 'host' (they arrive as host "
+                        "columns), or 'auto' (device 0 when a GPU is visible, else host; the default)")
     p.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines (0: none)")
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")
     return p
+
+
+def _landing_device(choice: str) -> int | None:
+    if choice == "host":
+        return None
+    if choice != "auto":
+        if not choice.isdigit():
+            raise GpuringError("INVALID_ARGUMENT", f"--device {choice}: a device ordinal, 'host' or 'auto'")
+        return int(choice)
+    from .. import cuda_driver as cu
+    try:
+        return 0 if cu.device_count() > 0 else None
+    except GpuringError:
+        return None  # no CUDA driver here
 
 
 async def _run(args: argparse.Namespace) -> None:
@@ -64,6 +81,7 @@ async def _run(args: argparse.Namespace) -> None:
         bridge = BridgeSource(args.source, secret, ack=args.ack, stats=stderr_stats(args.source, "source", args.json))
     else:
         bridge = BridgeSink(args.target, secret, window=args.window, max_frame_bytes=args.max_frame_bytes,
+                            device=_landing_device(args.device),
                             stats=stderr_stats(args.target, "sink", args.json))
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()

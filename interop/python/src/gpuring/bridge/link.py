@@ -29,6 +29,10 @@ def ucxx() -> Any:
     # UCXPY_PROGRESS_MODE=thread with UCXPY_ENABLE_PYTHON_FUTURE=1 idles at ~2% of a core, at a third of the
     # frames/s; it is not yet tested here (SPEC.md §14.5).
     os.environ.setdefault("UCXPY_PROGRESS_MODE", "blocking")
+    # UCX learns which addresses are device memory by hooking allocations; gpuring maps device buffers
+    # (cuIpcOpenMemHandle) and allocates them (cuMemAlloc) through its own handle on libcuda, which the
+    # hooks do not see. Without the cache UCX asks the driver about each buffer it sends or receives.
+    os.environ.setdefault("UCX_MEMTYPE_CACHE", "n")
     try:
         import ucxx as module
     except ImportError as e:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import OrderedDict
-from typing import Callable
+from typing import Any, Callable
 
 from .. import layout as L
 from ..codec import decode_frame
 from ..description import DEVICE_KINDS, BufferDescriptor, FrameDescription
 from ..errors import GpuringError
 from ..producer import HostSpace, Producer
+from .device_space import DeviceSpace, DeviceSpacePool
 from . import wire as W
 from .handshake import handshake
 from .link import Link, LinkLost
@@ -38,11 +39,15 @@ def _align(n: int) -> int:
 
 class BridgeSink:
     """Publishes into ring ``ring`` what linked sources send. ``window``: frames
-    a source may have in flight; ``max_frame_bytes``: the largest frame taken."""
+    a source may have in flight; ``max_frame_bytes``: the largest frame taken;
+    ``device``: the CUDA device (ordinal) device buffers land on, or None to
+    land them in host memory (the frames arrive as host frames then)."""
 
     def __init__(self, ring: str, secret: bytes, *, window: int = 64, max_frame_bytes: int = 1 << 30,
-                 stats: BridgeStats | None = None) -> None:
-        self.ring, self._secret = ring, secret
+                 device: int | None = None, stats: BridgeStats | None = None) -> None:
+        self.ring, self._secret, self.device = ring, secret, device
+        # Made now, not at the first device frame: a CUDA context takes a few hundred milliseconds to start.
+        self._devices = DeviceSpacePool(device) if device is not None else None
         self.window, self.max_frame_bytes = window, max_frame_bytes
         self.stats = stats or BridgeStats(ring, "sink")
         self._producer = Producer.open(ring, extra_roles=L.ROLE_BRIDGE)
@@ -51,7 +56,8 @@ class BridgeSink:
         self._reaping = False  # a task looks for released frames ("released" acks)
 
     def _hello(self) -> W.Hello:
-        return W.Hello(W.ROLE_SINK, 0, 0, os.urandom(32), self._stream, self.window, self.max_frame_bytes, self.ring)
+        flags = W.FLAG_DEVICE if self.device is not None else 0
+        return W.Hello(W.ROLE_SINK, 0, flags, os.urandom(32), self._stream, self.window, self.max_frame_bytes, self.ring)
 
     async def serve(self, link: Link) -> None:
         """One link's life: handshake, then frames until END. Raises LinkLost
@@ -74,18 +80,18 @@ class BridgeSink:
         if header.kind == W.KIND_END:
             return False
         description = await self._description(link, header, await meta.description(header.description_length))
-        space = await self._receive_buffers(link, header, description)
+        landing = await self._receive_buffers(link, header, description)
         acks.owe()
         origin = (header.origin_producer, header.origin_generation, header.origin_frame_id)
         repeat = origin in seen
         self.stats.received(header.total_bytes, repeat)
         if repeat:
-            self._producer.free_space(space)
+            landing.free()
             acks.now(header.seq)
             return True
         ack: Callable[[], None] = lambda: acks.now(header.seq)
         released = peer.ack_mode == W.ACK_RELEASED
-        await self._publish(description, space, header.user_tag, ack if released else None)
+        await self._publish(description, landing, header.user_tag, ack if released else None)
         _remember(seen, origin)
         if not released:
             ack()
@@ -105,9 +111,6 @@ class BridgeSink:
         if total > self.max_frame_bytes:
             await self._refuse(link, header.seq, GpuringError(
                 "OUT_OF_MEMORY", f"frame {header.seq} holds {total} bytes; this sink takes at most {self.max_frame_bytes}"))
-        if any(b.kind in DEVICE_KINDS for b in buffers):
-            await self._refuse(link, header.seq, GpuringError(
-                "UNSUPPORTED", "device frames do not cross bridges yet (see the note on issue 15)"))
         return description
 
     async def _refuse(self, link: Link, seq: int, error: GpuringError) -> None:
@@ -115,46 +118,61 @@ class BridgeSink:
         await link.send(W.pack_refused(seq, error.code, message), W.TAG_CONTROL)
         raise error
 
-    async def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription) -> HostSpace:
-        """Receives each buffer into one span of this producer's arenas and
-        points the description at it."""
+    async def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription) -> "_Landing":
+        """Receives each buffer where it lands (host buffers in one span of this
+        producer's arenas, device buffers in one allocation of this sink's
+        device, or in host memory without one) and points the description at it."""
         present = [(i, b) for i, b in enumerate(description.buffers()) if b.kind != "absent"]
-        space = self._producer.host_space(sum(_align(b.length) for _, b in present))
-        handle = BufferDescriptor.host(space.arena, 0, 0).handle
+        on_device = [self._devices is not None and b.kind in DEVICE_KINDS for _, b in present]
+        landing = self._landing(sum(_align(b.length) for (_, b), d in zip(present, on_device) if d),
+                                sum(_align(b.length) for (_, b), d in zip(present, on_device) if not d))
         receives = []
         try:
-            at = 0
-            for i, b in present:  # an empty buffer too is named in this sink's arena, not the source's
+            at = [0, 0]  # next free byte in the host span, in the device allocation
+            for (i, b), device in zip(present, on_device):  # an empty buffer too is named in this sink's memory
+                target = landing.place(b, device, at[device])
+                at[device] += _align(b.length)
                 if b.length:
-                    receives.append(link.recv_into(space.view[at:at + b.length], W.body_tag(header.seq, i)))
-                b.kind, b.device_ordinal, b.device_uuid, b.allocation_id = "host", -1, bytes(16), 0
-                b.handle, b.offset = handle, space.allocation.offset + at
-                at += _align(b.length)
+                    receives.append(link.recv_into(target, W.body_tag(header.seq, i)))
             await asyncio.gather(*receives)  # posted together; a failure ends the link and with it the rest
         except BaseException:
-            self._producer.free_space(space)
+            landing.free()
             raise
-        description.sync_kind, description.sync_handle = 0, bytes(L.HANDLE_BYTES)
-        return space
+        description.sync_kind, description.sync_handle = 0, bytes(L.HANDLE_BYTES)  # UCX completes a receive once its bytes are in place
+        return landing
 
-    async def _publish(self, description: FrameDescription, space: HostSpace, user_tag: int,
+    def _landing(self, device_bytes: int, host_bytes: int) -> "_Landing":
+        host = self._producer.host_space(host_bytes) if host_bytes or not device_bytes else None
+        try:
+            device = self._devices.take(device_bytes) if device_bytes and self._devices is not None else None
+        except BaseException:
+            if host is not None:
+                self._producer.free_space(host)
+            raise
+        return _Landing(self._producer, self._devices, host, device)
+
+    async def _publish(self, description: FrameDescription, landing: "_Landing", user_tag: int,
                        on_reclaim: Callable[[], None] | None) -> None:
         pause = FULL_RING_BACKOFF_S[0]
         try:
-            while not self._try_publish(description, space, user_tag, on_reclaim):
+            while not self._try_publish(description, landing, user_tag, on_reclaim):
                 await asyncio.sleep(pause)  # the link keeps progressing meanwhile; the source waits on its window
                 pause = min(pause * 2, FULL_RING_BACKOFF_S[1])
         except BaseException:
-            self._producer.free_space(space)  # a failed publish leaves the space ours
+            landing.free()  # a failed publish leaves the space ours
             raise
-        if on_reclaim is not None:
+        if on_reclaim is not None or landing.device is not None:
             self._ensure_reaper()
 
-    def _try_publish(self, description: FrameDescription, space: HostSpace, user_tag: int,
+    def _try_publish(self, description: FrameDescription, landing: "_Landing", user_tag: int,
                      on_reclaim: Callable[[], None] | None) -> bool:
+        def reclaimed() -> None:
+            landing.free_device()
+            if on_reclaim is not None:
+                on_reclaim()
         try:
-            self._producer.publish_description(description, space=[space], block=False, user_tag=user_tag,
-                                               on_reclaim=on_reclaim)
+            self._producer.publish_description(description, space=[landing.host] if landing.host else [], block=False,
+                                               user_tag=user_tag, on_reclaim=reclaimed)
             return True
         except GpuringError as e:
             if e.code == "RING_FULL":
@@ -167,8 +185,8 @@ class BridgeSink:
             asyncio.ensure_future(self._reap_while_waiting())
 
     async def _reap_while_waiting(self) -> None:
-        """"released" acks: frames are reclaimed (and acknowledged) only when
-        looked at, which a publish does; between publishes this looks."""
+        """Frames are reclaimed (their device memory reused, "released" acks
+        sent) only when looked at, which a publish does; between publishes this looks."""
         try:
             while self._producer.in_flight:
                 self._producer.reap()
@@ -179,6 +197,43 @@ class BridgeSink:
     def close(self) -> None:
         """Leaves the ring. Frames published stay deliverable: host arenas outlive their producer."""
         self._producer.close()
+
+
+class _Landing:
+    """Where one frame's buffers were received: a span of host arenas, a device
+    allocation, or both. Either is freed at most once."""
+
+    def __init__(self, producer: Producer, devices: DeviceSpacePool | None, host: HostSpace | None,
+                 device: DeviceSpace | None) -> None:
+        self._producer, self._devices = producer, devices
+        self.host, self.device = host, device
+
+    def place(self, b: BufferDescriptor, device: bool, at: int) -> Any:
+        """Points ``b`` at byte ``at`` of the device allocation or of the host
+        span; returns the memory its bytes are received into."""
+        target: Any
+        if device:
+            assert self.device is not None
+            named, target = self.device.descriptor(at, b.length), self.device.view(at, b.length)
+        else:
+            assert self.host is not None
+            named = BufferDescriptor.host(self.host.arena, self.host.allocation.offset + at, b.length)
+            target = self.host.view[at:at + b.length]
+        b.kind, b.device_ordinal, b.device_uuid = named.kind, named.device_ordinal, named.device_uuid
+        b.allocation_id, b.handle, b.offset = named.allocation_id, named.handle, named.offset
+        return target
+
+    def free_device(self) -> None:
+        if self.device is not None and self._devices is not None:
+            self._devices.give_back(self.device)
+        self.device = None
+
+    def free(self) -> None:
+        """Before a publish (or when it failed): all of it is still ours."""
+        if self.host is not None:
+            self._producer.free_space(self.host)
+        self.host = None
+        self.free_device()
 
 
 def _remember(seen: OrderedDict[tuple[int, int, int], None], origin: tuple[int, int, int]) -> None:

@@ -19,7 +19,9 @@ from typing import Any, Callable
 from .. import layout as L
 from ..codec import encode_frame
 from ..consumer import Consumer
+from .. import cuda_driver as cu
 from ..description import DEVICE_KINDS
+from ..device_columns import DeviceView, address, wait_for_writes
 from ..errors import GpuringError
 from ..frame import Frame
 from . import wire as W
@@ -28,6 +30,9 @@ from .link import Link, LinkLost
 from .stats import BridgeStats
 from .stream_id import stream_id
 
+# A frame whose buffers cannot be read here (its producer's device memory is gone, a
+# buffer lies outside its allocation) is released and counted as damaged, not forwarded.
+UNREADABLE = ("CUDA", "FRAME_BOUNDS", "FRAME_INVALID")
 TAKE_WAIT_S = 0.2  # how long one wait for a frame blocks the taking thread (a stop is noticed within it)
 
 
@@ -82,8 +87,17 @@ class BridgeSource:
                     await flight.empty()
                     return
                 serial = self._hold(frame)
+            frame = self._held[serial]
+            try:
+                buffers = self._buffers(frame)
+            except GpuringError as e:
+                if e.code not in UNREADABLE:
+                    raise
+                self.stats.damaged(f"frame {frame.frame_id}: {e}")  # its producer's memory is gone: nothing to forward
+                self._held.pop(serial).release()
+                continue
             flight.unacked[seq] = serial
-            self._send(link, seq, self._held[serial], flight)
+            self._send(link, seq, frame, buffers, flight)
         raise LinkLost("2^32 frames on one link: reconnecting to restart the sequence numbers")
 
     def _hold(self, frame: Frame) -> int:
@@ -119,28 +133,35 @@ class BridgeSource:
                 return None
             raise
 
-    def _send(self, link: Link, seq: int, frame: Frame, flight: "_Flight") -> None:
+    def _buffers(self, frame: Frame) -> list[tuple[int, int, Any]]:
+        """(index, length, bytes) of each buffer the frame sends: in an arena of
+        the ring, or on the producer's device (its writes waited for), mapped
+        here for as long as the frame is held."""
+        present = [(i, b) for i, b in enumerate(frame.description.buffers()) if b.kind != "absent" and b.length]
+        if frame.on_device:
+            cu.make_current(wait_for_writes(frame))  # UCX reads the device buffers on this thread
+        return [(i, b.length, self._bytes_of(frame, b)) for i, b in present]
+
+    def _bytes_of(self, frame: Frame, b: Any) -> Any:
+        if b.kind in DEVICE_KINDS:
+            return DeviceView(address(frame, b, frame._held()), (b.length,), "|u1", frame)
+        mem = self._consumer._maps.memory(b.arena_name)
+        self._consumer._maps.address(b)  # bounds-checks the buffer in its arena
+        return mem.view[b.offset:b.offset + b.length]
+
+    def _send(self, link: Link, seq: int, frame: Frame, buffers: list[tuple[int, int, Any]], flight: "_Flight") -> None:
         """Posts the frame's messages in order and returns without waiting for
         them: the frame stays held until acknowledged, so its memory outlives
         the sends. A send that fails fails the link."""
         body = encode_frame(frame.description)
-        buffers = [(i, b) for i, b in enumerate(frame.description.buffers()) if b.kind != "absent" and b.length]
-        total = sum(b.length for _, b in buffers)
+        total = sum(n for _, n, _ in buffers)
         producer, generation = frame.producer
         header = W.FrameHeader(seq, len(body), len(buffers), producer, generation, frame.frame_id, frame.user_tag, total)
         sends = [link.post(header.pack(), W.TAG_META), link.post(body, W.TAG_META)]
-        sends += [link.post(self._bytes_of(frame, b), W.body_tag(seq, i)) for i, b in buffers]
+        sends += [link.post(data, W.body_tag(seq, i)) for i, _, data in buffers]
         for send in sends:
             send.add_done_callback(flight.fail_from)
         self.stats.sent(total)
-
-    def _bytes_of(self, frame: Frame, b: Any) -> Any:
-        if b.kind in DEVICE_KINDS:
-            raise GpuringError("UNSUPPORTED", "device frames do not cross bridges yet: publish host frames into a "
-                               "bridged ring (see the note on issue 15)")
-        mem = self._consumer._maps.memory(b.arena_name)
-        self._consumer._maps.address(b)  # bounds-checks the buffer in its arena
-        return mem.view[b.offset:b.offset + b.length]
 
     async def _acks(self, link: Link, flight: "_Flight") -> None:
         while True:
@@ -180,9 +201,9 @@ class _Flight:
 
     def fail_from(self, task: asyncio.Future[Any]) -> None:
         """A done callback of each send and of the acks: the first error fails the link."""
-        if self.failed.done() or task.cancelled() or task.exception() is None:
-            return
-        self.failed.set_exception(task.exception())  # type: ignore[arg-type]
+        error = None if task.cancelled() else task.exception()  # retrieved even when not the first
+        if error is not None and not self.failed.done():
+            self.failed.set_exception(error)
 
     async def _until(self, ready: Callable[[], bool]) -> None:
         while not ready():

@@ -49,7 +49,7 @@ class BridgeStats:
         self.repeats += repeat
 
     def damaged(self, why: str) -> None:
-        self.event("damaged frame dropped by the ring", error=why)
+        self.event("damaged frame released, not forwarded", error=why)
 
     def summary(self) -> dict[str, Any]:
         return {"frames": self.frames, "bytes": self.bytes, "in_flight": self.in_flight, "repeats_dropped": self.repeats,
