@@ -8,9 +8,9 @@ the namespaces share no memory or RDMA device.
     python3 bench/remote.py [--json] [--quick] [--only latency|throughput] [--transports ...] [--device]
 
 With --device (a GPU needed) the frames are CuPy device arrays: bridged as
-device memory (UCX copies them through host memory over TCP) against host
-staging (copied to the host, bridged as host frames, copied to the device on
-host B), with raw host bytes over TCP as the floor.
+device frames (they land in host B's device memory) against host staging by
+the application (copied to the host, bridged as host frames, copied to the
+device on host B), with raw host bytes over TCP as the floor.
 """
 from __future__ import annotations
 
@@ -34,16 +34,12 @@ DEVICE_TRANSPORTS = ("tcp", "gpuring-staged", "gpuring-device")
 LABELS = {"tcp": "TCP socket, raw host bytes (floor)", "ipc": "Arrow IPC over TCP", "flight": "Arrow Flight (gRPC)",
           "gpuring": "gpuring bridge (UCX over TCP)",
           "gpuring-staged": "host staging: to host, gpuring bridge, to device",
-          "gpuring-device": "gpuring bridge, device frames (UCX cuda_copy + TCP)"}
-# Device frames: UCX copies them through host memory (cuda_copy) and over TCP; cuda_ipc would
-# take a shortcut between the two "hosts", which share one GPU.
-UCX_TLS = {"host": "tcp", "device": "tcp,cuda_copy"}
-ucx_tls = UCX_TLS["host"]
+          "gpuring-device": "gpuring bridge, device frames"}
 
 
 def env() -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(ROOT / "interop/python/src"), os.environ.get("PYTHONPATH")) if p)
-    return dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1", UCX_TLS=ucx_tls)
+    return dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1", UCX_TLS="tcp")
 
 
 def start(host, *args: str) -> subprocess.Popen[str]:
@@ -130,8 +126,6 @@ def main() -> int:
     p.add_argument("--device", action="store_true", help="device frames (CuPy, a GPU): bridged as device memory "
                    "against host staging")
     args = p.parse_args()
-    global ucx_tls
-    ucx_tls = UCX_TLS["device" if args.device else "host"]
     transports = args.transports or ",".join(DEVICE_TRANSPORTS if args.device else TRANSPORTS)
     if why := unavailable():
         print(f"bench:remote needs two network namespaces: {why}", file=sys.stderr)

@@ -65,13 +65,13 @@ class Scenario:
 
     def __init__(self, hosts: TwoHosts, secret: str, count: int, kind: str = "ids", slots: int = 64,
                  ack: str = "published", consumer_delay: float = 0, node_reader: list[str] | None = None,
-                 ipc: str = "", writer: list[str] | None = None, extra_env: dict[str, str] | None = None) -> None:
+                 ipc: str = "", writer: list[str] | None = None) -> None:
         """``node_reader``: a Node helper (test/helpers) and its arguments reads
         ring b instead of the Python consumer; ``ipc``: where the producer
         writes its tables as the referee; ``writer``: a child script and its
         arguments publishes into ring a (which the test created) instead."""
         self.hosts, self.secret, self.ack = hosts, secret, ack
-        self.env = {**_env(), **(extra_env or {})}
+        self.env = _env()
         if writer is None:
             self.producer = self._child(hosts.a, "bridge_produce", "a", str(count), kind, *([ipc] if ipc else []))
             assert self.producer.stdout is not None and self.producer.stdout.readline().strip() == "created"
@@ -163,12 +163,6 @@ def _gpu_missing() -> str | None:
         return str(e)
 
 
-def _device_env() -> dict[str, str]:
-    """UCX copies device buffers through host memory over TCP (cuda_copy); no
-    cuda_ipc, which would take the shortcut between two processes on one GPU."""
-    return {"UCX_TLS": "tcp,cuda_copy"}
-
-
 needs_gpu = pytest.mark.skipif(_gpu_missing() is not None, reason=f"needs an NVIDIA GPU: {_gpu_missing()}")
 
 
@@ -179,8 +173,7 @@ def test_device_frames_land_in_the_far_hosts_device_memory(hosts, secret):
     every frame's buffer on the device (cuda-ipc, the sink's memory) holding its
     values, in order."""
     n = 40
-    s = Scenario(hosts, secret, n, "device", node_reader=["device-child.ts", "read-all", "b", str(n)],
-                 extra_env=_device_env())
+    s = Scenario(hosts, secret, n, "device", node_reader=["device-child.ts", "read-all", "b", str(n)])
     try:
         out, err = s.consumer.communicate(timeout=120)
         assert s.consumer.returncode == 0, err
@@ -198,7 +191,7 @@ def test_cudf_style_device_columns_cross_to_node(hosts, secret):
     a null mask, utf8 with offsets, in device memory) feeds a Node consumer on host B."""
     rows = 1000
     _create_ring(hosts.a, "a")
-    s = Scenario(hosts, secret, 1, node_reader=["arrow-peer.ts", "columns", "b"], extra_env=_device_env(),
+    s = Scenario(hosts, secret, 1, node_reader=["arrow-peer.ts", "columns", "b"],
                  writer=["device_produce", "a", "cudf-style", str(rows)])
     try:
         out, err = s.consumer.communicate(timeout=120)

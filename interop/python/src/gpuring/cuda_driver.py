@@ -165,6 +165,29 @@ def mem_free(ptr: int) -> None:
     driver().cuMemFree_v2(ctypes.c_uint64(ptr))
 
 
+def host_alloc(nbytes: int) -> int:
+    """``nbytes`` of page-locked host memory (cuMemHostAlloc), which the GPU
+    copies to and from at full speed, in the current context."""
+    ptr = ctypes.c_void_p()
+    rc = driver().cuMemHostAlloc(ctypes.byref(ptr), ctypes.c_size_t(nbytes), 0)
+    if rc == CUDA_ERROR_OUT_OF_MEMORY:
+        raise GpuringError("OUT_OF_MEMORY", f"cuMemHostAlloc of {nbytes} bytes: out of page-locked memory")
+    check(rc, "cuMemHostAlloc")
+    return int(ptr.value or 0)
+
+
+def host_free(ptr: int) -> None:
+    driver().cuMemFreeHost(ctypes.c_void_p(ptr))
+
+
+def copy_to_host(host: int, device: int, nbytes: int) -> None:
+    call("cuMemcpyDtoH_v2", ctypes.c_void_p(host), ctypes.c_uint64(device), ctypes.c_size_t(nbytes))
+
+
+def copy_to_device(device: int, host: int, nbytes: int) -> None:
+    call("cuMemcpyHtoD_v2", ctypes.c_uint64(device), ctypes.c_void_p(host), ctypes.c_size_t(nbytes))
+
+
 def ipc_open(handle: bytes) -> int | None:
     """The mapping's address, or None when the driver says this process maps
     that memory already (CUDA_ERROR_ALREADY_MAPPED: a stale mapping of freed and

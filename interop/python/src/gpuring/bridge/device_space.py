@@ -1,29 +1,42 @@
-"""Device memory a sink receives device buffers into, and publishes as
-``cuda-ipc`` buffers for the consumers of its ring (SPEC.md §14.3).
+"""The memory device buffers cross a bridge through (SPEC.md §14.3): page-locked
+host memory on both ends, and on the sink the device allocations it publishes
+as ``cuda-ipc`` buffers for the consumers of its ring.
 
-Each frame lands in one cuMemAlloc allocation. Allocations come back to a pool
-when their frame is reclaimed and serve the next frames of their size: a
-consumer that keeps its IPC mappings open (every gpuring consumer does) maps
-each of them once, not once per frame.
+Device buffers are staged, not handed to UCX as device memory: over TCP, UCX's
+own cuda_copy path moved about 300 MB/s on an H100 host where copies through
+page-locked memory and TCP move gigabytes (bench:remote --device, README).
+
+Allocations come back to their pool when done and serve the next frames of
+their size; a consumer keeps its IPC mappings open, so it maps each device
+allocation of a sink once, not once per frame.
 """
 from __future__ import annotations
 
 import ctypes
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from .. import cuda_driver as cu
 from ..description import BufferDescriptor
-from ..device_columns import DeviceView
 
 SMALLEST_BYTES = 1 << 16
 IDLE_PER_SIZE = 8  # allocations of one size kept for reuse; more are freed
 
 
 @dataclass(frozen=True)
+class PinnedSpace:
+    """Page-locked host memory: ``view(at, n)`` is what a send reads or a receive fills."""
+    ptr: int
+    size: int
+
+    def view(self, at: int, nbytes: int) -> memoryview:
+        return memoryview((ctypes.c_char * nbytes).from_address(self.ptr + at)).cast("B")
+
+
+@dataclass(frozen=True)
 class DeviceSpace:
-    """One allocation: ``view(at, n)`` is what a receive fills,
-    ``descriptor(at, n)`` what the published description names."""
+    """One device allocation; ``descriptor(at, n)`` names bytes of it in a published description."""
     ptr: int
     size: int
     ordinal: int
@@ -31,37 +44,61 @@ class DeviceSpace:
     allocation_id: int
     handle: bytes
 
-    def view(self, at: int, nbytes: int) -> DeviceView:
-        return DeviceView(self.ptr + at, (nbytes,), "|u1", self)
-
     def descriptor(self, at: int, nbytes: int) -> BufferDescriptor:
         return BufferDescriptor("cuda-ipc", self.ordinal, self.uuid, at, nbytes, self.allocation_id, self.handle)
 
 
-class DeviceSpacePool:
-    """Allocations on device ``ordinal`` in power-of-two sizes; not thread-safe
-    (a sink uses it on its event loop, where UCX copies into it too)."""
+Space = TypeVar("Space", PinnedSpace, DeviceSpace)
+
+
+class _SizedPool(Generic[Space]):
+    """Allocations in power-of-two sizes, kept for reuse. Not thread-safe: a
+    bridge uses its pools on its event loop, where it copies too."""
 
     def __init__(self, ordinal: int) -> None:
         self.ordinal = ordinal
-        self._uuid = cu.device_uuid(ordinal)
-        self._idle: defaultdict[int, list[DeviceSpace]] = defaultdict(list)
-        cu.make_current(ordinal)  # UCX copies into these buffers on this thread
+        self._idle: defaultdict[int, list[Space]] = defaultdict(list)
+        cu.make_current(ordinal)  # the bridge's copies run on this thread
 
-    def take(self, nbytes: int) -> DeviceSpace:
+    def take(self, nbytes: int) -> Space:
         size = max(SMALLEST_BYTES, 1 << (max(nbytes, 1) - 1).bit_length())
         if self._idle[size]:
             return self._idle[size].pop()
         with cu.primary_context(self.ordinal):
-            ptr = cu.mem_alloc(size)
-            allocation_id = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_BUFFER_ID, ctypes.c_uint64)
-            handle = cu.ipc_mem_handle(ptr)
-        return DeviceSpace(ptr, size, self.ordinal, self._uuid, allocation_id, handle)
+            return self._allocate(size)
 
-    def give_back(self, space: DeviceSpace) -> None:
+    def give_back(self, space: Space) -> None:
         idle = self._idle[space.size]
         if len(idle) < IDLE_PER_SIZE:
             idle.append(space)
             return
         with cu.primary_context(self.ordinal):
-            cu.mem_free(space.ptr)
+            self._free(space)
+
+    def _allocate(self, size: int) -> Space:
+        raise NotImplementedError
+
+    def _free(self, space: Space) -> None:
+        raise NotImplementedError
+
+
+class PinnedPool(_SizedPool[PinnedSpace]):
+    def _allocate(self, size: int) -> PinnedSpace:
+        return PinnedSpace(cu.host_alloc(size), size)
+
+    def _free(self, space: PinnedSpace) -> None:
+        cu.host_free(space.ptr)
+
+
+class DevicePool(_SizedPool[DeviceSpace]):
+    def __init__(self, ordinal: int) -> None:
+        super().__init__(ordinal)
+        self._uuid = cu.device_uuid(ordinal)
+
+    def _allocate(self, size: int) -> DeviceSpace:
+        ptr = cu.mem_alloc(size)
+        allocation_id = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_BUFFER_ID, ctypes.c_uint64)
+        return DeviceSpace(ptr, size, self.ordinal, self._uuid, allocation_id, cu.ipc_mem_handle(ptr))
+
+    def _free(self, space: DeviceSpace) -> None:
+        cu.mem_free(space.ptr)

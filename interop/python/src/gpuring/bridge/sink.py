@@ -14,16 +14,16 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Callable
 
 from .. import layout as L
 from ..codec import decode_frame
-from ..description import DEVICE_KINDS, BufferDescriptor, FrameDescription
+from ..description import FrameDescription
 from ..errors import GpuringError
-from ..producer import HostSpace, Producer
-from .device_space import DeviceSpace, DeviceSpacePool
+from ..producer import Producer
 from . import wire as W
 from .handshake import handshake
+from .landing import Landing, Landings, align
 from .link import Link, LinkLost
 from .stats import BridgeStats
 from .stream_id import stream_id
@@ -31,10 +31,6 @@ from .stream_id import stream_id
 REMEMBERED_ORIGINS = 1 << 16  # per source stream; far more than a source ever holds unacknowledged
 FULL_RING_BACKOFF_S = (0.00005, 0.005)  # first and longest pause between publish attempts on a full ring
 REAP_EVERY_S = 0.001  # "released" acks: how often frames are looked at for their release
-
-
-def _align(n: int) -> int:
-    return (n + 63) & ~63
 
 
 class BridgeSink:
@@ -46,11 +42,10 @@ class BridgeSink:
     def __init__(self, ring: str, secret: bytes, *, window: int = 64, max_frame_bytes: int = 1 << 30,
                  device: int | None = None, stats: BridgeStats | None = None) -> None:
         self.ring, self._secret, self.device = ring, secret, device
-        # Made now, not at the first device frame: a CUDA context takes a few hundred milliseconds to start.
-        self._devices = DeviceSpacePool(device) if device is not None else None
         self.window, self.max_frame_bytes = window, max_frame_bytes
         self.stats = stats or BridgeStats(ring, "sink")
         self._producer = Producer.open(ring, extra_roles=L.ROLE_BRIDGE)
+        self._landings = Landings(self._producer, device)
         self._stream = stream_id(self._producer._seg)
         self._seen: dict[bytes, OrderedDict[tuple[int, int, int], None]] = {}
         self._reaping = False  # a task looks for released frames ("released" acks)
@@ -118,40 +113,29 @@ class BridgeSink:
         await link.send(W.pack_refused(seq, error.code, message), W.TAG_CONTROL)
         raise error
 
-    async def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription) -> "_Landing":
-        """Receives each buffer where it lands (host buffers in one span of this
-        producer's arenas, device buffers in one allocation of this sink's
-        device, or in host memory without one) and points the description at it."""
+    async def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription) -> Landing:
+        """Receives each buffer where it lands (landing.py) and points the description at it."""
         present = [(i, b) for i, b in enumerate(description.buffers()) if b.kind != "absent"]
-        on_device = [self._devices is not None and b.kind in DEVICE_KINDS for _, b in present]
-        landing = self._landing(sum(_align(b.length) for (_, b), d in zip(present, on_device) if d),
-                                sum(_align(b.length) for (_, b), d in zip(present, on_device) if not d))
+        on_device = [self._landings.lands_on_device(b) for _, b in present]
+        landing = self._landings.take(sum(align(b.length) for (_, b), d in zip(present, on_device) if d),
+                                      sum(align(b.length) for (_, b), d in zip(present, on_device) if not d))
         receives = []
         try:
             at = [0, 0]  # next free byte in the host span, in the device allocation
             for (i, b), device in zip(present, on_device):  # an empty buffer too is named in this sink's memory
                 target = landing.place(b, device, at[device])
-                at[device] += _align(b.length)
+                at[device] += align(b.length)
                 if b.length:
                     receives.append(link.recv_into(target, W.body_tag(header.seq, i)))
             await asyncio.gather(*receives)  # posted together; a failure ends the link and with it the rest
+            landing.upload(at[True])
         except BaseException:
             landing.free()
             raise
-        description.sync_kind, description.sync_handle = 0, bytes(L.HANDLE_BYTES)  # UCX completes a receive once its bytes are in place
+        description.sync_kind, description.sync_handle = 0, bytes(L.HANDLE_BYTES)  # complete: nothing to wait for
         return landing
 
-    def _landing(self, device_bytes: int, host_bytes: int) -> "_Landing":
-        host = self._producer.host_space(host_bytes) if host_bytes or not device_bytes else None
-        try:
-            device = self._devices.take(device_bytes) if device_bytes and self._devices is not None else None
-        except BaseException:
-            if host is not None:
-                self._producer.free_space(host)
-            raise
-        return _Landing(self._producer, self._devices, host, device)
-
-    async def _publish(self, description: FrameDescription, landing: "_Landing", user_tag: int,
+    async def _publish(self, description: FrameDescription, landing: Landing, user_tag: int,
                        on_reclaim: Callable[[], None] | None) -> None:
         pause = FULL_RING_BACKOFF_S[0]
         try:
@@ -164,7 +148,7 @@ class BridgeSink:
         if on_reclaim is not None or landing.device is not None:
             self._ensure_reaper()
 
-    def _try_publish(self, description: FrameDescription, landing: "_Landing", user_tag: int,
+    def _try_publish(self, description: FrameDescription, landing: Landing, user_tag: int,
                      on_reclaim: Callable[[], None] | None) -> bool:
         def reclaimed() -> None:
             landing.free_device()
@@ -197,43 +181,6 @@ class BridgeSink:
     def close(self) -> None:
         """Leaves the ring. Frames published stay deliverable: host arenas outlive their producer."""
         self._producer.close()
-
-
-class _Landing:
-    """Where one frame's buffers were received: a span of host arenas, a device
-    allocation, or both. Either is freed at most once."""
-
-    def __init__(self, producer: Producer, devices: DeviceSpacePool | None, host: HostSpace | None,
-                 device: DeviceSpace | None) -> None:
-        self._producer, self._devices = producer, devices
-        self.host, self.device = host, device
-
-    def place(self, b: BufferDescriptor, device: bool, at: int) -> Any:
-        """Points ``b`` at byte ``at`` of the device allocation or of the host
-        span; returns the memory its bytes are received into."""
-        target: Any
-        if device:
-            assert self.device is not None
-            named, target = self.device.descriptor(at, b.length), self.device.view(at, b.length)
-        else:
-            assert self.host is not None
-            named = BufferDescriptor.host(self.host.arena, self.host.allocation.offset + at, b.length)
-            target = self.host.view[at:at + b.length]
-        b.kind, b.device_ordinal, b.device_uuid = named.kind, named.device_ordinal, named.device_uuid
-        b.allocation_id, b.handle, b.offset = named.allocation_id, named.handle, named.offset
-        return target
-
-    def free_device(self) -> None:
-        if self.device is not None and self._devices is not None:
-            self._devices.give_back(self.device)
-        self.device = None
-
-    def free(self) -> None:
-        """Before a publish (or when it failed): all of it is still ours."""
-        if self.host is not None:
-            self._producer.free_space(self.host)
-        self.host = None
-        self.free_device()
 
 
 def _remember(seen: OrderedDict[tuple[int, int, int], None], origin: tuple[int, int, int]) -> None:

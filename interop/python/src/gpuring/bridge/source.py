@@ -21,11 +21,13 @@ from ..codec import encode_frame
 from ..consumer import Consumer
 from .. import cuda_driver as cu
 from ..description import DEVICE_KINDS
-from ..device_columns import DeviceView, address, wait_for_writes
+from ..device_columns import address, wait_for_writes
 from ..errors import GpuringError
 from ..frame import Frame
 from . import wire as W
+from .device_space import PinnedPool, PinnedSpace
 from .handshake import handshake
+from .landing import align
 from .link import Link, LinkLost
 from .stats import BridgeStats
 from .stream_id import stream_id
@@ -49,7 +51,8 @@ class BridgeSource:
         self._consumer = Consumer.open(ring, start="oldest", extra_roles=L.ROLE_BRIDGE)
         self._stream = stream_id(self._consumer._seg)
         self._taker = ThreadPoolExecutor(1, thread_name_prefix="gpuring-bridge-take")
-        self._held: OrderedDict[int, Frame] = OrderedDict()  # taken, not yet acknowledged, in order taken
+        self._held: OrderedDict[int, _Held] = OrderedDict()  # taken, not yet acknowledged, in order taken
+        self._staging: dict[int, PinnedPool] = {}  # by device ordinal
         self._serial = 0
         self._taking: asyncio.Future[Frame | None] | None = None
         self._stopping = False
@@ -87,22 +90,23 @@ class BridgeSource:
                     await flight.empty()
                     return
                 serial = self._hold(frame)
-            frame = self._held[serial]
+            held = self._held[serial]
             try:
-                buffers = self._buffers(frame)
+                if held.buffers is None:  # read once: a frame sent again sends the same bytes
+                    held.buffers = self._read(held)
             except GpuringError as e:
                 if e.code not in UNREADABLE:
                     raise
-                self.stats.damaged(f"frame {frame.frame_id}: {e}")  # its producer's memory is gone: nothing to forward
+                self.stats.damaged(f"frame {held.frame.frame_id}: {e}")  # its producer's memory is gone
                 self._held.pop(serial).release()
                 continue
             flight.unacked[seq] = serial
-            self._send(link, seq, frame, buffers, flight)
+            self._send(link, seq, held.frame, held.buffers, flight)
         raise LinkLost("2^32 frames on one link: reconnecting to restart the sequence numbers")
 
     def _hold(self, frame: Frame) -> int:
         self._serial += 1
-        self._held[self._serial] = frame
+        self._held[self._serial] = _Held(frame)
         return self._serial
 
     async def _next_frame(self, failed: asyncio.Future[None]) -> Frame | None:
@@ -133,18 +137,29 @@ class BridgeSource:
                 return None
             raise
 
-    def _buffers(self, frame: Frame) -> list[tuple[int, int, Any]]:
-        """(index, length, bytes) of each buffer the frame sends: in an arena of
-        the ring, or on the producer's device (its writes waited for), mapped
-        here for as long as the frame is held."""
+    def _read(self, held: "_Held") -> list[tuple[int, int, Any]]:
+        """(index, length, bytes) of each buffer the frame sends: host buffers
+        where they lie in the ring's arenas; device buffers, once the producer's
+        writes are done, copied into page-locked memory (device_space.py says why)."""
+        frame = held.frame
         present = [(i, b) for i, b in enumerate(frame.description.buffers()) if b.kind != "absent" and b.length]
-        if frame.on_device:
-            cu.make_current(wait_for_writes(frame))  # UCX reads the device buffers on this thread
-        return [(i, b.length, self._bytes_of(frame, b)) for i, b in present]
+        if not frame.on_device:
+            return [(i, b.length, self._host_bytes(b)) for i, b in present]
+        ordinal = wait_for_writes(frame)
+        pool = self._staging.get(ordinal) or self._staging.setdefault(ordinal, PinnedPool(ordinal))
+        staging = held.stage(pool, sum(align(b.length) for _, b in present if b.kind in DEVICE_KINDS))
+        out, at = [], 0
+        with cu.primary_context(ordinal):
+            for i, b in present:
+                if b.kind not in DEVICE_KINDS:
+                    out.append((i, b.length, self._host_bytes(b)))
+                    continue
+                cu.copy_to_host(staging.ptr + at, address(frame, b, frame._held()), b.length)
+                out.append((i, b.length, staging.view(at, b.length)))
+                at += align(b.length)
+        return out
 
-    def _bytes_of(self, frame: Frame, b: Any) -> Any:
-        if b.kind in DEVICE_KINDS:
-            return DeviceView(address(frame, b, frame._held()), (b.length,), "|u1", frame)
+    def _host_bytes(self, b: Any) -> memoryview:
         mem = self._consumer._maps.memory(b.arena_name)
         self._consumer._maps.address(b)  # bounds-checks the buffer in its arena
         return mem.view[b.offset:b.offset + b.length]
@@ -187,6 +202,27 @@ class BridgeSource:
         self._taker.shutdown(wait=True)
         self._consumer.close()  # first: once closed, dropping a held frame no longer releases it
         self._held.clear()
+
+
+class _Held:
+    """A frame taken and not yet acknowledged; ``buffers`` once read, with the
+    page-locked memory its device bytes were staged in."""
+
+    def __init__(self, frame: Frame) -> None:
+        self.frame = frame
+        self.buffers: list[tuple[int, int, Any]] | None = None
+        self._staged: tuple[PinnedPool, PinnedSpace] | None = None
+
+    def stage(self, pool: PinnedPool, nbytes: int) -> PinnedSpace:
+        space = pool.take(nbytes)
+        self._staged = (pool, space)
+        return space
+
+    def release(self) -> None:
+        self.frame.release()
+        if self._staged is not None:
+            self._staged[0].give_back(self._staged[1])
+        self._staged, self.buffers = None, None
 
 
 class _Flight:
