@@ -12,6 +12,7 @@ import os
 from typing import Any, Awaitable, Callable
 
 from ..errors import GpuringError
+from .ucx_progress import EventProgress
 
 
 class LinkLost(Exception):
@@ -23,16 +24,9 @@ def ucxx() -> Any:
     os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
     # A restarted listener takes its port back at once, not after the old connections' TIME_WAIT.
     os.environ.setdefault("UCX_CM_REUSEADDR", "y")
-    # UCX progressed on the event loop, woken by the worker's file descriptor: 2.5x the frames/s of
-    # UCXX's default progress thread on a 2-core machine. Its cost: while linked, UCXX has the loop poll each
-    # pending request (asyncio.sleep(0) in turn), so a linked bridge keeps one core busy even when idle.
-    # UCXPY_PROGRESS_MODE=thread with UCXPY_ENABLE_PYTHON_FUTURE=1 idles at ~2% of a core, at a third of the
-    # frames/s; it is not yet tested here (SPEC.md §14.5).
-    os.environ.setdefault("UCXPY_PROGRESS_MODE", "blocking")
-    # UCX learns which addresses are device memory by hooking allocations; gpuring maps device buffers
-    # (cuIpcOpenMemHandle) and allocates them (cuMemAlloc) through its own handle on libcuda, which the
-    # hooks do not see. Without the cache UCX asks the driver about each buffer it sends or receives.
-    os.environ.setdefault("UCX_MEMTYPE_CACHE", "n")
+    # UCX progressed on the event loop, woken by the worker's file descriptor (EventProgress builds on
+    # UCXX's blocking mode): 2.5x the frames/s of UCXX's default progress thread on a 2-core machine.
+    os.environ["UCXPY_PROGRESS_MODE"] = "blocking"
     try:
         import ucxx as module
     except ImportError as e:
@@ -55,30 +49,43 @@ def _ucxx_tag(tag: int) -> tuple[int, int]:
 
 class Link:
     """Tagged messages to and from one peer. Each receive names its size: the
-    protocol always knows it (SPEC.md §14.1)."""
+    protocol always knows it (SPEC.md §14.1). Requests go to UCXX's endpoint
+    directly and are waited for by ``EventProgress`` (ucx_progress.py says why)."""
 
     def __init__(self, endpoint: Any, peer: str) -> None:
-        self._ep = endpoint
-        self.peer = peer
+        from ucxx._lib.arr import Array
+        from ucxx._lib_async.utils import hash64bits
+        from ucxx.core import _get_ctx
+        from ucxx.types import Tag
+        self._ep, self.peer = endpoint, peer
         self._errors = _transport_errors()
+        self._array, self._progress = Array, EventProgress.of(_get_ctx().worker)
+        # Tags within the connection's namespace, hashed as UCXX's Endpoint.send and recv do.
+        self._tag: Callable[[int, str], Any] = lambda t, way: Tag(hash64bits(endpoint._tags[way], hash(_ucxx_tag(t))))
 
-    async def send(self, data: Any, tag: int) -> None:
+    def _submit(self, submit: Callable[[Any, Any], Any], data: Any, tag: Any, what: str) -> asyncio.Future[None]:
+        def lost(e: BaseException) -> Exception:
+            return LinkLost(f"{what} {self.peer}: {e}")
+        buffer = self._array(data)
         try:
-            await self._ep.send(data, tag=_ucxx_tag(tag))
+            self._ep._ep.raise_on_error()
+            request = submit(buffer, tag)
         except self._errors as e:
-            raise LinkLost(f"sending to {self.peer}: {e}") from None
+            future = asyncio.get_running_loop().create_future()
+            future.set_exception(lost(e))
+            return future
+        return self._progress.wait(request, (buffer, data), lost)
 
     def post(self, data: Any, tag: int) -> asyncio.Future[None]:
-        """Sends without waiting: the message is handed to UCX in the order of
-        ``post`` calls, before the loop next waits. ``data`` must live until done."""
-        return asyncio.ensure_future(self.send(data, tag))
+        """Sends without waiting: messages are handed to UCX in the order of
+        ``post`` calls; ``data`` is held until the future is done."""
+        return self._submit(self._ep._ep.tag_send, data, self._tag(tag, "msg_send"), "sending to")
 
+    async def send(self, data: Any, tag: int) -> None:
+        await self.post(data, tag)
 
-    async def recv_into(self, buffer: Any, tag: int) -> None:
-        try:
-            await self._ep.recv(buffer, tag=_ucxx_tag(tag))
-        except self._errors as e:
-            raise LinkLost(f"receiving from {self.peer}: {e}") from None
+    def recv_into(self, buffer: Any, tag: int) -> asyncio.Future[None]:
+        return self._submit(self._ep._ep.tag_recv, buffer, self._tag(tag, "msg_recv"), "receiving from")
 
     async def recv(self, nbytes: int, tag: int) -> bytes:
         buf = bytearray(nbytes)
