@@ -2,7 +2,8 @@
 namespaces with their own /dev/shm, as the bridge tests make them; root
 needed) through gpuring bridges over UCX, against the same tables as Arrow IPC
 over a TCP socket and through Arrow Flight, and the floor: the same bytes over
-a TCP socket with no Arrow. All in one run. UCX runs over TCP here (UCX_TLS=tcp):
+a TCP socket with no Arrow. All in one run. For the bridges it also reports
+the CPU a linked bridge uses with nothing to move. UCX runs over TCP here (UCX_TLS=tcp):
 the namespaces share no memory or RDMA device.
 
     python3 bench/remote.py [--json] [--quick] [--only latency|throughput] [--transports ...] [--device]
@@ -56,22 +57,12 @@ def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int
     run_one.runs += 1  # type: ignore[attr-defined]
     a, b = f"a{run_one.runs}", f"b{run_one.runs}"  # type: ignore[attr-defined]
     bridges: list[subprocess.Popen[str]] = []
+    idle: dict[str, float] = {}
     if transport.startswith("gpuring"):
         recv = start(hosts.b, CHILD, "recv", transport, b, str(count))
         send = start(hosts.a, CHILD, "send", transport, a, str(count), str(size), str(pace_us))
-        bridge = [sys.executable, *(os.environ["BRIDGE_LAUNCHER"].split() if "BRIDGE_LAUNCHER" in os.environ else ["-m", "gpuring", "bridge"]), "--secret", secret, "--progress", "0", "--window", "128"]
-        bridges.append(hosts.b.run([*bridge, "--from", f"ucx://:{port}", "--listen", "--to", b], env=env(),
-                                   stderr=subprocess.PIPE))
-        bridges.append(hosts.a.run([*bridge, "--from", a, "--to", f"ucx://{hosts.b.address}:{port}"], env=env(),
-                                   stderr=subprocess.PIPE))
-        assert bridges[1].stderr is not None
-        said = []
-        while "linked" not in (line := bridges[1].stderr.readline()):
-            said.append(line)
-            if not line:
-                for b in bridges:
-                    b.kill()
-                raise RuntimeError("a bridge ended before linking: " + "".join(said)[-2000:] + bridges[0].communicate()[1][-2000:])
+        bridges = start_bridges(hosts, a, b, port, secret)
+        idle = {"idle_cpu_pct": idle_cpu([p.pid for p in bridges])}
     else:
         recv = start(hosts.b, CHILD, "recv", transport, port, str(count))
         send = start(hosts.a, CHILD, "send", transport, f"{hosts.b.address}:{port}", str(count), str(size), str(pace_us))
@@ -90,19 +81,51 @@ def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int
         err += b.communicate(timeout=30)[1][-2000:]
     if recv.returncode or send.returncode:
         raise RuntimeError(f"{transport}: {err}")
-    return json.loads(out.strip().splitlines()[-1])
+    return {**json.loads(out.strip().splitlines()[-1]), **idle}
+
+
+def start_bridges(hosts: TwoHosts, a: str, b: str, port: str, secret: str) -> list[subprocess.Popen[str]]:
+    """A sink on host B into ring b, a source on host A from ring a; returns once they linked."""
+    launcher = os.environ["BRIDGE_LAUNCHER"].split() if "BRIDGE_LAUNCHER" in os.environ else ["-m", "gpuring", "bridge"]
+    bridge = [sys.executable, *launcher, "--secret", secret, "--progress", "0", "--window", "128"]
+    bridges = [hosts.b.run([*bridge, "--from", f"ucx://:{port}", "--listen", "--to", b], env=env(), stderr=subprocess.PIPE),
+               hosts.a.run([*bridge, "--from", a, "--to", f"ucx://{hosts.b.address}:{port}"], env=env(),
+                           stderr=subprocess.PIPE)]
+    assert bridges[1].stderr is not None
+    said = []
+    while "linked" not in (line := bridges[1].stderr.readline()):
+        said.append(line)
+        if not line:
+            for p in bridges:
+                p.kill()
+            raise RuntimeError("a bridge ended before linking: " + "".join(said)[-2000:] + bridges[0].communicate()[1][-2000:])
+    return bridges
+
+
+IDLE_S = 2.0
+
+
+def idle_cpu(pids: list[int]) -> float:
+    """The most CPU (% of one core) any of the linked bridges used over IDLE_S with no frame to move."""
+    def seconds(pid: int) -> float:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    before = [seconds(p) for p in pids]
+    time.sleep(IDLE_S)
+    return round(max(100 * (seconds(p) - b) / IDLE_S for p, b in zip(pids, before)), 1)
 
 
 run_one.runs = 0  # type: ignore[attr-defined]
 
 
 def summarize(r: dict, size: int) -> dict:
-    """Of the frames after the child's warm-up."""
+    """Of the frames after the child's warm-up; a bridge's idle CPU where measured."""
     lat = sorted(r["latency_us"])
     count = len(lat)
     seconds = (r["last_ns"] - r["first_ns"]) / 1e9 or 1e-9
     return {"p50_us": round(statistics.median(lat), 1), "p99_us": round(lat[int(len(lat) * 0.99) - 1], 1),
-            "frames_per_s": round((count - 1) / seconds), "mb_per_s": round((count - 1) * size / seconds / 1e6, 1)}
+            "frames_per_s": round((count - 1) / seconds), "mb_per_s": round((count - 1) * size / seconds / 1e6, 1),
+            "idle_cpu_pct": r.get("idle_cpu_pct")}
 
 
 CASES = [  # name, bytes per frame, frames, microseconds between frames (0: as fast as possible)
@@ -153,9 +176,10 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        head = ["case", "transport", "p50 µs", "p99 µs", "frames/s", "MB/s", "p50 ÷ floor", "frames/s ÷ floor"]
+        head = ["case", "transport", "p50 µs", "p99 µs", "frames/s", "MB/s", "p50 ÷ floor", "frames/s ÷ floor",
+                "idle bridge CPU %"]
         body = [[r["case"], r["transport"], r["p50_us"], r["p99_us"], r["frames_per_s"], r["mb_per_s"], r["p50_vs_floor"],
-                 r["throughput_vs_floor"]] for r in rows]
+                 r["throughput_vs_floor"], "" if r["idle_cpu_pct"] is None else r["idle_cpu_pct"]] for r in rows]
         widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
         for line in [head, *body]:
             print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)))

@@ -58,6 +58,20 @@ def secret(tmp_path: Path) -> str:
     return str(path)
 
 
+def _gpu_missing() -> str | None:
+    try:
+        import cupy  # noqa: F401
+        from gpuring import cuda_driver
+        return None if cuda_driver.device_count() > 0 else "no CUDA device"
+    except ImportError:
+        return "CuPy is not installed"
+    except GpuringError as e:
+        return str(e)
+
+
+needs_gpu = pytest.mark.skipif(_gpu_missing() is not None, reason=f"needs an NVIDIA GPU: {_gpu_missing()}")
+
+
 class Scenario:
     """Ring "a" on host A fed by a producer, ring "b" on host B read by a
     consumer, and the two bridges between them, each of which a test may kill
@@ -152,20 +166,6 @@ def test_a_node_consumer_on_the_far_host_reads_every_type(hosts, secret, tmp_pat
         s.stop()
 
 
-def _gpu_missing() -> str | None:
-    try:
-        import cupy  # noqa: F401
-        from gpuring import cuda_driver
-        return None if cuda_driver.device_count() > 0 else "no CUDA device"
-    except ImportError:
-        return "CuPy is not installed"
-    except GpuringError as e:
-        return str(e)
-
-
-needs_gpu = pytest.mark.skipif(_gpu_missing() is not None, reason=f"needs an NVIDIA GPU: {_gpu_missing()}")
-
-
 @needs_gpu
 @pytest.mark.skipif(not node_available(), reason="the Node package is not built here")
 def test_device_frames_land_in_the_far_hosts_device_memory(hosts, secret):
@@ -213,12 +213,14 @@ def test_acks_after_release_on_the_far_host(hosts, secret):
         s.stop()
 
 
-def test_killed_source_bridge_loses_and_repeats_nothing(hosts, secret):
+@pytest.mark.parametrize("kind", ["ids", pytest.param("device", marks=needs_gpu)])
+def test_killed_source_bridge_loses_and_repeats_nothing(hosts, secret, kind):
     """kill -9 of the forwarding bridge, twice, mid-stream: its unacknowledged
     frames go back to ring a (they were CLAIMED), the restarted bridge sends
-    them, and the sink drops those it had published already."""
+    them, and the sink drops those it had published already. Device frames
+    too: they land in host B's device memory, each once, with its values."""
     n = 3000
-    s = Scenario(hosts, secret, n)
+    s = Scenario(hosts, secret, n, kind)
     try:
         for taken in (500, 1500):
             s.wait_for_frames(taken)

@@ -1,7 +1,8 @@
 """Host B of a bridge test: creates RING (SLOTS slots), says "created", sleeps
 DELAY seconds if given, takes
 frames until COUNT distinct ones arrived or WAIT seconds pass without one, checks each
-against what the producer published for its user tag, says "progress N" every
+against what the producer published for its user tag (device frames: on this
+host's device, read with CuPy), says "progress N" every
 500 frames, and prints one JSON line at the end: the tags in arrival order and
 the frames that differed."""
 import json
@@ -29,9 +30,15 @@ with gpuring.Consumer.open(ring) as c:
             break
         with frame:
             i = frame.user_tag
-            want = all_types_table(1 + i % 9) if kind == "all-types" else pa.table({"id": pa.array([i], pa.int64())})
-            if not pa.Table.from_batches([frame.to_arrow()]).equals(want):
-                wrong.append(i)
+            if kind == "device":  # in this host's device memory, all i
+                x = frame.to_cupy()["x"] if frame.on_device else None
+                if x is None or x.size != 1000 + 4096 * (i % 7) or not bool((x == i).all()):
+                    wrong.append(i)
+                del x
+            else:
+                want = all_types_table(1 + i % 9) if kind == "all-types" else pa.table({"id": pa.array([i], pa.int64())})
+                if not pa.Table.from_batches([frame.to_arrow()]).equals(want):
+                    wrong.append(i)
             tags.append(i)
             distinct.add(i)
             if len(tags) % 500 == 0:

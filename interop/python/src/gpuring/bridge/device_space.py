@@ -21,7 +21,11 @@ from .. import cuda_driver as cu
 from ..description import BufferDescriptor
 
 SMALLEST_BYTES = 1 << 16
-IDLE_PER_SIZE = 8  # allocations of one size kept for reuse; more are freed
+# Idle allocations kept for reuse, per pool: enough for a window of frames in flight (64 to 128 frames of
+# 1 MiB, 16 of 16 MiB). With fewer, a bridge at full speed freed and made page-locked and device memory for
+# nearly every frame, and both are slow (cuMemFreeHost, cuMemFree wait for the device).
+IDLE_BYTES = 256 << 20
+IDLE_AT_LEAST = 2  # per size, however large
 
 
 @dataclass(frozen=True)
@@ -58,19 +62,29 @@ class _SizedPool(Generic[Space]):
     def __init__(self, ordinal: int) -> None:
         self.ordinal = ordinal
         self._idle: defaultdict[int, list[Space]] = defaultdict(list)
+        self._idle_bytes = 0
+        self.in_use = 0  # bytes taken and not given back
         cu.make_current(ordinal)  # the bridge's copies run on this thread
 
     def take(self, nbytes: int) -> Space:
         size = max(SMALLEST_BYTES, 1 << (max(nbytes, 1) - 1).bit_length())
+        self.in_use += size
         if self._idle[size]:
+            self._idle_bytes -= size
             return self._idle[size].pop()
-        with cu.primary_context(self.ordinal):
-            return self._allocate(size)
+        try:
+            with cu.primary_context(self.ordinal):
+                return self._allocate(size)
+        except BaseException:
+            self.in_use -= size
+            raise
 
     def give_back(self, space: Space) -> None:
+        self.in_use -= space.size
         idle = self._idle[space.size]
-        if len(idle) < IDLE_PER_SIZE:
+        if len(idle) < IDLE_AT_LEAST or self._idle_bytes + space.size <= IDLE_BYTES:
             idle.append(space)
+            self._idle_bytes += space.size
             return
         with cu.primary_context(self.ordinal):
             self._free(space)

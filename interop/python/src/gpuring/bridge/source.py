@@ -25,7 +25,7 @@ from ..device_columns import address, wait_for_writes
 from ..errors import GpuringError
 from ..frame import Frame
 from . import wire as W
-from .device_space import PinnedPool, PinnedSpace
+from .device_space import IDLE_BYTES, PinnedPool, PinnedSpace
 from .handshake import handshake
 from .landing import align
 from .link import Link, LinkLost
@@ -35,6 +35,7 @@ from .stream_id import stream_id
 # A frame whose buffers cannot be read here (its producer's device memory is gone, a
 # buffer lies outside its allocation) is released and counted as damaged, not forwarded.
 UNREADABLE = ("CUDA", "FRAME_BOUNDS", "FRAME_INVALID")
+STAGED_BYTES = IDLE_BYTES  # page-locked memory a source stages device frames in, at most (one frame more if larger)
 TAKE_WAIT_S = 0.2  # how long one wait for a frame blocks the taking thread (a stop is noticed within it)
 
 
@@ -91,6 +92,8 @@ class BridgeSource:
                     return
                 serial = self._hold(frame)
             held = self._held[serial]
+            if held.buffers is None and held.frame.on_device:
+                await self._room_to_stage(held, flight)
             try:
                 if held.buffers is None:  # read once: a frame sent again sends the same bytes
                     held.buffers = self._read(held)
@@ -103,6 +106,14 @@ class BridgeSource:
             flight.unacked[seq] = serial
             self._send(link, seq, held.frame, held.buffers, flight)
         raise LinkLost("2^32 frames on one link: reconnecting to restart the sequence numbers")
+
+    async def _room_to_stage(self, held: "_Held", flight: "_Flight") -> None:
+        """Waits until staging the frame keeps the page-locked memory in use
+        within STAGED_BYTES, or nothing is in flight: a window of large frames
+        would otherwise pin gigabytes, and making page-locked memory is slow."""
+        need = sum(align(b.length) for b in held.frame.description.buffers() if b.kind in DEVICE_KINDS)
+        await flight.until(lambda: sum(p.in_use for p in self._staging.values()) + need <= STAGED_BYTES
+                           or not flight.unacked)
 
     def _hold(self, frame: Frame) -> int:
         self._serial += 1
@@ -241,16 +252,17 @@ class _Flight:
         if error is not None and not self.failed.done():
             self.failed.set_exception(error)
 
-    async def _until(self, ready: Callable[[], bool]) -> None:
+    async def until(self, ready: Callable[[], bool]) -> None:
+        """Waits until ``ready()``, looking again at each acknowledgement."""
         while not ready():
             self.changed.clear()
             await _first(self.changed.wait(), self.failed)
 
     async def room(self) -> None:
-        await self._until(lambda: len(self.unacked) < self.window)
+        await self.until(lambda: len(self.unacked) < self.window)
 
     async def empty(self) -> None:
-        await self._until(lambda: not self.unacked)
+        await self.until(lambda: not self.unacked)
 
 
 async def _first(waiting: Any, failing: asyncio.Future[None]) -> None:
