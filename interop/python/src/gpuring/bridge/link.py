@@ -31,7 +31,7 @@ def ucxx() -> Any:
         import ucxx as module
     except ImportError as e:
         raise GpuringError("UCX_UNAVAILABLE", f"gpuring bridge needs UCXX, which did not import ({e}). Fix: "
-                           "pip install 'gpuring[remote]' (UCXX for CUDA 12; for CUDA 13, pip install ucxx-cu13)") from None
+                           "pip install 'gpuring[remote]' (UCXX for CUDA 12; for CUDA 13, 'gpuring[remote-cu13]')") from None
     return module
 
 
