@@ -25,20 +25,23 @@ STREAM_INPUT = {"boot_id": "0f3a9c7e-5b21-4d8e-9a6f-2c4b8d1e7f30", "name": "pric
                 "creator_pid": 4242}
 
 
-def _hello(role: int, ack: int, window: int, max_bytes: int, ring: str, nonce_byte: int) -> W.Hello:
+def _hello(role: int, ack: int, window: int, max_bytes: int, ring: str, nonce_byte: int, inline_bytes: int = 0,
+           flags: int = 0) -> W.Hello:
     stream = stream_id_of(STREAM_INPUT["boot_id"].encode(), ring, STREAM_INPUT["created_unix_ns"], STREAM_INPUT["creator_pid"])
-    return W.Hello(role, ack, 0, bytes([nonce_byte]) * 32, stream, window, max_bytes, ring)
+    return W.Hello(role, ack, flags, bytes([nonce_byte]) * 32, stream, window, max_bytes, ring, inline_bytes)
 
 
 def messages() -> dict:
     source = _hello(W.ROLE_SOURCE, W.ACK_PUBLISHED, 0, 0, "prices", 0x11)
-    sink = _hello(W.ROLE_SINK, 0, 64, 1 << 30, "prices-far", 0x22)
+    sink = _hello(W.ROLE_SINK, 0, 64, 1 << 30, "prices-far", 0x22, 65536, W.FLAG_DEVICE)
     frame = W.FrameHeader(7, 312, 3, 2, 5, 1001, 0xDEADBEEF, 4160)
+    inline = W.FrameHeader(9, 312, 2, 2, 5, 1002, 7, 96, flags=W.FRAME_INLINE)
     end = W.FrameHeader(8, 0, 0, 0, 0, 0, 0, 0, W.KIND_END)
 
     def hello_fields(h: W.Hello) -> dict:
         return {"role": h.role, "ack_mode": h.ack_mode, "flags": h.flags, "nonce": h.nonce.hex(), "stream_id": h.stream_id.hex(),
-                "window": h.window, "max_frame_bytes": h.max_frame_bytes, "ring": h.ring, "version": [h.major, h.minor]}
+                "window": h.window, "max_frame_bytes": h.max_frame_bytes, "ring": h.ring, "inline_bytes": h.inline_bytes,
+                "version": [h.major, h.minor]}
 
     return {
         "secret": SECRET.decode(),
@@ -56,6 +59,8 @@ def messages() -> dict:
         "verdict_auth": {"fields": {"status": 3, "reason": "the peer does not know the shared secret"},
                          "hex": W.pack_verdict(3, "the peer does not know the shared secret").hex()},
         "frame_header": {"fields": vars(frame), "hex": frame.pack().hex()},
+        "frame_header_inline": {"about": "an inline frame's header: its message goes on with the description, then the "
+                                         "buffers' bytes", "fields": vars(inline), "hex": inline.pack().hex()},
         "end": {"fields": vars(end), "hex": end.pack().hex()},
         "free_data": {"fields": {"seqs": [7, 8, 9]}, "hex": W.pack_free_data([7, 8, 9]).hex()},
         "refused": {"fields": {"seq": 7, "code": "OUT_OF_MEMORY", "message": "frame 7 holds 4160 bytes; this sink takes at most 4096"},

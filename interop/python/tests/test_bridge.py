@@ -125,7 +125,8 @@ class Scenario:
             pass
         assert line, "the consumer ended before that many frames"
 
-    def received(self) -> dict:
+    def last_said(self) -> dict:
+        """The consumer's last line (JSON), once it exited 0."""
         out, err = self.consumer.communicate(timeout=120)
         assert self.consumer.returncode == 0, err
         return json.loads(out.strip().splitlines()[-1])
@@ -145,7 +146,7 @@ class Scenario:
 def test_every_type_crosses_in_order(hosts, secret):
     s = Scenario(hosts, secret, 60, "all-types")
     try:
-        got = s.received()
+        got = s.last_said()
         assert got["wrong"] == []
         assert got["tags"] == list(range(60))  # one source, one sink: publication order is kept
         assert s.producer.wait(timeout=30) == 0  # every frame was released on host A: acknowledged
@@ -158,9 +159,7 @@ def test_a_node_consumer_on_the_far_host_reads_every_type(hosts, secret, tmp_pat
     ipc = str(tmp_path / "sent.arrow")
     s = Scenario(hosts, secret, 45, "all-types", node_reader=["arrow-peer.ts", "compare", "b", ipc, "45"], ipc=ipc)
     try:
-        out, err = s.consumer.communicate(timeout=120)
-        assert s.consumer.returncode == 0, err
-        assert json.loads(out.strip().splitlines()[-1]) == {"frames": 45, "differences": [None] * 45}
+        assert s.last_said() == {"frames": 45, "differences": [None] * 45}
         assert s.producer.wait(timeout=30) == 0
     finally:
         s.stop()
@@ -175,10 +174,7 @@ def test_device_frames_land_in_the_far_hosts_device_memory(hosts, secret):
     n = 40
     s = Scenario(hosts, secret, n, "device", node_reader=["device-child.ts", "read-all", "b", str(n)])
     try:
-        out, err = s.consumer.communicate(timeout=120)
-        assert s.consumer.returncode == 0, err
-        lines = [json.loads(line) for line in out.strip().splitlines()]
-        assert lines[-1] == {"ok": n, "tags": list(range(n)), "kinds": ["absent", "cuda-ipc"]}
+        assert s.last_said() == {"ok": n, "tags": list(range(n)), "kinds": ["absent", "cuda-ipc"]}
         assert s.producer.wait(timeout=30) == 0
     finally:
         s.stop()
@@ -194,9 +190,7 @@ def test_cudf_style_device_columns_cross_to_node(hosts, secret):
     s = Scenario(hosts, secret, 1, node_reader=["arrow-peer.ts", "columns", "b"],
                  writer=["device_produce", "a", "cudf-style", str(rows)])
     try:
-        out, err = s.consumer.communicate(timeout=120)
-        assert s.consumer.returncode == 0, err
-        cols = json.loads(out.strip().splitlines()[-1])["columns"]
+        cols = s.last_said()["columns"]
         assert cols["id"] == [None if i % 3 == 1 else i for i in range(rows)]
         assert cols["name"] == [f"n{i}" for i in range(rows)]
         assert s.producer.wait(timeout=30) == 0
@@ -207,7 +201,7 @@ def test_cudf_style_device_columns_cross_to_node(hosts, secret):
 def test_acks_after_release_on_the_far_host(hosts, secret):
     s = Scenario(hosts, secret, 40, "ids", ack="released")
     try:
-        assert s.received()["tags"] == list(range(40))
+        assert s.last_said()["tags"] == list(range(40))
         assert s.producer.wait(timeout=30) == 0
     finally:
         s.stop()
@@ -227,7 +221,7 @@ def test_killed_source_bridge_loses_and_repeats_nothing(hosts, secret, kind):
             s.source.kill()
             s.source.wait()
             s.source = s.start_source()
-        got = s.received()
+        got = s.last_said()
         assert Counter(got["tags"]) == Counter(range(n))
         assert got["wrong"] == []
     finally:
@@ -246,7 +240,7 @@ def test_killed_sink_bridge_loses_nothing(hosts, secret):
         s.sink.kill()
         s.sink.wait()
         s.sink = s.start_sink()
-        got = s.received()
+        got = s.last_said()
         counts = Counter(got["tags"])
         assert set(counts) == set(range(n))
         assert sum(c - 1 for c in counts.values()) <= 64
@@ -273,7 +267,7 @@ def test_full_far_ring_holds_the_source_back(hosts, secret):
                                    text=True, timeout=60)
             assert re.search(r"bridge: participant \d+ \(pid \d+\) forwards this ring to another machine: 64 frames "
                              r"in flight", shown.stdout), shown.stdout + shown.stderr
-        got = s.received()
+        got = s.last_said()
         assert got["tags"] == list(range(n))
     finally:
         s.stop()

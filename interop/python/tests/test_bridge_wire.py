@@ -31,10 +31,11 @@ def test_the_generator_reproduces_the_committed_fixture(tmp_path):
 def test_hello_bytes(name):
     f, raw = GOLDEN[name]["fields"], bytes.fromhex(GOLDEN[name]["hex"])
     h = W.Hello(f["role"], f["ack_mode"], f["flags"], bytes.fromhex(f["nonce"]), bytes.fromhex(f["stream_id"]),
-                f["window"], f["max_frame_bytes"], f["ring"], *f["version"])
+                f["window"], f["max_frame_bytes"], f["ring"], f["inline_bytes"], *f["version"])
     assert h.pack() == raw and len(raw) == 128
     assert W.Hello.unpack(raw) == h
-    assert raw[:8] == b"GPRBRIDG" and struct.unpack_from("<HHBBH", raw, 8) == (1, 0, f["role"], f["ack_mode"], 0)
+    assert raw[:8] == b"GPRBRIDG" and struct.unpack_from("<HHBBH", raw, 8) == (1, 1, f["role"], f["ack_mode"], f["flags"])
+    assert struct.unpack_from("<I", raw, 68)[0] == f["inline_bytes"]  # after nonce and stream_id: window, then it
 
 
 def test_auth_is_the_hmac_the_spec_describes():
@@ -66,10 +67,11 @@ def test_tags_stay_apart_through_ucxx_hashing():
 
 
 def test_frame_header_end_and_control_bytes():
-    for name in ("frame_header", "end"):
+    for name in ("frame_header", "frame_header_inline", "end"):
         f, raw = GOLDEN[name]["fields"], bytes.fromhex(GOLDEN[name]["hex"])
         assert W.FrameHeader(**f).pack() == raw and len(raw) == 64
         assert vars(W.FrameHeader.unpack(raw, 1 << 24)) == f
+        assert raw[5] == f["flags"]  # after the type and seq: DIPC's prefix
     assert W.pack_free_data([7, 8, 9]).hex() == GOLDEN["free_data"]["hex"]
     assert W.unpack_control(bytes.fromhex(GOLDEN["free_data"]["hex"])) == [7, 8, 9]
     r = GOLDEN["refused"]["fields"]
@@ -99,6 +101,7 @@ def test_malformed_messages_are_refused_with_their_code():
     assert _code(W.FrameHeader.unpack, bytes(frame), 100) == "BRIDGE_PROTOCOL"  # description above the limit
     zero = bytes(frame[:8]) + bytes(4) + bytes(frame[12:])
     assert _code(W.FrameHeader.unpack, zero, 1 << 24) == "BRIDGE_PROTOCOL"  # an empty description
+    assert _code(W.FrameHeader.unpack, bytes(frame[:5]) + b"\x02" + bytes(frame[6:]), 1 << 24) == "BRIDGE_PROTOCOL"  # flag 2
     assert _code(W.unpack_control, bytes(free[:-8])) == "BRIDGE_PROTOCOL"
     assert _code(W.unpack_control, b"\x99" + bytes(free[1:])) == "BRIDGE_PROTOCOL"
     assert _code(W.unpack_control, bytes(free[:4]) + (65).to_bytes(4, "little") + bytes(free[8:])) == "BRIDGE_PROTOCOL"

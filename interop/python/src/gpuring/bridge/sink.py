@@ -30,6 +30,7 @@ from .stream_id import stream_id
 
 REMEMBERED_ORIGINS = 1 << 16  # per source stream; far more than a source ever holds unacknowledged
 FULL_RING_BACKOFF_S = (0.00005, 0.005)  # first and longest pause between publish attempts on a full ring
+INLINE_BYTES = 64 << 10  # the largest inline frame message taken (HELLO inline_bytes)
 REAP_EVERY_S = 0.001  # "released" acks: how often frames are looked at for their release
 
 
@@ -52,7 +53,8 @@ class BridgeSink:
 
     def _hello(self) -> W.Hello:
         flags = W.FLAG_DEVICE if self.device is not None else 0
-        return W.Hello(W.ROLE_SINK, 0, flags, os.urandom(32), self._stream, self.window, self.max_frame_bytes, self.ring)
+        return W.Hello(W.ROLE_SINK, 0, flags, os.urandom(32), self._stream, self.window, self.max_frame_bytes, self.ring,
+                       INLINE_BYTES)
 
     async def serve(self, link: Link) -> None:
         """One link's life: handshake, then frames until END. Raises LinkLost
@@ -71,11 +73,13 @@ class BridgeSink:
 
     async def _one_frame(self, link: Link, meta: "_MetaStream", peer: W.Hello,
                          seen: OrderedDict[tuple[int, int, int], None], acks: "_Acks") -> bool:
-        header = await meta.header()
+        header, inline = await meta.header()
         if header.kind == W.KIND_END:
             return False
-        description = await self._description(link, header, await meta.description(header.description_length))
-        landing = await self._receive_buffers(link, header, description)
+        length = header.description_length
+        body = bytes(inline[:length]) if inline is not None else await meta.description(length)
+        description = await self._description(link, header, body)
+        landing = await self._receive_buffers(link, header, description, inline[length:] if inline is not None else None)
         acks.owe()
         origin = (header.origin_producer, header.origin_generation, header.origin_frame_id)
         repeat = origin in seen
@@ -113,22 +117,27 @@ class BridgeSink:
         await link.send(W.pack_refused(seq, error.code, message), W.TAG_CONTROL)
         raise error
 
-    async def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription) -> Landing:
-        """Receives each buffer where it lands (landing.py) and points the description at it."""
+    async def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription,
+                               inline: memoryview | None) -> Landing:
+        """Receives each buffer where it lands (landing.py), or copies it there
+        from an inline frame's ``inline`` bytes, and points the description at it."""
         present = [(i, b) for i, b in enumerate(description.buffers()) if b.kind != "absent"]
         on_device = [self._landings.lands_on_device(b) for _, b in present]
         landing = self._landings.take(sum(align(b.length) for (_, b), d in zip(present, on_device) if d),
                                       sum(align(b.length) for (_, b), d in zip(present, on_device) if not d))
         receives = []
         try:
-            at = [0, 0]  # next free byte in the host span, in the device allocation
+            at, taken = [0, 0], 0  # next free byte in the host span, in the device allocation; of ``inline``
             for (i, b), device in zip(present, on_device):  # an empty buffer too is named in this sink's memory
                 target = landing.place(b, device, at[device])
                 at[device] += align(b.length)
-                if b.length:
+                if inline is not None:
+                    target[:] = inline[taken:taken + b.length]
+                    taken += b.length
+                elif b.length:
                     receives.append(link.recv_into(target, W.body_tag(header.seq, i)))
             await asyncio.gather(*receives)  # posted together; a failure ends the link and with it the rest
-            landing.upload(at[True])
+            landing.upload(at[1])  # the device bytes, staged: into the device allocation
         except BaseException:
             landing.free()
             raise
@@ -190,26 +199,42 @@ def _remember(seen: OrderedDict[tuple[int, int, int], None], origin: tuple[int, 
 
 
 class _MetaStream:
-    """A link's metadata stream, with the next frame's header always posted
-    ahead: UCX matches it while this frame's buffers arrive."""
+    """A link's metadata stream, with the next message always posted ahead:
+    UCX matches it while this frame's buffers arrive. Each META receive takes up
+    to INLINE_BYTES: a FRAME header alone, or an inline frame whole."""
 
     def __init__(self, link: Link) -> None:
         self._link = link
-        self._next: asyncio.Future[bytes] | None = None
+        self._next: tuple[bytearray, asyncio.Future[None]] | None = None
 
-    async def header(self) -> W.FrameHeader:
-        raw = await (self._next or self._link.recv(W.FRAME.size, W.TAG_META))
+    def _post(self) -> tuple[bytearray, asyncio.Future[None]]:
+        buffer = bytearray(INLINE_BYTES)
+        return buffer, self._link.recv_into(buffer, W.TAG_META)
+
+    async def header(self) -> tuple[W.FrameHeader, memoryview | None]:
+        """The next FRAME header (or END), and an inline frame's description and
+        buffer bytes, which follow it in its message."""
+        buffer, received = self._next or self._post()
         self._next = None
-        return W.FrameHeader.unpack(raw, L.MAX_BODY_BYTES)
+        await received
+        header = W.FrameHeader.unpack(bytes(buffer[:W.FRAME.size]), L.MAX_BODY_BYTES)
+        if not header.inline:
+            return header, None
+        end = W.FRAME.size + header.description_length + header.total_bytes
+        if end > INLINE_BYTES:
+            raise W.bad(f"inline frame {header.seq} of {end} bytes (this sink takes {INLINE_BYTES})")
+        self._next = self._post()
+        return header, memoryview(buffer)[W.FRAME.size:end]
 
     async def description(self, length: int) -> bytes:
+        """The description after a header that was not inline."""
         body = await self._link.recv(length, W.TAG_META)
-        self._next = asyncio.ensure_future(self._link.recv(W.FRAME.size, W.TAG_META))
+        self._next = self._post()
         return body
 
     def close(self) -> None:
         if self._next is not None:
-            self._next.cancel()
+            self._next[1].cancel()
 
 
 class _Acks:

@@ -16,10 +16,10 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from .. import cuda_driver as cu
 from .. import layout as L
 from ..codec import encode_frame
 from ..consumer import Consumer
-from .. import cuda_driver as cu
 from ..description import DEVICE_KINDS
 from ..device_columns import address, wait_for_writes
 from ..errors import GpuringError
@@ -67,7 +67,7 @@ class BridgeSource:
         the link fails, GpuringError when the sink refuses."""
         peer = await handshake(link, self._hello(), self._secret)
         self.stats.linked(link.peer, peer.ring)
-        flight = _Flight(max(1, peer.window))
+        flight = _Flight(max(1, peer.window), peer.inline_bytes)
         acks = asyncio.ensure_future(self._acks(link, flight))
         acks.add_done_callback(flight.fail_from)
         try:
@@ -182,9 +182,14 @@ class BridgeSource:
         body = encode_frame(frame.description)
         total = sum(n for _, n, _ in buffers)
         producer, generation = frame.producer
-        header = W.FrameHeader(seq, len(body), len(buffers), producer, generation, frame.frame_id, frame.user_tag, total)
-        sends = [link.post(header.pack(), W.TAG_META), link.post(body, W.TAG_META)]
-        sends += [link.post(data, W.body_tag(seq, i)) for i, _, data in buffers]
+        inline = W.FRAME.size + len(body) + total <= flight.inline_bytes  # one message: a small frame's round trips
+        header = W.FrameHeader(seq, len(body), len(buffers), producer, generation, frame.frame_id, frame.user_tag, total,
+                               flags=W.FRAME_INLINE if inline else 0)
+        if inline:
+            sends = [link.post(b"".join([header.pack(), body, *(data for _, _, data in buffers)]), W.TAG_META)]
+        else:
+            sends = [link.post(header.pack(), W.TAG_META), link.post(body, W.TAG_META)]
+            sends += [link.post(data, W.body_tag(seq, i)) for i, _, data in buffers]
         for send in sends:
             send.add_done_callback(flight.fail_from)
         self.stats.sent(total)
@@ -238,10 +243,11 @@ class _Held:
 
 class _Flight:
     """One link's frames sent and not yet acknowledged (sequence number to held
-    serial), the window, and the link's first failure (of a send or of the acks)."""
+    serial), the window, the sink's inline limit, and the link's first failure
+    (of a send or of the acks)."""
 
-    def __init__(self, window: int) -> None:
-        self.window = window
+    def __init__(self, window: int, inline_bytes: int) -> None:
+        self.window, self.inline_bytes = window, inline_bytes
         self.unacked: dict[int, int] = {}
         self.changed = asyncio.Event()
         self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()

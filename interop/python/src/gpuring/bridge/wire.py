@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..errors import GpuringError
 
 VERSION_MAJOR = 1
-VERSION_MINOR = 0
+VERSION_MINOR = 1  # 1.1: inline frames (a sink's inline_bytes, FRAME flag INLINE)
 MAGIC = b"GPRBRIDG"
 
 # Logical tags, within the connection's own tag namespace (SPEC.md §14.1).
@@ -35,6 +35,7 @@ ROLES = {ROLE_SOURCE: "source", ROLE_SINK: "sink"}
 ACK_PUBLISHED, ACK_RELEASED = 1, 2
 ACK_MODES = {"published": ACK_PUBLISHED, "released": ACK_RELEASED}
 FLAG_DEVICE = 1  # HELLO flags: this side can hold device buffers
+FRAME_INLINE = 1  # FRAME flags: the description and the buffers' bytes follow in this message
 
 KIND_END, KIND_FRAME, KIND_FREE_DATA, KIND_REFUSED = 0x00, 0x81, 0x82, 0x83
 VERDICT_ACCEPTED, VERDICT_VERSION, VERDICT_ROLE, VERDICT_AUTH, VERDICT_REFUSED = range(5)
@@ -46,7 +47,7 @@ assert HELLO.size == 128
 AUTH_BYTES = 32
 VERDICT = struct.Struct("<II248s")
 assert VERDICT.size == 256
-FRAME = struct.Struct("<BI3xIIIIQQQ16s")
+FRAME = struct.Struct("<BIB2xIIIIQQQ16s")
 assert FRAME.size == 64
 FREE_DATA_MAX = 64
 FREE_DATA = struct.Struct(f"<B3xIQ{FREE_DATA_MAX}Q")
@@ -70,24 +71,26 @@ class Hello:
     window: int
     max_frame_bytes: int
     ring: str
+    inline_bytes: int = 0  # sink: the largest inline META message it takes (0: none)
     major: int = VERSION_MAJOR
     minor: int = VERSION_MINOR
 
     def pack(self) -> bytes:
         return HELLO.pack(MAGIC, self.major, self.minor, self.role, self.ack_mode, self.flags, self.nonce,
-                          self.stream_id, self.window, 0, self.max_frame_bytes, self.ring.encode()[:31], bytes(16))
+                          self.stream_id, self.window, self.inline_bytes, self.max_frame_bytes, self.ring.encode()[:31],
+                          bytes(16))
 
     @staticmethod
     def unpack(raw: bytes) -> "Hello":
         if len(raw) != HELLO.size:
             raise bad(f"HELLO of {len(raw)} bytes")
-        magic, major, minor, role, ack, flags, nonce, stream, window, _, max_bytes, ring, _r = HELLO.unpack(raw)
+        magic, major, minor, role, ack, flags, nonce, stream, window, inline, max_bytes, ring, _r = HELLO.unpack(raw)
         if magic != MAGIC:
             raise GpuringError("BRIDGE_REFUSED", "the peer is not a gpuring bridge (bad magic)")
         if role not in ROLES:
             raise bad(f"role {role}")
         return Hello(role, ack, flags, nonce, stream, window, max_bytes,
-                     ring.split(b"\0", 1)[0].decode(errors="replace"), major, minor)
+                     ring.split(b"\0", 1)[0].decode(errors="replace"), inline, major, minor)
 
 
 def pack_verdict(status: int, reason: str) -> bytes:
@@ -116,21 +119,28 @@ class FrameHeader:
     user_tag: int
     total_bytes: int
     kind: int = KIND_FRAME
+    flags: int = 0
+
+    @property
+    def inline(self) -> bool:
+        return bool(self.flags & FRAME_INLINE)
 
     def pack(self) -> bytes:
-        return FRAME.pack(self.kind, self.seq, self.description_length, self.buffer_count, self.origin_producer,
+        return FRAME.pack(self.kind, self.seq, self.flags, self.description_length, self.buffer_count, self.origin_producer,
                           self.origin_generation, self.origin_frame_id, self.user_tag, self.total_bytes, bytes(16))
 
     @staticmethod
     def unpack(raw: bytes, max_description: int) -> "FrameHeader":
         if len(raw) != FRAME.size:
             raise bad(f"frame header of {len(raw)} bytes")
-        kind, seq, dlen, count, producer, gen, frame_id, user_tag, total, _ = FRAME.unpack(raw)
+        kind, seq, flags, dlen, count, producer, gen, frame_id, user_tag, total, _ = FRAME.unpack(raw)
         if kind not in (KIND_FRAME, KIND_END):
             raise bad(f"metadata type {kind:#x}")
+        if flags & ~FRAME_INLINE:
+            raise bad(f"frame flags {flags:#x}")
         if kind == KIND_FRAME and not 0 < dlen <= max_description:
             raise bad(f"description of {dlen} bytes (at most {max_description})")
-        return FrameHeader(seq, dlen, count, producer, gen, frame_id, user_tag, total, kind)
+        return FrameHeader(seq, dlen, count, producer, gen, frame_id, user_tag, total, kind, flags)
 
 
 def pack_free_data(seqs: list[int]) -> bytes:
