@@ -17,6 +17,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop/python/src"))
 
 from gpuring.bridge import wire as W  # noqa: E402
+from gpuring.bridge.templates import SourceTemplates  # noqa: E402
+from gpuring.codec import encode_frame  # noqa: E402
+from gpuring.description import BufferDescriptor, ColumnDescriptor, FrameDescription  # noqa: E402
 from gpuring.bridge.handshake import auth_proof  # noqa: E402
 from gpuring.bridge.stream_id import stream_id_of  # noqa: E402
 
@@ -31,11 +34,27 @@ def _hello(role: int, ack: int, window: int, max_bytes: int, ring: str, nonce_by
     return W.Hello(role, ack, flags, bytes([nonce_byte]) * 32, stream, window, max_bytes, ring, inline_bytes)
 
 
+def sample_body(rows: int, at: int) -> bytes:
+    """A frame of one nullable int64 column "price" (validity, data) in arena "p1g1.a0" at ``at``."""
+    validity, data = BufferDescriptor.host("p1g1.a0", at, (rows + 7) // 8), BufferDescriptor.host("p1g1.a0", at + 64, 8 * rows)
+    return encode_frame(FrameDescription(rows, [ColumnDescriptor("price", "l", rows, [validity, data], null_count=rows // 3)]))
+
+
+def templates() -> dict:
+    first, later = sample_body(10, 0), sample_body(37, 4096)
+    t = SourceTemplates()
+    keep, patch = t.encode(first), t.encode(later)
+    return {"about": "two frames of one shape: the first is sent whole and kept as template 1 (flag KEEP), the "
+                     "second as a patch against it (flag PATCH)",
+            "first_body": first.hex(), "later_body": later.hex(), "first": {"flags": keep[0], "template": keep[1]},
+            "later": {"flags": patch[0], "template": patch[1], "patch": patch[2].hex()}}
+
+
 def messages() -> dict:
     source = _hello(W.ROLE_SOURCE, W.ACK_PUBLISHED, 0, 0, "prices", 0x11)
-    sink = _hello(W.ROLE_SINK, 0, 64, 1 << 30, "prices-far", 0x22, 65536, W.FLAG_DEVICE)
+    sink = _hello(W.ROLE_SINK, 0, 64, 1 << 30, "prices-far", 0x22, 65536, W.FLAG_DEVICE | W.FLAG_TEMPLATES)
     frame = W.FrameHeader(7, 312, 3, 2, 5, 1001, 0xDEADBEEF, 4160)
-    inline = W.FrameHeader(9, 312, 2, 2, 5, 1002, 7, 96, flags=W.FRAME_INLINE)
+    inline = W.FrameHeader(9, 64, 2, 2, 5, 1002, 7, 96, flags=W.FRAME_INLINE | W.FRAME_PATCH, template=1)
     end = W.FrameHeader(8, 0, 0, 0, 0, 0, 0, 0, W.KIND_END)
 
     def hello_fields(h: W.Hello) -> dict:
@@ -59,8 +78,10 @@ def messages() -> dict:
         "verdict_auth": {"fields": {"status": 3, "reason": "the peer does not know the shared secret"},
                          "hex": W.pack_verdict(3, "the peer does not know the shared secret").hex()},
         "frame_header": {"fields": vars(frame), "hex": frame.pack().hex()},
-        "frame_header_inline": {"about": "an inline frame's header: its message goes on with the description, then the "
-                                         "buffers' bytes", "fields": vars(inline), "hex": inline.pack().hex()},
+        "frame_header_inline": {"about": "an inline frame's header, its description a patch against template 1: its "
+                                         "message goes on with the patch, then the buffers' bytes",
+                                "fields": vars(inline), "hex": inline.pack().hex()},
+        "templates": templates(),
         "end": {"fields": vars(end), "hex": end.pack().hex()},
         "free_data": {"fields": {"seqs": [7, 8, 9]}, "hex": W.pack_free_data([7, 8, 9]).hex()},
         "refused": {"fields": {"seq": 7, "code": "OUT_OF_MEMORY", "message": "frame 7 holds 4160 bytes; this sink takes at most 4096"},

@@ -16,6 +16,8 @@ from conftest import FIXTURES, REPO
 from gpuring import GpuringError
 from gpuring.bridge import wire as W
 from gpuring.bridge.link import _ucxx_tag
+from gpuring.bridge.templates import SinkTemplates, SourceTemplates
+from gpuring.codec import decode_frame, encode_frame
 
 GOLDEN = json.loads((FIXTURES / "bridge" / "messages.json").read_text())
 
@@ -101,9 +103,35 @@ def test_malformed_messages_are_refused_with_their_code():
     assert _code(W.FrameHeader.unpack, bytes(frame), 100) == "BRIDGE_PROTOCOL"  # description above the limit
     zero = bytes(frame[:8]) + bytes(4) + bytes(frame[12:])
     assert _code(W.FrameHeader.unpack, zero, 1 << 24) == "BRIDGE_PROTOCOL"  # an empty description
-    assert _code(W.FrameHeader.unpack, bytes(frame[:5]) + b"\x02" + bytes(frame[6:]), 1 << 24) == "BRIDGE_PROTOCOL"  # flag 2
+    flagged = bytes(frame[:5]) + b"\x08" + bytes(frame[6:])
+    assert _code(W.FrameHeader.unpack, flagged, 1 << 24) == "BRIDGE_PROTOCOL"  # flag 8: not a flag
+    assert _code(W.FrameHeader.unpack, flagged[:5] + b"\x06" + flagged[6:], 1 << 24) == "BRIDGE_PROTOCOL"  # KEEP and PATCH
+    assert _code(W.FrameHeader.unpack, flagged[:5] + b"\x04" + flagged[6:], 1 << 24) == "BRIDGE_PROTOCOL"  # PATCH, template 0
     assert _code(W.unpack_control, bytes(free[:-8])) == "BRIDGE_PROTOCOL"
     assert _code(W.unpack_control, b"\x99" + bytes(free[1:])) == "BRIDGE_PROTOCOL"
     assert _code(W.unpack_control, bytes(free[:4]) + (65).to_bytes(4, "little") + bytes(free[8:])) == "BRIDGE_PROTOCOL"
     assert _code(W.unpack_verdict, struct.pack("<II248s", 9, 0, b"")) == "BRIDGE_PROTOCOL"
     assert _code(W.unpack_verdict, struct.pack("<II248s", 0, 249, b"")) == "BRIDGE_PROTOCOL"
+
+
+def test_templates_send_the_schema_once_and_rebuild_the_body():
+    """The golden pair: the later body travels as a 48-byte patch, and the sink
+    rebuilds from template and patch a body that decodes to the later frame's
+    numbers and the template's names, types and kinds."""
+    t = GOLDEN["templates"]
+    first, later, patch = (bytes.fromhex(h) for h in (t["first_body"], t["later_body"], t["later"]["patch"]))
+    source = SourceTemplates()
+    assert source.encode(first) == (W.FRAME_KEEP, 1, first) and (t["first"]["flags"], t["first"]["template"]) == (W.FRAME_KEEP, 1)
+    assert source.encode(later) == (W.FRAME_PATCH, 1, patch) and len(patch) == 8 + 24 + 2 * 8
+    sink = SinkTemplates()
+    sink.keep(1, first)
+    rebuilt, want = decode_frame(sink.body(1, patch)), decode_frame(later)
+    assert (rebuilt.row_count, rebuilt.columns[0].name, rebuilt.columns[0].format) == (37, "price", "l")
+    assert [(c.length, c.null_count, c.offset) for c in rebuilt.columns] == [(c.length, c.null_count, c.offset) for c in want.columns]
+    assert [(b.kind, b.length) for b in rebuilt.buffers()] == [(b.kind, b.length) for b in want.buffers()]
+    other = decode_frame(first)
+    other.columns[0].name = "volume"
+    assert source.encode(encode_frame(other))[:2] == (W.FRAME_KEEP, 2)  # another shape, another template
+    assert _code(sink.body, 2, patch) == "BRIDGE_PROTOCOL"  # never kept
+    assert _code(sink.body, 1, patch[:-8]) == "BRIDGE_PROTOCOL"  # not this template's patch length
+    assert _code(sink.keep, 17, first) == "BRIDGE_PROTOCOL"  # past MAX_TEMPLATES

@@ -27,6 +27,7 @@ from .landing import Landing, Landings, align
 from .link import Link, LinkLost
 from .stats import BridgeStats
 from .stream_id import stream_id
+from .templates import SinkTemplates
 
 REMEMBERED_ORIGINS = 1 << 16  # per source stream; far more than a source ever holds unacknowledged
 FULL_RING_BACKOFF_S = (0.00005, 0.005)  # first and longest pause between publish attempts on a full ring
@@ -52,7 +53,7 @@ class BridgeSink:
         self._reaping = False  # a task looks for released frames ("released" acks)
 
     def _hello(self) -> W.Hello:
-        flags = W.FLAG_DEVICE if self.device is not None else 0
+        flags = W.FLAG_TEMPLATES | (W.FLAG_DEVICE if self.device is not None else 0)
         return W.Hello(W.ROLE_SINK, 0, flags, os.urandom(32), self._stream, self.window, self.max_frame_bytes, self.ring,
                        INLINE_BYTES)
 
@@ -62,23 +63,23 @@ class BridgeSink:
         peer = await handshake(link, self._hello(), self._secret)
         self.stats.linked(link.peer, peer.ring)
         seen = self._seen.setdefault(peer.stream_id, OrderedDict())
-        acks, meta = _Acks(link), _MetaStream(link)
+        acks, meta, templates = _Acks(link), _MetaStream(link), SinkTemplates()
         try:
-            while await self._one_frame(link, meta, peer, seen, acks):
+            while await self._one_frame(link, meta, templates, peer, seen, acks):
                 pass
             await acks.drain()
         finally:
             meta.close()
             self.stats.unlinked()
 
-    async def _one_frame(self, link: Link, meta: "_MetaStream", peer: W.Hello,
+    async def _one_frame(self, link: Link, meta: "_MetaStream", templates: SinkTemplates, peer: W.Hello,
                          seen: OrderedDict[tuple[int, int, int], None], acks: "_Acks") -> bool:
         header, inline = await meta.header()
         if header.kind == W.KIND_END:
             return False
         length = header.description_length
         body = bytes(inline[:length]) if inline is not None else await meta.description(length)
-        description = await self._description(link, header, body)
+        description = await self._description(link, header, body, templates)
         landing = await self._receive_buffers(link, header, description, inline[length:] if inline is not None else None)
         acks.owe()
         origin = (header.origin_producer, header.origin_generation, header.origin_frame_id)
@@ -96,9 +97,14 @@ class BridgeSink:
             ack()
         return True
 
-    async def _description(self, link: Link, header: W.FrameHeader, body: bytes) -> FrameDescription:
+    async def _description(self, link: Link, header: W.FrameHeader, body: bytes,
+                           templates: SinkTemplates) -> FrameDescription:
         try:
+            if header.flags & W.FRAME_PATCH:
+                body = templates.body(header.template, body)
             description = decode_frame(body)
+            if header.flags & W.FRAME_KEEP:
+                templates.keep(header.template, body)
         except GpuringError as e:
             await self._refuse(link, header.seq, e)
         buffers = [b for b in description.buffers() if b.kind != "absent" and b.length]

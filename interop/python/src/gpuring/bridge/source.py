@@ -31,6 +31,7 @@ from .landing import align
 from .link import Link, LinkLost
 from .stats import BridgeStats
 from .stream_id import stream_id
+from .templates import SourceTemplates
 
 # A frame whose buffers cannot be read here (its producer's device memory is gone, a
 # buffer lies outside its allocation) is released and counted as damaged, not forwarded.
@@ -67,7 +68,7 @@ class BridgeSource:
         the link fails, GpuringError when the sink refuses."""
         peer = await handshake(link, self._hello(), self._secret)
         self.stats.linked(link.peer, peer.ring)
-        flight = _Flight(max(1, peer.window), peer.inline_bytes)
+        flight = _Flight(max(1, peer.window), peer.inline_bytes, bool(peer.flags & W.FLAG_TEMPLATES))
         acks = asyncio.ensure_future(self._acks(link, flight))
         acks.add_done_callback(flight.fail_from)
         try:
@@ -179,12 +180,16 @@ class BridgeSource:
         """Posts the frame's messages in order and returns without waiting for
         them: the frame stays held until acknowledged, so its memory outlives
         the sends. A send that fails fails the link."""
-        body = encode_frame(frame.description)
+        flags, template, body = 0, 0, encode_frame(frame.description)
+        if flight.templates is not None:  # the schema once per link: later frames of a shape as a patch
+            flags, template, body = flight.templates.encode(body)
         total = sum(n for _, n, _ in buffers)
         producer, generation = frame.producer
-        inline = W.FRAME.size + len(body) + total <= flight.inline_bytes  # one message: a small frame's round trips
+        if W.FRAME.size + len(body) + total <= flight.inline_bytes:  # one message: a small frame's round trips
+            flags |= W.FRAME_INLINE
         header = W.FrameHeader(seq, len(body), len(buffers), producer, generation, frame.frame_id, frame.user_tag, total,
-                               flags=W.FRAME_INLINE if inline else 0)
+                               flags=flags, template=template)
+        inline = bool(flags & W.FRAME_INLINE)
         if inline:
             sends = [link.post(b"".join([header.pack(), body, *(data for _, _, data in buffers)]), W.TAG_META)]
         else:
@@ -243,11 +248,12 @@ class _Held:
 
 class _Flight:
     """One link's frames sent and not yet acknowledged (sequence number to held
-    serial), the window, the sink's inline limit, and the link's first failure
-    (of a send or of the acks)."""
+    serial), the window, the sink's inline limit, the templates, and the link's
+    first failure (of a send or of the acks)."""
 
-    def __init__(self, window: int, inline_bytes: int) -> None:
+    def __init__(self, window: int, inline_bytes: int, templates: bool) -> None:
         self.window, self.inline_bytes = window, inline_bytes
+        self.templates = SourceTemplates() if templates else None
         self.unacked: dict[int, int] = {}
         self.changed = asyncio.Event()
         self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..errors import GpuringError
 
 VERSION_MAJOR = 1
-VERSION_MINOR = 1  # 1.1: inline frames (a sink's inline_bytes, FRAME flag INLINE)
+VERSION_MINOR = 1  # 1.1: inline frames (a sink's inline_bytes, FRAME flag INLINE) and templates
 MAGIC = b"GPRBRIDG"
 
 # Logical tags, within the connection's own tag namespace (SPEC.md §14.1).
@@ -35,7 +35,10 @@ ROLES = {ROLE_SOURCE: "source", ROLE_SINK: "sink"}
 ACK_PUBLISHED, ACK_RELEASED = 1, 2
 ACK_MODES = {"published": ACK_PUBLISHED, "released": ACK_RELEASED}
 FLAG_DEVICE = 1  # HELLO flags: this side can hold device buffers
+FLAG_TEMPLATES = 2  # HELLO flags (sink): it keeps templates (templates.py)
 FRAME_INLINE = 1  # FRAME flags: the description and the buffers' bytes follow in this message
+FRAME_KEEP = 2  # FRAME flags: keep this frame's description as template ``template``
+FRAME_PATCH = 4  # FRAME flags: the description is a patch against template ``template``
 
 KIND_END, KIND_FRAME, KIND_FREE_DATA, KIND_REFUSED = 0x00, 0x81, 0x82, 0x83
 VERDICT_ACCEPTED, VERDICT_VERSION, VERDICT_ROLE, VERDICT_AUTH, VERDICT_REFUSED = range(5)
@@ -47,7 +50,7 @@ assert HELLO.size == 128
 AUTH_BYTES = 32
 VERDICT = struct.Struct("<II248s")
 assert VERDICT.size == 256
-FRAME = struct.Struct("<BIB2xIIIIQQQ16s")
+FRAME = struct.Struct("<BIB2xIIIIQQQI12s")
 assert FRAME.size == 64
 FREE_DATA_MAX = 64
 FREE_DATA = struct.Struct(f"<B3xIQ{FREE_DATA_MAX}Q")
@@ -120,6 +123,7 @@ class FrameHeader:
     total_bytes: int
     kind: int = KIND_FRAME
     flags: int = 0
+    template: int = 0
 
     @property
     def inline(self) -> bool:
@@ -127,20 +131,23 @@ class FrameHeader:
 
     def pack(self) -> bytes:
         return FRAME.pack(self.kind, self.seq, self.flags, self.description_length, self.buffer_count, self.origin_producer,
-                          self.origin_generation, self.origin_frame_id, self.user_tag, self.total_bytes, bytes(16))
+                          self.origin_generation, self.origin_frame_id, self.user_tag, self.total_bytes, self.template,
+                          bytes(12))
 
     @staticmethod
     def unpack(raw: bytes, max_description: int) -> "FrameHeader":
         if len(raw) != FRAME.size:
             raise bad(f"frame header of {len(raw)} bytes")
-        kind, seq, flags, dlen, count, producer, gen, frame_id, user_tag, total, _ = FRAME.unpack(raw)
+        kind, seq, flags, dlen, count, producer, gen, frame_id, user_tag, total, template, _ = FRAME.unpack(raw)
         if kind not in (KIND_FRAME, KIND_END):
             raise bad(f"metadata type {kind:#x}")
-        if flags & ~FRAME_INLINE:
+        if flags & ~(FRAME_INLINE | FRAME_KEEP | FRAME_PATCH) or flags & FRAME_KEEP and flags & FRAME_PATCH:
             raise bad(f"frame flags {flags:#x}")
+        if bool(flags & (FRAME_KEEP | FRAME_PATCH)) != (template != 0):
+            raise bad(f"template {template} with frame flags {flags:#x}")
         if kind == KIND_FRAME and not 0 < dlen <= max_description:
             raise bad(f"description of {dlen} bytes (at most {max_description})")
-        return FrameHeader(seq, dlen, count, producer, gen, frame_id, user_tag, total, kind, flags)
+        return FrameHeader(seq, dlen, count, producer, gen, frame_id, user_tag, total, kind, flags, template)
 
 
 def pack_free_data(seqs: list[int]) -> bytes:
