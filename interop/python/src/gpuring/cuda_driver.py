@@ -78,12 +78,6 @@ def _primary(ordinal: int) -> ctypes.c_void_p:
     return ctx
 
 
-def make_current(ordinal: int) -> None:
-    """Leaves the device's primary context current on this thread, for code
-    that calls CUDA itself without one (UCX copying device buffers)."""
-    call("cuCtxSetCurrent", _primary(ordinal))
-
-
 @contextlib.contextmanager
 def primary_context(ordinal: int) -> Iterator[None]:
     """Makes the device's primary context current for the block."""

@@ -188,15 +188,14 @@ class _KeepAlive:
             SPANS.release(span)
 
 
-class DeviceView:
-    """Exposes device memory through __cuda_array_interface__; CuPy, PyTorch
-    and UCXX keep it (and with it ``owner``, such as the frame's lease) alive
-    as long as they use it."""
+class _DeviceView:
+    """Exposes one mapped buffer through __cuda_array_interface__; CuPy and
+    PyTorch keep it (and with it the frame's lease) alive as long as their array."""
 
-    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str, owner: object) -> None:
+    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str, lease: Lease) -> None:
         self.__cuda_array_interface__: dict[str, Any] = {"shape": shape, "typestr": typestr, "data": (ptr, False),
                                          "version": 3, "strides": None, "stream": None}
-        self._owner = owner
+        self._lease = lease
 
 
 def wait_for_writes(frame: Frame) -> int:
@@ -211,10 +210,10 @@ def wait_for_writes(frame: Frame) -> int:
     return ordinal
 
 
-def _views(frame: Frame, lease: Lease) -> tuple[dict[str, DeviceView], int]:
+def _views(frame: Frame, lease: Lease) -> tuple[dict[str, _DeviceView], int]:
     d = frame.description
     ordinal = wait_for_writes(frame)
-    views: dict[str, DeviceView] = {}
+    views: dict[str, _DeviceView] = {}
     for c in d.columns:
         leaf = c
         shape: tuple[int, ...] = (c.length,)
@@ -230,7 +229,7 @@ def _views(frame: Frame, lease: Lease) -> tuple[dict[str, DeviceView], int]:
         if data.length < need:
             raise GpuringError("FRAME_BOUNDS", f"column {c.name!r}: buffer of {data.length} bytes, {need} needed")
         ptr = address(frame, data, lease) + leaf.offset * itemsize
-        views[c.name] = DeviceView(ptr, shape, typestr, lease)
+        views[c.name] = _DeviceView(ptr, shape, typestr, lease)
     return views, ordinal
 
 

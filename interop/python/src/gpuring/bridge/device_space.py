@@ -57,14 +57,13 @@ Space = TypeVar("Space", PinnedSpace, DeviceSpace)
 
 class _SizedPool(Generic[Space]):
     """Allocations in power-of-two sizes, kept for reuse. Not thread-safe: a
-    bridge uses its pools on its event loop, where it copies too."""
+    bridge uses its pools on its event loop."""
 
     def __init__(self, ordinal: int) -> None:
         self.ordinal = ordinal
         self._idle: defaultdict[int, list[Space]] = defaultdict(list)
         self._idle_bytes = 0
         self.in_use = 0  # bytes taken and not given back
-        cu.make_current(ordinal)  # the bridge's copies run on this thread
 
     def take(self, nbytes: int) -> Space:
         size = max(SMALLEST_BYTES, 1 << (max(nbytes, 1) - 1).bit_length())
