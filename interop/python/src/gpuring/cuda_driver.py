@@ -65,23 +65,18 @@ def call(fn: str, *args: Any) -> None:
 _contexts: dict[int, ctypes.c_void_p] = {}
 
 
-def _primary(ordinal: int) -> ctypes.c_void_p:
-    """The device's primary context. It is retained once and never released:
-    releasing the last reference destroys the context and every IPC mapping
-    and event in it, even if CuPy opens it again later."""
+@contextlib.contextmanager
+def primary_context(ordinal: int) -> Iterator[None]:
+    """Makes the device's primary context current for the block. It is retained
+    once and never released: releasing the last reference destroys the context
+    and every IPC mapping and event in it, even if CuPy opens it again later."""
     ctx = _contexts.get(ordinal)
     if ctx is None:
         dev, ctx = ctypes.c_int(), ctypes.c_void_p()
         call("cuDeviceGet", ctypes.byref(dev), ordinal)
         call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
         _contexts[ordinal] = ctx
-    return ctx
-
-
-@contextlib.contextmanager
-def primary_context(ordinal: int) -> Iterator[None]:
-    """Makes the device's primary context current for the block."""
-    call("cuCtxPushCurrent_v2", _primary(ordinal))
+    call("cuCtxPushCurrent_v2", ctx)
     try:
         yield
     finally:
@@ -144,15 +139,19 @@ def ipc_mem_handle(base: int) -> bytes:
     return bytes(handle)
 
 
+def _allocate(fn: str, out: Any, nbytes: int, *flags: int) -> int:
+    """Calls allocator ``fn`` into ``out``: OUT_OF_MEMORY when memory runs out, CUDA on any other error."""
+    rc = getattr(driver(), fn)(ctypes.byref(out), ctypes.c_size_t(nbytes), *flags)
+    if rc == CUDA_ERROR_OUT_OF_MEMORY:
+        raise GpuringError("OUT_OF_MEMORY", f"{fn} of {nbytes} bytes: out of memory")
+    check(rc, fn)
+    return int(out.value or 0)
+
+
 def mem_alloc(nbytes: int) -> int:
     """``nbytes`` of device memory from cuMemAlloc (exportable with CUDA IPC)
     in the current context."""
-    ptr = ctypes.c_uint64()
-    rc = driver().cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes))
-    if rc == CUDA_ERROR_OUT_OF_MEMORY:
-        raise GpuringError("OUT_OF_MEMORY", f"cuMemAlloc of {nbytes} bytes: the device is out of memory")
-    check(rc, "cuMemAlloc_v2")
-    return ptr.value
+    return _allocate("cuMemAlloc_v2", ctypes.c_uint64(), nbytes)
 
 
 def mem_free(ptr: int) -> None:
@@ -162,12 +161,7 @@ def mem_free(ptr: int) -> None:
 def host_alloc(nbytes: int) -> int:
     """``nbytes`` of page-locked host memory (cuMemHostAlloc), which the GPU
     copies to and from at full speed, in the current context."""
-    ptr = ctypes.c_void_p()
-    rc = driver().cuMemHostAlloc(ctypes.byref(ptr), ctypes.c_size_t(nbytes), 0)
-    if rc == CUDA_ERROR_OUT_OF_MEMORY:
-        raise GpuringError("OUT_OF_MEMORY", f"cuMemHostAlloc of {nbytes} bytes: out of page-locked memory")
-    check(rc, "cuMemHostAlloc")
-    return int(ptr.value or 0)
+    return _allocate("cuMemHostAlloc", ctypes.c_void_p(), nbytes, 0)
 
 
 def host_free(ptr: int) -> None:

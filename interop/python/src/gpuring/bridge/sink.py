@@ -214,6 +214,7 @@ class _MetaStream:
         self._next: tuple[bytearray, asyncio.Future[None]] | None = None
 
     def _post(self) -> tuple[bytearray, asyncio.Future[None]]:
+        # A fresh buffer each time: bytes a short message did not fill are zeros, never an earlier frame's.
         buffer = bytearray(INLINE_BYTES)
         return buffer, self._link.recv_into(buffer, W.TAG_META)
 

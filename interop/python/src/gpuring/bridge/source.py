@@ -112,7 +112,7 @@ class BridgeSource:
         """Waits until staging the frame keeps the page-locked memory in use
         within STAGED_BYTES, or nothing is in flight: a window of large frames
         would otherwise pin gigabytes, and making page-locked memory is slow."""
-        need = sum(align(b.length) for b in held.frame.description.buffers() if b.kind in DEVICE_KINDS)
+        need = held.device_bytes()
         await flight.until(lambda: sum(p.in_use for p in self._staging.values()) + need <= STAGED_BYTES
                            or not flight.unacked)
 
@@ -159,7 +159,7 @@ class BridgeSource:
             return [(i, b.length, self._host_bytes(b)) for i, b in present]
         ordinal = wait_for_writes(frame)
         pool = self._staging.get(ordinal) or self._staging.setdefault(ordinal, PinnedPool(ordinal))
-        staging = held.stage(pool, sum(align(b.length) for _, b in present if b.kind in DEVICE_KINDS))
+        staging = held.stage(pool, held.device_bytes())
         out, at = [], 0
         with cu.primary_context(ordinal):
             for i, b in present:
@@ -233,6 +233,10 @@ class _Held:
         self.frame = frame
         self.buffers: list[tuple[int, int, Any]] | None = None
         self._staged: tuple[PinnedPool, PinnedSpace] | None = None
+
+    def device_bytes(self) -> int:
+        """The staging its device buffers take, each at a 64-byte-aligned offset."""
+        return sum(align(b.length) for b in self.frame.description.buffers() if b.kind in DEVICE_KINDS)
 
     def stage(self, pool: PinnedPool, nbytes: int) -> PinnedSpace:
         space = pool.take(nbytes)
