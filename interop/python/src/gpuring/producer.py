@@ -27,6 +27,12 @@ from .host_columns import describe_host
 from .recovery import detach, sweep
 from .segment import Segment
 
+# Publishing reaps the oldest frames up to the first still out (consumers mostly
+# release in order), and every FULL_REAP_EVERY publishes all of them: a full pass
+# loads one slot per frame in flight, hundreds of microseconds in Python when a
+# consumer lags. A frame released out of order is reclaimed a little later, never lost.
+FULL_REAP_EVERY = 128
+
 if TYPE_CHECKING:
     from .pool_memory import DescriptorChannel
 
@@ -63,7 +69,8 @@ class Producer:
         self._closed = False
         self.index, self.generation = seg.attach(L.ROLE_PRODUCER | extra_roles)
         self._pool = ArenaPool(seg, self.index, self.generation, arena_size)
-        self._in_flight: dict[int, tuple[list[Allocation], object, Callable[[], None] | None]] = {}
+        self._in_flight: dict[int, tuple[list[Allocation], object, Callable[[], None] | None]] = {}  # by slot, oldest first
+        self._reaps_since_full = 0
         self._next_id = 1
         self._channel: DescriptorChannel | None = None
         sweep(seg)  # frames a crashed predecessor left behind
@@ -150,11 +157,12 @@ class Producer:
                                 body_alloc.offset, user_tag)
 
             def attempt() -> int | None:
-                self.reap()
+                self._reap_oldest()
                 pos = ring.try_publish(self._seg, self.index, ref)
-                # A broadcast ring may just have dropped its oldest frame for slow
+                # A full ring may hold frames released behind one still out, and a
+                # broadcast ring may just have dropped its oldest frame for slow
                 # subscribers (SPEC.md §5.4): if it was ours, reaping frees the slot now.
-                if pos is None and self._seg.broadcast and self.reap():
+                if pos is None and self.reap():
                     pos = ring.try_publish(self._seg, self.index, ref)
                 return pos
 
@@ -171,7 +179,23 @@ class Producer:
 
     def reap(self) -> int:
         """Reclaims the memory of released frames; returns how many."""
-        done = [pos for pos in self._in_flight if ring.reap(self._seg, self.index, pos)]
+        return self._reap(full=True)
+
+    def _reap_oldest(self) -> int:
+        self._reaps_since_full += 1
+        full = self._reaps_since_full >= FULL_REAP_EVERY
+        if full:
+            self._reaps_since_full = 0
+        return self._reap(full)
+
+    def _reap(self, full: bool) -> int:
+        """Reclaims released frames: all of them, or the oldest up to the first still out."""
+        done = []
+        for pos in self._in_flight:
+            if ring.reap(self._seg, self.index, pos):
+                done.append(pos)
+            elif not full:
+                break
         for pos in done:
             allocs, _, on_reclaim = self._in_flight.pop(pos)
             for a in allocs:
