@@ -50,9 +50,26 @@ def templates() -> dict:
             "later": {"flags": patch[0], "template": patch[1], "patch": patch[2].hex()}}
 
 
+def batch() -> dict:
+    """One META message of two inline frames: the first kept as template 1 and flagged MORE, the second a patch."""
+    t = SourceTemplates()
+    frames = []
+    for seq, (rows, at) in enumerate([(10, 0), (37, 4096)], start=11):
+        flags, template, description = t.encode(sample_body(rows, at))
+        buffers = [bytes((i + k) % 256 for k in range(n)) for i, n in enumerate([(rows + 7) // 8, 8 * rows])]  # validity, data
+        header = W.FrameHeader(seq, len(description), 2, 2, 5, 1000 + seq, seq, sum(map(len, buffers)),
+                               flags=flags | W.FRAME_INLINE, template=template)
+        frames.append((header, description, buffers))
+    frames[0][0].flags |= W.FRAME_MORE
+    return {"about": "one META message carrying two inline frames (a batch): each frame's header, description "
+                     "and buffers back to back; the first flagged MORE",
+            "frames": [{"header": vars(h), "description": d.hex(), "buffers": [b.hex() for b in bs]} for h, d, bs in frames],
+            "hex": b"".join(part for h, d, bs in frames for part in (h.pack(), d, *bs)).hex()}
+
+
 def messages() -> dict:
     source = _hello(W.ROLE_SOURCE, W.ACK_PUBLISHED, 0, 0, "prices", 0x11)
-    sink = _hello(W.ROLE_SINK, 0, 64, 1 << 30, "prices-far", 0x22, 65536, W.FLAG_DEVICE | W.FLAG_TEMPLATES)
+    sink = _hello(W.ROLE_SINK, 0, 64, 1 << 30, "prices-far", 0x22, 65536, W.FLAG_DEVICE | W.FLAG_TEMPLATES | W.FLAG_BATCH)
     frame = W.FrameHeader(7, 312, 3, 2, 5, 1001, 0xDEADBEEF, 4160)
     inline = W.FrameHeader(9, 64, 2, 2, 5, 1002, 7, 96, flags=W.FRAME_INLINE | W.FRAME_PATCH, template=1)
     end = W.FrameHeader(8, 0, 0, 0, 0, 0, 0, 0, W.KIND_END)
@@ -82,6 +99,7 @@ def messages() -> dict:
                                          "message goes on with the patch, then the buffers' bytes",
                                 "fields": vars(inline), "hex": inline.pack().hex()},
         "templates": templates(),
+        "batch": batch(),
         "end": {"fields": vars(end), "hex": end.pack().hex()},
         "free_data": {"fields": {"seqs": [7, 8, 9]}, "hex": W.pack_free_data([7, 8, 9]).hex()},
         "refused": {"fields": {"seq": 7, "code": "OUT_OF_MEMORY", "message": "frame 7 holds 4160 bytes; this sink takes at most 4096"},

@@ -3,6 +3,7 @@ golden bytes both ways, the derived values computed again from the spec's words
 alone, and every malformed message refused with its code. No UCX needed."""
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -16,6 +17,8 @@ from conftest import FIXTURES, REPO
 from gpuring import GpuringError
 from gpuring.bridge import wire as W
 from gpuring.bridge.link import _ucxx_tag
+from gpuring.bridge.sink import _MetaStream
+from gpuring.bridge.source import _Batch
 from gpuring.bridge.templates import SinkTemplates, SourceTemplates
 from gpuring.codec import decode_frame, encode_frame
 
@@ -36,7 +39,7 @@ def test_hello_bytes(name):
                 f["window"], f["max_frame_bytes"], f["ring"], f["inline_bytes"], *f["version"])
     assert h.pack() == raw and len(raw) == 128
     assert W.Hello.unpack(raw) == h
-    assert raw[:8] == b"GPRBRIDG" and struct.unpack_from("<HHBBH", raw, 8) == (1, 1, f["role"], f["ack_mode"], f["flags"])
+    assert raw[:8] == b"GPRBRIDG" and struct.unpack_from("<HHBBH", raw, 8) == (1, 2, f["role"], f["ack_mode"], f["flags"])
     assert struct.unpack_from("<I", raw, 68)[0] == f["inline_bytes"]  # after nonce and stream_id: window, then it
 
 
@@ -103,8 +106,9 @@ def test_malformed_messages_are_refused_with_their_code():
     assert _code(W.FrameHeader.unpack, bytes(frame), 100) == "BRIDGE_PROTOCOL"  # description above the limit
     zero = bytes(frame[:8]) + bytes(4) + bytes(frame[12:])
     assert _code(W.FrameHeader.unpack, zero, 1 << 24) == "BRIDGE_PROTOCOL"  # an empty description
-    flagged = bytes(frame[:5]) + b"\x08" + bytes(frame[6:])
-    assert _code(W.FrameHeader.unpack, flagged, 1 << 24) == "BRIDGE_PROTOCOL"  # flag 8: not a flag
+    flagged = bytes(frame[:5]) + b"\x10" + bytes(frame[6:])
+    assert _code(W.FrameHeader.unpack, flagged, 1 << 24) == "BRIDGE_PROTOCOL"  # flag 16: not a flag
+    assert _code(W.FrameHeader.unpack, flagged[:5] + b"\x08" + flagged[6:], 1 << 24) == "BRIDGE_PROTOCOL"  # MORE, not INLINE
     assert _code(W.FrameHeader.unpack, flagged[:5] + b"\x06" + flagged[6:], 1 << 24) == "BRIDGE_PROTOCOL"  # KEEP and PATCH
     assert _code(W.FrameHeader.unpack, flagged[:5] + b"\x04" + flagged[6:], 1 << 24) == "BRIDGE_PROTOCOL"  # PATCH, template 0
     assert _code(W.unpack_control, bytes(free[:-8])) == "BRIDGE_PROTOCOL"
@@ -135,3 +139,86 @@ def test_templates_send_the_schema_once_and_rebuild_the_body():
     assert _code(sink.body, 2, patch) == "BRIDGE_PROTOCOL"  # never kept
     assert _code(sink.body, 1, patch[:-8]) == "BRIDGE_PROTOCOL"  # not this template's patch length
     assert _code(sink.keep, 17, first) == "BRIDGE_PROTOCOL"  # past MAX_TEMPLATES
+
+
+class _MessagesLink:
+    """Stands in for a Link in the unit tests of batches: what is posted is
+    kept; each receive is filled with the next of ``incoming``."""
+
+    def __init__(self, incoming: list[bytes] = ()) -> None:
+        self.posted: list[tuple[bytes, int]] = []
+        self.incoming, self.receives = list(incoming), 0
+
+    def post(self, data: bytes, tag: int) -> asyncio.Future[None]:
+        self.posted.append((bytes(data), tag))
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    def recv_into(self, buffer: bytearray, tag: int) -> asyncio.Future[None]:
+        assert tag == W.TAG_META
+        self.receives += 1
+        future = asyncio.get_running_loop().create_future()
+        if self.incoming:
+            message = self.incoming.pop(0)
+            buffer[:len(message)] = message
+            future.set_result(None)
+        return future
+
+
+def _batch_frames() -> list[tuple[W.FrameHeader, bytes, list[bytes]]]:
+    return [(W.FrameHeader(**f["header"]), bytes.fromhex(f["description"]), [bytes.fromhex(b) for b in f["buffers"]])
+            for f in GOLDEN["batch"]["frames"]]
+
+
+def test_a_source_sends_inline_frames_ready_together_as_one_message():
+    async def run() -> list[tuple[bytes, int]]:
+        link = _MessagesLink()
+        batch = _Batch(link, 1 << 16, 32, lambda _: None)  # type: ignore[arg-type]
+        for header, description, buffers in _batch_frames():
+            header.flags &= ~W.FRAME_MORE  # the batch sets it on all but the last
+            batch.add(header, [description, *buffers], W.FRAME.size + len(description) + header.total_bytes)
+        assert link.posted == []  # nothing goes until the batch is flushed
+        batch.flush()
+        return link.posted
+    assert asyncio.run(run()) == [(bytes.fromhex(GOLDEN["batch"]["hex"]), W.TAG_META)]
+
+
+def test_a_batch_goes_out_when_the_next_frame_would_pass_the_sinks_limit():
+    async def run() -> list[int]:
+        link = _MessagesLink()
+        frames = _batch_frames()
+        sizes = [W.FRAME.size + len(d) + h.total_bytes for h, d, _ in frames]
+        batch = _Batch(link, sizes[0] + sizes[1] - 1, 32, lambda _: None)  # type: ignore[arg-type]
+        for (header, description, buffers), size in zip(frames, sizes):
+            batch.add(header, [description, *buffers], size)
+        batch.flush()
+        return [len(message) for message, _ in link.posted]
+    assert asyncio.run(run()) == [W.FRAME.size + len(d) + h.total_bytes for h, d, _ in _batch_frames()]
+
+
+def test_a_sink_reads_a_batch_frame_by_frame_then_receives_again():
+    async def run() -> None:
+        link = _MessagesLink([bytes.fromhex(GOLDEN["batch"]["hex"])])
+        meta = _MetaStream(link)  # type: ignore[arg-type]
+        for want, description, buffers in _batch_frames():
+            header, inline = await meta.header()
+            assert vars(header) == vars(want)
+            assert inline is not None and bytes(inline) == description + b"".join(buffers)
+            # Frames flagged MORE come from the message at hand; the last one posts the next receive.
+            assert link.receives == (1 if header.flags & W.FRAME_MORE else 2)
+        meta.close()
+    asyncio.run(run())
+
+
+def test_a_frame_after_more_that_is_not_inline_is_refused():
+    first, *_ = _batch_frames()
+    header, description, buffers = first
+    lone = W.FrameHeader(**GOLDEN["frame_header"]["fields"])  # not inline
+    message = header.pack() + description + b"".join(buffers) + lone.pack()
+
+    async def run() -> None:
+        meta = _MetaStream(_MessagesLink([message]))  # type: ignore[arg-type]
+        await meta.header()
+        await meta.header()
+    assert _code(asyncio.run, run()) == "BRIDGE_PROTOCOL"

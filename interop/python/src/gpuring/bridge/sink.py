@@ -53,7 +53,7 @@ class BridgeSink:
         self._reaping = False  # a task looks for released frames ("released" acks)
 
     def _hello(self) -> W.Hello:
-        flags = W.FLAG_TEMPLATES | (W.FLAG_DEVICE if self.device is not None else 0)
+        flags = W.FLAG_TEMPLATES | W.FLAG_BATCH | (W.FLAG_DEVICE if self.device is not None else 0)
         return W.Hello(W.ROLE_SINK, 0, flags, os.urandom(32), self._stream, self.window, self.max_frame_bytes, self.ring,
                        INLINE_BYTES)
 
@@ -207,11 +207,13 @@ def _remember(seen: OrderedDict[tuple[int, int, int], None], origin: tuple[int, 
 class _MetaStream:
     """A link's metadata stream, with the next message always posted ahead:
     UCX matches it while this frame's buffers arrive. Each META receive takes up
-    to INLINE_BYTES: a FRAME header alone, or an inline frame whole."""
+    to INLINE_BYTES: a FRAME header alone, or one inline frame or more (a batch,
+    each but the last flagged MORE)."""
 
     def __init__(self, link: Link) -> None:
         self._link = link
         self._next: tuple[bytearray, asyncio.Future[None]] | None = None
+        self._rest: tuple[bytearray, int] | None = None  # a batch's message, and where its next frame begins
 
     def _post(self) -> tuple[bytearray, asyncio.Future[None]]:
         # A fresh buffer each time: bytes a short message did not fill are zeros, never an earlier frame's.
@@ -221,17 +223,24 @@ class _MetaStream:
     async def header(self) -> tuple[W.FrameHeader, memoryview | None]:
         """The next FRAME header (or END), and an inline frame's description and
         buffer bytes, which follow it in its message."""
-        buffer, received = self._next or self._post()
-        self._next = None
-        await received
-        header = W.FrameHeader.unpack(bytes(buffer[:W.FRAME.size]), L.MAX_BODY_BYTES)
+        if self._rest is not None:
+            (buffer, at), self._rest = self._rest, None
+        else:
+            (buffer, received), self._next, at = self._next or self._post(), None, 0
+            await received
+        header = W.FrameHeader.unpack(bytes(buffer[at:at + W.FRAME.size]), L.MAX_BODY_BYTES)
         if not header.inline:
+            if at:
+                raise W.bad(f"frame {header.seq} follows a frame flagged MORE and is not inline")
             return header, None
-        end = W.FRAME.size + header.description_length + header.total_bytes
+        end = at + W.FRAME.size + header.description_length + header.total_bytes
         if end > INLINE_BYTES:
-            raise W.bad(f"inline frame {header.seq} of {end} bytes (this sink takes {INLINE_BYTES})")
-        self._next = self._post()
-        return header, memoryview(buffer)[W.FRAME.size:end]
+            raise W.bad(f"inline frame {header.seq} ends at byte {end} of its message (this sink takes {INLINE_BYTES})")
+        if header.flags & W.FRAME_MORE:
+            self._rest = buffer, end
+        else:
+            self._next = self._post()
+        return header, memoryview(buffer)[at + W.FRAME.size:end]
 
     async def description(self, length: int) -> bytes:
         """The description after a header that was not inline."""

@@ -37,6 +37,7 @@ from .templates import SourceTemplates
 # buffer lies outside its allocation) is released and counted as damaged, not forwarded.
 UNREADABLE = ("CUDA", "FRAME_BOUNDS", "FRAME_INVALID")
 STAGED_BYTES = IDLE_BYTES  # page-locked memory a source stages device frames in, at most (one frame more if larger)
+MAX_BATCH = 32  # inline frames in one message at most: the first waits while the others are read
 TAKE_WAIT_S = 0.2  # how long one wait for a frame blocks the taking thread (a stop is noticed within it)
 
 
@@ -68,7 +69,7 @@ class BridgeSource:
         the link fails, GpuringError when the sink refuses."""
         peer = await handshake(link, self._hello(), self._secret)
         self.stats.linked(link.peer, peer.ring)
-        flight = _Flight(max(1, peer.window), peer.inline_bytes, bool(peer.flags & W.FLAG_TEMPLATES))
+        flight = _Flight(link, peer)
         acks = asyncio.ensure_future(self._acks(link, flight))
         acks.add_done_callback(flight.fail_from)
         try:
@@ -86,8 +87,9 @@ class BridgeSource:
                 if serial not in self._held:
                     continue
             else:
-                frame = await self._next_frame(flight.failed)
+                frame = await self._next_frame(flight)
                 if frame is None:  # stopping: the sink publishes what it has, then the link ends
+                    flight.batch.flush()
                     await link.send(W.FrameHeader(seq, 0, 0, 0, 0, 0, 0, 0, W.KIND_END).pack(), W.TAG_META)
                     await flight.empty()
                     return
@@ -121,10 +123,11 @@ class BridgeSource:
         self._held[self._serial] = _Held(frame)
         return self._serial
 
-    async def _next_frame(self, failed: asyncio.Future[None]) -> Frame | None:
+    async def _next_frame(self, flight: "_Flight") -> Frame | None:
         """The next frame of the ring, or None once stopped. While frames are
         ready they are taken here, on the loop; only a wait goes to the taking
-        thread. A frame that thread takes while the link fails stays for the next link."""
+        thread, and the frames batched so far go out before it. A frame that
+        thread takes while the link fails stays for the next link."""
         while not self._stopping:
             if self._taking is None:
                 frame = self._take(self._consumer.try_next_held)
@@ -132,7 +135,8 @@ class BridgeSource:
                     return frame
                 self._taking = asyncio.get_running_loop().run_in_executor(
                     self._taker, self._take, lambda: self._consumer.next_held(TAKE_WAIT_S))
-            await _first(asyncio.shield(self._taking), failed)
+            flight.batch.flush()
+            await _first(asyncio.shield(self._taking), flight.failed)
             frame, self._taking = self._taking.result(), None
             if frame is not None:
                 return frame
@@ -185,19 +189,20 @@ class BridgeSource:
             flags, template, body = flight.templates.encode(body)
         total = sum(n for _, n, _ in buffers)
         producer, generation = frame.producer
-        if W.FRAME.size + len(body) + total <= flight.inline_bytes:  # one message: a small frame's round trips
+        size = W.FRAME.size + len(body) + total
+        if size <= flight.inline_bytes:  # one message (or a share of one): a small frame's round trips
             flags |= W.FRAME_INLINE
         header = W.FrameHeader(seq, len(body), len(buffers), producer, generation, frame.frame_id, frame.user_tag, total,
                                flags=flags, template=template)
-        inline = bool(flags & W.FRAME_INLINE)
-        if inline:
-            sends = [link.post(b"".join([header.pack(), body, *(data for _, _, data in buffers)]), W.TAG_META)]
-        else:
-            sends = [link.post(header.pack(), W.TAG_META), link.post(body, W.TAG_META)]
-            sends += [link.post(data, W.body_tag(seq, i)) for i, _, data in buffers]
+        self.stats.sent(total)
+        if flags & W.FRAME_INLINE:
+            flight.batch.add(header, [body, *(data for _, _, data in buffers)], size)
+            return
+        flight.batch.flush()  # the frames before it go first
+        sends = [link.post(header.pack(), W.TAG_META), link.post(body, W.TAG_META)]
+        sends += [link.post(data, W.body_tag(seq, i)) for i, _, data in buffers]
         for send in sends:
             send.add_done_callback(flight.fail_from)
-        self.stats.sent(total)
 
     async def _acks(self, link: Link, flight: "_Flight") -> None:
         while True:
@@ -252,12 +257,14 @@ class _Held:
 
 class _Flight:
     """One link's frames sent and not yet acknowledged (sequence number to held
-    serial), the window, the sink's inline limit, the templates, and the link's
-    first failure (of a send or of the acks)."""
+    serial), what the sink announced (window, inline limit, templates, batches),
+    the inline frames not yet sent, and the link's first failure (of a send or
+    of the acks)."""
 
-    def __init__(self, window: int, inline_bytes: int, templates: bool) -> None:
-        self.window, self.inline_bytes = window, inline_bytes
-        self.templates = SourceTemplates() if templates else None
+    def __init__(self, link: Link, sink: W.Hello) -> None:
+        self.window, self.inline_bytes = max(1, sink.window), sink.inline_bytes
+        self.templates = SourceTemplates() if sink.flags & W.FLAG_TEMPLATES else None
+        self.batch = _Batch(link, sink.inline_bytes, MAX_BATCH if sink.flags & W.FLAG_BATCH else 1, self.fail_from)
         self.unacked: dict[int, int] = {}
         self.changed = asyncio.Event()
         self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -269,8 +276,10 @@ class _Flight:
             self.failed.set_exception(error)
 
     async def until(self, ready: Callable[[], bool]) -> None:
-        """Waits until ``ready()``, looking again at each acknowledgement."""
+        """Waits until ``ready()``, looking again at each acknowledgement; the
+        frames batched so far go out before it waits."""
         while not ready():
+            self.batch.flush()
             self.changed.clear()
             await _first(self.changed.wait(), self.failed)
 
@@ -279,6 +288,36 @@ class _Flight:
 
     async def empty(self) -> None:
         await self.until(lambda: not self.unacked)
+
+
+class _Batch:
+    """Inline frames sent together as one META message, each but the last
+    flagged MORE (SPEC.md §14.3): while a source finds frames ready in its ring
+    it gathers them, up to ``max_frames`` and the sink's ``inline_bytes``; they go
+    out before it waits for anything, and before a frame that is not inline."""
+
+    def __init__(self, link: Link, limit: int, max_frames: int, on_sent: Callable[[asyncio.Future[None]], None]) -> None:
+        self._link, self._limit, self._max_frames, self._on_sent = link, limit, max_frames, on_sent
+        self._frames: list[tuple[W.FrameHeader, list[Any]]] = []
+        self._bytes = 0
+
+    def add(self, header: W.FrameHeader, parts: list[Any], nbytes: int) -> None:
+        """A frame of ``nbytes`` (header included): the header, then ``parts``."""
+        if self._bytes + nbytes > self._limit:
+            self.flush()
+        self._frames.append((header, parts))
+        self._bytes += nbytes
+        if len(self._frames) == self._max_frames:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._frames:
+            return
+        for header, _ in self._frames[:-1]:
+            header.flags |= W.FRAME_MORE
+        message = b"".join(part for header, parts in self._frames for part in (header.pack(), *parts))
+        self._frames, self._bytes = [], 0
+        self._link.post(message, W.TAG_META).add_done_callback(self._on_sent)
 
 
 async def _first(waiting: Any, failing: asyncio.Future[None]) -> None:

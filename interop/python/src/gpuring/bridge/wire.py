@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..errors import GpuringError
 
 VERSION_MAJOR = 1
-VERSION_MINOR = 1  # 1.1: inline frames (a sink's inline_bytes, FRAME flag INLINE) and templates
+VERSION_MINOR = 2  # 1.1: inline frames (a sink's inline_bytes, FRAME flag INLINE) and templates; 1.2: batches
 MAGIC = b"GPRBRIDG"
 
 # Logical tags, within the connection's own tag namespace (SPEC.md §14.1).
@@ -36,9 +36,12 @@ ACK_PUBLISHED, ACK_RELEASED = 1, 2
 ACK_MODES = {"published": ACK_PUBLISHED, "released": ACK_RELEASED}
 FLAG_DEVICE = 1  # HELLO flags: this side can hold device buffers
 FLAG_TEMPLATES = 2  # HELLO flags (sink): it keeps templates (templates.py)
+FLAG_BATCH = 4  # HELLO flags (sink): it takes several inline frames in one META message
 FRAME_INLINE = 1  # FRAME flags: the description and the buffers' bytes follow in this message
 FRAME_KEEP = 2  # FRAME flags: keep this frame's description as template ``template``
 FRAME_PATCH = 4  # FRAME flags: the description is a patch against template ``template``
+FRAME_MORE = 8  # FRAME flags, inline frames only: another inline frame follows in this message
+FRAME_FLAGS = FRAME_INLINE | FRAME_KEEP | FRAME_PATCH | FRAME_MORE
 
 KIND_END, KIND_FRAME, KIND_FREE_DATA, KIND_REFUSED = 0x00, 0x81, 0x82, 0x83
 VERDICT_ACCEPTED, VERDICT_VERSION, VERDICT_ROLE, VERDICT_AUTH, VERDICT_REFUSED = range(5)
@@ -141,7 +144,7 @@ class FrameHeader:
         kind, seq, flags, dlen, count, producer, gen, frame_id, user_tag, total, template, _ = FRAME.unpack(raw)
         if kind not in (KIND_FRAME, KIND_END):
             raise bad(f"metadata type {kind:#x}")
-        if flags & ~(FRAME_INLINE | FRAME_KEEP | FRAME_PATCH) or flags & FRAME_KEEP and flags & FRAME_PATCH:
+        if flags & ~FRAME_FLAGS or flags & FRAME_KEEP and flags & FRAME_PATCH or flags & FRAME_MORE and not flags & FRAME_INLINE:
             raise bad(f"frame flags {flags:#x}")
         if bool(flags & (FRAME_KEEP | FRAME_PATCH)) != (template != 0):
             raise bad(f"template {template} with frame flags {flags:#x}")
