@@ -12,8 +12,9 @@ window and its ring fills in turn; nothing is dropped.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Callable
 
 from .. import layout as L
@@ -32,6 +33,7 @@ from .templates import SinkTemplates
 REMEMBERED_ORIGINS = 1 << 16  # per source stream; far more than a source ever holds unacknowledged
 FULL_RING_BACKOFF_S = (0.00005, 0.005)  # first and longest pause between publish attempts on a full ring
 INLINE_BYTES = 64 << 10  # the largest inline frame message taken (HELLO inline_bytes)
+ARRIVING_FRAMES, ARRIVING_BYTES = 16, 64 << 20  # frames being received while one is published, at most
 REAP_EVERY_S = 0.001  # "released" acks: how often frames are looked at for their release
 
 
@@ -63,39 +65,62 @@ class BridgeSink:
         peer = await handshake(link, self._hello(), self._secret)
         self.stats.linked(link.peer, peer.ring)
         seen = self._seen.setdefault(peer.stream_id, OrderedDict())
-        acks, meta, templates = _Acks(link), _MetaStream(link), SinkTemplates()
+        acks, arrivals = _Acks(link), _Arrivals()
+        reader = asyncio.ensure_future(self._read_frames(link, arrivals))
+        publisher = asyncio.ensure_future(self._publish_frames(arrivals, peer, seen, acks))
         try:
-            while await self._one_frame(link, meta, templates, peer, seen, acks):
-                pass
+            done, _ = await asyncio.wait({reader, publisher}, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # the first failure, if any
             await acks.drain()
         finally:
-            meta.close()
+            for task in (reader, publisher):
+                task.cancel()
+            await asyncio.gather(reader, publisher, return_exceptions=True)
+            arrivals.free_all()
             self.stats.unlinked()
 
-    async def _one_frame(self, link: Link, meta: "_MetaStream", templates: SinkTemplates, peer: W.Hello,
-                         seen: OrderedDict[tuple[int, int, int], None], acks: "_Acks") -> bool:
-        header, inline = await meta.header()
-        if header.kind == W.KIND_END:
-            return False
-        length = header.description_length
-        body = bytes(inline[:length]) if inline is not None else await meta.description(length)
-        description = await self._description(link, header, body, templates)
-        landing = await self._receive_buffers(link, header, description, inline[length:] if inline is not None else None)
-        acks.owe()
-        origin = (header.origin_producer, header.origin_generation, header.origin_frame_id)
-        repeat = origin in seen
-        self.stats.received(header.total_bytes, repeat)
-        if repeat:
-            landing.free()
-            acks.now(header.seq)
-            return True
-        ack: Callable[[], None] = lambda: acks.now(header.seq)
-        released = peer.ack_mode == W.ACK_RELEASED
-        await self._publish(description, landing, header.user_tag, ack if released else None)
-        _remember(seen, origin)
-        if not released:
-            ack()
-        return True
+    async def _read_frames(self, link: Link, arrivals: "_Arrivals") -> None:
+        """Headers and descriptions in sequence order, each frame's buffer
+        receives posted at once: the next frames arrive while one is published
+        (a large frame's transfer no longer waits for the one before it to be
+        published). Ends after END."""
+        meta, templates = _MetaStream(link), SinkTemplates()
+        try:
+            while True:
+                header, inline = await meta.header()
+                if header.kind == W.KIND_END:
+                    arrivals.end()
+                    return
+                length = header.description_length
+                body = bytes(inline[:length]) if inline is not None else await meta.description(length)
+                description = await self._description(link, header, body, templates)
+                await arrivals.room(header.total_bytes)
+                arrivals.add(self._receive_buffers(link, header, description, inline[length:] if inline is not None else None))
+        finally:
+            meta.close()
+
+    async def _publish_frames(self, arrivals: "_Arrivals", peer: W.Hello, seen: OrderedDict[tuple[int, int, int], None],
+                              acks: "_Acks") -> None:
+        """Publishes each frame once its buffers are in, in sequence order, and acknowledges it."""
+        while (arriving := await arrivals.next()) is not None:
+            header, description, landing = arriving.header, arriving.description, arriving.landing
+            await arriving.complete()  # meanwhile its memory is the queue's: a failed link frees it
+            arrivals.done()
+            acks.owe()
+            origin = (header.origin_producer, header.origin_generation, header.origin_frame_id)
+            repeat = origin in seen
+            self.stats.received(header.total_bytes, repeat)
+            if repeat:
+                landing.free()
+                acks.now(header.seq)
+                continue
+            ack = functools.partial(acks.now, header.seq)
+            released = peer.ack_mode == W.ACK_RELEASED
+            await self._publish(description, landing, header.user_tag, ack if released else None)
+            _remember(seen, origin)
+            if not released:
+                ack()
 
     async def _description(self, link: Link, header: W.FrameHeader, body: bytes,
                            templates: SinkTemplates) -> FrameDescription:
@@ -123,10 +148,11 @@ class BridgeSink:
         await link.send(W.pack_refused(seq, error.code, message), W.TAG_CONTROL)
         raise error
 
-    async def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription,
-                               inline: memoryview | None) -> Landing:
-        """Receives each buffer where it lands (landing.py), or copies it there
-        from an inline frame's ``inline`` bytes, and points the description at it."""
+    def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription,
+                         inline: memoryview | None) -> "_Arriving":
+        """Posts a receive of each buffer where it lands (landing.py), or copies
+        it there from an inline frame's ``inline`` bytes, and points the
+        description at it; the frame is complete once ``_Arriving.complete()`` returns."""
         present = [(i, b) for i, b in enumerate(description.buffers()) if b.kind != "absent"]
         on_device = [self._landings.lands_on_device(b) for _, b in present]
         landing = self._landings.take(sum(align(b.length) for (_, b), d in zip(present, on_device) if d),
@@ -142,13 +168,11 @@ class BridgeSink:
                     taken += b.length
                 elif b.length:
                     receives.append(link.recv_into(target, W.body_tag(header.seq, i)))
-            await asyncio.gather(*receives)  # posted together; a failure ends the link and with it the rest
-            landing.upload(at[1])  # the device bytes, staged: into the device allocation
         except BaseException:
             landing.free()
             raise
-        description.sync_kind, description.sync_handle = 0, bytes(L.HANDLE_BYTES)  # complete: nothing to wait for
-        return landing
+        description.sync_kind, description.sync_handle = 0, bytes(L.HANDLE_BYTES)  # complete when published
+        return _Arriving(header, description, landing, receives, at[1])
 
     async def _publish(self, description: FrameDescription, landing: Landing, user_tag: int,
                        on_reclaim: Callable[[], None] | None) -> None:
@@ -202,6 +226,70 @@ def _remember(seen: OrderedDict[tuple[int, int, int], None], origin: tuple[int, 
     seen[origin] = None
     if len(seen) > REMEMBERED_ORIGINS:
         seen.popitem(last=False)
+
+
+class _Arriving:
+    """A frame whose buffer receives are posted: its header, its description
+    (pointing at the landing already), the landing and the receives."""
+
+    def __init__(self, header: W.FrameHeader, description: FrameDescription, landing: Landing,
+                 receives: list[asyncio.Future[None]], device_bytes: int) -> None:
+        self.header, self.description, self.landing = header, description, landing
+        self._receives, self._device_bytes = receives, device_bytes
+
+    async def complete(self) -> None:
+        """Waits for the receives (a failure ends the link and with it the
+        rest), then copies the staged device bytes into the device allocation."""
+        await asyncio.gather(*self._receives)
+        self.landing.upload(self._device_bytes)
+
+
+class _Arrivals:
+    """The frames being received, in sequence order, between the link's
+    reader and the publisher: at most ARRIVING_FRAMES frames and ARRIVING_BYTES
+    bytes (but always one frame), so the next frames arrive while one is
+    published without holding memory without bound."""
+
+    def __init__(self) -> None:
+        self._frames: deque[_Arriving | None] = deque()  # None: END
+        self._bytes = 0
+        self._changed = asyncio.Event()
+
+    async def _until(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def room(self, nbytes: int) -> None:
+        await self._until(lambda: not self._frames or (len(self._frames) < ARRIVING_FRAMES
+                                                       and self._bytes + nbytes <= ARRIVING_BYTES))
+
+    def add(self, frame: _Arriving) -> None:
+        self._frames.append(frame)
+        self._bytes += frame.header.total_bytes
+        self._changed.set()
+
+    def end(self) -> None:
+        self._frames.append(None)
+        self._changed.set()
+
+    async def next(self) -> _Arriving | None:
+        """The oldest frame, which stays counted until the next call; None after END."""
+        await self._until(lambda: bool(self._frames))
+        return self._frames[0]
+
+    def done(self) -> None:
+        """The frame ``next`` gave is published (or freed)."""
+        frame = self._frames.popleft()
+        self._bytes -= frame.header.total_bytes if frame is not None else 0
+        self._changed.set()
+
+    def free_all(self) -> None:
+        """A failed link: the frames not yet published give their memory back."""
+        for frame in self._frames:
+            if frame is not None:
+                frame.landing.free()
+        self._frames.clear()
 
 
 class _MetaStream:
