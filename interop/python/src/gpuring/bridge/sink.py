@@ -77,6 +77,8 @@ class BridgeSink:
             for task in (reader, publisher):
                 task.cancel()
             await asyncio.gather(reader, publisher, return_exceptions=True)
+            if arrivals.holding:
+                await link.close()  # cancels the receives still posted into that memory: then it may go back
             arrivals.free_all()
             self.stats.unlinked()
 
@@ -274,7 +276,7 @@ class _Arrivals:
         self._changed.set()
 
     async def next(self) -> _Arriving | None:
-        """The oldest frame, which stays counted until the next call; None after END."""
+        """The oldest frame, which stays queued (freed with the rest if the link fails) until ``done()``; None after END."""
         await self._until(lambda: bool(self._frames))
         return self._frames[0]
 
@@ -284,8 +286,12 @@ class _Arrivals:
         self._bytes -= frame.header.total_bytes if frame is not None else 0
         self._changed.set()
 
+    @property
+    def holding(self) -> bool:
+        return any(frame is not None for frame in self._frames)
+
     def free_all(self) -> None:
-        """A failed link: the frames not yet published give their memory back."""
+        """A failed link, closed: the frames not yet published give their memory back."""
         for frame in self._frames:
             if frame is not None:
                 frame.landing.free()
