@@ -5,7 +5,9 @@ so the caller's data is free at once. Device columns are *not* copied: the
 consumer maps the producer's device memory, so the producer keeps a reference
 to each device array (and to the event it recorded) until the frame is
 released, and the caller must not write to those arrays meanwhile. Released
-frames are reclaimed on the next ``publish``, ``reap`` or ``drain``.
+frames are reclaimed by ``reap`` and ``drain``, and by ``publish``: the oldest
+at once, one released behind a frame still held within FULL_REAP_EVERY publishes
+(or when the ring is full).
 
 Ordering: frames from one producer are claimed in publication order; with
 several consumers each frame goes to exactly one of them.
