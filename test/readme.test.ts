@@ -27,7 +27,16 @@ function bareBin(dir: string): string {
  */
 function freshProject(): { dir: string; installLog: string } {
   const dir = mkdtempSync(join(tmpdir(), 'gpuring-readme-'));
-  const tarball = execFileSync('npm', ['pack', '--pack-destination', dir], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim().split('\n').at(-1)!;
+  // npm pack's own scripts would run `prepare` (tsc), rewriting dist/ while tests running beside this one
+  // import it (a half-written module fails to load); dist/ is built already, so only the prebuild steps run.
+  const prebuild = (...args: string[]) => execFileSync(process.execPath, ['native/prebuild.cjs', ...args], { cwd: root, stdio: 'ignore' });
+  prebuild();
+  let tarball: string;
+  try {
+    tarball = execFileSync('npm', ['pack', '--ignore-scripts', '--pack-destination', dir], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim().split('\n').at(-1)!;
+  } finally {
+    prebuild('--clean');
+  }
   writeFileSync(join(dir, 'package.json'), '{ "name": "readme-check", "private": true, "type": "module" }\n');
   const installLog = execFileSync('npm', ['install', '--foreground-scripts', '--prefer-offline', '--no-audit', '--no-fund', join(dir, tarball), 'apache-arrow'], {
     cwd: dir,
