@@ -6,12 +6,17 @@ a TCP socket with no Arrow. All in one run. For the bridges it also reports
 the CPU a linked bridge uses with nothing to move. UCX runs over TCP here (UCX_TLS=tcp):
 the namespaces share no memory or RDMA device.
 
-    python3 bench/remote.py [--json] [--quick] [--only latency|throughput] [--transports ...] [--device]
+    python3 bench/remote.py [--json] [--quick] [--only latency|throughput] [--transports ...] [--device] [--hops]
 
 With --device (a GPU needed) the frames are CuPy device arrays: bridged as
 device frames (they land in host B's device memory) against host staging by
 the application (copied to the host, bridged as host frames, copied to the
 device on host B), with raw host bytes over TCP as the floor.
+
+With --hops the bridges stamp each frame at each stage (bridge/hops.py), and a
+table after the results gives each hop's p50 for every gpuring row: from the
+producer's stamp until the forwarding bridge took the frame from its ring, sent
+it, the receiving bridge read its header, published it, and the consumer had it.
 """
 from __future__ import annotations
 
@@ -52,16 +57,22 @@ def start(host, *args: str) -> subprocess.Popen[str]:
     return p
 
 
-def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int, secret: str) -> dict:
+HOPS = ("taken", "sent", "received", "published", "arrived")
+
+
+def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int, secret: str, hops: bool) -> dict:
     port = str(PORT)
     run_one.runs += 1  # type: ignore[attr-defined]
     a, b = f"a{run_one.runs}", f"b{run_one.runs}"  # type: ignore[attr-defined]
     bridges: list[subprocess.Popen[str]] = []
     idle: dict[str, float] = {}
+    hop_files: str | None = None
     if transport.startswith("gpuring"):
         recv = start(hosts.b, CHILD, "recv", transport, b, str(count))
         send = start(hosts.a, CHILD, "send", transport, a, str(count), str(size), str(pace_us))
-        bridges = start_bridges(hosts, a, b, port, secret)
+        if hops:
+            hop_files = f"/tmp/gpuring-bench-hops-{os.getpid()}-{run_one.runs}"  # type: ignore[attr-defined]
+        bridges = start_bridges(hosts, a, b, port, secret, hop_files)
         idle = {"idle_cpu_pct": idle_cpu([p.pid for p in bridges])}
     else:
         recv = start(hosts.b, CHILD, "recv", transport, port, str(count))
@@ -81,15 +92,39 @@ def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int
         err += b.communicate(timeout=30)[1][-2000:]
     if recv.returncode or send.returncode:
         raise RuntimeError(f"{transport}: {err}")
-    return {**json.loads(out.strip().splitlines()[-1]), **idle}
+    result = {**json.loads(out.strip().splitlines()[-1]), **idle}
+    if hop_files:
+        result["hops_us"] = hop_medians(hop_files, result["arrivals"])
+    return result
 
 
-def start_bridges(hosts: TwoHosts, a: str, b: str, port: str, secret: str) -> list[subprocess.Popen[str]]:
-    """A sink on host B into ring b, a source on host A from ring a; returns once they linked."""
+def hop_medians(prefix: str, arrivals: dict[str, int]) -> dict[str, float]:
+    """Each hop's p50 in µs, over the frames every stage saw (the bridges' stamps and the consumer's arrivals)."""
+    at: dict[str, dict[str, int]] = {tag: {"arrived": ns} for tag, ns in arrivals.items()}
+    for role in ("source", "sink"):
+        with open(f"{prefix}.{role}") as f:
+            for line in f:
+                tag, stage, ns = line.split()
+                at.get(tag, {})[stage] = int(ns)
+        os.unlink(f"{prefix}.{role}")
+    frames = [(int(tag), stages) for tag, stages in at.items() if len(stages) == len(HOPS)]
+    medians, before = {}, "stamp"
+    for stage in HOPS:
+        medians[f"{before} → {stage}"] = round(statistics.median(
+            (s[stage] - (tag if before == "stamp" else s[before])) / 1e3 for tag, s in frames), 1)
+        before = stage
+    return medians
+
+
+def start_bridges(hosts: TwoHosts, a: str, b: str, port: str, secret: str,
+                  hop_files: str | None) -> list[subprocess.Popen[str]]:
+    """A sink on host B into ring b, a source on host A from ring a; returns once
+    they linked. With ``hop_files`` they stamp each frame's stages there."""
     launcher = os.environ["BRIDGE_LAUNCHER"].split() if "BRIDGE_LAUNCHER" in os.environ else ["-m", "gpuring", "bridge"]
     bridge = [sys.executable, *launcher, "--secret", secret, "--progress", "0", "--window", "128"]
-    bridges = [hosts.b.run([*bridge, "--from", f"ucx://:{port}", "--listen", "--to", b], env=env(), stderr=subprocess.PIPE),
-               hosts.a.run([*bridge, "--from", a, "--to", f"ucx://{hosts.b.address}:{port}"], env=env(),
+    bridge_env = dict(env(), **({"GPURING_BRIDGE_HOPS": hop_files} if hop_files else {}))
+    bridges = [hosts.b.run([*bridge, "--from", f"ucx://:{port}", "--listen", "--to", b], env=bridge_env, stderr=subprocess.PIPE),
+               hosts.a.run([*bridge, "--from", a, "--to", f"ucx://{hosts.b.address}:{port}"], env=bridge_env,
                            stderr=subprocess.PIPE)]
     assert bridges[1].stderr is not None
     said = []
@@ -125,7 +160,7 @@ def summarize(r: dict, size: int) -> dict:
     seconds = (r["last_ns"] - r["first_ns"]) / 1e9 or 1e-9
     return {"p50_us": round(statistics.median(lat), 1), "p99_us": round(lat[int(len(lat) * 0.99) - 1], 1),
             "frames_per_s": round((count - 1) / seconds), "mb_per_s": round((count - 1) * size / seconds / 1e6, 1),
-            "idle_cpu_pct": r.get("idle_cpu_pct")}
+            "idle_cpu_pct": r.get("idle_cpu_pct"), "hops_us": r.get("hops_us")}
 
 
 CASES = [  # name, bytes per frame, frames, microseconds between frames (0: as fast as possible)
@@ -148,6 +183,7 @@ def main() -> int:
     p.add_argument("--transports", help="comma-separated, the floor (tcp) first")
     p.add_argument("--device", action="store_true", help="device frames (CuPy, a GPU): bridged as device memory "
                    "against host staging")
+    p.add_argument("--hops", action="store_true", help="each bridged frame's hops, p50 (the bridges stamp every stage)")
     args = p.parse_args()
     transports = args.transports or ",".join(DEVICE_TRANSPORTS if args.device else TRANSPORTS)
     if why := unavailable():
@@ -165,7 +201,7 @@ def main() -> int:
             base = None
             for t in transports.split(","):
                 print(f"{name}: {LABELS[t]}...", file=sys.stderr, flush=True)
-                s = summarize(run_one(hosts, t, size, count, pace, secret), size)
+                s = summarize(run_one(hosts, t, size, count, pace, secret, args.hops), size)
                 base = base or s
                 rows.append({"case": name, "transport": LABELS[t], **s,
                              "p50_vs_floor": round(s["p50_us"] / base["p50_us"], 2),
@@ -178,12 +214,21 @@ def main() -> int:
     else:
         head = ["case", "transport", "p50 µs", "p99 µs", "frames/s", "MB/s", "p50 ÷ floor", "frames/s ÷ floor",
                 "idle bridge CPU %"]
-        body = [[r["case"], r["transport"], r["p50_us"], r["p99_us"], r["frames_per_s"], r["mb_per_s"], r["p50_vs_floor"],
-                 r["throughput_vs_floor"], "" if r["idle_cpu_pct"] is None else r["idle_cpu_pct"]] for r in rows]
-        widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-        for line in [head, *body]:
-            print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)))
+        print_table(head, [[r["case"], r["transport"], r["p50_us"], r["p99_us"], r["frames_per_s"], r["mb_per_s"],
+                            r["p50_vs_floor"], r["throughput_vs_floor"], "" if r["idle_cpu_pct"] is None else r["idle_cpu_pct"]]
+                           for r in rows])
+        hopped = [r for r in rows if r["hops_us"]]
+        if hopped:
+            print("\nhops of a bridged frame, p50 µs")
+            print_table(["case", "transport", *hopped[0]["hops_us"]], [[r["case"], r["transport"], *r["hops_us"].values()]
+                                                                       for r in hopped])
     return 0
+
+
+def print_table(head: list[str], body: list[list]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    for line in [head, *body]:
+        print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)))
 
 
 if __name__ == "__main__":

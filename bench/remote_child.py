@@ -47,7 +47,8 @@ def paced(count: int, size: int, pace_us: int):
 
 def report(stamps: list[int], arrivals: list[int]) -> None:
     print(json.dumps({"latency_us": [(a - s) / 1e3 for s, a in zip(stamps[WARM_UP:], arrivals[WARM_UP:])],
-                      "first_ns": arrivals[WARM_UP], "last_ns": arrivals[-1]}), flush=True)
+                      "first_ns": arrivals[WARM_UP], "last_ns": arrivals[-1],
+                      "arrivals": dict(zip(map(str, stamps[WARM_UP:]), arrivals[WARM_UP:]))}), flush=True)
 
 
 def gpuring_send(ring: str, count: int, size: int, pace_us: int, mode: str = "host") -> None:

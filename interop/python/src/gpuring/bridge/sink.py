@@ -24,6 +24,7 @@ from ..errors import GpuringError
 from ..producer import Producer
 from . import wire as W
 from .handshake import handshake
+from .hops import Hops
 from .landing import Landing, Landings, align
 from .link import Link, LinkLost
 from .stats import BridgeStats
@@ -53,6 +54,7 @@ class BridgeSink:
         self._stream = stream_id(self._producer._seg)
         self._seen: dict[bytes, OrderedDict[tuple[int, int, int], None]] = {}
         self._reaping = False  # a task looks for released frames ("released" acks)
+        self._hops = Hops("sink")
 
     def _hello(self) -> W.Hello:
         flags = W.FLAG_TEMPLATES | W.FLAG_BATCH | (W.FLAG_DEVICE if self.device is not None else 0)
@@ -94,6 +96,7 @@ class BridgeSink:
                 if header.kind == W.KIND_END:
                     arrivals.end()
                     return
+                self._hops.stamp(header.user_tag, "received")
                 length = header.description_length
                 body = bytes(inline[:length]) if inline is not None else await meta.description(length)
                 description = await self._description(link, header, body, templates)
@@ -121,6 +124,7 @@ class BridgeSink:
             released = peer.ack_mode == W.ACK_RELEASED
             await self._publish(description, landing, header.user_tag, ack if released else None)
             _remember(seen, origin)
+            self._hops.stamp(header.user_tag, "published")
             if not released:
                 ack()
 
@@ -222,6 +226,7 @@ class BridgeSink:
     def close(self) -> None:
         """Leaves the ring. Frames published stay deliverable: host arenas outlive their producer."""
         self._producer.close()
+        self._hops.write()
 
 
 def _remember(seen: OrderedDict[tuple[int, int, int], None], origin: tuple[int, int, int]) -> None:

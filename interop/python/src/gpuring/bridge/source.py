@@ -27,6 +27,7 @@ from ..frame import Frame
 from . import wire as W
 from .device_space import IDLE_BYTES, PinnedPool, PinnedSpace
 from .handshake import handshake
+from .hops import Hops
 from .landing import align
 from .link import Link, LinkLost
 from .stats import BridgeStats
@@ -59,6 +60,7 @@ class BridgeSource:
         self._serial = 0
         self._taking: asyncio.Future[Frame | None] | None = None
         self._stopping = False
+        self._hops = Hops("source")
 
     def _hello(self) -> W.Hello:
         return W.Hello(W.ROLE_SOURCE, self._ack, 0, os.urandom(32), self._stream, 0, 0, self.ring)
@@ -69,7 +71,7 @@ class BridgeSource:
         the link fails, GpuringError when the sink refuses."""
         peer = await handshake(link, self._hello(), self._secret)
         self.stats.linked(link.peer, peer.ring)
-        flight = _Flight(link, peer)
+        flight = _Flight(link, peer, self._hops)
         acks = asyncio.ensure_future(self._acks(link, flight))
         acks.add_done_callback(flight.fail_from)
         try:
@@ -94,6 +96,7 @@ class BridgeSource:
                     await flight.empty()
                     return
                 serial = self._hold(frame)
+                self._hops.stamp(frame.user_tag, "taken")
             held = self._held[serial]
             if held.buffers is None and held.frame.on_device:
                 await self._room_to_stage(held, flight)
@@ -203,6 +206,7 @@ class BridgeSource:
         sends += [link.post(data, W.body_tag(seq, i)) for i, _, data in buffers]
         for send in sends:
             send.add_done_callback(flight.fail_from)
+        self._hops.stamp(frame.user_tag, "sent")
 
     async def _acks(self, link: Link, flight: "_Flight") -> None:
         while True:
@@ -228,6 +232,7 @@ class BridgeSource:
         self._taker.shutdown(wait=True)
         self._consumer.close()  # first: once closed, dropping a held frame no longer releases it
         self._held.clear()
+        self._hops.write()
 
 
 class _Held:
@@ -261,10 +266,10 @@ class _Flight:
     the inline frames not yet sent, and the link's first failure (of a send or
     of the acks)."""
 
-    def __init__(self, link: Link, sink: W.Hello) -> None:
+    def __init__(self, link: Link, sink: W.Hello, hops: Hops) -> None:
         self.window, self.inline_bytes = max(1, sink.window), sink.inline_bytes
         self.templates = SourceTemplates() if sink.flags & W.FLAG_TEMPLATES else None
-        self.batch = _Batch(link, sink.inline_bytes, MAX_BATCH if sink.flags & W.FLAG_BATCH else 1, self.fail_from)
+        self.batch = _Batch(link, sink.inline_bytes, MAX_BATCH if sink.flags & W.FLAG_BATCH else 1, self.fail_from, hops)
         self.unacked: dict[int, int] = {}
         self.changed = asyncio.Event()
         self.failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -296,8 +301,10 @@ class _Batch:
     it gathers them, up to ``max_frames`` and the sink's ``inline_bytes``; they go
     out before it waits for anything, and before a frame that is not inline."""
 
-    def __init__(self, link: Link, limit: int, max_frames: int, on_sent: Callable[[asyncio.Future[None]], None]) -> None:
+    def __init__(self, link: Link, limit: int, max_frames: int, on_sent: Callable[[asyncio.Future[None]], None],
+                 hops: Hops | None = None) -> None:
         self._link, self._limit, self._max_frames, self._on_sent = link, limit, max_frames, on_sent
+        self._hops = hops
         self._frames: list[tuple[W.FrameHeader, list[Any]]] = []
         self._bytes = 0
 
@@ -313,11 +320,14 @@ class _Batch:
     def flush(self) -> None:
         if not self._frames:
             return
-        for header, _ in self._frames[:-1]:
+        frames, self._frames, self._bytes = self._frames, [], 0
+        for header, _ in frames[:-1]:
             header.flags |= W.FRAME_MORE
-        message = b"".join(part for header, parts in self._frames for part in (header.pack(), *parts))
-        self._frames, self._bytes = [], 0
+        message = b"".join(part for header, parts in frames for part in (header.pack(), *parts))
         self._link.post(message, W.TAG_META).add_done_callback(self._on_sent)
+        if self._hops is not None:
+            for header, _ in frames:
+                self._hops.stamp(header.user_tag, "sent")
 
 
 async def _first(waiting: Any, failing: asyncio.Future[None]) -> None:
