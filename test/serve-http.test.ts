@@ -16,10 +16,12 @@ if (!chromium) console.log('serve-http: no chromium on PATH (apt-get install chr
 
 type Published = { symbol: string[]; price: number[]; volume: number[]; seq: number[] };
 const FRAMES = 6;
+// Not the example's default 'ticks': the README's broadcast example, tested beside this one, uses that name.
+const RING = `ticks-serve-http-${process.pid}`;
 
 function removeRing(): void {
   try {
-    Ring.unlink('ticks');
+    Ring.unlink(RING);
   } catch {
     /* not there */
   }
@@ -28,13 +30,13 @@ function removeRing(): void {
 browserTest('a Python producer feeds the Node server, and the page shows exactly the published values', async (t) => {
   t.timeout(180_000);
   removeRing();
-  const server = spawn(process.execPath, ['examples/serve-http/server.mjs', '0'], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
+  const server = spawn(process.execPath, ['examples/serve-http/server.mjs', '0', RING], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
   try {
     const port = await new Promise<string>((resolve, reject) => {
       createInterface({ input: server.stdout! }).once('line', (l) => resolve(/:(\d+)\//.exec(l)?.[1] ?? ''));
       server.once('exit', (code) => reject(new Error(`the server exited (${code}) before listening`)));
     });
-    const produced = spawnSync('python3', ['examples/serve-http/producer.py', '--frames', String(FRAMES), '--interval', '0.02'], { cwd: root, encoding: 'utf8', timeout: 60_000 });
+    const produced = spawnSync('python3', ['examples/serve-http/producer.py', '--frames', String(FRAMES), '--interval', '0.02', '--ring', RING], { cwd: root, encoding: 'utf8', timeout: 60_000 });
     t.is(produced.status, 0, produced.stderr);
     const published = produced.stdout.trim().split('\n').map((l) => JSON.parse(l) as Published);
     t.is(published.length, FRAMES);

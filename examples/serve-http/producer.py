@@ -3,7 +3,7 @@ every --interval seconds: symbol, price, volume and time of each instrument.
 Prints each frame's values as a JSON line, so that a test can compare them
 with what a browser shows.
 
-    python3 producer.py [--frames N] [--interval 0.5]
+    python3 producer.py [--frames N] [--interval 0.5] [--ring ticks]
 """
 import argparse
 import json
@@ -31,9 +31,10 @@ def main() -> None:
     args = argparse.ArgumentParser()
     args.add_argument("--frames", type=int, default=0, help="frames to publish (0: until interrupted)")
     args.add_argument("--interval", type=float, default=0.5, help="seconds between frames")
+    args.add_argument("--ring", default="ticks", help="the ring to publish into")
     a = args.parse_args()
-    gpuring.Ring.create("ticks", slots=64, exist_ok=True).close()
-    with gpuring.Producer.open("ticks") as producer:
+    gpuring.Ring.create(a.ring, slots=64, exist_ok=True).close()
+    with gpuring.Producer.open(a.ring) as producer:
         i = 0
         while a.frames == 0 or i < a.frames:
             table = frame(i)

@@ -1,9 +1,9 @@
-// A Node HTTP server that takes frames from the ring 'ticks' and streams each
+// A Node HTTP server that takes frames from a ring ('ticks') and streams each
 // one to every connected browser as an Arrow IPC stream
 // (application/vnd.apache.arrow.stream): one schema, then a record batch per
 // frame. The page (index.html) reads it with apache-arrow in the browser.
 //
-//   node server.mjs [PORT]      (default 8080; 0 picks a free one)
+//   node server.mjs [PORT] [RING]   (default 8080, 0 picks a free one; ring 'ticks')
 //   GET /                       the page
 //   GET /stream?frames=N        the recent frames, then live ones; ends after N if given
 import { createServer } from 'node:http';
@@ -59,8 +59,9 @@ const server = createServer((req, res) => {
 
 server.listen(Number(process.argv[2] ?? 8080), '127.0.0.1', () => console.log(`serving http://127.0.0.1:${server.address().port}/`));
 
-await Ring.waitFor('ticks');
-const consumer = Consumer.open('ticks');
+const ring = process.argv[3] ?? 'ticks';
+await Ring.waitFor(ring);
+const consumer = Consumer.open(ring);
 process.once('SIGINT', () => (consumer.close(), server.close(), server.closeAllConnections()));
 for await (const f of consumer) {
   const frame = messages(f.toTable());
