@@ -16,6 +16,7 @@ import pytest
 from conftest import FIXTURES, REPO
 from gpuring import GpuringError
 from gpuring.bridge import wire as W
+from gpuring.bridge.hops import Hops
 from gpuring.bridge.link import _ucxx_tag
 from gpuring.bridge.sink import _MetaStream
 from gpuring.bridge.source import _Batch
@@ -174,7 +175,7 @@ def _batch_frames() -> list[tuple[W.FrameHeader, bytes, list[bytes]]]:
 def test_a_source_sends_inline_frames_ready_together_as_one_message():
     async def run() -> list[tuple[bytes, int]]:
         link = _MessagesLink()
-        batch = _Batch(link, 1 << 16, 32, lambda _: None)  # type: ignore[arg-type]
+        batch = _Batch(link, 1 << 16, 32, lambda _: None, Hops("source"))  # type: ignore[arg-type]
         for header, description, buffers in _batch_frames():
             header.flags &= ~W.FRAME_MORE  # the batch sets it on all but the last
             batch.add(header, [description, *buffers], W.FRAME.size + len(description) + header.total_bytes)
@@ -189,7 +190,7 @@ def test_a_batch_goes_out_when_the_next_frame_would_pass_the_sinks_limit():
         link = _MessagesLink()
         frames = _batch_frames()
         sizes = [W.FRAME.size + len(d) + h.total_bytes for h, d, _ in frames]
-        batch = _Batch(link, sizes[0] + sizes[1] - 1, 32, lambda _: None)  # type: ignore[arg-type]
+        batch = _Batch(link, sizes[0] + sizes[1] - 1, 32, lambda _: None, Hops("source"))  # type: ignore[arg-type]
         for (header, description, buffers), size in zip(frames, sizes):
             batch.add(header, [description, *buffers], size)
         batch.flush()

@@ -6,8 +6,7 @@ consumer maps the producer's device memory, so the producer keeps a reference
 to each device array (and to the event it recorded) until the frame is
 released, and the caller must not write to those arrays meanwhile. Released
 frames are reclaimed by ``reap`` and ``drain``, and by ``publish``: the oldest
-at once, one released behind a frame still held within FULL_REAP_EVERY publishes
-(or when the ring is full).
+at once, one released behind a frame still held within FULL_REAP_EVERY publishes.
 
 Ordering: frames from one producer are claimed in publication order; with
 several consumers each frame goes to exactly one of them.
@@ -161,10 +160,10 @@ class Producer:
             def attempt() -> int | None:
                 self._reap_oldest()
                 pos = ring.try_publish(self._seg, self.index, ref)
-                # A full ring may hold frames released behind one still out, and a
-                # broadcast ring may just have dropped its oldest frame for slow
+                # A broadcast ring may just have dropped its oldest frame for slow
                 # subscribers (SPEC.md §5.4): if it was ours, reaping frees the slot now.
-                if pos is None and self.reap():
+                # (A work queue's next slot is its oldest frame's, which _reap_oldest took.)
+                if pos is None and self._seg.broadcast and self.reap():
                     pos = ring.try_publish(self._seg, self.index, ref)
                 return pos
 

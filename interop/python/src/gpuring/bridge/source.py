@@ -302,7 +302,7 @@ class _Batch:
     out before it waits for anything, and before a frame that is not inline."""
 
     def __init__(self, link: Link, limit: int, max_frames: int, on_sent: Callable[[asyncio.Future[None]], None],
-                 hops: Hops | None = None) -> None:
+                 hops: Hops) -> None:
         self._link, self._limit, self._max_frames, self._on_sent = link, limit, max_frames, on_sent
         self._hops = hops
         self._frames: list[tuple[W.FrameHeader, list[Any]]] = []
@@ -325,9 +325,8 @@ class _Batch:
             header.flags |= W.FRAME_MORE
         message = b"".join(part for header, parts in frames for part in (header.pack(), *parts))
         self._link.post(message, W.TAG_META).add_done_callback(self._on_sent)
-        if self._hops is not None:
-            for header, _ in frames:
-                self._hops.stamp(header.user_tag, "sent")
+        for header, _ in frames:
+            self._hops.stamp(header.user_tag, "sent")
 
 
 async def _first(waiting: Any, failing: asyncio.Future[None]) -> None:
