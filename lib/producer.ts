@@ -200,6 +200,12 @@ export class Producer {
    * column) sharing one Schema object are written from that schema's template
    * without describing them (FlatBatchWriter): publish a stream's batches with
    * one Schema to get that path.
+   *
+   * Memory: when /dev/shm cannot hold the copy (NO_SPACE), released frames
+   * are reclaimed first; if that is not enough, publish() waits for this
+   * producer's frames in flight to be released, up to `timeout` as for a full
+   * ring, and fails with NO_SPACE only when none is in flight (nothing can
+   * come back), at the timeout, or at once with `timeout: 0`.
    */
   async publish(source: Table | RecordBatch, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
@@ -213,8 +219,18 @@ export class Producer {
       return this.#sendDevice(frame.description, { memory: frame.memory, eventId: frame.eventId }, o.timeout, o.tag);
     }
     const batch = toBatch(source);
+    try {
+      return this.#publishHost(batch, source.schema, o.timeout, o.tag);
+    } catch (error) {
+      if (!isMemoryShort(error) || o.timeout === 0) throw error;
+      return this.#publishAfterReleases(batch, source.schema, performance.now() + o.timeout, o.tag, error);
+    }
+  }
+
+  /** Host columns into the arena and the ring (memory errors are thrown, never rejected). */
+  #publishHost(batch: RecordBatch, schema: Schema, timeout: number, tag: bigint): number | Promise<number> {
     const flat = this.#flatWriter(batch);
-    const sent = flat && this.#sendFlat(flat, batch, o.timeout, o.tag);
+    const sent = flat && this.#sendFlat(flat, batch, timeout, tag);
     if (sent !== null && sent !== undefined) return sent;
     const used: Loose[] = [];
     const copies: PendingCopy[] = [];
@@ -227,7 +243,44 @@ export class Producer {
       this.#unuse(used);
       throw error;
     }
-    return this.#send(description, used, o.timeout, o.tag, source.schema);
+    return this.#send(description, used, timeout, tag, schema);
+  }
+
+  /**
+   * publish() of host columns that did not fit in shared memory: tried again
+   * after each release of this producer's frames (publish()'s Memory rule).
+   */
+  async #publishAfterReleases(batch: RecordBatch, schema: Schema, deadline: number, tag: bigint, short: unknown): Promise<number> {
+    for (;;) {
+      if (this.#inFlight.size === 0) throw short;
+      const released = await this.#nextRelease(deadline);
+      this.#requireOpen();
+      if (!released) throw new GpuringError('NO_SPACE', `${(short as Error).message}; ${this.#inFlight.size} frames of this producer were still unreleased at the timeout`);
+      try {
+        return await this.#publishHost(batch, schema, Math.max(deadline - performance.now(), 0), tag);
+      } catch (error) {
+        if (!isMemoryShort(error)) throw error;
+        short = error;
+      }
+    }
+  }
+
+  /** Resolves true at the next release of one of this producer's frames, false at `deadline` (performance.now() ms) or at close. */
+  #nextRelease(deadline: number): Promise<boolean> {
+    this.#requireOpen();
+    return new Promise<boolean>((resolve) => {
+      const done = (released: boolean) => {
+        clearTimeout(timer);
+        this.off('release', onRelease);
+        this.#events.off('close', onClose);
+        resolve(released);
+      };
+      const onRelease = () => done(true);
+      const onClose = () => done(false);
+      const timer = Number.isFinite(deadline) ? setTimeout(() => done(false), Math.max(deadline - performance.now(), 0)) : undefined;
+      this.on('release', onRelease);
+      this.#events.on('close', onClose);
+    });
   }
 
   /**
@@ -665,6 +718,9 @@ interface PendingCopy {
   bytes: Uint8Array;
   desc: BufferDescriptor;
 }
+
+/** Arena memory ran out: /dev/shm is full (NO_SPACE), or the producer has its last arena. */
+const isMemoryShort = (error: unknown): boolean => error instanceof GpuringError && (error.code === 'NO_SPACE' || error.code === 'OUT_OF_MEMORY');
 
 const NO_ALLOCATIONS = new Float64Array(0);
 const NOTHING_USED: Loose[] = [];

@@ -52,6 +52,16 @@ size_t ProducerState::ReapOldest() {
   return Reap(false);
 }
 
+// Arena memory. When shared memory is short (NO_SPACE: /dev/shm is full;
+// OUT_OF_MEMORY: the last arena), frames released behind one still held may be
+// what fills it: reclaim every released frame and try once more.
+int ProducerState::Alloc(uint64_t bytes, gpr_allocation *out, gpr_error *err) {
+  int rc = gpr_arena_alloc(&pool, bytes, out, err);
+  bool short_of_memory = rc == -static_cast<int>(GPR_E_NO_SPACE) || rc == -static_cast<int>(GPR_E_OUT_OF_MEMORY);
+  if (short_of_memory && Reap(true) > 0) rc = gpr_arena_alloc(&pool, bytes, out, err);
+  return rc;
+}
+
 // Publishes waiting requests in order; stops at the first that does not fit.
 bool ProducerState::PublishPending(Napi::Env env) {
   bool any = false;
@@ -244,7 +254,7 @@ Napi::Value ProducerCore::Allocate(const Napi::CallbackInfo &info) {
     Throw(env, GPR_E_INVALID_ARGUMENT, "allocation size must be a non-negative integer");
   gpr_allocation a{};
   s_->ReapOldest();
-  Check(env, [&](gpr_error *e) { return gpr_arena_alloc(&s_->pool, static_cast<uint64_t>(bytes), &a, e); });
+  Check(env, [&](gpr_error *e) { return s_->Alloc(static_cast<uint64_t>(bytes), &a, e); });
   s_->loose[{a.arena, a.offset}] = a.length;
   Napi::Array out = Napi::Array::New(env, 3);
   out.Set(0u, Napi::Number::New(env, a.arena));
@@ -381,7 +391,7 @@ Napi::Value ProducerCore::PublishMany(const Napi::CallbackInfo &info) {
 Napi::Value ProducerCore::Enqueue(Napi::Env env, const uint8_t *body, size_t length, std::vector<gpr_allocation> allocs,
                                   uint64_t tag, double timeout_ms, uint32_t rung) {
   ProducerState &s = *s_;
-  Check(env, [&](gpr_error *e) { return gpr_arena_alloc(&s.pool, length, &allocs[0], e); });
+  Check(env, [&](gpr_error *e) { return s.Alloc(length, &allocs[0], e); });
   memcpy(allocs[0].ptr, body, length);
   for (size_t i = 1; i < allocs.size(); i++) s.loose.erase({allocs[i].arena, allocs[i].offset});
   gpr_frame_ref ref{};

@@ -52,6 +52,7 @@ struct ProducerState : LoopParticipant {
 
   size_t Reap(bool full = true);
   size_t ReapOldest();
+  int Alloc(uint64_t bytes, gpr_allocation *out, gpr_error *err);
   uint32_t reaps_since_full = 0;
   bool PublishPending(Napi::Env env);
   void ExpirePending(Napi::Env env);

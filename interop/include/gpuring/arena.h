@@ -124,12 +124,19 @@ GPR_INLINE int gpr_arena_file_create(gpr_arena_pool *pool, uint32_t *number, cha
   }
 }
 
-/* Creates a new arena with room for min_bytes. */
+/* Creates a new arena with room for min_bytes: of the regular size, or of the
+ * allocation's size when larger; or, when /dev/shm cannot hold the regular size
+ * but can hold the allocation, of the allocation's size (pages), so that a
+ * producer near the end of /dev/shm still gets what it asks for. */
 GPR_INLINE int gpr_arena_create(gpr_arena_pool *pool, uint64_t min_bytes, gpr_error *err) {
   uint64_t want = min_bytes + sizeof(gpr_arena_header);
   uint64_t regular = gpr_arena_regular_size(pool);
   uint64_t size = want <= regular ? regular : gpr_align_up(want, 2u << 20);
-  if (gpr_check_shm_space(size, err) != 0) return -(int)err->code;
+  if (gpr_check_shm_space(size, err) != 0) {
+    uint64_t least = gpr_align_up(want, 4096u);
+    if (least >= size || gpr_check_shm_space(least, err) != 0) return -(int)err->code;
+    size = least;
+  }
   uint32_t number;
   char name[GPR_SHM_NAME_MAX];
   int fd = gpr_arena_file_create(pool, &number, name, err);

@@ -110,10 +110,20 @@ class ArenaPool:
         return min(self.default_size, L.ARENA_FIRST_SIZE << min(len(self.arenas), 32))
 
     def _create(self, min_bytes: int) -> _Arena:
+        """An arena of the regular size, or the allocation's when larger; of the
+        allocation's size (pages) when /dev/shm holds that and not the regular
+        size, so that a producer near the end of /dev/shm gets what it asks for."""
         want = min_bytes + L.ARENA_HEADER_BYTES
         regular = self._regular_size()
         size = regular if want <= regular else _align(want, 2 << 20)
-        check_shm_space(size)
+        try:
+            check_shm_space(size)
+        except GpuringError:
+            least = _align(want, 4096)
+            if least >= size:
+                raise
+            check_shm_space(least)
+            size = least
         number, fd, path = self._open_file()
         try:
             os.fchmod(fd, self.mode)

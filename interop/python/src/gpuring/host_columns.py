@@ -51,8 +51,8 @@ def _flags(c_flags: int) -> tuple[bool, bool, bool]:
 class _Copier:
     """Lays every buffer of a batch out in one arena allocation, 64-byte aligned."""
 
-    def __init__(self, pool: ArenaPool) -> None:
-        self.pool, self.total = pool, 0
+    def __init__(self, pool: ArenaPool, alloc: Callable[[int], Allocation]) -> None:
+        self.pool, self.alloc, self.total = pool, alloc, 0
         self.pending: list[tuple[int, int, int]] = []  # (offset in the allocation, address, size)
 
     def reserve(self, address: int, size: int) -> int:
@@ -62,7 +62,7 @@ class _Copier:
         return at
 
     def copy(self) -> Allocation:
-        alloc = self.pool.alloc(self.total)
+        alloc = self.alloc(self.total)
         mem = self.pool.memory(alloc)
         for at, address, size in self.pending:
             ctypes.memmove(mem.base + alloc.offset + at, address, size)
@@ -91,23 +91,24 @@ def _column(node: ArrowNode, copier: _Copier, dictionaries: list[ColumnDescripto
     return column
 
 
-def describe_host(data: object, pool: ArenaPool) -> tuple[FrameDescription, Allocation]:
-    """Copies a batch's buffers into the producer's arena (one allocation) and
-    describes them. The returned allocation is freed when the frame is released."""
+def describe_host(data: object, pool: ArenaPool, alloc: Callable[[int], Allocation]) -> tuple[FrameDescription, Allocation]:
+    """Copies a batch's buffers into the producer's arena (one allocation from
+    ``alloc``) and describes them. The returned allocation is freed when the
+    frame is released."""
     batch = as_record_batch(data)
     root = _export(batch)
-    copier = _Copier(pool)
+    copier = _Copier(pool, alloc)
     dictionaries: list[ColumnDescriptor] = []
     fixups: list[BufferDescriptor] = []
     columns = [_column(c, copier, dictionaries, fixups) for c in root.children]
-    alloc = copier.copy()
-    name = pool.name(alloc.arena)
+    copied = copier.copy()
+    name = pool.name(copied.arena)
     for b in fixups:
-        b.offset += alloc.offset
+        b.offset += copied.offset
         b.handle = BufferDescriptor.host(name, 0, 0).handle
     meta = batch.schema.metadata
     metadata = [(k.decode(), v.decode()) for k, v in meta.items()] if meta else None
-    return FrameDescription(batch.num_rows, columns, dictionaries, metadata), alloc
+    return FrameDescription(batch.num_rows, columns, dictionaries, metadata), copied
 
 
 class ArenaMaps:

@@ -8,6 +8,11 @@ released, and the caller must not write to those arrays meanwhile. Released
 frames are reclaimed by ``reap`` and ``drain``, and by ``publish``: the oldest
 at once, one released behind a frame still held within FULL_REAP_EVERY publishes.
 
+Memory: when /dev/shm cannot hold another arena, ``publish`` reclaims every
+released frame and, if that is not enough, waits (up to its ``timeout``) for
+this producer's frames in flight to be released, as it waits for a full ring.
+With none in flight nothing can come back, and it raises NO_SPACE at once.
+
 Ordering: frames from one producer are claimed in publication order; with
 several consumers each frame goes to exactly one of them.
 """
@@ -33,6 +38,8 @@ from .segment import Segment
 # loads one slot per frame in flight, hundreds of microseconds in Python when a
 # consumer lags. A frame released out of order is reclaimed a little later, never lost.
 FULL_REAP_EVERY = 128
+# Arena memory ran out: /dev/shm is full, or the producer has its last arena.
+MEMORY_SHORT = ("NO_SPACE", "OUT_OF_MEMORY")
 
 if TYPE_CHECKING:
     from .pool_memory import DescriptorChannel
@@ -102,16 +109,18 @@ class Producer:
         on (``__cuda_array_interface__['stream']`` is used when present); the
         consumer waits on an event recorded there.
 
-        Waits for a free slot up to ``timeout`` seconds (None: forever), or
-        raises RING_FULL at once when ``block`` is False.
+        Waits for a free slot, and for shared memory (see the module's Memory
+        rule), up to ``timeout`` seconds (None: forever); when ``block`` is
+        False it raises RING_FULL (NO_SPACE) at once instead.
         """
         self._check_open()
+        deadline = None if timeout is None else time.monotonic() + timeout
         if device is not None or _is_device(data):
             from .device_columns import describe_device
             description, keep = describe_device(data, stream)
-            return self._publish(description, [], keep, timeout, block, user_tag)
-        description, alloc = describe_host(data, self._pool)
-        return self._publish(description, [alloc], None, timeout, block, user_tag)
+            return self._publish(description, [], keep, deadline, block, user_tag)
+        description, alloc = describe_host(data, self._pool, lambda n: self._alloc(n, deadline, block))
+        return self._publish(description, [alloc], None, deadline, block, user_tag)
 
     def publish_description(self, description: FrameDescription, *, keep_alive: object = None,
                             timeout: float | None = None, block: bool = True, user_tag: int = 0,
@@ -122,16 +131,18 @@ class Producer:
         publish again or ``free_space``. ``on_reclaim`` runs when
         the frame is reclaimed after its release (in ``publish``, ``reap`` or ``drain``)."""
         self._check_open()
-        return self._publish(description, [], keep_alive, timeout, block, user_tag, on_reclaim,
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return self._publish(description, [], keep_alive, deadline, block, user_tag, on_reclaim,
                              [s.allocation for s in space or []])
 
     def host_space(self, nbytes: int) -> HostSpace:
         """``nbytes`` of this producer's shared memory, to fill in place (a bridge
         receives buffers from the network straight into it) and then publish
         with ``publish_description(space=[...])``; free it with ``free_space``
-        if it is not published."""
+        if it is not published. It does not wait: NO_SPACE when shared memory
+        is short even after reclaiming the released frames."""
         self._check_open()
-        alloc = self._pool.alloc(max(nbytes, 1))
+        alloc = self._alloc(max(nbytes, 1), None, block=False)
         mem = self._pool.memory(alloc)
         return HostSpace(alloc, self._pool.name(alloc.arena), mem.view[alloc.offset:alloc.offset + nbytes])
 
@@ -139,7 +150,35 @@ class Producer:
         """Gives back ``host_space`` that was not published."""
         self._pool.free(space.allocation)
 
-    def _publish(self, description: FrameDescription, allocs: list[Allocation], keep: object, timeout: float | None,
+    def _alloc(self, nbytes: int, deadline: float | None, block: bool) -> Allocation:
+        """Arena memory; when shared memory is short, the released frames are
+        reclaimed first, and a blocking call waits until ``deadline`` (None:
+        forever) for frames in flight to come back (the module's Memory rule)."""
+        short: list[GpuringError] = []
+
+        def attempt() -> Allocation | None:
+            try:
+                return self._pool.alloc(nbytes)
+            except GpuringError as e:
+                if e.code not in MEMORY_SHORT:
+                    raise
+                if self.reap():
+                    return attempt()
+                if not block or not self._in_flight:
+                    raise
+                short.append(e)
+                return None
+
+        try:
+            return ring.wait_for(self._seg, "space", attempt, _left(deadline))
+        except GpuringError as e:
+            if e.code != "TIMEOUT" or not short:
+                raise
+            why = str(short[-1]).partition(": ")[2]
+            raise GpuringError(short[-1].code, f"{why}; {len(self._in_flight)} frames of this producer "
+                               "were still unreleased at the timeout") from None
+
+    def _publish(self, description: FrameDescription, allocs: list[Allocation], keep: object, deadline: float | None,
                  block: bool, user_tag: int, on_reclaim: Callable[[], None] | None = None,
                  lent: list[Allocation] | None = None) -> int:
         """``allocs`` are freed if the publish fails, ``lent`` stay the caller's then;
@@ -150,7 +189,7 @@ class Producer:
             self._channel = DescriptorChannel(self._seg, self.index, self.generation, attached_pids(self._seg))
         try:
             body = encode_frame(description)
-            body_alloc = self._pool.alloc(len(body))
+            body_alloc = self._alloc(len(body), deadline, block)
             allocs.append(body_alloc)
             self._pool.memory(body_alloc).write(body_alloc.offset, body)
             frame_id = self._next_id
@@ -167,7 +206,7 @@ class Producer:
                     pos = ring.try_publish(self._seg, self.index, ref)
                 return pos
 
-            pos = attempt() if not block else ring.wait_for(self._seg, "space", attempt, timeout)
+            pos = attempt() if not block else ring.wait_for(self._seg, "space", attempt, _left(deadline))
             if pos is None:
                 raise GpuringError("RING_FULL", ring.describe_full(self._seg))
         except BaseException:
@@ -257,3 +296,8 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (None: no limit), never below 0."""
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)

@@ -7,7 +7,8 @@ origin (source ring, producer, generation, frame id) this sink already
 published is acknowledged and dropped: the source sends held frames again after
 a link or a source bridge fails (SPEC.md §14.4). Backpressure: while the local
 ring is full nothing is published or acknowledged, so the source stops at its
-window and its ring fills in turn; nothing is dropped.
+window and its ring fills in turn; nothing is dropped. Likewise while shared
+memory is short: the sink waits for its frames in the ring to be released.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from .. import layout as L
 from ..codec import decode_frame
 from ..description import FrameDescription
 from ..errors import GpuringError
-from ..producer import Producer
+from ..producer import MEMORY_SHORT, Producer
 from . import wire as W
 from .handshake import handshake
 from .hops import Hops
@@ -101,7 +102,8 @@ class BridgeSink:
                 body = bytes(inline[:length]) if inline is not None else await meta.description(length)
                 description = await self._description(link, header, body, templates)
                 await arrivals.room(header.total_bytes)
-                arrivals.add(self._receive_buffers(link, header, description, inline[length:] if inline is not None else None))
+                arrivals.add(await self._receive_buffers(link, header, description,
+                                                         inline[length:] if inline is not None else None, arrivals))
         finally:
             meta.close()
 
@@ -154,15 +156,15 @@ class BridgeSink:
         await link.send(W.pack_refused(seq, error.code, message), W.TAG_CONTROL)
         raise error
 
-    def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription,
-                         inline: memoryview | None) -> "_Arriving":
+    async def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription,
+                               inline: memoryview | None, arrivals: "_Arrivals") -> "_Arriving":
         """Posts a receive of each buffer where it lands (landing.py), or copies
         it there from an inline frame's ``inline`` bytes, and points the
         description at it; the frame is complete once ``_Arriving.complete()`` returns."""
         present = [(i, b) for i, b in enumerate(description.buffers()) if b.kind != "absent"]
         on_device = [self._landings.lands_on_device(b) for _, b in present]
-        landing = self._landings.take(sum(align(b.length) for (_, b), d in zip(present, on_device) if d),
-                                      sum(align(b.length) for (_, b), d in zip(present, on_device) if not d))
+        landing = await self._land(sum(align(b.length) for (_, b), d in zip(present, on_device) if d),
+                                   sum(align(b.length) for (_, b), d in zip(present, on_device) if not d), arrivals)
         receives = []
         try:
             at, taken = [0, 0], 0  # next free byte in the host span, in the device allocation; of ``inline``
@@ -179,6 +181,20 @@ class BridgeSink:
             raise
         description.sync_kind, description.sync_handle = 0, bytes(L.HANDLE_BYTES)  # complete when published
         return _Arriving(header, description, landing, receives, at[1])
+
+    async def _land(self, device_bytes: int, host_bytes: int, arrivals: "_Arrivals") -> Landing:
+        """A frame's memory. While shared memory is short and frames of this
+        sink are queued or in its ring, it waits for them to come back, as for
+        a full ring; with none, nothing can come back and the error stands."""
+        pause = FULL_RING_BACKOFF_S[0]
+        while True:
+            try:
+                return self._landings.take(device_bytes, host_bytes)
+            except GpuringError as e:
+                if e.code not in MEMORY_SHORT or not (self._producer.in_flight or arrivals.holding):
+                    raise
+            await asyncio.sleep(pause)  # each try reclaims what consumers released meanwhile
+            pause = min(pause * 2, FULL_RING_BACKOFF_S[1])
 
     async def _publish(self, description: FrameDescription, landing: Landing, user_tag: int,
                        on_reclaim: Callable[[], None] | None) -> None:
@@ -204,8 +220,8 @@ class BridgeSink:
                                                user_tag=user_tag, on_reclaim=reclaimed)
             return True
         except GpuringError as e:
-            if e.code == "RING_FULL":
-                return False
+            if e.code == "RING_FULL" or (e.code in MEMORY_SHORT and self._producer.in_flight):
+                return False  # a full ring, or no room for the body until a frame comes back
             raise
 
     def _ensure_reaper(self) -> None:
