@@ -10,6 +10,7 @@ import sys
 import time
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import gpuring
 from all_types import all_types_table
@@ -35,6 +36,11 @@ with gpuring.Consumer.open(ring) as c:
                 if x is None or x.size != 1000 + 4096 * (i % 7) or not bool((x == i).all()):
                     wrong.append(i)
                 del x
+            elif kind == "big":  # 16 MiB, all i
+                v = frame.to_arrow().column("v")
+                if len(v) != 2 << 20 or pc.min_max(v).as_py() != {"min": i, "max": i}:
+                    wrong.append(i)
+                del v
             else:
                 want = all_types_table(1 + i % 9) if kind == "all-types" else pa.table({"id": pa.array([i], pa.int64())})
                 if not pa.Table.from_batches([frame.to_arrow()]).equals(want):
