@@ -78,6 +78,8 @@ export const producerOptions = z
      * larger buffer gets an arena of its own size). Unset: the first arena is
      * 1 MiB and each next one doubles, up to 64 MiB, so that a producer of
      * small frames does not reserve (and zero) 64 MiB before its first one.
+     * When /dev/shm cannot hold an arena of this size but can hold the
+     * allocation, the arena is made just large enough for the allocation.
      */
     arenaBytes: z.number().int().min(1 << 16).max(2 ** 40).optional(),
     openTimeout,

@@ -336,12 +336,13 @@ test('arenas start at 1 MiB and double while no size is chosen; a chosen size is
   }
 });
 
-test('an arena larger than /dev/shm can hold fails with NO_SPACE and a message that says what to do', async (t) => {
+test('an allocation larger than /dev/shm can hold fails with NO_SPACE and a message that says what to do; a 1 TiB arena size is cut to what fits', async (t) => {
   await withRing('nospace', {}, async (_ring, name) => {
     const producer = Producer.open(name, { arenaBytes: 2 ** 40 });
-    const e = await t.throwsAsync(producer.publish(frame(1)), { instanceOf: GpuringError });
+    const e = t.throws(() => producer.allocate(2 ** 40), { instanceOf: GpuringError });
     t.is(e!.code, 'NO_SPACE');
     t.regex(e!.message, /\/dev\/shm.*(enlarge|shm-size)/);
+    t.is(await producer.publish(frame(1)), 1); // its arena: as large as the frame, not 1 TiB
     producer.close();
   });
 });

@@ -88,7 +88,7 @@ class Producer:
              any_owner: bool = False, extra_roles: int = 0) -> "Producer":
         """``any_owner`` joins a ring another user created (refused by default: SEGMENT_OWNER).
         ``arena_size``: bytes per shared-memory arena; 0, the first is 1 MiB and each next
-        one doubles, up to 64 MiB. ``extra_roles``: ``layout.ROLE_BRIDGE`` marks a
+        one doubles, up to 64 MiB (an arena /dev/shm cannot hold is cut to the allocation's size). ``extra_roles``: ``layout.ROLE_BRIDGE`` marks a
         bridge end for ``inspect``."""
         return cls(Segment.open(name, timeout, any_owner), arena_size, extra_roles)
 
