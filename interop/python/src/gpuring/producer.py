@@ -151,9 +151,18 @@ class Producer:
         self._pool.free(space.allocation)
 
     def _alloc(self, nbytes: int, deadline: float | None, block: bool) -> Allocation:
-        """Arena memory; when shared memory is short, the released frames are
-        reclaimed first, and a blocking call waits until ``deadline`` (None:
-        forever) for frames in flight to come back (the module's Memory rule)."""
+        """Arena memory; when shared memory is short, see ``_alloc_when_short``."""
+        try:
+            return self._pool.alloc(nbytes)
+        except GpuringError as e:
+            if e.code not in MEMORY_SHORT:
+                raise
+        return self._alloc_when_short(nbytes, deadline, block)
+
+    def _alloc_when_short(self, nbytes: int, deadline: float | None, block: bool) -> Allocation:
+        """The released frames are reclaimed first, and a blocking call waits
+        until ``deadline`` (None: forever) for frames in flight to come back
+        (the module's Memory rule)."""
         short: list[GpuringError] = []
 
         def attempt() -> Allocation | None:
