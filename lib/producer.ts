@@ -252,10 +252,15 @@ export class Producer {
    */
   async #publishAfterReleases(batch: RecordBatch, schema: Schema, deadline: number, tag: bigint, short: unknown): Promise<number> {
     for (;;) {
-      if (this.#inFlight.size === 0) throw short;
-      const released = await this.#nextRelease(deadline);
-      this.#requireOpen();
-      if (!released) throw new GpuringError('NO_SPACE', `${(short as Error).message}; ${this.#inFlight.size} frames of this producer were still unreleased at the timeout`);
+      // Frames the failed allocation reclaimed are reported now: one may have been the last in flight.
+      const reclaimed = this.#core.takeReleased();
+      if (reclaimed.length) this.#released(reclaimed);
+      else {
+        if (this.#inFlight.size === 0) throw short;
+        const released = await this.#nextRelease(deadline);
+        this.#requireOpen();
+        if (!released) throw new GpuringError('NO_SPACE', `${(short as Error).message}; ${this.#inFlight.size} frames of this producer were still unreleased at the timeout`);
+      }
       try {
         return await this.#publishHost(batch, schema, Math.max(deadline - performance.now(), 0), tag);
       } catch (error) {

@@ -16,7 +16,7 @@ import asyncio
 import functools
 import os
 from collections import OrderedDict, deque
-from typing import Callable
+from typing import Callable, TypeVar
 
 from .. import layout as L
 from ..codec import decode_frame
@@ -31,6 +31,8 @@ from .link import Link, LinkLost
 from .stats import BridgeStats
 from .stream_id import stream_id
 from .templates import SinkTemplates
+
+T = TypeVar("T")
 
 REMEMBERED_ORIGINS = 1 << 16  # per source stream; far more than a source ever holds unacknowledged
 FULL_RING_BACKOFF_S = (0.00005, 0.005)  # first and longest pause between publish attempts on a full ring
@@ -186,23 +188,20 @@ class BridgeSink:
         """A frame's memory. While shared memory is short and frames of this
         sink are queued or in its ring, it waits for them to come back, as for
         a full ring; with none, nothing can come back and the error stands."""
-        pause = FULL_RING_BACKOFF_S[0]
-        while True:
+        def attempt() -> Landing | None:  # each try reclaims what consumers released meanwhile
             try:
                 return self._landings.take(device_bytes, host_bytes)
             except GpuringError as e:
                 if e.code not in MEMORY_SHORT or not (self._producer.in_flight or arrivals.holding):
                     raise
-            await asyncio.sleep(pause)  # each try reclaims what consumers released meanwhile
-            pause = min(pause * 2, FULL_RING_BACKOFF_S[1])
+            return None
+
+        return await _with_backoff(attempt)
 
     async def _publish(self, description: FrameDescription, landing: Landing, user_tag: int,
                        on_reclaim: Callable[[], None] | None) -> None:
-        pause = FULL_RING_BACKOFF_S[0]
-        try:
-            while not self._try_publish(description, landing, user_tag, on_reclaim):
-                await asyncio.sleep(pause)  # the link keeps progressing meanwhile; the source waits on its window
-                pause = min(pause * 2, FULL_RING_BACKOFF_S[1])
+        try:  # meanwhile the link keeps progressing; the source waits on its window
+            await _with_backoff(lambda: self._try_publish(description, landing, user_tag, on_reclaim) or None)
         except BaseException:
             landing.free()  # a failed publish leaves the space ours
             raise
@@ -243,6 +242,16 @@ class BridgeSink:
         """Leaves the ring. Frames published stay deliverable: host arenas outlive their producer."""
         self._producer.close()
         self._hops.write()
+
+
+async def _with_backoff(attempt: Callable[[], T | None]) -> T:
+    """``attempt()`` until it returns something, pausing between tries from
+    the first FULL_RING_BACKOFF_S, doubling, to the second."""
+    pause = FULL_RING_BACKOFF_S[0]
+    while (result := attempt()) is None:
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, FULL_RING_BACKOFF_S[1])
+    return result
 
 
 def _remember(seen: OrderedDict[tuple[int, int, int], None], origin: tuple[int, int, int]) -> None:
