@@ -9,6 +9,7 @@ import sys
 import pyarrow as pa
 import pytest
 
+from all_types import all_types_table
 from conftest import break_utf8_offsets, python_child, python_env
 from gpuring import Consumer, GpuringError, Producer, Ring
 from gpuring import layout as L
@@ -154,10 +155,28 @@ def test_errors_have_stable_codes(ring_name):
         with pytest.raises(GpuringError) as e:
             p.publish(object())
         assert e.value.code == "INVALID_ARGUMENT"
+        with pytest.raises(GpuringError) as e:
+            p.publish(pa.table({"nothing": pa.nulls(3)}))  # Arrow's null type is not carried
+        assert e.value.code == "INVALID_ARGUMENT" and "'n'" in str(e.value)
     with Consumer.open(ring_name) as c:
         with pytest.raises(GpuringError) as e:
             c.next(timeout=0.05)
         assert e.value.code == "TIMEOUT"
+
+
+def test_an_empty_table_of_every_type_arrives_with_its_schema(ring_name):
+    empty = all_types_table(0)  # with no rows, its dictionary column infers null values, which are not carried
+    table = empty.set_column(empty.schema.get_field_index("dictionary"), "dictionary",
+                             pa.array([], pa.dictionary(pa.int32(), pa.string())))
+    Ring.create(ring_name).close()
+    with Producer.open(ring_name) as p, Consumer.open(ring_name) as c:
+        with pytest.raises(GpuringError) as e:
+            p.publish(empty)
+        assert e.value.code == "INVALID_ARGUMENT" and "'n'" in str(e.value)
+        p.publish(table)
+        with c.next(timeout=5) as frame:
+            got = frame.to_arrow()
+    assert got.num_rows == 0 and got.schema == table.schema
 
 
 @pytest.mark.parametrize("values, index, to, says", [

@@ -10,6 +10,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import GpuringError
 from .format import parse_format
 
 _FLAG_DICT_ORDERED, _FLAG_NULLABLE, _FLAG_MAP_KEYS_SORTED = 1, 2, 4
@@ -69,7 +70,7 @@ class ArrowNode:
 def _buffer_sizes(fmt: str, arr: ArrowArray) -> list[int]:
     f = parse_format(fmt)
     if f is None:
-        raise ValueError(f"gpuring does not carry Arrow format {fmt!r}")
+        raise GpuringError("INVALID_ARGUMENT", f"gpuring does not carry Arrow format {fmt!r} (SPEC.md §8.1 lists the types)")
     end = arr.offset + arr.length
     sizes = [(end + 7) // 8]
     if f.layout in ("fixed", "bool"):

@@ -26,7 +26,10 @@ def as_record_batch(data: object) -> Any:
     if isinstance(data, pa.RecordBatch):
         return data
     if isinstance(data, pa.Table):
-        return data.combine_chunks().to_batches()[0] if data.num_rows else pa.RecordBatch.from_pylist([], schema=data.schema)
+        if data.num_rows:
+            return data.combine_chunks().to_batches()[0]
+        # from_pylist has no converter for some types (dictionaries); an empty array of each type does.
+        return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in data.schema], schema=data.schema)
     if isinstance(data, dict):
         return pa.RecordBatch.from_pydict({k: v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v
                                            for k, v in data.items()})
