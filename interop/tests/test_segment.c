@@ -191,6 +191,29 @@ static void test_foreign_owner(void) {
   gpr_segment_unlink(name, &err);
 }
 
+/* Unlink removes the ring's bridge origin logs too (SPEC §2), and only names of that exact form. */
+static void test_unlink_origin_logs(void) {
+  const char *hex = "0123456789abcdef0123456789abcdef";
+  char log[128], near[3][128];
+  snprintf(log, sizeof log, "/gpuring.%s.origins.%s", name, hex);
+  snprintf(near[0], sizeof near[0], "/gpuring.%s.origins.%.31s", name, hex);  /* 31 digits */
+  snprintf(near[1], sizeof near[1], "/gpuring.%s.origins.%sX", name, hex);    /* trailing byte */
+  snprintf(near[2], sizeof near[2], "/gpuring.%s.origins.0123456789ABCDEF0123456789abcdef", name);
+  const char *all[4] = {log, near[0], near[1], near[2]};
+  for (int i = 0; i < 4; i++) {
+    int fd = shm_open(all[i], O_CREAT | O_RDWR, 0600);
+    CHECK(fd >= 0);
+    close(fd);
+  }
+  gpr_segment seg;
+  gpr_error err;
+  CHECK(gpr_segment_create(&seg, name, NULL, &err) == 0);
+  gpr_segment_close(&seg);
+  CHECK(gpr_segment_unlink(name, &err) == 0);
+  CHECK(shm_unlink(log) != 0 && errno == ENOENT);
+  for (int i = 0; i < 3; i++) CHECK(shm_unlink(near[i]) == 0);
+}
+
 int main(void) {
   snprintf(name, sizeof name, "ctest-seg-%d", (int)getpid());
   CHECK(fnv1a(GPR_LAYOUT_STRING) == GPR_LAYOUT_HASH);
@@ -202,5 +225,6 @@ int main(void) {
   test_one_freer();
   test_damage_found_by_window();
   test_foreign_owner();
+  test_unlink_origin_logs();
   return CHECK_DONE();
 }

@@ -319,22 +319,32 @@ GPR_INLINE void gpr_segment_close(gpr_segment *seg) {
   seg->fd = seg->bell_fd = -1;
 }
 
+/* A bridge sink's origin log on ring NAME: the rest of its name, after
+ * "gpuring.NAME.", is "origins." and 32 lowercase hex digits (SPEC §2). */
+GPR_INLINE int gpr_is_origin_log(const char *rest) {
+  if (strncmp(rest, "origins.", 8) != 0) return 0;
+  rest += 8;
+  size_t n = strspn(rest, "0123456789abcdef");
+  return n == 32 && rest[n] == '\0';
+}
+
 /* Removes every arena of segment NAME (/dev/shm/gpuring.NAME.pIgG.aN, that
- * form exactly); returns how many. Arenas of dead producers are normally freed
- * by sweeps, but a segment removed first (or never swept again) leaves them. */
+ * form exactly) and every bridge origin log of it (SPEC §2); returns how many
+ * arenas. Arenas of dead producers are normally freed by sweeps, but a segment
+ * removed first (or never swept again) leaves them. */
 GPR_INLINE uint32_t gpr_arenas_unlink(const char *name) {
   DIR *dir = opendir("/dev/shm");
   if (!dir) return 0;
   char prefix[GPR_SHM_NAME_MAX];
-  int len = snprintf(prefix, sizeof prefix, "gpuring.%s.p", name);
+  int len = snprintf(prefix, sizeof prefix, "gpuring.%s.", name);
   uint32_t removed = 0;
   for (struct dirent *e = readdir(dir); e; e = readdir(dir)) {
     unsigned index, gen, arena;
     char extra;
-    if (strncmp(e->d_name, prefix, (size_t)len) != 0 ||
-        sscanf(e->d_name + len, "%ug%u.a%u%c", &index, &gen, &arena, &extra) != 3)
-      continue;
-    if (unlinkat(dirfd(dir), e->d_name, 0) == 0) removed++;
+    if (strncmp(e->d_name, prefix, (size_t)len) != 0) continue;
+    const char *rest = e->d_name + len;
+    int is_arena = sscanf(rest, "p%ug%u.a%u%c", &index, &gen, &arena, &extra) == 3;
+    if ((is_arena || gpr_is_origin_log(rest)) && unlinkat(dirfd(dir), e->d_name, 0) == 0) removed += (uint32_t)is_arena;
   }
   closedir(dir);
   return removed;

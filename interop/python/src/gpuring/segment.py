@@ -177,16 +177,17 @@ class Segment:
 
     @staticmethod
     def unlink(name: str) -> None:
-        """Removes the name and the arenas named after it (gpr_segment_unlink):
-        SEGMENT_NOT_FOUND only when neither existed."""
+        """Removes the name, the arenas named after it and its bridge origin logs
+        (gpr_segment_unlink): SEGMENT_NOT_FOUND only when neither segment nor arena existed."""
         check_name(name)
         arena = re.compile(rf"gpuring\.{re.escape(name)}\.p\d+g\d+\.a\d+")
+        origin_log = re.compile(rf"gpuring\.{re.escape(name)}\.origins\.[0-9a-f]{{32}}")  # a bridge sink's (§2)
         arenas = 0
         for f in os.listdir("/dev/shm"):
-            if arena.fullmatch(f):
+            if arena.fullmatch(f) or origin_log.fullmatch(f):
                 try:
                     os.unlink(f"/dev/shm/{f}")
-                    arenas += 1
+                    arenas += bool(arena.fullmatch(f))
                 except (FileNotFoundError, PermissionError):
                     pass  # gone, or another user's file squatting an arena name
         try:

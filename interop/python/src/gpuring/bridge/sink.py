@@ -5,7 +5,8 @@ A frame is acknowledged (``free_data``) once published here, or, when the source
 asked for ``released``, once the local consumers released it. A frame whose
 origin (source ring, producer, generation, frame id) this sink already
 published is acknowledged and dropped: the source sends held frames again after
-a link or a source bridge fails (SPEC.md §14.4). Backpressure: while the local
+a link or a source bridge fails (SPEC.md §14.4). That memory outlives this sink
+for frames in host memory (origin_log.py). Backpressure: while the local
 ring is full nothing is published or acknowledged, so the source stops at its
 window and its ring fills in turn; nothing is dropped. Likewise while shared
 memory is short: the sink waits for its frames in the ring to be released.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Callable, TypeVar
 
 from .. import layout as L
@@ -28,6 +29,7 @@ from .handshake import handshake
 from .hops import Hops
 from .landing import Landing, Landings, align
 from .link import Link, LinkLost
+from .origin_log import Origin, OriginLog
 from .stats import BridgeStats
 from .stream_id import stream_id
 from .templates import SinkTemplates
@@ -55,7 +57,7 @@ class BridgeSink:
         self._producer = Producer.open(ring, extra_roles=L.ROLE_BRIDGE)
         self._landings = Landings(self._producer, device)
         self._stream = stream_id(self._producer._seg)
-        self._seen: dict[bytes, OrderedDict[tuple[int, int, int], None]] = {}
+        self._seen: dict[bytes, OriginLog] = {}  # per source stream
         self._reaping = False  # a task looks for released frames ("released" acks)
         self._hops = Hops("sink")
 
@@ -69,7 +71,7 @@ class BridgeSink:
         when the link fails, GpuringError on a protocol error or a refused frame."""
         peer = await handshake(link, self._hello(), self._secret)
         self.stats.linked(link.peer, peer.ring)
-        seen = self._seen.setdefault(peer.stream_id, OrderedDict())
+        seen = self._origins(peer.stream_id)
         acks, arrivals = _Acks(link), _Arrivals()
         reader = asyncio.ensure_future(self._read_frames(link, arrivals))
         publisher = asyncio.ensure_future(self._publish_frames(arrivals, peer, seen, acks))
@@ -109,15 +111,19 @@ class BridgeSink:
         finally:
             meta.close()
 
-    async def _publish_frames(self, arrivals: "_Arrivals", peer: W.Hello, seen: OrderedDict[tuple[int, int, int], None],
-                              acks: "_Acks") -> None:
+    def _origins(self, source_stream: bytes) -> OriginLog:
+        if source_stream not in self._seen:
+            self._seen[source_stream] = OriginLog(self.ring, self._stream, source_stream, REMEMBERED_ORIGINS)
+        return self._seen[source_stream]
+
+    async def _publish_frames(self, arrivals: "_Arrivals", peer: W.Hello, seen: OriginLog, acks: "_Acks") -> None:
         """Publishes each frame once its buffers are in, in sequence order, and acknowledges it."""
         while (arriving := await arrivals.next()) is not None:
             header, description, landing = arriving.header, arriving.description, arriving.landing
             await arriving.complete()  # meanwhile its memory is the queue's: a failed link frees it
             arrivals.done()
             acks.owe()
-            origin = (header.origin_producer, header.origin_generation, header.origin_frame_id)
+            origin: Origin = (header.origin_producer, header.origin_generation, header.origin_frame_id)
             repeat = origin in seen
             self.stats.received(header.total_bytes, repeat)
             if repeat:
@@ -126,8 +132,9 @@ class BridgeSink:
                 continue
             ack = functools.partial(acks.now, header.seq)
             released = peer.ack_mode == W.ACK_RELEASED
+            lasting = landing.device is None  # host arenas outlive this sink; its device memory does not
             await self._publish(description, landing, header.user_tag, ack if released else None)
-            _remember(seen, origin)
+            seen.published(origin, lasting)
             self._hops.stamp(header.user_tag, "published")
             if not released:
                 ack()
@@ -241,6 +248,8 @@ class BridgeSink:
     def close(self) -> None:
         """Leaves the ring. Frames published stay deliverable: host arenas outlive their producer."""
         self._producer.close()
+        for log in self._seen.values():
+            log.close()
         self._hops.write()
 
 
@@ -252,12 +261,6 @@ async def _with_backoff(attempt: Callable[[], T | None]) -> T:
         await asyncio.sleep(pause)
         pause = min(pause * 2, FULL_RING_BACKOFF_S[1])
     return result
-
-
-def _remember(seen: OrderedDict[tuple[int, int, int], None], origin: tuple[int, int, int]) -> None:
-    seen[origin] = None
-    if len(seen) > REMEMBERED_ORIGINS:
-        seen.popitem(last=False)
 
 
 class _Arriving:
