@@ -55,12 +55,15 @@ export class GpuringError extends Error {
   readonly errno?: number;
   /** FRAMES_MISSED and EVICTED (broadcast rings): how many frames this consumer lost. */
   readonly missed?: number;
+  /** CUDA: the driver's CUresult (2 is CUDA_ERROR_OUT_OF_MEMORY). */
+  readonly cudaError?: number;
 
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; errno?: number; missed?: number }) {
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; errno?: number; missed?: number; cudaError?: number }) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     if (options?.errno !== undefined) this.errno = options.errno;
     if (options?.missed !== undefined) this.missed = options.missed;
+    if (options?.cudaError !== undefined) this.cudaError = options.cudaError;
   }
 }
 
@@ -71,12 +74,13 @@ function isCode(value: unknown): value is ErrorCode {
 /** Turns an error thrown by the addon (plain Error with `code`) into a GpuringError. */
 export function fromNative(error: unknown): unknown {
   if (error instanceof GpuringError || !(error instanceof Error)) return error;
-  const { code, errno, missed } = error as Error & { code?: unknown; errno?: unknown; missed?: unknown };
+  const { code, errno, missed, cudaError } = error as Error & { code?: unknown; errno?: unknown; missed?: unknown; cudaError?: unknown };
   if (!isCode(code)) return error;
   return new GpuringError(code, error.message, {
     cause: error,
     ...(typeof errno === 'number' ? { errno } : {}),
     ...(typeof missed === 'number' ? { missed } : {}),
+    ...(typeof cudaError === 'number' ? { cudaError } : {}),
   });
 }
 

@@ -205,7 +205,11 @@ export class Producer {
    * are reclaimed first; if that is not enough, publish() waits for this
    * producer's frames in flight to be released, up to `timeout` as for a full
    * ring, and fails with NO_SPACE only when none is in flight (nothing can
-   * come back), at the timeout, or at once with `timeout: 0`.
+   * come back), at the timeout, or at once with `timeout: 0`. Likewise when
+   * the device cannot hold an upload (`device`): it waits for this
+   * producer's frames to be released (each frees its upload), and fails with
+   * CUDA (`cudaError` 2, out of memory) when none is in flight, at the
+   * timeout, or at once with `timeout: 0`.
    */
   async publish(source: Table | RecordBatch, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
@@ -214,17 +218,32 @@ export class Producer {
     // A loop of publishes that never waits leaves the event loop no turn for
     // release callbacks: collect releases here too before using more memory.
     this.#released(this.#core.takeReleased());
-    if (o.device !== undefined) {
-      const frame = uploadBatch(source, o.device);
-      return this.#sendDevice(frame.description, { memory: frame.memory, eventId: frame.eventId }, o.timeout, o.tag);
+    const { device, timeout, tag } = o;
+    if (device === undefined) {
+      const batch = toBatch(source);
+      try {
+        return this.#publishHost(batch, source.schema, timeout, tag);
+      } catch (error) {
+        return this.#publishWhenShort(error, timeout, (left) => this.#publishHost(batch, source.schema, left, tag));
+      }
     }
-    const batch = toBatch(source);
     try {
-      return this.#publishHost(batch, source.schema, o.timeout, o.tag);
+      return this.#publishUpload(source, device, timeout, tag);
     } catch (error) {
-      if (!isMemoryShort(error) || o.timeout === 0) throw error;
-      return this.#publishAfterReleases(batch, source.schema, performance.now() + o.timeout, o.tag, error);
+      return this.#publishWhenShort(error, timeout, (left) => this.#publishUpload(source, device, left, tag));
     }
+  }
+
+  /** After a publish attempt threw `error`: rethrows it, or when memory was short waits for releases and tries `attempt` again. */
+  #publishWhenShort(error: unknown, timeout: number, attempt: (timeout: number) => number | Promise<number>): Promise<number> {
+    if (!isMemoryShort(error) || timeout === 0) throw error;
+    return this.#publishAfterReleases(attempt, performance.now() + timeout, error);
+  }
+
+  /** Device columns uploaded and published (an upload that does not fit is thrown, never rejected). */
+  #publishUpload(source: Table | RecordBatch, device: number, timeout: number, tag: bigint): number | Promise<number> {
+    const frame = uploadBatch(source, device);
+    return this.#sendDevice(frame.description, { memory: frame.memory, eventId: frame.eventId }, timeout, tag);
   }
 
   /** Host columns into the arena and the ring (memory errors are thrown, never rejected). */
@@ -247,10 +266,11 @@ export class Producer {
   }
 
   /**
-   * publish() of host columns that did not fit in shared memory: tried again
-   * after each release of this producer's frames (publish()'s Memory rule).
+   * publish() of columns that did not fit in shared memory or on the device:
+   * `attempt` tried again after each release of this producer's frames
+   * (publish()'s Memory rule).
    */
-  async #publishAfterReleases(batch: RecordBatch, schema: Schema, deadline: number, tag: bigint, short: unknown): Promise<number> {
+  async #publishAfterReleases(attempt: (timeout: number) => number | Promise<number>, deadline: number, short: unknown): Promise<number> {
     for (;;) {
       // Frames the failed allocation reclaimed are reported now: one may have been the last in flight.
       const reclaimed = this.#core.takeReleased();
@@ -259,10 +279,10 @@ export class Producer {
         if (this.#inFlight.size === 0) throw short;
         const released = await this.#nextRelease(deadline);
         this.#requireOpen();
-        if (!released) throw new GpuringError('NO_SPACE', `${(short as Error).message}; ${this.#inFlight.size} frames of this producer were still unreleased at the timeout`);
+        if (!released) throw stillShort(short as GpuringError, this.#inFlight.size);
       }
       try {
-        return await this.#publishHost(batch, schema, Math.max(deadline - performance.now(), 0), tag);
+        return await attempt(Math.max(deadline - performance.now(), 0));
       } catch (error) {
         if (!isMemoryShort(error)) throw error;
         short = error;
@@ -725,7 +745,18 @@ interface PendingCopy {
 }
 
 /** Arena memory ran out: /dev/shm is full (NO_SPACE), or the producer has its last arena. */
-const isMemoryShort = (error: unknown): boolean => error instanceof GpuringError && (error.code === 'NO_SPACE' || error.code === 'OUT_OF_MEMORY');
+/** Memory ran out: /dev/shm or the last arena for host columns (NO_SPACE, OUT_OF_MEMORY), the device for an upload. */
+const isMemoryShort = (error: unknown): boolean =>
+  error instanceof GpuringError && (error.code === 'NO_SPACE' || error.code === 'OUT_OF_MEMORY' || (error.code === 'CUDA' && error.cudaError === CUDA_ERROR_OUT_OF_MEMORY));
+
+const CUDA_ERROR_OUT_OF_MEMORY = 2;
+
+/** The error of a publish that waited for releases until its timeout: host memory NO_SPACE, device memory CUDA. */
+function stillShort(short: GpuringError, unreleased: number): GpuringError {
+  const code = short.code === 'CUDA' ? 'CUDA' : 'NO_SPACE';
+  const cudaError = short.cudaError === undefined ? {} : { cudaError: short.cudaError };
+  return new GpuringError(code, `${short.message}; ${unreleased} frames of this producer were still unreleased at the timeout`, cudaError);
+}
 
 const NO_ALLOCATIONS = new Float64Array(0);
 const NOTHING_USED: Loose[] = [];

@@ -21,9 +21,10 @@
  *                           18 MiB on (across the first chunk boundary), frame i all i, freed
  *                           once released
  *   read NAME               (a consumer) reads one frame and prints its rows, or its error code
- *   read-all NAME N         (a consumer, or a subscriber of a broadcast ring) says it is ready, reads N
- *                           frames and prints how many held only their tag's value in their first
- *                           column, the tags in order, and the buffer kinds seen
+ *   read-all NAME N [MS]    (a consumer, or a subscriber of a broadcast ring) says it is ready, reads N
+ *                           frames (holding each MS milliseconds before its release) and prints how
+ *                           many held only their tag's value in their first column, the tags in
+ *                           order, and the buffer kinds seen
  *   stream-release NAME N   (a consumer) for each of two frames, queues N device copies of it
  *                           on a stream and releases it with release({ stream }): the first on
  *                           a DeviceStream, the second on a bare CUstream, then closes at once;
@@ -64,6 +65,7 @@ if (role === 'read-all') {
     if (Array.prototype.every.call(values, (v: number) => v === Number(f.tag))) ok++;
     tags.push(Number(f.tag));
     for (const c of f.description.columns) for (const b of c.buffers) kinds.add(b.kind);
+    if (process.argv[5]) await new Promise((r) => setTimeout(r, Number(process.argv[5])));
     f.release();
   }
   say({ ok, tags, kinds: [...kinds].sort() });
