@@ -4,6 +4,6 @@ export default {
   extensions: { ts: 'module' },
   nodeArguments: ['--import=tsx', '--expose-gc'], // gc(): pinned-pool reuse is tested
   workerThreads: false,
-  files: ['test/gpu/**/*.test.ts'],
+  files: ['test/gpu/**/*.test.ts', '!test/gpu/alone/**'], // alone/: see ava.gpu-alone.config.js
   timeout: '5m',
 };

@@ -53,6 +53,8 @@ fi
 echo "== GPU suite =="
 npx ava --tap --config ava.gpu.config.js 2>&1 | tee "$log/gpu.txt"
 count_tap "$log/gpu.txt"
+npx ava --tap --config ava.gpu-alone.config.js 2>&1 | tee "$log/gpu-alone.txt"
+count_tap "$log/gpu-alone.txt"
 
 echo "== fuzz and torture runs =="
 grep -hE '^\[(plain|address)\] fuzz_' "$log/c.txt"

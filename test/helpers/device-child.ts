@@ -55,6 +55,7 @@ if (role === 'read') {
 
 if (role === 'read-all') {
   const consumer = Consumer.open(name!);
+  cudaInfo(); // the CUDA context now: a test may take the device's free memory once this is ready
   say({ ready: true });
   let ok = 0;
   const tags: number[] = [];

@@ -3,8 +3,8 @@
 // so that a few frames in flight fill the rest.
 import test from 'ava';
 import { makeVector, Table } from 'apache-arrow';
-import { cudaInfo, DeviceBuffer, GpuringError, Producer } from '../../lib/index.js';
-import { deviceChild, exitOf, nextLine, withRing } from '../helpers/ring.js';
+import { cudaInfo, DeviceBuffer, GpuringError, Producer } from '../../../lib/index.js';
+import { deviceChild, exitOf, nextLine, withRing } from '../../helpers/ring.js';
 
 const info = cudaInfo();
 const gpu = info.available && info.devices.length > 0;
