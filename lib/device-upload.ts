@@ -2,7 +2,8 @@
  * Uploading an apache-arrow batch to a CUDA device for publishing: every buffer
  * goes into one device allocation (256-byte aligned pieces), exported once, and
  * an interprocess event is recorded after the upload (if it is still under way)
- * so consumers order their reads after it. The allocation belongs to the frame until it is released.
+ * so consumers order their reads after it. The allocation, taken from the
+ * producer's UploadPool, belongs to the frame until it is released.
  */
 import type { RecordBatch, Table } from 'apache-arrow';
 import { describeBatch } from './arrow/table-writer.js';
@@ -12,18 +13,19 @@ import { DeviceBuffer, deviceUuidOf, exportDeviceMemory, exportedBuffer } from '
 import { DeviceStream } from './device-stream.js';
 import { callNative, GpuringError } from './errors.js';
 import { native } from './native.js';
+import type { UploadPool } from './upload-pool.js';
 
 const ALIGN = 256;
 
 export interface DeviceFrame {
   description: FrameDescription;
-  /** Owns the columns' device memory; free once the frame is released. */
+  /** Owns the columns' device memory; back to the pool once the frame is released. */
   memory: DeviceBuffer;
   /** Pooled event, recycled once the frame is released; -1 for none. */
   eventId: number;
 }
 
-export function uploadBatch(source: RecordBatch | Table, device: number): DeviceFrame {
+export function uploadBatch(source: RecordBatch | Table, device: number, pool: UploadPool): DeviceFrame {
   const uuid = deviceUuidOf(device);
   const pieces: { bytes: Uint8Array; desc: BufferDescriptor }[] = [];
   const description = describeBatch(source, {
@@ -35,14 +37,14 @@ export function uploadBatch(source: RecordBatch | Table, device: number): Device
   });
   let at = 0;
   for (const p of pieces) (p.desc.offset = at), (at += Math.ceil(p.bytes.length / ALIGN) * ALIGN);
-  const memory = DeviceBuffer.alloc(Math.max(at, ALIGN), { device });
+  const memory = pool.take(device, Math.max(at, ALIGN));
   try {
     for (const p of pieces) if (p.bytes.length) memory.upload(p.bytes, p.desc.offset);
     const exported = exportDeviceMemory(memory.ptr);
     for (const p of pieces) Object.assign(p.desc, { ...exportedBuffer(exported, uuid), offset: p.desc.offset + exported.offset });
     return { description, memory, eventId: recordFrameEvent(description, device) };
   } catch (error) {
-    memory.free();
+    pool.giveBack(memory);
     throw error;
   }
 }

@@ -101,3 +101,9 @@ export async function awaitNative<T>(promise: Promise<T>): Promise<T> {
     throw fromNative(error);
   }
 }
+
+const CUDA_ERROR_OUT_OF_MEMORY = 2;
+
+/** A CUDA call failed for want of device memory (CUDA_ERROR_OUT_OF_MEMORY). */
+export const isCudaOutOfMemory = (error: unknown): boolean =>
+  error instanceof GpuringError && error.code === 'CUDA' && error.cudaError === CUDA_ERROR_OUT_OF_MEMORY;

@@ -10,11 +10,12 @@ import { encodeFrame } from './codec/encode.js';
 import { align64 } from './codec/layout.js';
 import { warmUpPublishPath } from './code-warm-up.js';
 import { eventDevice, orderingStream, recordFrameEvent, uploadBatch } from './device-upload.js';
+import { UploadPool } from './upload-pool.js';
 import { PreparedFrame, type SendBody, type SendMany } from './prepared-frame.js';
 import { FrameLoan, loanLayout, type LoanOptions, type LoanSink } from './frame-loan.js';
 import type { DeviceBuffer } from './device-buffer.js';
 import type { DeviceStream } from './device-stream.js';
-import { awaitNative, callNative, GpuringError } from './errors.js';
+import { awaitNative, callNative, GpuringError, isCudaOutOfMemory } from './errors.js';
 import { native, type NativeProducerCore, type ProducerStats } from './native.js';
 import { openFlags, parseOptions, parseSegmentName, prepareOptions, producerOptions, publishOptions, toNativeTimeout, waitOptions } from './options.js';
 import { pollUntil } from './poll-until.js';
@@ -99,6 +100,8 @@ export class Producer {
   readonly #inFlight = new Set<number>();
   /** Device memory and events of frames in flight, freed / recycled on release (an event shared by a batch, when its last frame is). */
   readonly #deviceFrames = new Map<number, DeviceOwned>();
+  /** Device allocations of publish(table, { device }), reused once their frames are released. */
+  readonly #uploads = new UploadPool();
   /** Body templates by the apache-arrow Schema their frames came from (see #encode). */
   readonly #templates = new WeakMap<object, BodyTemplate>();
   /** The layout of the last frame publishFrame() encoded (see #encode()). */
@@ -207,9 +210,11 @@ export class Producer {
    * ring, and fails with NO_SPACE only when none is in flight (nothing can
    * come back), at the timeout, or at once with `timeout: 0`. Likewise when
    * the device cannot hold an upload (`device`): it waits for this
-   * producer's frames to be released (each frees its upload), and fails with
-   * CUDA (`cudaError` 2, out of memory) when none is in flight, at the
-   * timeout, or at once with `timeout: 0`.
+   * producer's frames to be released (each gives its upload back), and fails
+   * with CUDA (`cudaError` 2, out of memory) when none is in flight, at the
+   * timeout, or at once with `timeout: 0`. Uploads reuse the device memory of
+   * released frames (UploadPool), so consumers map each allocation once; the
+   * producer keeps up to 256 MiB of it idle until close().
    */
   async publish(source: Table | RecordBatch, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
@@ -242,7 +247,7 @@ export class Producer {
 
   /** Device columns uploaded and published (an upload that does not fit is thrown, never rejected). */
   #publishUpload(source: Table | RecordBatch, device: number, timeout: number, tag: bigint): number | Promise<number> {
-    const frame = uploadBatch(source, device);
+    const frame = uploadBatch(source, device, this.#uploads);
     return this.#sendDevice(frame.description, { memory: frame.memory, eventId: frame.eventId }, timeout, tag);
   }
 
@@ -485,6 +490,7 @@ export class Producer {
     this.#closed = true;
     this.#core.close();
     this.#loose.clear();
+    this.#uploads.freeIdle();
     this.#events.emit('close');
   }
 
@@ -661,7 +667,7 @@ export class Producer {
 
   /** Frees a frame's device memory and recycles its event, `frames` of the frames sharing it at a time. */
   #freeDevice(owned: DeviceOwned, frames = 1): void {
-    owned.memory?.free();
+    if (owned.memory) this.#uploads.giveBack(owned.memory);
     if (owned.shares && (owned.shares.left -= frames) > 0) return;
     if (owned.eventId >= 0) callNative(() => native().recycleEvent(owned.eventId));
   }
@@ -747,9 +753,7 @@ interface PendingCopy {
 /** Arena memory ran out: /dev/shm is full (NO_SPACE), or the producer has its last arena. */
 /** Memory ran out: /dev/shm or the last arena for host columns (NO_SPACE, OUT_OF_MEMORY), the device for an upload. */
 const isMemoryShort = (error: unknown): boolean =>
-  error instanceof GpuringError && (error.code === 'NO_SPACE' || error.code === 'OUT_OF_MEMORY' || (error.code === 'CUDA' && error.cudaError === CUDA_ERROR_OUT_OF_MEMORY));
-
-const CUDA_ERROR_OUT_OF_MEMORY = 2;
+  (error instanceof GpuringError && (error.code === 'NO_SPACE' || error.code === 'OUT_OF_MEMORY')) || isCudaOutOfMemory(error);
 
 /** The error of a publish that waited for releases until its timeout: host memory NO_SPACE, device memory CUDA. */
 function stillShort(short: GpuringError, unreleased: number): GpuringError {

@@ -316,11 +316,11 @@ function trimIpcCache(): void {
   native().ipcSetLimits(256, 64 * 2 ** 30);
 }
 
-gpuTest('10,000 device frames, each read, then device memory in use returns to where it started', async (t) => {
+gpuTest('10,000 device frames, each a new allocation often at a recycled address, each read, then device memory in use returns to where it started', async (t) => {
   trimIpcCache();
   const freeBefore = cudaInfo().devices[0]!.freeBytes;
   const frames = 10_000;
-  await fromDeviceProducer('many', [frames], async (consumer) => {
+  await fromDeviceProducer('recycled', [frames], async (consumer) => {
     const started = performance.now();
     let stale = 0;
     for (let i = 0; i < frames; i++) {
@@ -336,6 +336,25 @@ gpuTest('10,000 device frames, each read, then device memory in use returns to w
   trimIpcCache();
   const freeAfter = cudaInfo().devices[0]!.freeBytes;
   t.true(Math.abs(freeAfter - freeBefore) < 64 << 20, `free device memory ${freeBefore} -> ${freeAfter}`);
+});
+
+gpuTest('publish(table, { device }) uploads into the memory of released frames: 2,000 frames read exactly, through at most one mapping per ring slot', async (t) => {
+  trimIpcCache();
+  const opensBefore = native().ipcStats().opens;
+  const frames = 2_000;
+  await fromDeviceProducer('many', [frames], async (consumer) => {
+    let wrong = 0;
+    for (let i = 0; i < frames; i++) {
+      const f = await consumer.next({ timeout: 30_000 });
+      const values = [...f.toTable().getChild('i')!];
+      if (f.tag !== BigInt(i) || values.length !== 8 || values.some((v) => v !== i)) wrong++;
+      f.release();
+    }
+    t.is(wrong, 0, 'every frame in order, with its own contents');
+    const opened = native().ipcStats().opens - opensBefore;
+    t.log(`${frames} uploaded frames mapped through ${opened} allocations`);
+    t.true(opened <= 64, `${opened} allocations opened: one per frame in flight at most (64 slots), not one per frame`);
+  });
 });
 
 gpuTest('memory CUDA IPC cannot export is refused up front, naming the reason', (t) => {

@@ -11,6 +11,7 @@
  *                           of one written 0x6b
  *   same NAME FRAMES        one allocation published in FRAMES frames
  *   many NAME FRAMES        FRAMES small tables uploaded to the device, frame i all i
+ *   recycled NAME FRAMES    FRAMES int32 columns, each a new cuMemAlloc freed once released, frame i all i
  *   on-device NAME ORDINAL  the every-type table (13 rows) uploaded to device ORDINAL
  *   pool NAME FRAMES        FRAMES float32 columns in memory of gpuring's exportable pool
  *                           (cuda-pool), frame i all i, each allocation freed once released
@@ -230,10 +231,21 @@ async function main(): Promise<number> {
       return 2;
     }
     case 'many': {
-      // Each frame's memory is freed on release and the next allocation often
-      // lands at the same address: per-frame contents catch a stale mapping.
+      // Uploads reuse the memory of released frames (UploadPool): per-frame contents catch a stale read.
       for (let i = 0; i < Number(arg); i++)
         await producer.publish(new Table({ i: makeVector(Int32Array.of(i, i, i, i, i, i, i, i)) }), { device: 0, tag: BigInt(i) });
+      return Number(arg);
+    }
+    case 'recycled': {
+      // Each frame a new cuMemAlloc, freed once released: the next often lands at the same
+      // address with the same IPC handle, and only its buffer id tells a stale mapping apart.
+      for (let i = 0; i < Number(arg); i++) {
+        const buf = DeviceBuffer.alloc(32);
+        buf.upload(new Int32Array(8).fill(i));
+        await producer.publishFrame(column('i', 8, [absentBuffer(), deviceBufferDescriptor(buf.ptr, 32)], { name: 'i' }), { tag: BigInt(i) });
+        await producer.drain();
+        buf.free();
+      }
       return Number(arg);
     }
   }

@@ -12,8 +12,8 @@ const gpuTest = gpu ? test.serial : test.skip;
 if (!gpu) console.log(`GPU tests skipped: ${info.available ? 'no CUDA device visible' : info.error}`);
 
 const FRAME_VALUES = 16 << 20; // float32: 64 MiB a frame
-const HEADROOM = 256 << 20; // about three frames' uploads fit beside the ballast
-const table = (i: number) => new Table({ v: makeVector(new Float32Array(FRAME_VALUES).fill(i)) });
+const HEADROOM = 512 << 20; // about seven frames' uploads fit beside the ballast
+const table = (i: number, values = FRAME_VALUES) => new Table({ v: makeVector(new Float32Array(values).fill(i)) });
 
 /** Takes all but HEADROOM of device 0's free memory for the callback's duration. */
 async function withBallast<T>(fn: () => Promise<T>): Promise<T> {
@@ -22,16 +22,25 @@ async function withBallast<T>(fn: () => Promise<T>): Promise<T> {
 }
 
 gpuTest('a device upload that does not fit waits for this producer\'s frames to be released: every frame arrives, in order, each value checked', async (t) => {
-  const frames = 24;
+  const frames = 32;
   await withRing('gpu-devshort', { slots: 64 }, async (_ring, name) => {
-    const reader = deviceChild('read-all', name, frames, 40); // holds each frame 40 ms: uploads outrun it
+    const reader = deviceChild('read-all', name, frames, 150); // holds each frame 150 ms: uploads outrun it
     t.like(await nextLine(reader), { ready: true });
+    const producer = Producer.open(name);
+    // A first, small frame before the ballast: whatever the reader's first device frame takes on the GPU is taken then.
+    await producer.publish(table(0, 1024), { device: 0, tag: 0n });
+    await producer.drain();
+    let most = 0;
     await withBallast(async () => {
-      const producer = Producer.open(name);
-      for (let i = 0; i < frames; i++) await producer.publish(table(i), { device: 0, tag: BigInt(i), timeout: 60_000 });
+      const free = cudaInfo().devices[0]!.freeBytes;
+      for (let i = 1; i < frames; i++) {
+        await producer.publish(table(i), { device: 0, tag: BigInt(i), timeout: 60_000 });
+        most = Math.max(most, producer.inFlight);
+      }
       await producer.drain();
-      await producer.close();
+      t.true(most * FRAME_VALUES * 4 > free - (64 << 20), `the uploads in flight (${most}) filled the ${free >> 20} MiB left`);
     });
+    await producer.close();
     t.deepEqual(await nextLine(reader), { ok: frames, tags: Array.from({ length: frames }, (_, i) => i), kinds: ['absent', 'cuda-ipc'] });
     t.is((await exitOf(reader)).code, 0);
   });
