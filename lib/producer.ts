@@ -98,7 +98,7 @@ export class Producer {
   readonly #events = new EventEmitter();
   /** Published and not yet released. */
   readonly #inFlight = new Set<number>();
-  /** Device memory and events of frames in flight, freed / recycled on release (an event shared by a batch, when its last frame is). */
+  /** Device memory and events of frames in flight, given back / recycled on release (an event shared by a batch, when its last frame is). */
   readonly #deviceFrames = new Map<number, DeviceOwned>();
   /** Device allocations of publish(table, { device }), reused once their frames are released. */
   readonly #uploads = new UploadPool();
@@ -665,9 +665,9 @@ export class Producer {
     return ids;
   }
 
-  /** Frees a frame's device memory and recycles its event, `frames` of the frames sharing it at a time. */
+  /** Gives a frame's upload back for reuse (frees it once closed) and recycles its event, `frames` of the frames sharing it at a time. */
   #freeDevice(owned: DeviceOwned, frames = 1): void {
-    if (owned.memory) this.#uploads.giveBack(owned.memory);
+    if (owned.memory) (this.#closed ? owned.memory.free() : this.#uploads.giveBack(owned.memory));
     if (owned.shares && (owned.shares.left -= frames) > 0) return;
     if (owned.eventId >= 0) callNative(() => native().recycleEvent(owned.eventId));
   }
@@ -750,7 +750,6 @@ interface PendingCopy {
   desc: BufferDescriptor;
 }
 
-/** Arena memory ran out: /dev/shm is full (NO_SPACE), or the producer has its last arena. */
 /** Memory ran out: /dev/shm or the last arena for host columns (NO_SPACE, OUT_OF_MEMORY), the device for an upload. */
 const isMemoryShort = (error: unknown): boolean =>
   (error instanceof GpuringError && (error.code === 'NO_SPACE' || error.code === 'OUT_OF_MEMORY')) || isCudaOutOfMemory(error);
