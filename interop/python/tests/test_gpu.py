@@ -265,3 +265,23 @@ def test_a_consumer_keeps_up_with_a_producer_that_frees_and_reuses_device_memory
                 del x
     out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
+
+
+def test_device_frames_published_and_read_in_one_process(ring_name):
+    """CUDA refuses to open an IPC handle in the process that made it (memory and
+    events alike): a consumer in the producer's process uses the producer's own
+    memory and waits on its own event. Each frame a new allocation, written by a
+    kernel still queued when it is published."""
+    Ring.create(ring_name).close()
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        for i in range(4):
+            x = cupy.empty(1 << 22, dtype=cupy.float32)
+            x.fill(i + 0.5)  # queued on the default stream: the frame carries an event after it
+            producer.publish({"x": x})
+            with consumer.next(timeout=5) as frame:
+                assert frame.description.sync_kind == 2
+                got = frame.to_cupy()["x"]
+                assert got.shape == x.shape and bool((got == i + 0.5).all()), f"frame {i}"
+                del got
+            producer.drain(timeout=5)
+            del x

@@ -192,12 +192,19 @@ def ipc_close(ptr: int) -> None:
     driver().cuIpcCloseMemHandle(ctypes.c_uint64(ptr))
 
 
+# This process's interprocess events by handle, and back: CUDA refuses to open a handle
+# in the process that made it, so a frame published and read here waits on the event itself.
+_own_events: dict[bytes, int] = {}
+_own_event_handles: dict[int, bytes] = {}
+
+
 def record_ipc_event(stream: int) -> tuple[ctypes.c_void_p, bytes]:
     """An interprocess event recorded on ``stream``, and its 64-byte handle."""
     event, handle = ctypes.c_void_p(), (ctypes.c_ubyte * 64)()
     call("cuEventCreate", ctypes.byref(event), CU_EVENT_DISABLE_TIMING_INTERPROCESS)
     call("cuEventRecord", event, ctypes.c_void_p(stream))
     call("cuIpcGetEventHandle", handle, event)
+    _own_events[bytes(handle)], _own_event_handles[event.value or 0] = event.value or 0, bytes(handle)
     return event, bytes(handle)
 
 
@@ -233,11 +240,18 @@ def stream_handle(stream: object) -> int:
 
 
 def destroy_event(event: ctypes.c_void_p) -> None:
+    handle = _own_event_handles.pop(event.value or 0, None)
+    if handle is not None:
+        _own_events.pop(handle, None)
     driver().cuEventDestroy_v2(event)
 
 
 def wait_ipc_event(handle: bytes) -> None:
     """Blocks until the producer's work before its event is done."""
+    own = _own_events.get(handle)
+    if own is not None:  # made here: the frame holding it is held, so the event lives
+        call("cuEventSynchronize", ctypes.c_void_p(own))
+        return
     event = ctypes.c_void_p()
     call("cuIpcOpenEventHandle", ctypes.byref(event), _IpcHandle(handle))
     try:

@@ -70,6 +70,12 @@ def _contiguous(cai: dict[str, Any]) -> bool:
     return tuple(strides) == tuple(expected)
 
 
+# Allocations this process exported as cuda-ipc, by handle: (buffer id, base). CUDA
+# refuses to open a handle in the process that made it, so a frame published and read
+# here uses the memory itself. A recycled address (same handle) replaces its entry.
+_own_exports: dict[bytes, tuple[int, int]] = {}
+
+
 class _Exporter:
     """Turns device pointers into buffer descriptors; remembers the streams to sync."""
 
@@ -115,6 +121,7 @@ class _Exporter:
             base = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ctypes.c_uint64)
             alloc_id = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_BUFFER_ID, ctypes.c_uint64)
             handle = cu.ipc_mem_handle(base)
+        _own_exports[handle] = (alloc_id, base)
         return BufferDescriptor("cuda-ipc", ordinal, cu.device_uuid(ordinal), ptr - base, size, alloc_id, handle), count
 
     def column(self, name: str, obj: Any) -> ColumnDescriptor:
@@ -284,6 +291,9 @@ class DeviceMappings:
 
     def map(self, b: BufferDescriptor, producer: tuple[int, int], lease: Lease) -> int:
         """The buffer's address here; the mapping is held until ``lease`` ends."""
+        own = _own_exports.get(b.handle)
+        if own is not None and own[0] == b.allocation_id:
+            return own[1] + b.offset  # this process's memory: its producer keeps it until the frame is released
         key = (b.handle, b.allocation_id)
         hit = self.open.get(key)
         if hit is None:
