@@ -260,7 +260,7 @@ SWEEP_EVERY = 0.25  # seconds of waiting between sweeps (SPEC.md §7: waiters sw
 # Only with 4 CPUs or more: on fewer, a polling waiter takes the CPU from the very
 # process it waits for (bench:remote, 2-core box: 1 MiB frames 1.23-1.41 GB/s without
 # polling against 0.86-1.08 with it).
-SPIN_S = 1e-3 if (os.cpu_count() or 1) >= 4 else 0.0
+SPIN_S = 1e-3 if len(os.sched_getaffinity(0)) >= 4 else 0.0  # the CPUs this process may run on
 
 
 def wait_for(seg: Segment, which: str, attempt: Callable[[], T | None], timeout: float | None) -> T:
