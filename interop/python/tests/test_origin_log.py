@@ -1,6 +1,7 @@
 """The sink's origin log (bridge/origin_log.py): what it remembers across a
 restart, and when it starts afresh. The killed-sink bridge tests show it at work."""
 import os
+import struct
 
 from gpuring import Ring
 from gpuring.bridge.origin_log import OriginLog, log_path
@@ -40,7 +41,9 @@ def test_a_ring_made_again_under_the_name_starts_afresh(ring_name):
 
 def test_a_damaged_or_foreign_file_is_replaced(ring_name):
     path = log_path(ring_name, SOURCE)
-    for content in (b"", b"x" * 100, os.urandom(64 + 8 * 16)):
+    ours = bytearray(64 + 8 * 16)
+    struct.pack_into("<QII16s16sQ", ours, 0, 0x4E4749524F525047, 1, 8, SINK, SOURCE, 2**64 - 1)  # ours, but a count no sink reaches
+    for content in (b"", b"x" * 100, os.urandom(64 + 8 * 16), bytes(ours)):
         with open(path, "wb") as f:
             f.write(content)
         log = OriginLog(ring_name, SINK, SOURCE, 8)

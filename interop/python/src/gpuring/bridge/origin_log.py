@@ -60,7 +60,8 @@ class OriginLog:
             st = os.fstat(fd)
             if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
                 raise GpuringError("SEGMENT_OWNER", f"{log_path(ring, source_stream)} is not this user's file")
-            fresh = st.st_size != size or HEADER.unpack_from(os.pread(fd, HEADER.size, 0))[:5] != identity
+            header = HEADER.unpack_from(os.pread(fd, HEADER.size, 0)) if st.st_size == size else None
+            fresh = header is None or header[:5] != identity or header[5] >= 1 << 62  # a count no sink reaches
             if fresh:
                 os.ftruncate(fd, 0)
                 os.posix_fallocate(fd, 0, size)  # a full /dev/shm fails here, not as SIGBUS later
