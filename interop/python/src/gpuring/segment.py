@@ -184,10 +184,11 @@ class Segment:
         origin_log = re.compile(rf"gpuring\.{re.escape(name)}\.origins\.[0-9a-f]{{32}}")  # a bridge sink's (§2)
         arenas = 0
         for f in os.listdir("/dev/shm"):
-            if arena.fullmatch(f) or origin_log.fullmatch(f):
+            is_arena = arena.fullmatch(f) is not None
+            if is_arena or origin_log.fullmatch(f):
                 try:
                     os.unlink(f"/dev/shm/{f}")
-                    arenas += bool(arena.fullmatch(f))
+                    arenas += is_arena
                 except (FileNotFoundError, PermissionError):
                     pass  # gone, or another user's file squatting an arena name
         try:
