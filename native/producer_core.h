@@ -50,8 +50,9 @@ struct ProducerState : LoopParticipant {
   bool shut = false;
   bool serves_descriptors = false;  // its descriptor channel is bound (DescriptorChannels)
 
-  size_t Reap(bool full = true);
+  size_t Reap(bool full);
   size_t ReapOldest();
+  size_t ReapOnWake();
   int Alloc(uint64_t bytes, gpr_allocation *out, gpr_error *err);
   uint32_t reaps_since_full = 0;
   bool PublishPending(Napi::Env env);
