@@ -86,7 +86,7 @@ export function flatData(type: DataType, f: FormatInfo, node: NodeSlice, nullCou
   // type's array over the slice, validity as given (offset applies to it alone).
   const bitmap = buffer(0);
   const nulls = nullCount >= 0 ? nullCount : bitmap ? -1 : 0;
-  const validity = bitmap ?? new Uint8Array(0);
+  const validity = bitmap ?? EMPTY;
   const values = buffer(1) ?? EMPTY;
   if (f.layout === 'bool') return new Data(type, node.offset, node.length, nulls, [undefined, values, validity]);
   if (f.layout === 'fixed') return new Data(type, node.offset, node.length, nulls, [undefined, fixedValues(type, f.bitWidth / 8, node, values), validity] as never);
