@@ -154,6 +154,8 @@ export interface NativeProducerCore {
   publish(body: Uint8Array, allocations: Float64Array, tag: bigint, timeoutMs: number): number | Promise<number>;
   /** `count` frames of one body; fewer results than `count` with timeout 0 when the ring filled. */
   publishMany(body: Uint8Array, count: number, tags: BigUint64Array | null, timeoutMs: number): (number | Promise<number>)[];
+  /** A flat frame whose host buffers give offsets into the first `bytes` of `staged`: both copied into one allocation, the buffers placed there. */
+  publishStaged(body: Uint8Array, staged: Uint8Array, bytes: number, tag: bigint, timeoutMs: number): number | Promise<number>;
   onRelease(callback: ((frameIds: number[]) => void) | null): void;
   stats(): ProducerStats;
   /** The broadcast ring's subscribers now; -1 on a work-queue ring. */

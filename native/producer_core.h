@@ -82,8 +82,12 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   Napi::Value Publish(const Napi::CallbackInfo &info);
   Napi::Value PublishMany(const Napi::CallbackInfo &info);
   Napi::Uint8Array ValidBody(Napi::Env env, Napi::Value value);
-  Napi::Value Enqueue(Napi::Env env, const uint8_t *body, size_t length, std::vector<gpr_allocation> allocs,
-                      uint64_t tag, double timeout_ms, uint32_t rung);
+  Napi::Value PublishStaged(const Napi::CallbackInfo &info);
+  bool PlaceStaged(const gpr_allocation &a, size_t columns_at, size_t staged);
+  void CopyBody(Napi::Env env, const uint8_t *body, size_t length, gpr_allocation *out);
+  Napi::Value Enqueue(Napi::Env env, std::vector<gpr_allocation> allocs, size_t length, uint64_t tag, double timeout_ms,
+                      uint32_t rung);
+  void ThrowRingFull(Napi::Env env);
   // Whom a publish's heads-up rang, and whether this producer had been idle
   // until then (see YieldToWoken).
   struct HeadsUpGiven {

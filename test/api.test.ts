@@ -3,7 +3,7 @@
 import { spawnSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import test from 'ava';
-import { Field, Float32, Int32, makeData, makeVector, Table, vectorFromArray } from 'apache-arrow';
+import { Bool, Field, Float32, Float64, Int32, makeData, makeVector, Table, Utf8, vectorFromArray } from 'apache-arrow';
 import { absentBuffer, Consumer, ERROR_CODES, GpuringError, hostBuffer, Producer, Ring, type BufferDescriptor, type FrameDescription } from '../lib/index.js';
 import { native } from '../lib/native.js';
 import { HANDLE_BYTES } from '../lib/codec/layout.js';
@@ -437,6 +437,42 @@ test('frames taken one at a time keep their own bodies while held: small and lar
       t.is(table.getChildAt(shapes[i]! - 1)!.get(0), i * 1000 + shapes[i]! - 1);
       f.release();
     }
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('publish(table) of flat batches: small frames (columns sent with the body in one call) and larger ones read back whole while many are held', async (t) => {
+  // Frames whose columns take up to 8 KiB travel in one allocation with their
+  // body (publishStaged); larger ones in an allocation of their own. Rows
+  // around that size, with nulls, strings and bits, cross it both ways.
+  await withRing('staged', { slots: 64 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const values = (rows: number, seed: number) => ({
+      f: Array.from({ length: rows }, (_, i) => (i % 3 === 0 ? null : seed + i / 4)),
+      s: Array.from({ length: rows }, (_, i) => `v${seed}-${i}`),
+      b: Array.from({ length: rows }, (_, i) => (i + seed) % 5 === 0),
+    });
+    const rows = [0, 1, 7, 300, 500, 560, 620, 700, 1000, 3000];
+    const tables = rows.map((n, k) => {
+      const v = values(n, k);
+      return new Table({ f: vectorFromArray(v.f, new Float64()), s: vectorFromArray(v.s, new Utf8()), b: vectorFromArray(v.b, new Bool()) });
+    });
+    for (const [k, table] of tables.entries()) await producer.publish(table, { tag: BigInt(k) });
+    const held = rows.map(() => consumer.tryNext()!);
+    for (const [k, f] of held.entries()) {
+      t.is(f.tag, BigInt(k));
+      const got = f.toTable();
+      const want = values(rows[k]!, k);
+      t.deepEqual(got.getChild('f')!.toArray().length, rows[k]);
+      t.deepEqual([...got.getChild('f')!], want.f, `frame ${k}: float64 with nulls`);
+      t.deepEqual([...got.getChild('s')!], want.s, `frame ${k}: utf8`);
+      t.deepEqual([...got.getChild('b')!], want.b, `frame ${k}: bool`);
+    }
+    for (const f of held) f.release();
+    await producer.drain();
+    t.is(producer.inFlight, 0);
     consumer.close();
     producer.close();
   });

@@ -17,7 +17,7 @@
  */
 import { type Data, type RecordBatch, Type } from 'apache-arrow';
 import { absentBuffer } from '../codec/description.js';
-import { encodeFrame, setU64 } from '../codec/encode.js';
+import { encodeFrame } from '../codec/encode.js';
 import { align64, Buffer_, BUFFER_BYTES, Header, HANDLE_BYTES, HEADER_BYTES, Node, NODE_BYTES } from '../codec/layout.js';
 import { sliceBits } from './bits.js';
 import { byteView, describeBatch, layoutOf } from './table-writer.js';
@@ -36,28 +36,44 @@ function planOf(type: Data['type']): ColumnPlan | null {
   return null;
 }
 
+/** Buffers per column of each layout: validity and values, and offsets before the bytes of var-size ones. */
+const buffersOf = (plan: ColumnPlan) => (plan.layout === 'varbin' ? 3 : 2);
+
 export class FlatBatchWriter {
   readonly #plans: ColumnPlan[];
   /** The body of every frame: the schema's encoding, whose counts and buffer descriptors body() rewrites. */
   readonly #out: Uint8Array;
+  /** #out as little-endian words (gpuring runs on little-endian machines only: gpuring.h): its u64 fields are 8-aligned. */
+  readonly #words: Uint32Array;
   readonly #view: DataView;
   readonly #buffersAt: number;
   /** The handle each buffer descriptor of #out holds now (the same object per arena), so that body() writes a handle only when it changes. */
   readonly #handles: Uint8Array[] = [];
-  /** This batch's buffers in wire order (null: absent), each node's length and null count, from gather(). */
-  readonly #parts: (Uint8Array | null)[] = [];
-  /** Per buffer in wire order: its place from the allocation's start, and its bytes (-1: absent); from gather() or place(). */
-  readonly #at: number[] = [];
-  readonly #sizes: number[] = [];
-  readonly #lengths: number[] = [];
-  readonly #nulls: number[] = [];
+  /**
+   * This batch, from gather() or place(): its buffers in wire order (null:
+   * absent; gather() only), each one's place from the allocation's start and
+   * its bytes (-1: absent), and each node's length and null count. A schema's
+   * batches have as many of each, so the arrays are made once.
+   */
+  readonly #parts: (Uint8Array | null)[];
+  readonly #at: Float64Array;
+  readonly #sizes: Float64Array;
+  readonly #lengths: Float64Array;
+  readonly #nulls: Float64Array;
   #rows = 0;
 
   private constructor(plans: ColumnPlan[], template: Uint8Array) {
     this.#plans = plans;
     this.#out = template;
+    this.#words = new Uint32Array(template.buffer, template.byteOffset, template.byteLength >>> 2);
     this.#view = new DataView(template.buffer, template.byteOffset, template.byteLength);
     this.#buffersAt = HEADER_BYTES + plans.length * NODE_BYTES;
+    const buffers = plans.reduce((n, plan) => n + buffersOf(plan), 0);
+    this.#parts = new Array<Uint8Array | null>(buffers).fill(null);
+    this.#at = new Float64Array(buffers);
+    this.#sizes = new Float64Array(buffers);
+    this.#lengths = new Float64Array(plans.length);
+    this.#nulls = new Float64Array(plans.length);
   }
 
   /** A writer for batches of `batch`'s Schema, or null if that schema is not flat. */
@@ -78,37 +94,34 @@ export class FlatBatchWriter {
    * lists them for copying and body() writes the frame.
    */
   gather(batch: RecordBatch): number {
-    this.#reset(batch.numRows);
+    this.#rows = batch.numRows;
     const columns = batch.data.children;
     let total = 0;
-    const add = (part: Uint8Array | null) => {
-      this.#parts.push(part);
-      this.#at.push(total);
-      this.#sizes.push(part ? part.length : -1);
-      if (part) total += align64(part.length);
-    };
-    for (let i = 0; i < this.#plans.length; i++) {
+    for (let i = 0, b = 0; i < this.#plans.length; i++) {
       const data = columns[i]! as Data;
       const plan = this.#plans[i]!;
       const n = data.length;
       const validity = data.nullCount === 0 || !data.nullBitmap || data.nullBitmap.length === 0 ? null : sliceBits(data.nullBitmap, data.offset, n);
-      add(validity);
-      this.#lengths.push(n);
-      this.#nulls.push(validity ? data.nullCount : 0);
-      if (plan.layout === 'fixed') add(n > 0 ? byteView(data.values as ArrayBufferView, (n * plan.bits) / 8) : null);
-      else if (plan.layout === 'bool') add(n > 0 ? sliceBits(data.values as Uint8Array, data.offset, n) : null);
+      total = this.#add(b++, validity, total);
+      this.#lengths[i] = n;
+      this.#nulls[i] = validity ? data.nullCount : 0;
+      if (plan.layout === 'fixed') total = this.#add(b++, n > 0 ? byteView(data.values as ArrayBufferView, (n * plan.bits) / 8) : null, total);
+      else if (plan.layout === 'bool') total = this.#add(b++, n > 0 ? sliceBits(data.values as Uint8Array, data.offset, n) : null, total);
       else {
         const end = n ? Number((data.valueOffsets as Int32Array | BigInt64Array)[n]!) : 0;
-        add(n > 0 ? byteView(data.valueOffsets as ArrayBufferView, (n + 1) * plan.offsetBytes) : null);
-        add(n > 0 ? byteView(data.values as Uint8Array, end) : null);
+        total = this.#add(b++, n > 0 ? byteView(data.valueOffsets as ArrayBufferView, (n + 1) * plan.offsetBytes) : null, total);
+        total = this.#add(b++, n > 0 ? byteView(data.values as Uint8Array, end) : null, total);
       }
     }
     return total;
   }
 
-  #reset(rows: number): void {
-    this.#parts.length = this.#lengths.length = this.#nulls.length = this.#at.length = this.#sizes.length = 0;
-    this.#rows = rows;
+  /** Buffer `b` of the batch is `part`, placed at `total` if present; returns the bytes taken so far. */
+  #add(b: number, part: Uint8Array | null, total: number): number {
+    this.#parts[b] = part;
+    this.#at[b] = total;
+    this.#sizes[b] = part ? part.length : -1;
+    return part ? total + align64(part.length) : total;
   }
 
   /** Each column's layout, in schema order (what a FrameLoan lays out). */
@@ -122,9 +135,9 @@ export class FlatBatchWriter {
    * place from the allocation's start and its bytes, or null when absent.
    */
   place(rows: number, nulls: readonly number[], buffers: readonly ({ at: number; length: number } | null)[]): void {
-    this.#reset(rows);
-    for (const n of nulls) (this.#lengths.push(rows), this.#nulls.push(n));
-    for (const b of buffers) (this.#at.push(b ? b.at : 0), this.#sizes.push(b ? b.length : -1));
+    this.#rows = rows;
+    nulls.forEach((n, i) => ((this.#lengths[i] = rows), (this.#nulls[i] = n)));
+    buffers.forEach((b, i) => ((this.#parts[i] = null), (this.#at[i] = b ? b.at : 0), (this.#sizes[i] = b ? b.length : -1)));
   }
 
   /** The buffers gather() found, in wire order; null for an absent one. */
@@ -141,21 +154,27 @@ export class FlatBatchWriter {
    */
   body(base: number, handle: Uint8Array = NO_HANDLE): Uint8Array {
     const out = this.#out;
-    const view = this.#view;
-    setU64(view, Header.rowCount, this.#rows);
-    for (let i = 0; i < this.#nulls.length; i++) {
-      setU64(view, HEADER_BYTES + i * NODE_BYTES + Node.length, this.#lengths[i]!);
-      setU64(view, HEADER_BYTES + i * NODE_BYTES + Node.nullCount, this.#nulls[i]!);
+    const words = this.#words;
+    setWords(words, Header.rowCount, this.#rows);
+    for (let i = 0, node = HEADER_BYTES; i < this.#nulls.length; i++, node += NODE_BYTES) {
+      setWords(words, node + Node.length, this.#lengths[i]!);
+      setWords(words, node + Node.nullCount, this.#nulls[i]!);
     }
     let at = this.#buffersAt;
     for (let i = 0; i < this.#sizes.length; i++, at += BUFFER_BYTES) {
       const size = this.#sizes[i]!;
-      view.setUint16(at + Buffer_.kind, size >= 0 ? 1 : 0, true);
-      setU64(view, at + Buffer_.offset, size >= 0 ? base + this.#at[i]! : 0);
-      setU64(view, at + Buffer_.length, Math.max(size, 0));
+      this.#view.setUint16(at + Buffer_.kind, size >= 0 ? 1 : 0, true);
+      setWords(words, at + Buffer_.offset, size >= 0 ? base + this.#at[i]! : 0);
+      setWords(words, at + Buffer_.length, Math.max(size, 0));
       const named = size >= 0 ? handle : NO_HANDLE;
       if (this.#handles[i] !== named) (out.set(named, at + Buffer_.handle), (this.#handles[i] = named));
     }
     return out;
   }
+}
+
+/** Writes a count (0 to 2^53) as the u64 at byte `at` (8-aligned) of little-endian `words`: setU64 without DataView calls. */
+function setWords(words: Uint32Array, at: number, n: number): void {
+  words[at >>> 2] = n >>> 0;
+  words[(at >>> 2) + 1] = Math.floor(n / 0x100000000);
 }
