@@ -89,7 +89,7 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#source = {
       segment: name,
       arena: (arenaName) => this.#arena(arenaName),
-      release: (pos) => callNative(() => this.#core.release(pos)),
+      release: (pos) => this.#release(pos),
       handBack: (pos) => callNative(() => this.#core.handBack(pos)),
       fastTable: (body, describe) => this.#layouts.of(body, describe).table(body, (handle) => this.#arena(handleName(handle))),
       settle: (frame, lease) => lease.watched && this.#unreleased.unregister(frame),
@@ -299,11 +299,24 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#unwatched.length = 0;
   }
 
+  /**
+   * Ends a lease. A producer waiting for space is woken once for the releases
+   * of this job, when it ends (SPEC.md §6, Coalescing), not at the first of a
+   * batch: woken there, it found one free slot, filled it and slept again.
+   */
+  #release(pos: number): void {
+    if (callNative(() => this.#core.release(pos))) queueMicrotask(this.#notifySpace);
+  }
+
+  readonly #notifySpace = (): void => {
+    if (!this.#closed) this.#core.notifySpace();
+  };
+
   #rescue({ pos, devices }: Lease): void {
     if (this.#closed) return; // closing released every lease already
     try {
       devices?.releaseAll();
-      this.#core.release(pos);
+      this.#release(pos);
     } catch {
       return; // no longer ours (the consumer detached meanwhile)
     }

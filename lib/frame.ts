@@ -285,7 +285,10 @@ export class Frame implements Disposable {
   }
 
   /**
-   * Ends the lease. Calling it again does nothing.
+   * Ends the lease. Calling it again does nothing. The slot is free for the
+   * producer at once; a producer asleep waiting for space is woken when the
+   * current JavaScript job ends (or this consumer next takes a frame), once
+   * for all the releases of that job (SPEC.md §6, Coalescing).
    *
    * With `stream` (a DeviceStream, or a CUstream of another library as a
    * bigint, 0n for the legacy default stream), returns at once but the lease

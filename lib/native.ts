@@ -202,7 +202,10 @@ export interface NativeConsumerCore {
   cancel(request: number): void;
   /** CLOCK_MONOTONIC ns of the last wake-up of the event loop for this consumer (doorbell or timer); 0n before the first. */
   wokenAt(): bigint;
-  release(pos: number): void;
+  /** Ends the lease; true when a space notification is now owed (work-queue rings): call notifySpace() once this job's releases are done. */
+  release(pos: number): boolean;
+  /** Sends the space notification owed for releases since the last (a waiting producer wakes once per batch of releases). */
+  notifySpace(): void;
   /** Gives a leased frame its user never saw back to the ring, for redelivery. */
   handBack(pos: number): void;
   releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;

@@ -138,6 +138,7 @@ uint64_t ConsumerState::BusySpinNs() const {
 // The doorbell protocol's sleeper side (gpuring/doorbell.h): look, arm, look
 // once more, and only then sleep; a publish between the two looks rings us.
 void ConsumerState::Service(Napi::Env env) {
+  NotifySpaceOwed();
   for (;;) {
     Expire(env);
     if (pending.empty()) {
@@ -216,6 +217,7 @@ void ConsumerState::ForgetDeadPublishers() {
 void ConsumerState::Shutdown() {
   if (shut) return;
   shut = true;
+  NotifySpaceOwed();
   bell.reset();  // disarmed: nobody rings a participant that left
   bodies.reset();
   records = RecordChunks();
@@ -233,6 +235,7 @@ Napi::Function ConsumerCore::Define(Napi::Env env) {
                       InstanceMethod<&ConsumerCore::Wait>("wait"),
                       InstanceMethod<&ConsumerCore::Cancel>("cancel"),
                       InstanceMethod<&ConsumerCore::Release>("release"),
+                      InstanceMethod<&ConsumerCore::NotifySpace>("notifySpace"),
                       InstanceMethod<&ConsumerCore::ReleaseAfter>("releaseAfter"),
                       InstanceMethod<&ConsumerCore::HandBack>("handBack"),
                       InstanceMethod<&ConsumerCore::OpenArena>("openArena"),
@@ -297,6 +300,7 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
   ThrowHeldError(env);
+  s_->NotifySpaceOwed();
   if (!s_->pending.empty()) return env.Null();
   double spin_us = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : 0;
   gpr_frame_ref ref{};
@@ -313,6 +317,7 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
   RequireOpen(env);
   ThrowHeldError(env);
   uint32_t max = info[0].As<Napi::Number>().Uint32Value();
+  s_->NotifySpaceOwed();
   if (!s_->pending.empty()) return env.Null();
   struct Claim {
     uint64_t pos;
@@ -406,13 +411,38 @@ Napi::Value ConsumerCore::Cancel(const Napi::CallbackInfo &info) {
   return env.Undefined();
 }
 
+// release(pos) -> whether JS must call notifySpace() at the end of its job:
+// true for the first release of a work-queue ring since the last notification
+// (see NotifySpaceOwed). Broadcast rings notify at once.
 Napi::Value ConsumerCore::Release(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   if (closed_) return env.Undefined();  // detach already released everything
   uint64_t pos = static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue());
-  if (gpr_ring_release(&s_->seg, s_->me, pos) != 0)
-    Throw(env, GPR_E_FRAME_STATE, "the frame is not leased by this consumer (already released?)");
-  return env.Undefined();
+  bool coalesced = !s_->seg.broadcast;
+  int rc = coalesced ? gpr_ring_release_unnotified(&s_->seg, s_->me, pos) : gpr_ring_release(&s_->seg, s_->me, pos);
+  if (rc != 0) Throw(env, GPR_E_FRAME_STATE, "the frame is not leased by this consumer (already released?)");
+  bool first = coalesced && !s_->space_owed;
+  s_->space_owed = s_->space_owed || coalesced;
+  return Napi::Boolean::New(env, first);
+}
+
+// notifySpace(): the space notification the releases since the last one owe
+// (see Release). JS calls it at the end of the job that released.
+Napi::Value ConsumerCore::NotifySpace(const Napi::CallbackInfo &info) {
+  s_->NotifySpaceOwed();
+  return info.Env().Undefined();
+}
+
+// A producer waiting for space is woken once for the releases of one run of
+// JS, not per frame: a consumer releasing a batch rang it at the first
+// release, and it woke to one free slot, filled it and slept again, a system
+// call for the consumer and a wake-up for the producer every few frames
+// (300,000 frames through a 1,024-slot ring on the 16-core H100 host: 27,000 to
+// 31,000 rings; coalesced: 66 to 150).
+void ConsumerState::NotifySpaceOwed() {
+  if (!space_owed) return;
+  space_owed = false;
+  gpr_notify_space(&seg);
 }
 
 // handBack(pos): a frame this consumer took but never gave its user (a batch

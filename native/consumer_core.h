@@ -101,6 +101,11 @@ struct ConsumerState : LoopParticipant {
   // once per sweep, and when the consumer closes.
   void ForgetDeadPublishers();
   void Shutdown();
+  // Releases made without their space notification (a work-queue ring's
+  // Release): one is owed, and sent before this consumer next takes a frame,
+  // sleeps or leaves, or when JS calls notifySpace() (SPEC.md §6, Coalescing).
+  bool space_owed = false;
+  void NotifySpaceOwed();
 };
 
 class ConsumerCore : public Napi::ObjectWrap<ConsumerCore> {
@@ -115,6 +120,7 @@ class ConsumerCore : public Napi::ObjectWrap<ConsumerCore> {
   Napi::Value Wait(const Napi::CallbackInfo &info);
   Napi::Value Cancel(const Napi::CallbackInfo &info);
   Napi::Value Release(const Napi::CallbackInfo &info);
+  Napi::Value NotifySpace(const Napi::CallbackInfo &info);
   Napi::Value ReleaseAfter(const Napi::CallbackInfo &info);
   Napi::Value HandBack(const Napi::CallbackInfo &info);
   Napi::Value OpenArena(const Napi::CallbackInfo &info);

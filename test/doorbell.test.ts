@@ -226,6 +226,27 @@ for (const [language, start] of Object.entries(consumers)) {
   });
 }
 
+test('a Node consumer that releases a batch and then does nothing more still wakes the producer waiting for space (the end of its job notifies)', async (t) => {
+  // A Node consumer sends one space notification for the releases of a job,
+  // at its end (SPEC.md §6, Coalescing). This one takes nothing afterwards,
+  // and the producer's tick is ten minutes: only that notification wakes it.
+  await withRing('space-idle', { slots: 4 }, async (ring, name) => {
+    const producer = Producer.open(name, { sweepInterval: NEVER_SWEEP });
+    for (let i = 0; i < 4; i++) await producer.publish(oneRow(i), { timeout: 0 });
+    // Its deadline would wake it too (a publish due to time out looks once more): far beyond the test's.
+    const blocked = producer.publish(oneRow(4), { timeout: 120_000 });
+    t.true(await eventually(() => asleep(ring, producer.index).includes('space')), 'the waiting producer declares itself asleep');
+    const consumer = child('release-then-idle', name, 4);
+    t.deepEqual(await nextLine(consumer), { released: 4 });
+    const late = new Promise<string>((r) => setTimeout(() => r('still waiting after 15 s'), 15_000).unref());
+    t.true((await Promise.race([blocked, late])) as number > 0, 'the blocked publish went in');
+    for (let i = 5; i < 8; i++) t.true((await producer.publish(oneRow(i), { timeout: 0 })) > 0, 'and the rest of the freed slots take frames at once');
+    consumer.kill('SIGKILL');
+    await exitOf(consumer);
+    producer.close();
+  });
+});
+
 test('publishMany() through a full ring while a consumer releases: every frame is tracked as it goes in, drain() resolves', async (t) => {
   // Releases of a batch's first frames are reported while its last ones still
   // wait for space; a frame tracked only once the whole batch was in would stay

@@ -8,6 +8,8 @@
  *   stress-consume NAME [SWEEP_MS] consumes and checks frames until told 'stop' (IPC), reports what it saw;
  *                                 with SWEEP_MS, its sweep tick (so a large one leaves only rings to wake it)
  *   take-release NAME COUNT       takes and releases COUNT frames, then exits
+ *   release-then-idle NAME COUNT  takes COUNT frames, releases them all in one job, reports, and then
+ *                                 neither takes nor releases anything until killed
  *   hold NAME COUNT               takes COUNT frames, never releases them, reports their tags, waits to be killed
  *   forget-to-close NAME          attaches as producer and consumer, publishes, takes a frame and just returns
  *   leak-frame NAME               takes a frame, drops it without release(), collects garbage until the
@@ -104,6 +106,15 @@ async function main(): Promise<void> {
       const consumer = Consumer.open(name!);
       for (let i = 0; i < Number(args[0]); i++) (await consumer.next({ timeout: 30_000 })).release();
       consumer.close();
+      return;
+    }
+    case 'release-then-idle': {
+      const consumer = Consumer.open(name!);
+      const taken: Frame[] = [];
+      while (taken.length < Number(args[0])) taken.push(...(await consumer.nextBatch({ max: Number(args[0]) - taken.length, timeout: 30_000 })));
+      for (const f of taken) f.release();
+      say({ released: taken.length });
+      setInterval(() => consumer.closed, 1000);
       return;
     }
     case 'hold': {

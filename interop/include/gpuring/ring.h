@@ -238,9 +238,9 @@ GPR_INLINE int gpr_ref_producer_active(const gpr_segment *seg, const gpr_frame_r
 /* Ends a lease (LEASED or CLAIMED by `owner`). The slot goes to RELEASED for its
  * producer to reclaim the memory, or straight back to EMPTY when that producer
  * is gone. Producers sleeping for space or releases are woken. */
-GPR_INLINE int gpr_ring_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos,
-                                   uint32_t state) {
-  if (seg->broadcast) return gpr_bc_release_as(seg, owner, pos);
+/* A work-queue lease of `owner` in `state` ended: RELEASED for its producer
+ * to reap, or EMPTY a lap on when that producer is gone. No notification. */
+GPR_INLINE int gpr_wq_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos, uint32_t state) {
   gpr_slot *s = gpr_slot_at(seg, pos);
   gpr_frame_ref ref = s->ref;
   uint64_t w = gpr_slot_word(pos, state, owner + 1u);
@@ -250,12 +250,30 @@ GPR_INLINE int gpr_ring_release_as(gpr_segment *seg, uint32_t owner, uint64_t po
   } else if (!gpr_slot_cas(s, w, gpr_slot_word(pos, GPR_SLOT_RELEASED, ref.producer + 1u))) {
     return -(int)GPR_E_FRAME_STATE;
   }
-  gpr_notify_space(seg);
   return 0;
+}
+
+GPR_INLINE int gpr_ring_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos,
+                                   uint32_t state) {
+  if (seg->broadcast) return gpr_bc_release_as(seg, owner, pos);
+  int rc = gpr_wq_release_as(seg, owner, pos, state);
+  if (rc == 0) gpr_notify_space(seg);
+  return rc;
 }
 
 GPR_INLINE int gpr_ring_release(gpr_segment *seg, uint32_t me, uint64_t pos) {
   int rc = gpr_ring_release_as(seg, me, pos, GPR_SLOT_LEASED);
+  if (rc == 0) gpr_count(&seg->participants[me].released);
+  return rc;
+}
+
+/* gpr_ring_release of a work-queue frame (not broadcast), without the space
+ * notification: a consumer that releases several frames in one run of its
+ * code owes one gpr_notify_space() after the last, before it next takes a
+ * frame, sleeps or leaves (SPEC.md §6, "Coalescing"). */
+GPR_INLINE int gpr_ring_release_unnotified(gpr_segment *seg, uint32_t me, uint64_t pos) {
+  if (seg->broadcast) return -(int)GPR_E_INVALID_ARGUMENT;
+  int rc = gpr_wq_release_as(seg, me, pos, GPR_SLOT_LEASED);
   if (rc == 0) gpr_count(&seg->participants[me].released);
   return rc;
 }
