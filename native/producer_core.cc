@@ -433,7 +433,7 @@ Napi::Value ProducerCore::PublishStaged(const Napi::CallbackInfo &info) {
   Check(env, [&](gpr_error *e) { return s_->Alloc(columns_at + columns, &allocs[0], e); });
   memcpy(allocs[0].ptr, body.Data(), body.ByteLength());
   memcpy(allocs[0].ptr + columns_at, staged.Data(), columns);
-  if (!PlaceStaged(allocs[0], columns_at, columns)) {
+  if (!PlaceStaged(body.Data(), allocs[0], columns_at, columns)) {
     gpr_arena_free(&s_->pool, &allocs[0]);
     Throw(env, GPR_E_INVALID_ARGUMENT, "publishStaged(): a host buffer lies outside the staged bytes");
   }
@@ -443,21 +443,26 @@ Napi::Value ProducerCore::PublishStaged(const Napi::CallbackInfo &info) {
   return out;
 }
 
-// Points the host buffers of the (validated) body at the start of `a` to the
+// Points the host buffers of the body copied to the start of `a` at the
 // staged bytes copied `columns_at` bytes into it: offset from the arena's
-// base, and the arena's name. False when one lies outside those `staged` bytes.
-bool ProducerCore::PlaceStaged(const gpr_allocation &a, size_t columns_at, size_t staged) {
-  auto *h = reinterpret_cast<gpr_body_header *>(a.ptr);
-  auto *buffers = reinterpret_cast<gpr_body_buffer *>(a.ptr + sizeof *h + h->node_count * sizeof(gpr_body_node));
+// base, and the arena's name. What it reads comes from `body`, the validated
+// private copy: the arena is shared memory, which another process could
+// change under us. False when a buffer lies outside those `staged` bytes.
+bool ProducerCore::PlaceStaged(const uint8_t *body, const gpr_allocation &a, size_t columns_at, size_t staged) {
+  gpr_body_header h;
+  memcpy(&h, body, sizeof h);
+  size_t first = sizeof h + static_cast<size_t>(h.node_count) * sizeof(gpr_body_node);
   char name[GPR_SHM_NAME_MAX];
   gpr_arena_shm_name(s_->seg.name, s_->me, s_->gen, a.arena, name);
-  for (uint32_t i = 0; i < h->buffer_count; i++) {
-    gpr_body_buffer &b = buffers[i];
+  gpr_body_buffer b;
+  for (size_t at = first; at < first + static_cast<size_t>(h.buffer_count) * sizeof b; at += sizeof b) {
+    memcpy(&b, body + at, sizeof b);
     if (b.kind != GPR_MEM_HOST) continue;
     if (!gpr_range_ok(b.offset, b.length, staged)) return false;
     b.offset += a.offset + columns_at;
     memset(b.handle, 0, sizeof b.handle);
     memcpy(b.handle, name, strnlen(name, sizeof b.handle - 1));
+    memcpy(a.ptr + at, &b, sizeof b);
   }
   return true;
 }

@@ -83,7 +83,7 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   Napi::Value PublishMany(const Napi::CallbackInfo &info);
   Napi::Uint8Array ValidBody(Napi::Env env, Napi::Value value);
   Napi::Value PublishStaged(const Napi::CallbackInfo &info);
-  bool PlaceStaged(const gpr_allocation &a, size_t columns_at, size_t staged);
+  bool PlaceStaged(const uint8_t *body, const gpr_allocation &a, size_t columns_at, size_t staged);
   void CopyBody(Napi::Env env, const uint8_t *body, size_t length, gpr_allocation *out);
   Napi::Value Enqueue(Napi::Env env, std::vector<gpr_allocation> allocs, size_t length, uint64_t tag, double timeout_ms,
                       uint32_t rung);
