@@ -411,8 +411,8 @@ void ProducerCore::CopyBody(Napi::Env env, const uint8_t *body, size_t length, g
 // publishStaged(body: Uint8Array, staged: Uint8Array, bytes: number, tag: bigint, timeoutMs: number)
 //   -> number | Promise<number>
 // A small host frame in one call (publish(table) of a flat batch): the first
-// `bytes` of `staged` hold its column bytes, and each host buffer of `body` gives its offset from
-// the start of `staged` (its handle is not read). One arena allocation takes
+// `bytes` of `staged` hold its column bytes, and each host buffer of `body`
+// gives its offset from the start of `staged` (its handle is not read). One arena allocation takes
 // the body and, at the next 64-byte boundary, the columns; the published copy
 // of the body names that place. Saves the separate allocate() call, and its
 // JS array, per frame: the copy into `staged` replaces the copy into the arena.
@@ -468,9 +468,10 @@ bool ProducerCore::PlaceStaged(const uint8_t *body, const gpr_allocation &a, siz
 }
 
 // Publishes the `length`-byte body already copied to the start of allocs[0]
-// (reaped): the frame id, a promise when it must wait for space, or an empty value when the
-// ring is full and timeoutMs is 0 (nothing was kept: the body's allocation is
-// freed). The rest of `allocs` are column buffers the frame now owns.
+// (reaped): the frame id, a promise when it must wait for space, or an empty
+// value when the ring is full and timeoutMs is 0 (nothing was kept: the body's
+// allocation is freed). The rest of `allocs` are column buffers the frame now
+// owns.
 Napi::Value ProducerCore::Enqueue(Napi::Env env, std::vector<gpr_allocation> allocs, size_t length, uint64_t tag,
                                   double timeout_ms, uint32_t rung) {
   ProducerState &s = *s_;

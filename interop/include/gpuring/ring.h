@@ -235,11 +235,8 @@ GPR_INLINE int gpr_ref_producer_active(const gpr_segment *seg, const gpr_frame_r
   return gpr_pstate(w) == GPR_PARTICIPANT_ACTIVE && gpr_pgen(w) == ref->producer_gen;
 }
 
-/* Ends a lease (LEASED or CLAIMED by `owner`). The slot goes to RELEASED for its
- * producer to reclaim the memory, or straight back to EMPTY when that producer
- * is gone. Producers sleeping for space or releases are woken. */
-/* A work-queue lease of `owner` in `state` ended: RELEASED for its producer
- * to reap, or EMPTY a lap on when that producer is gone. No notification. */
+/* Ends a work-queue lease of `owner` in `state` (gpr_ring_release_as without
+ * its notification). */
 GPR_INLINE int gpr_wq_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos, uint32_t state) {
   gpr_slot *s = gpr_slot_at(seg, pos);
   gpr_frame_ref ref = s->ref;
@@ -253,6 +250,9 @@ GPR_INLINE int gpr_wq_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos,
   return 0;
 }
 
+/* Ends a lease (LEASED or CLAIMED by `owner`). The slot goes to RELEASED for its
+ * producer to reclaim the memory, or straight back to EMPTY when that producer
+ * is gone. Producers sleeping for space or releases are woken. */
 GPR_INLINE int gpr_ring_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos,
                                    uint32_t state) {
   if (seg->broadcast) return gpr_bc_release_as(seg, owner, pos);
