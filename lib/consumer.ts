@@ -309,7 +309,7 @@ export class Consumer implements AsyncIterable<Frame> {
   }
 
   readonly #notifySpace = (): void => {
-    if (!this.#closed) this.#core.notifySpace();
+    if (this.#core.spaceOwed[0] !== 0 && !this.#closed) this.#core.notifySpace();
   };
 
   #rescue({ pos, devices }: Lease): void {

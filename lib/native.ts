@@ -206,6 +206,8 @@ export interface NativeConsumerCore {
   release(pos: number): boolean;
   /** Sends the space notification owed for releases since the last (a waiting producer wakes once per batch of releases). */
   notifySpace(): void;
+  /** [0] is non-zero while a space notification is owed (shared with the native core). */
+  readonly spaceOwed: Uint32Array;
   /** Gives a leased frame its user never saw back to the ring, for redelivery. */
   handBack(pos: number): void;
   releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;

@@ -270,6 +270,10 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
     s.Shutdown();
     throw;
   }
+  Napi::Uint32Array owed = Napi::Uint32Array::New(env, 1);
+  s.space_owed = owed.Data();
+  s.space_owed_view = Napi::Persistent(owed);
+  Value().Set("spaceOwed", owed);
   std::shared_ptr<ConsumerState> state = s_;
   env.AddCleanupHook([state] { state->Shutdown(); });  // process exit without close()
   Value().Set("index", Napi::Number::New(env, s.me));
@@ -421,13 +425,14 @@ Napi::Value ConsumerCore::Release(const Napi::CallbackInfo &info) {
   bool coalesced = !s_->seg.broadcast;
   int rc = coalesced ? gpr_ring_release_unnotified(&s_->seg, s_->me, pos) : gpr_ring_release(&s_->seg, s_->me, pos);
   if (rc != 0) Throw(env, GPR_E_FRAME_STATE, "the frame is not leased by this consumer (already released?)");
-  bool first = coalesced && !s_->space_owed;
-  s_->space_owed = s_->space_owed || coalesced;
+  bool first = coalesced && !*s_->space_owed;
+  if (coalesced) *s_->space_owed = 1;
   return Napi::Boolean::New(env, first);
 }
 
 // notifySpace(): the space notification the releases since the last one owe
-// (see Release). JS calls it at the end of the job that released.
+// (see Release). JS calls it at the end of the job that released, when
+// `spaceOwed[0]` says a take has not sent it already.
 Napi::Value ConsumerCore::NotifySpace(const Napi::CallbackInfo &info) {
   s_->NotifySpaceOwed();
   return info.Env().Undefined();
@@ -440,8 +445,8 @@ Napi::Value ConsumerCore::NotifySpace(const Napi::CallbackInfo &info) {
 // (300,000 frames through a 1,024-slot ring on the 16-core H100 host: 27,000 to
 // 31,000 rings; coalesced: 66 to 150).
 void ConsumerState::NotifySpaceOwed() {
-  if (!space_owed) return;
-  space_owed = false;
+  if (!space_owed || !*space_owed) return;
+  *space_owed = 0;
   gpr_notify_space(&seg);
 }
 

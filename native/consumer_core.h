@@ -104,7 +104,10 @@ struct ConsumerState : LoopParticipant {
   // Releases made without their space notification (a work-queue ring's
   // Release): one is owed, and sent before this consumer next takes a frame,
   // sleeps or leaves, or when JS calls notifySpace() (SPEC.md §6, Coalescing).
-  bool space_owed = false;
+  // The word is JS's too (ConsumerCore.spaceOwed), so that the end-of-job check
+  // costs no call where a take already sent it.
+  Napi::Reference<Napi::Uint32Array> space_owed_view;
+  uint32_t *space_owed = nullptr;
   void NotifySpaceOwed();
 };
 
