@@ -452,19 +452,31 @@ bool ProducerCore::PlaceStaged(const uint8_t *body, const gpr_allocation &a, siz
   gpr_body_header h;
   memcpy(&h, body, sizeof h);
   size_t first = sizeof h + static_cast<size_t>(h.node_count) * sizeof(gpr_body_node);
-  char name[GPR_SHM_NAME_MAX];
-  gpr_arena_shm_name(s_->seg.name, s_->me, s_->gen, a.arena, name);
+  const uint8_t *handle = ArenaHandle(a.arena);
   gpr_body_buffer b;
   for (size_t at = first; at < first + static_cast<size_t>(h.buffer_count) * sizeof b; at += sizeof b) {
     memcpy(&b, body + at, sizeof b);
     if (b.kind != GPR_MEM_HOST) continue;
     if (!gpr_range_ok(b.offset, b.length, staged)) return false;
     b.offset += a.offset + columns_at;
-    memset(b.handle, 0, sizeof b.handle);
-    memcpy(b.handle, name, strnlen(name, sizeof b.handle - 1));
+    memcpy(b.handle, handle, sizeof b.handle);
     memcpy(a.ptr + at, &b, sizeof b);
   }
   return true;
+}
+
+// A host buffer's handle for this producer's arena `arena`: its shm name,
+// NUL-padded. Made again only when the arena changes (a stream's frames mostly
+// share one), not per frame.
+const uint8_t *ProducerCore::ArenaHandle(uint32_t arena) {
+  if (arena != handle_arena_) {
+    char name[GPR_SHM_NAME_MAX];
+    gpr_arena_shm_name(s_->seg.name, s_->me, s_->gen, arena, name);
+    memset(handle_, 0, sizeof handle_);
+    memcpy(handle_, name, strnlen(name, sizeof handle_ - 1));
+    handle_arena_ = arena;
+  }
+  return handle_;
 }
 
 // Publishes the `length`-byte body already copied to the start of allocs[0]

@@ -84,6 +84,7 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   Napi::Uint8Array ValidBody(Napi::Env env, Napi::Value value);
   Napi::Value PublishStaged(const Napi::CallbackInfo &info);
   bool PlaceStaged(const uint8_t *body, const gpr_allocation &a, size_t columns_at, size_t staged);
+  const uint8_t *ArenaHandle(uint32_t arena);
   void CopyBody(Napi::Env env, const uint8_t *body, size_t length, gpr_allocation *out);
   Napi::Value Enqueue(Napi::Env env, std::vector<gpr_allocation> allocs, size_t length, uint64_t tag, double timeout_ms,
                       uint32_t rung);
@@ -111,6 +112,8 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   std::shared_ptr<ProducerState> s_;
   bool closed_ = false;
   uint64_t last_publish_ns_ = 0;  // CLOCK_MONOTONIC when the last publish call returned
+  uint32_t handle_arena_ = UINT32_MAX;  // the arena whose handle handle_ holds (ArenaHandle)
+  uint8_t handle_[GPR_HANDLE_BYTES] = {};
   napi_env env_ = nullptr;
 };
 

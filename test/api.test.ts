@@ -445,8 +445,9 @@ test('frames taken one at a time keep their own bodies while held: small and lar
 test('publish(table) of flat batches: small frames (columns sent with the body in one call) and larger ones read back whole while many are held', async (t) => {
   // Frames whose columns take up to 8 KiB travel in one allocation with their
   // body (publishStaged); larger ones in an allocation of their own. Rows
-  // around that size, with nulls, strings and bits, cross it both ways.
-  await withRing('staged', { slots: 64 }, async (_ring, name) => {
+  // around that size, with nulls, strings and bits, cross it both ways; 400
+  // more small ones, all held, fill several arenas.
+  await withRing('staged', { slots: 512 }, async (_ring, name) => {
     const producer = Producer.open(name);
     const consumer = Consumer.open(name);
     const values = (rows: number, seed: number) => ({
@@ -454,13 +455,14 @@ test('publish(table) of flat batches: small frames (columns sent with the body i
       s: Array.from({ length: rows }, (_, i) => `v${seed}-${i}`),
       b: Array.from({ length: rows }, (_, i) => (i + seed) % 5 === 0),
     });
-    const rows = [0, 1, 7, 300, 500, 560, 620, 700, 1000, 3000];
+    const rows = [0, 1, 7, 300, 500, 560, 620, 700, 1000, 3000, ...Array<number>(400).fill(300)];
     const tables = rows.map((n, k) => {
       const v = values(n, k);
       return new Table({ f: vectorFromArray(v.f, new Float64()), s: vectorFromArray(v.s, new Utf8()), b: vectorFromArray(v.b, new Bool()) });
     });
     for (const [k, table] of tables.entries()) await producer.publish(table, { tag: BigInt(k) });
     const held = rows.map(() => consumer.tryNext()!);
+    t.true(producer.stats().arenas > 1, 'the held frames fill more than one arena');
     for (const [k, f] of held.entries()) {
       t.is(f.tag, BigInt(k));
       const got = f.toTable();
