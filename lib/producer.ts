@@ -98,8 +98,8 @@ export class Producer {
   /** Column bytes of a small flat frame on their way to publishStaged(), which copies them with the body into one allocation. */
   readonly #staged = new Uint8Array(STAGED_BYTES);
   readonly #events = new EventEmitter();
-  /** Published and not yet released. */
-  readonly #inFlight = new Set<number>();
+  /** Frames published and not yet reported released: a count, as each release is reported exactly once. */
+  #inFlight = 0;
   /** Device memory and events of frames in flight, given back / recycled on release (an event shared by a batch, when its last frame is). */
   readonly #deviceFrames = new Map<number, DeviceOwned>();
   /** Device allocations of publish(table, { device }), reused once their frames are released. */
@@ -283,10 +283,10 @@ export class Producer {
       const reclaimed = this.#core.takeReleased();
       if (reclaimed.length) this.#released(reclaimed);
       else {
-        if (this.#inFlight.size === 0) throw short;
+        if (this.#inFlight === 0) throw short;
         const released = await this.#nextRelease(deadline);
         this.#requireOpen();
-        if (!released) throw stillShort(short as GpuringError, this.#inFlight.size);
+        if (!released) throw stillShort(short as GpuringError, this.#inFlight);
       }
       try {
         return await attempt(Math.max(deadline - performance.now(), 0));
@@ -433,7 +433,7 @@ export class Producer {
 
   /** Frames published and not yet released. */
   get inFlight(): number {
-    return this.#inFlight.size;
+    return this.#inFlight;
   }
 
   /**
@@ -442,7 +442,7 @@ export class Producer {
    */
   async drain(): Promise<void> {
     this.#requireOpen();
-    if (this.#inFlight.size === 0) return;
+    if (this.#inFlight === 0) return;
     this.#core.keepAlive(true);
     this.#draining++;
     this.#watchReleases();
@@ -514,12 +514,12 @@ export class Producer {
   /** Bookkeeping for frames whose memory came back: device memory, events, listeners. */
   #released(ids: number[]): void {
     for (const id of ids) {
-      this.#inFlight.delete(id);
+      this.#inFlight--;
       const owned = this.#deviceFrames.get(id);
       if (owned) (this.#deviceFrames.delete(id), this.#freeDevice(owned));
       this.#events.emit('release', id);
     }
-    if (ids.length && this.#inFlight.size === 0) this.#events.emit('drained');
+    if (ids.length && this.#inFlight === 0) this.#events.emit('drained');
   }
 
   /**
@@ -601,7 +601,7 @@ export class Producer {
   }
 
   #track(id: number): number {
-    this.#inFlight.add(id);
+    this.#inFlight++;
     return id;
   }
 
@@ -655,7 +655,7 @@ export class Producer {
     // Each frame is tracked the moment it is in the ring, not when the whole
     // batch is: its release may be reported while later frames still wait for
     // space, and a release reported before its frame is tracked would be lost.
-    const track = (id: number) => (this.#inFlight.add(id), holds && this.#deviceFrames.set(id, owned), id);
+    const track = (id: number) => (this.#inFlight++, holds && this.#deviceFrames.set(id, owned), id);
     const ids: number[] = [];
     let failure: unknown;
     if (results.every((r) => typeof r === 'number')) for (const id of results as number[]) ids.push(track(id));
