@@ -20,22 +20,33 @@ uint64_t DeadlineAfter(double timeout_ms) {
 }
 }  // namespace
 
-// Frees the memory of in-flight frames whose slots were released: every one
-// (full), or the oldest up to the first still out (ReapOldest).
+// Frees the memory of in-flight frames whose slots were released: the oldest
+// up to the first still out, then (full) every other one, keeping the order.
 size_t ProducerState::Reap(bool full) {
   size_t reaped = 0;
-  for (auto it = inflight.begin(); it != inflight.end();) {
-    if (!gpr_ring_reap(&seg, me, it->pos)) {
-      if (!full) break;
-      ++it;
+  for (; !inflight.empty() && gpr_ring_reap(&seg, me, inflight.front().pos); reaped++) {
+    Retire(inflight.front());
+    inflight.pop_front();
+  }
+  if (!full) return reaped;
+  auto kept = inflight.begin();
+  for (auto &f : inflight) {
+    if (gpr_ring_reap(&seg, me, f.pos)) {
+      Retire(f);
+      reaped++;
       continue;
     }
-    for (const auto &a : it->allocs) gpr_arena_free(&pool, &a);
-    released.push_back(it->id);
-    it = inflight.erase(it);
-    reaped++;
+    if (&*kept != &f) *kept = std::move(f);
+    ++kept;
   }
+  inflight.erase(kept, inflight.end());
+  reaps_until_full = std::max<size_t>(kFullReapEvery, inflight.size());
   return reaped;
+}
+
+void ProducerState::Retire(const Frame &f) {
+  for (const auto &a : f.allocs) gpr_arena_free(&pool, &a);
+  released.push_back(f.id);
 }
 
 // The publish and wait paths' reap. A full pass costs a slot load per frame
@@ -44,16 +55,13 @@ size_t ProducerState::Reap(bool full) {
 // (a 1,024-slot flood on the 2-core box: 297 slot loads per frame). Frames are
 // mostly released in order, and only the oldest frame's slot can give the ring
 // space, so these paths reap the oldest only; a full pass runs once per
-// kFullReapEvery calls or per queue depth, whichever is more (at most one slot
-// load per call), when a wake-up reaped nothing in order (ReapOnWake), and when
-// memory is short (Alloc). A frame released behind one still held is so
-// reaped a little later, never lost.
+// max(kFullReapEvery, frames in flight after the last full pass) calls (about
+// one slot load per call), when a wake-up reaped nothing in order (ReapOnWake),
+// and when memory is short (Alloc). A frame released behind one still held is
+// so reaped a little later, never lost.
 size_t ProducerState::ReapOldest() {
-  if (++reaps_since_full >= std::max<size_t>(kFullReapEvery, inflight.size())) {
-    reaps_since_full = 0;
-    return Reap(true);
-  }
-  return Reap(false);
+  if (reaps_until_full > 0 && --reaps_until_full > 0) return Reap(false);
+  return Reap(true);
 }
 
 // A wake-up (a release rang us, or the idle tick passed): a release that found

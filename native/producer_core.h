@@ -51,10 +51,11 @@ struct ProducerState : LoopParticipant {
   bool serves_descriptors = false;  // its descriptor channel is bound (DescriptorChannels)
 
   size_t Reap(bool full);
+  void Retire(const Frame &f);
   size_t ReapOldest();
   size_t ReapOnWake();
   int Alloc(uint64_t bytes, gpr_allocation *out, gpr_error *err);
-  uint32_t reaps_since_full = 0;
+  size_t reaps_until_full = 0;  // ReapOldest calls before its next full pass
   bool PublishPending(Napi::Env env);
   void ExpirePending(Napi::Env env);
   void ReturnAllocs(const std::vector<gpr_allocation> &allocs);

@@ -90,7 +90,7 @@ static void test_damaged_frame_is_dropped(gpr_producer *p, gpr_consumer *c) {
   CHECK(publish_ints(p, 4, 0, &err) == 0);
   CHECK(publish_ints(p, 5, 0, &err) == 0);
   /* Break the first body in shared memory: its magic. */
-  gpr_slot *s = gpr_slot_at(&p->seg, p->inflight[p->inflight_count - 2u].pos);
+  gpr_slot *s = gpr_slot_at(&p->seg, gpr_producer_inflight_at(p, p->inflight_count - 2u)->pos);
   p->pool.arenas[s->ref.body_arena].base[s->ref.body_offset] ^= 0xFF;
   CHECK_CODE(gpr_consumer_next(c, 0, &f, &err), GPR_E_FRAME_INVALID);
   CHECK(gpr_consumer_next(c, 0, &f, &err) == 0 && f->desc.row_count == 5);
@@ -187,6 +187,71 @@ static void test_squatted_arena_name(void) {
   unlink(path);
 }
 
+static uint64_t reported[512];
+static uint32_t reported_count;
+
+static void note_release(void *context, uint64_t frame_id) {
+  (void)context;
+  if (reported_count < 512u) reported[reported_count] = frame_id;
+  reported_count++;
+}
+
+/* Whether the frames reported since `from` are ids first, first + 1, ... */
+static int reported_run(uint32_t from, uint64_t first, uint32_t count) {
+  if (reported_count != from + count) return 0;
+  for (uint32_t i = 0; i < count; i++)
+    if (reported[from + i] != first + i) return 0;
+  return 1;
+}
+
+/* The frames in flight form a circular queue: publishes reap its oldest frames
+ * in order; the queue wraps, and grows while wrapped; a frame released behind
+ * one still held is reported by gpr_producer_reap, or by the full pass that
+ * publishing makes every max(128, frames in flight) frames. */
+static void test_inflight_queue(void) {
+  char name[40];
+  snprintf(name, sizeof name, "endpoints-q-%d", (int)getpid());
+  gpr_error err;
+  gpr_segment seg;
+  gpr_segment_options so = {256u, 8u, 0, 0, 0, GPR_DELIVERY_EACH};
+  CHECK(gpr_segment_create(&seg, name, &so, &err) == 0);
+  gpr_producer *p = NULL;
+  gpr_consumer *c = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  CHECK(gpr_consumer_open(name, 0, &c, &err) == 0);
+  gpr_publish_options o = {0, 0, NULL, 0, note_release, NULL};
+  gpr_frame *f[256];
+  for (uint32_t i = 0; i < 12; i++) CHECK(publish_int32_column(p, "v", 0, 4, o, &err) == 0);
+  for (uint32_t i = 0; i < 12; i++) CHECK(gpr_consumer_next(c, 0, &f[i], &err) == 0);
+  for (uint32_t i = 0; i < 10; i++) gpr_frame_release(f[i]);
+  CHECK(publish_int32_column(p, "v", 0, 4, o, &err) == 0); /* id 13 */
+  CHECK(reported_run(0, 1, 10) && p->inflight_head == 10 && p->inflight_count == 3);
+  for (uint32_t i = 0; i < 20; i++) CHECK(publish_int32_column(p, "v", 0, 4, o, &err) == 0); /* ids 14..33 */
+  CHECK(p->inflight_capacity == 32 && p->inflight_count == 23);
+  for (uint32_t i = 12; i < 33; i++) CHECK(gpr_consumer_next(c, 0, &f[i], &err) == 0);
+  for (uint32_t i = 11; i < 33; i++) gpr_frame_release(f[i]); /* all but id 11 */
+  CHECK(publish_int32_column(p, "v", 0, 4, o, &err) == 0);   /* id 34: nothing in order to reap */
+  CHECK(reported_count == 10);
+  CHECK(gpr_producer_reap(p) == 22 && reported_run(10, 12, 22));
+  /* Held id 11 again blocks the in-order reap; publishes report the frames behind it. */
+  CHECK(gpr_consumer_next(c, 0, &f[33], &err) == 0);
+  gpr_frame_release(f[33]);
+  uint32_t before = reported_count;
+  for (uint32_t i = 0; i <= 128 && reported_count == before; i++) {
+    CHECK(publish_int32_column(p, "v", 0, 4, o, &err) == 0);
+    CHECK(gpr_consumer_next(c, 0, &f[34], &err) == 0);
+    gpr_frame_release(f[34]);
+  }
+  CHECK(reported_count > before && reported[before] == 34);
+  gpr_frame_release(f[10]);
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0 && p->inflight_count == 0);
+  CHECK(reported_count == p->next_frame_id - 1u);
+  gpr_consumer_close(c);
+  gpr_producer_close(p);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, NULL);
+}
+
 int main(void) {
   char name[32];
   snprintf(name, sizeof name, "endpoints-%d", (int)getpid());
@@ -206,6 +271,7 @@ int main(void) {
   gpr_consumer_close(c);
   test_frame_outlives_its_consumer(p, name);
   test_squatted_arena_name();
+  test_inflight_queue();
   gpr_producer_close(p);
   gpr_segment_close(&seg);
   gpr_segment_unlink(name, NULL);

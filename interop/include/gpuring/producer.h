@@ -50,9 +50,11 @@ typedef struct gpr_producer {
   uint32_t gen;
   gpr_arena_pool pool;           /* points at seg: a producer never moves (heap only) */
   uint64_t next_frame_id;
-  gpr_inflight_frame *inflight;
+  gpr_inflight_frame *inflight;  /* a circular queue in publish order: see gpr_producer_inflight_at */
+  uint32_t inflight_head;        /* index in `inflight` of the oldest frame */
   uint32_t inflight_count;
-  uint32_t inflight_capacity;
+  uint32_t inflight_capacity;    /* 0 or a power of two */
+  uint32_t full_reap_in;         /* publishes before publishing reaps every frame in flight again */
   int channel_fd;                /* descriptor channel listener (SPEC.md §9c), -1 until served */
   pthread_t channel_thread;
   gpr_channel_lookup channel_lookup;
@@ -80,29 +82,76 @@ GPR_INLINE int gpr_producer_open(const char *name, const gpr_producer_options *o
   return 0;
 }
 
-/* Frees the memory of released frames and calls their on_release; returns how many. */
+/* The `i`-th oldest frame in flight (i < inflight_count). */
+GPR_INLINE gpr_inflight_frame *gpr_producer_inflight_at(gpr_producer *p, uint32_t i) {
+  return &p->inflight[(p->inflight_head + i) & (p->inflight_capacity - 1u)];
+}
+
+/* Frees a reaped frame's memory and reports it. */
+GPR_INLINE void gpr_producer_retire(gpr_producer *p, const gpr_inflight_frame *f) {
+  for (uint32_t a = 0; a < f->alloc_count; a++) gpr_arena_free(&p->pool, &f->allocs[a]);
+  free(f->allocs);
+  if (f->on_release) f->on_release(f->context, f->frame_id);
+}
+
+/* Frees the memory of released frames and calls their on_release; returns how
+ * many. Looks at every frame in flight. */
 GPR_INLINE uint32_t gpr_producer_reap(gpr_producer *p) {
   uint32_t reaped = 0, kept = 0;
   for (uint32_t i = 0; i < p->inflight_count; i++) {
-    gpr_inflight_frame f = p->inflight[i];
+    gpr_inflight_frame f = *gpr_producer_inflight_at(p, i);
     if (!gpr_ring_reap(&p->seg, p->index, f.pos)) {
-      p->inflight[kept++] = f;
+      *gpr_producer_inflight_at(p, kept++) = f;
       continue;
     }
-    for (uint32_t a = 0; a < f.alloc_count; a++) gpr_arena_free(&p->pool, &f.allocs[a]);
-    free(f.allocs);
-    if (f.on_release) f.on_release(f.context, f.frame_id);
+    gpr_producer_retire(p, &f);
     reaped++;
   }
   p->inflight_count = kept;
+  p->full_reap_in = kept > 128u ? kept : 128u;
   return reaped;
 }
 
-/* Host column memory in this producer's arenas, 64-byte aligned. */
+/* Reaps from the oldest frame on, up to the first still in flight: every frame
+ * that can give the ring space (slots come free in order), in time
+ * proportional to the frames reaped, not to the frames in flight. */
+GPR_INLINE uint32_t gpr_producer_reap_oldest(gpr_producer *p) {
+  uint32_t reaped = 0;
+  while (p->inflight_count > 0) {
+    gpr_inflight_frame f = *gpr_producer_inflight_at(p, 0);
+    if (!gpr_ring_reap(&p->seg, p->index, f.pos)) break;
+    p->inflight_head = (p->inflight_head + 1u) & (p->inflight_capacity - 1u);
+    p->inflight_count--;
+    gpr_producer_retire(p, &f);
+    reaped++;
+  }
+  return reaped;
+}
+
+/* What publish and alloc reap: the oldest frames in order, and all of them
+ * once per max(128, frames in flight after the last full pass) publishes, so
+ * that a frame released behind one still held is freed and reported within
+ * that many publishes, at about one slot load per publish. A full pass on
+ * every call cost O(queue depth): 1,024 slot loads per publish into a full
+ * 1,024-slot ring, most of them cache misses on slots a consumer had just
+ * written. */
+GPR_INLINE void gpr_producer_reap_due(gpr_producer *p) {
+  if (p->full_reap_in == 0)
+    gpr_producer_reap(p);
+  else
+    gpr_producer_reap_oldest(p);
+}
+
+/* Host column memory in this producer's arenas, 64-byte aligned. When shared
+ * memory is short, frames released behind one still held may be what fills
+ * it: every released frame is reclaimed and the allocation tried once more. */
 GPR_INLINE int gpr_producer_alloc(gpr_producer *p, uint64_t bytes, gpr_allocation *out,
                                   gpr_error *err) {
-  gpr_producer_reap(p);
-  return gpr_arena_alloc(&p->pool, bytes, out, err);
+  gpr_producer_reap_due(p);
+  int rc = gpr_arena_alloc(&p->pool, bytes, out, err);
+  if ((rc == -(int)GPR_E_NO_SPACE || rc == -(int)GPR_E_OUT_OF_MEMORY) && gpr_producer_reap(p) > 0)
+    rc = gpr_arena_alloc(&p->pool, bytes, out, err);
+  return rc;
 }
 
 /* Gives back an allocation no published frame owns. */
@@ -183,7 +232,7 @@ typedef struct gpr_publish_attempt {
 
 GPR_INLINE int gpr_producer_try_publish(void *ctx) {
   gpr_publish_attempt *a = (gpr_publish_attempt *)ctx;
-  gpr_producer_reap(a->p);
+  gpr_producer_reap_due(a->p);
   /* The heads-up counts for the first try only: a frame that waits for space
    * is notified as any other. */
   uint32_t rung = a->p->heads_up;
@@ -191,7 +240,7 @@ GPR_INLINE int gpr_producer_try_publish(void *ctx) {
   int rc = gpr_ring_try_publish_rung(&a->p->seg, a->p->index, a->ref, &a->pos, rung);
   /* A broadcast ring may just have dropped its oldest frame for slow subscribers
    * (gpr_bc_relieve): if that frame was ours, reaping it frees the slot now. */
-  if (rc == -(int)GPR_E_RING_FULL && a->p->seg.broadcast && gpr_producer_reap(a->p) > 0)
+  if (rc == -(int)GPR_E_RING_FULL && a->p->seg.broadcast && gpr_producer_reap_oldest(a->p) > 0)
     rc = gpr_ring_try_publish(&a->p->seg, a->p->index, a->ref, &a->pos);
   return rc;
 }
@@ -201,7 +250,8 @@ GPR_INLINE int gpr_producer_try_publish(void *ctx) {
 GPR_INLINE void gpr_producer_track(gpr_producer *p, uint64_t pos, uint64_t frame_id,
                                    gpr_allocation *allocs, uint32_t count,
                                    const gpr_publish_options *o) {
-  gpr_inflight_frame *f = &p->inflight[p->inflight_count++];
+  gpr_inflight_frame *f = gpr_producer_inflight_at(p, p->inflight_count++);
+  if (p->full_reap_in > 0) p->full_reap_in--;
   f->pos = pos;
   f->frame_id = frame_id;
   f->allocs = allocs;
@@ -212,10 +262,13 @@ GPR_INLINE void gpr_producer_track(gpr_producer *p, uint64_t pos, uint64_t frame
 
 GPR_INLINE int gpr_producer_reserve(gpr_producer *p, gpr_error *err) {
   if (p->inflight_count < p->inflight_capacity) return 0;
-  uint32_t cap = p->inflight_capacity ? p->inflight_capacity * 2u : 16u;
-  void *grown = realloc(p->inflight, cap * sizeof *p->inflight);
+  uint32_t old = p->inflight_capacity, cap = old ? old * 2u : 16u;
+  gpr_inflight_frame *grown = (gpr_inflight_frame *)realloc(p->inflight, cap * sizeof *p->inflight);
   if (!grown) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "producer: out of memory");
-  p->inflight = (gpr_inflight_frame *)grown;
+  /* Full, the queue runs from inflight_head to the old end and on from 0:
+   * the part from 0 moves past the old end, where the doubled array goes on. */
+  memcpy(grown + old, grown, p->inflight_head * sizeof *grown);
+  p->inflight = grown;
   p->inflight_capacity = cap;
   return 0;
 }
@@ -345,7 +398,7 @@ GPR_INLINE void gpr_producer_close(gpr_producer *p) {
   }
   gpr_participant_detach(&p->seg, p->index, p->gen, NULL);
   gpr_arena_pool_destroy(&p->pool);
-  for (uint32_t i = 0; i < p->inflight_count; i++) free(p->inflight[i].allocs);
+  for (uint32_t i = 0; i < p->inflight_count; i++) free(gpr_producer_inflight_at(p, i)->allocs);
   free(p->inflight);
   gpr_segment_close(&p->seg);
   free(p);
