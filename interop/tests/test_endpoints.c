@@ -252,6 +252,54 @@ static void test_inflight_queue(void) {
   gpr_segment_unlink(name, NULL);
 }
 
+/* An on_release that publishes on the same producer, from inside a full reap
+ * and from inside a publish: the queue stays whole and ids stay distinct. */
+static gpr_producer *republisher;
+static uint32_t republished;
+
+static void publish_again(void *context, uint64_t frame_id) {
+  (void)context;
+  note_release(NULL, frame_id);
+  gpr_error err;
+  gpr_publish_options o = {frame_id, 0, NULL, 0, note_release, NULL};
+  if (republished < 4u && publish_int32_column(republisher, "v", 0, 2, o, &err) == 0) republished++;
+}
+
+static void test_release_callback_publishes(void) {
+  char name[40];
+  snprintf(name, sizeof name, "endpoints-r-%d", (int)getpid());
+  gpr_error err;
+  gpr_segment seg;
+  gpr_segment_options so = {16u, 8u, 0, 0, 0, GPR_DELIVERY_EACH};
+  CHECK(gpr_segment_create(&seg, name, &so, &err) == 0);
+  gpr_consumer *c = NULL;
+  CHECK(gpr_producer_open(name, NULL, &republisher, &err) == 0);
+  CHECK(gpr_consumer_open(name, 0, &c, &err) == 0);
+  gpr_producer *p = republisher;
+  gpr_publish_options o = {0, 0, NULL, 0, publish_again, NULL};
+  gpr_frame *f[3];
+  reported_count = 0;
+  for (uint32_t i = 0; i < 3; i++) CHECK(publish_int32_column(p, "v", 0, 4, o, &err) == 0);
+  for (uint32_t i = 0; i < 3; i++) CHECK(gpr_consumer_next(c, 0, &f[i], &err) == 0);
+  gpr_frame_release(f[1]);
+  gpr_frame_release(f[2]);
+  CHECK(gpr_producer_reap(p) == 2 && reported_run(0, 2, 2)); /* behind held frame 1 */
+  CHECK(republished == 2 && p->inflight_count == 3 && p->next_frame_id == 6);
+  gpr_frame_release(f[0]);
+  gpr_publish_options plain = {0, 0, NULL, 0, NULL, NULL};
+  CHECK(publish_int32_column(p, "v", 0, 4, plain, &err) == 0); /* reaps frame 1 first: its on_release publishes id 6 */
+  CHECK(republished == 3 && p->next_frame_id == 8);
+  uint64_t seen = 0;
+  for (gpr_frame *g = NULL; gpr_consumer_next(c, 0, &g, &err) == 0; gpr_frame_release(g))
+    seen |= 1ull << g->frame_id;
+  CHECK(seen == ((1ull << 4) | (1ull << 5) | (1ull << 6) | (1ull << 7)));
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0 && p->inflight_count == 0);
+  gpr_consumer_close(c);
+  gpr_producer_close(p);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, NULL);
+}
+
 int main(void) {
   char name[32];
   snprintf(name, sizeof name, "endpoints-%d", (int)getpid());
@@ -272,6 +320,7 @@ int main(void) {
   test_frame_outlives_its_consumer(p, name);
   test_squatted_arena_name();
   test_inflight_queue();
+  test_release_callback_publishes();
   gpr_producer_close(p);
   gpr_segment_close(&seg);
   gpr_segment_unlink(name, NULL);

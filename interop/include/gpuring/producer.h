@@ -14,7 +14,8 @@
  * publish fails, the allocations are still the caller's. Device memory is never
  * owned by gpuring: the caller keeps it unchanged until `on_release` fires for
  * the frame, which happens inside gpr_producer_reap, _publish, _drain or _alloc
- * on the calling thread, never on another.
+ * on the calling thread, never on another. An on_release may publish on the
+ * same producer.
  *
  * Ordering. Frames are published in call order; `frame_id`s are dense from 1.
  * A producer is for one thread at a time. Included by gpuring.h. */
@@ -94,21 +95,31 @@ GPR_INLINE void gpr_producer_retire(gpr_producer *p, const gpr_inflight_frame *f
   if (f->on_release) f->on_release(f->context, f->frame_id);
 }
 
+/* Takes the `i`-th oldest frame out of the queue, keeping the order: the
+ * frames older than it (typically few: those still held) move up one place. */
+GPR_INLINE gpr_inflight_frame gpr_producer_remove(gpr_producer *p, uint32_t i) {
+  gpr_inflight_frame f = *gpr_producer_inflight_at(p, i);
+  for (uint32_t j = i; j > 0; j--) *gpr_producer_inflight_at(p, j) = *gpr_producer_inflight_at(p, j - 1u);
+  p->inflight_head = (p->inflight_head + 1u) & (p->inflight_capacity - 1u);
+  p->inflight_count--;
+  return f;
+}
+
 /* Frees the memory of released frames and calls their on_release; returns how
- * many. Looks at every frame in flight. */
+ * many. Looks at every frame in flight. Each on_release runs with the queue
+ * consistent, so it may publish on this producer. */
 GPR_INLINE uint32_t gpr_producer_reap(gpr_producer *p) {
-  uint32_t reaped = 0, kept = 0;
-  for (uint32_t i = 0; i < p->inflight_count; i++) {
-    gpr_inflight_frame f = *gpr_producer_inflight_at(p, i);
-    if (!gpr_ring_reap(&p->seg, p->index, f.pos)) {
-      *gpr_producer_inflight_at(p, kept++) = f;
+  uint32_t reaped = 0;
+  for (uint32_t i = 0; i < p->inflight_count;) {
+    if (!gpr_ring_reap(&p->seg, p->index, gpr_producer_inflight_at(p, i)->pos)) {
+      i++;
       continue;
     }
+    gpr_inflight_frame f = gpr_producer_remove(p, i);
     gpr_producer_retire(p, &f);
     reaped++;
   }
-  p->inflight_count = kept;
-  p->full_reap_in = kept > 128u ? kept : 128u;
+  p->full_reap_in = p->inflight_count > 128u ? p->inflight_count : 128u;
   return reaped;
 }
 
@@ -117,11 +128,8 @@ GPR_INLINE uint32_t gpr_producer_reap(gpr_producer *p) {
  * proportional to the frames reaped, not to the frames in flight. */
 GPR_INLINE uint32_t gpr_producer_reap_oldest(gpr_producer *p) {
   uint32_t reaped = 0;
-  while (p->inflight_count > 0) {
-    gpr_inflight_frame f = *gpr_producer_inflight_at(p, 0);
-    if (!gpr_ring_reap(&p->seg, p->index, f.pos)) break;
-    p->inflight_head = (p->inflight_head + 1u) & (p->inflight_capacity - 1u);
-    p->inflight_count--;
+  while (p->inflight_count > 0 && gpr_ring_reap(&p->seg, p->index, gpr_producer_inflight_at(p, 0)->pos)) {
+    gpr_inflight_frame f = gpr_producer_remove(p, 0);
     gpr_producer_retire(p, &f);
     reaped++;
   }
@@ -226,13 +234,15 @@ GPR_INLINE void gpr_producer_heads_up(gpr_producer *p) {
 
 typedef struct gpr_publish_attempt {
   gpr_producer *p;
-  const gpr_frame_ref *ref;
+  gpr_frame_ref *ref;
   uint64_t pos;
 } gpr_publish_attempt;
 
 GPR_INLINE int gpr_producer_try_publish(void *ctx) {
   gpr_publish_attempt *a = (gpr_publish_attempt *)ctx;
   gpr_producer_reap_due(a->p);
+  /* Numbered after reaping: an on_release there may have published. */
+  a->ref->frame_id = a->p->next_frame_id;
   /* The heads-up counts for the first try only: a frame that waits for space
    * is notified as any other. */
   uint32_t rung = a->p->heads_up;
@@ -240,8 +250,10 @@ GPR_INLINE int gpr_producer_try_publish(void *ctx) {
   int rc = gpr_ring_try_publish_rung(&a->p->seg, a->p->index, a->ref, &a->pos, rung);
   /* A broadcast ring may just have dropped its oldest frame for slow subscribers
    * (gpr_bc_relieve): if that frame was ours, reaping it frees the slot now. */
-  if (rc == -(int)GPR_E_RING_FULL && a->p->seg.broadcast && gpr_producer_reap_oldest(a->p) > 0)
+  if (rc == -(int)GPR_E_RING_FULL && a->p->seg.broadcast && gpr_producer_reap_oldest(a->p) > 0) {
+    a->ref->frame_id = a->p->next_frame_id;
     rc = gpr_ring_try_publish(&a->p->seg, a->p->index, a->ref, &a->pos);
+  }
   return rc;
 }
 
@@ -299,7 +311,6 @@ GPR_INLINE int gpr_producer_publish(gpr_producer *p, const gpr_frame_desc *d,
   if (owned) memcpy(allocs + 1, o->owned, owned * sizeof *allocs);
   gpr_frame_ref ref;
   memset(&ref, 0, sizeof ref);
-  ref.frame_id = p->next_frame_id;
   ref.producer = p->index;
   ref.producer_gen = p->gen;
   ref.body_arena = allocs[0].arena;
