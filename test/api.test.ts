@@ -227,6 +227,32 @@ test('releases() and drain() report frames as their memory comes back', async (t
   });
 });
 
+test('frames released behind one still held are reclaimed again and again while publishing goes on, with no wake-up: within about 128 publishes each time', async (t) => {
+  await withRing('held-behind', { slots: 512 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    for (let i = 0; i < 10; i++) await producer.publish(frame(i));
+    const held = consumer.tryNext()!;
+    for (let i = 1; i < 10; i++) consumer.tryNext()!.release();
+    // Publishing reaps in order, so nothing comes back behind `held` but by
+    // the full pass publishing makes every 128 publishes or so (as many as
+    // were in flight after the last one). No await here yields to the event
+    // loop: no wake-up of the producer can reap for it.
+    let most = 0;
+    for (let i = 0; i < 400; i++) {
+      await producer.publish(frame(i));
+      consumer.tryNext()!.release();
+      most = Math.max(most, producer.inFlight);
+    }
+    t.true(most <= 140, `up to ${most} frames in flight over 400 publishes`);
+    held.release();
+    await producer.drain();
+    t.is(producer.inFlight, 0);
+    consumer.close();
+    producer.close();
+  });
+});
+
 test('allocate(): columns written into arena memory are published without a copy', async (t) => {
   await withRing('zerocopy', {}, async (_ring, name) => {
     const producer = Producer.open(name);
