@@ -23,6 +23,32 @@ static int publish_ints(gpr_producer *p, uint32_t rows, int64_t timeout_ms, gpr_
   return publish_int32_column(p, "v", 0, rows, o, err);
 }
 
+/* A fresh ring of `slots` named after `what` and this process, with a
+ * producer and a consumer on it. */
+typedef struct endpoints {
+  char name[48];
+  gpr_segment seg;
+  gpr_producer *p;
+  gpr_consumer *c;
+} endpoints;
+
+static void endpoints_open(endpoints *e, const char *what, uint32_t slots) {
+  gpr_error err;
+  snprintf(e->name, sizeof e->name, "endpoints-%s%d", what, (int)getpid());
+  gpr_segment_options so = {slots, 8u, 0, 0, 0, GPR_DELIVERY_EACH};
+  CHECK(gpr_segment_create(&e->seg, e->name, &so, &err) == 0);
+  CHECK(gpr_producer_open(e->name, NULL, &e->p, &err) == 0);
+  CHECK(gpr_consumer_open(e->name, 0, &e->c, &err) == 0);
+}
+
+/* Closes what is still open (a consumer closed already is NULL) and removes the ring. */
+static void endpoints_close(endpoints *e) {
+  if (e->c) gpr_consumer_close(e->c);
+  gpr_producer_close(e->p);
+  gpr_segment_close(&e->seg);
+  gpr_segment_unlink(e->name, NULL);
+}
+
 static void test_ownership_and_release(gpr_producer *p, gpr_consumer *c) {
   gpr_error err;
   gpr_frame *f = NULL;
@@ -209,16 +235,11 @@ static int reported_run(uint32_t from, uint64_t first, uint32_t count) {
  * one still held is reported by gpr_producer_reap, or by the full pass that
  * publishing makes every max(128, frames in flight) frames. */
 static void test_inflight_queue(void) {
-  char name[40];
-  snprintf(name, sizeof name, "endpoints-q-%d", (int)getpid());
+  endpoints e;
+  endpoints_open(&e, "q-", 256u);
+  gpr_producer *p = e.p;
+  gpr_consumer *c = e.c;
   gpr_error err;
-  gpr_segment seg;
-  gpr_segment_options so = {256u, 8u, 0, 0, 0, GPR_DELIVERY_EACH};
-  CHECK(gpr_segment_create(&seg, name, &so, &err) == 0);
-  gpr_producer *p = NULL;
-  gpr_consumer *c = NULL;
-  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
-  CHECK(gpr_consumer_open(name, 0, &c, &err) == 0);
   gpr_publish_options o = {0, 0, NULL, 0, note_release, NULL};
   gpr_frame *f[256];
   for (uint32_t i = 0; i < 12; i++) CHECK(publish_int32_column(p, "v", 0, 4, o, &err) == 0);
@@ -246,10 +267,7 @@ static void test_inflight_queue(void) {
   gpr_frame_release(f[10]);
   CHECK(gpr_producer_drain(p, 1000, &err) == 0 && p->inflight_count == 0);
   CHECK(reported_count == p->next_frame_id - 1u);
-  gpr_consumer_close(c);
-  gpr_producer_close(p);
-  gpr_segment_close(&seg);
-  gpr_segment_unlink(name, NULL);
+  endpoints_close(&e);
 }
 
 /* An on_release that publishes on the same producer, from inside a full reap
@@ -266,16 +284,11 @@ static void publish_again(void *context, uint64_t frame_id) {
 }
 
 static void test_release_callback_publishes(void) {
-  char name[40];
-  snprintf(name, sizeof name, "endpoints-r-%d", (int)getpid());
+  endpoints e;
+  endpoints_open(&e, "r-", 16u);
+  gpr_producer *p = republisher = e.p;
+  gpr_consumer *c = e.c;
   gpr_error err;
-  gpr_segment seg;
-  gpr_segment_options so = {16u, 8u, 0, 0, 0, GPR_DELIVERY_EACH};
-  CHECK(gpr_segment_create(&seg, name, &so, &err) == 0);
-  gpr_consumer *c = NULL;
-  CHECK(gpr_producer_open(name, NULL, &republisher, &err) == 0);
-  CHECK(gpr_consumer_open(name, 0, &c, &err) == 0);
-  gpr_producer *p = republisher;
   gpr_publish_options o = {0, 0, NULL, 0, publish_again, NULL};
   gpr_frame *f[3];
   reported_count = 0;
@@ -294,35 +307,23 @@ static void test_release_callback_publishes(void) {
     seen |= 1ull << g->frame_id;
   CHECK(seen == ((1ull << 4) | (1ull << 5) | (1ull << 6) | (1ull << 7)));
   CHECK(gpr_producer_drain(p, 1000, &err) == 0 && p->inflight_count == 0);
-  gpr_consumer_close(c);
-  gpr_producer_close(p);
-  gpr_segment_close(&seg);
-  gpr_segment_unlink(name, NULL);
+  endpoints_close(&e);
 }
 
 int main(void) {
-  char name[32];
-  snprintf(name, sizeof name, "endpoints-%d", (int)getpid());
-  gpr_error err;
-  gpr_segment seg;
-  gpr_segment_options so = {4u, 8u, 0, 0, 0, GPR_DELIVERY_EACH};
-  CHECK(gpr_segment_create(&seg, name, &so, &err) == 0);
-  gpr_producer *p = NULL;
-  gpr_consumer *c = NULL;
-  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
-  CHECK(gpr_consumer_open(name, 0, &c, &err) == 0);
-  test_ownership_and_release(p, c);
-  test_full_and_empty(p, c, 4);
-  test_refused_buffers(p);
-  test_damaged_frame_is_dropped(p, c);
-  test_export_holds_the_lease(p, c);
-  gpr_consumer_close(c);
-  test_frame_outlives_its_consumer(p, name);
+  endpoints e;
+  endpoints_open(&e, "", 4u);
+  test_ownership_and_release(e.p, e.c);
+  test_full_and_empty(e.p, e.c, 4);
+  test_refused_buffers(e.p);
+  test_damaged_frame_is_dropped(e.p, e.c);
+  test_export_holds_the_lease(e.p, e.c);
+  gpr_consumer_close(e.c);
+  e.c = NULL;
+  test_frame_outlives_its_consumer(e.p, e.name);
   test_squatted_arena_name();
   test_inflight_queue();
   test_release_callback_publishes();
-  gpr_producer_close(p);
-  gpr_segment_close(&seg);
-  gpr_segment_unlink(name, NULL);
+  endpoints_close(&e);
   return CHECK_DONE();
 }
