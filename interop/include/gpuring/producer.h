@@ -15,7 +15,9 @@
  * owned by gpuring: the caller keeps it unchanged until `on_release` fires for
  * the frame, which happens inside gpr_producer_reap, _publish, _drain or _alloc
  * on the calling thread, never on another. An on_release may publish on the
- * same producer.
+ * same producer. Publish and alloc reap in order: a frame released behind one
+ * still held is reported by the next gpr_producer_reap or _drain, or by
+ * publishing within max(128, frames in flight) publishes.
  *
  * Ordering. Frames are published in call order; `frame_id`s are dense from 1.
  * A producer is for one thread at a time. Included by gpuring.h. */
