@@ -654,7 +654,7 @@ export class Producer {
     const holds = owned.eventId >= 0; // frames without an event hold nothing to free
     // Each frame is tracked the moment it is in the ring, not when the whole
     // batch is: its release may be reported while later frames still wait for
-    // space, and a release reported before its frame is tracked would be lost.
+    // space, and device memory recorded after its release would never be freed.
     const track = (id: number) => (this.#inFlight++, holds && this.#deviceFrames.set(id, owned), id);
     const ids: number[] = [];
     let failure: unknown;

@@ -68,7 +68,7 @@ size_t ProducerState::ReapOldest() {
 // nothing to reap in order lay behind a frame still held, and its memory and
 // 'release' event are due now.
 size_t ProducerState::ReapOnWake() {
-  size_t reaped = ReapOldest();
+  size_t reaped = Reap(false);
   return reaped > 0 ? reaped : Reap(true);
 }
 
