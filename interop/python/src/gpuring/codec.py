@@ -7,6 +7,7 @@ structure, FRAME_BOUNDS for an offset or length outside its container.
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 from .description import BufferDescriptor, ColumnDescriptor, FrameDescription
 from .errors import GpuringError
@@ -15,11 +16,12 @@ from .layout import (BODY_HEADER as H, BODY_MAGIC, BODY_VERSION,
                      BODY_HEADER_BYTES, BUFFER_BYTES, HANDLE_BYTES, MAX_BODY_BYTES, MAX_BUFFERS,
                      MAX_COUNT, MAX_DEPTH, MAX_NODES, MEMORY_KINDS, NODE_BYTES, NODE_DICT_ORDERED,
                      NODE_MAP_KEYS_SORTED, NODE_NULLABLE)
-from .metadata import decode_metadata, encode_metadata, is_malformed, metadata_pairs
+from .metadata import Metadata, decode_metadata, encode_metadata, is_malformed, metadata_pairs
 
 _NODE = struct.Struct("<IIIIIIIIiIQqQ")
 _BUFFER = struct.Struct("<HHi16sQQQQ8s64s")
 _HEADER = struct.Struct("<IHHIIIIIIQIIHHIQ64s")
+_HEADER_NUMBERS = struct.Struct("<Q8xH")  # row_count, sync_kind: what a body's shape leaves open
 assert _NODE.size == NODE_BYTES and _BUFFER.size == BUFFER_BYTES and _HEADER.size == BODY_HEADER_BYTES
 
 
@@ -143,8 +145,32 @@ def _parse_format_bytes(raw: bytes) -> FormatInfo | None:
         return None
     return None if "\0" in text else parse_format(text)
 
+class NodeStatic(NamedTuple):
+    """A validated node's fields that every body of its shape shares."""
+    name: str
+    format: str
+    nullable: bool
+    dictionary_ordered: bool
+    map_keys_sorted: bool
+    metadata: Metadata
+    dictionary: int  # index into the description's dictionaries, -1 for none
+    child_count: int
+    buffer_count: int
+
+
+class BodyStatics(NamedTuple):
+    nodes: list[NodeStatic]
+    metadata: Metadata  # the schema's
+
+
 class _Validator:
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, shape: "_Validator | None" = None) -> None:
+        """Reads ``body`` and checks its header; with ``shape``, a validated body
+        whose shape (shape_key) ``body`` shares, only its numbers are read, for
+        check_numbers."""
+        if shape is not None:
+            self._read_numbers(body, shape)
+            return
         if len(body) < BODY_HEADER_BYTES:
             raise _invalid("shorter than its header")
         self.body = body
@@ -171,6 +197,29 @@ class _Validator:
         self.buffers = [_BUFFER.unpack_from(body, first + i * BUFFER_BYTES) for i in range(self.buffer_count)]
         self.is_root = bytearray(self.node_count)
         self.formats: list[FormatInfo] = []
+
+    def _read_numbers(self, body: bytes, shape: "_Validator") -> None:
+        self.body = body
+        self.node_count, self.buffer_count, self.strings_at = shape.node_count, shape.buffer_count, shape.strings_at
+        self.root_count, self.dictionary_count = shape.root_count, shape.dictionary_count
+        self.strings_length, self.metadata_offset, self.metadata_length = \
+            shape.strings_length, shape.metadata_offset, shape.metadata_length
+        self.is_root, self.formats = shape.is_root, shape.formats
+        self.row_count, self.sync_kind = _HEADER_NUMBERS.unpack_from(body, H["row_count"])
+        self.nodes = [_NODE.unpack_from(body, BODY_HEADER_BYTES + i * NODE_BYTES) for i in range(self.node_count)]
+        first = BODY_HEADER_BYTES + self.node_count * NODE_BYTES
+        self.buffers = [_BUFFER.unpack_from(body, first + i * BUFFER_BYTES) for i in range(self.buffer_count)]
+
+    def check_numbers(self) -> None:
+        """The checks of decode_frame that a body's numbers can fail, for a body
+        whose shape passed all the others."""
+        if self.sync_kind > 2:
+            raise _invalid("counts do not add up to its length")
+        if self.row_count > MAX_COUNT:
+            raise _bounds("row count out of range")
+        next_buffer = 0
+        for i in range(self.node_count):
+            next_buffer = self.check_node_numbers(i, next_buffer)
 
     def string(self, offset: int, length: int) -> bytes:
         return self.body[self.strings_at + offset:self.strings_at + offset + length]
@@ -200,8 +249,14 @@ class _Validator:
             raise _invalid("node trees do not match the counts")
 
     def check_node(self, i: int, next_buffer: int) -> int:
+        self.check_node_shape(i)
+        return self.check_node_numbers(i, next_buffer)
+
+    def check_node_shape(self, i: int) -> None:
+        """What a node says that is the same in every frame of its shape (body_shapes.py):
+        strings, format, flags, buffer count, dictionary reference."""
         (name_off, name_len, fmt_off, fmt_len, meta_off, meta_len, _children, flags, dictionary,
-         buffer_count, length, null_count, offset) = self.nodes[i]
+         buffer_count, *_numbers) = self.nodes[i]
         lim = self.strings_length
         if not (_in_range(name_off, name_len, lim) and _in_range(fmt_off, fmt_len, lim)
                 and _in_range(meta_off, meta_len, lim)):
@@ -223,6 +278,12 @@ class _Validator:
         if dictionary != -1 and (dictionary <= i or dictionary >= self.node_count
                                  or self.is_root[dictionary] != 2 or not f.is_integer):
             raise _invalid(f"node {i}: bad dictionary reference")
+
+    def check_node_numbers(self, i: int, next_buffer: int) -> int:
+        """The checks on a node's numbers (lengths, null count, offset, its buffers'
+        bounds and handles), after check_node_shape; returns its first buffer's successor."""
+        length, null_count, offset = self.nodes[i][10:]
+        f = self.formats[i]
         if null_count < -1 or (null_count > 0 and null_count > length):
             raise _bounds(f"node {i}: null count out of range")
         if length > MAX_COUNT or offset > MAX_COUNT - length:
@@ -287,36 +348,49 @@ class _Validator:
                 pending += self.nodes[c][6] - 1
                 c += 1
 
-    def describe(self) -> FrameDescription:
-        dictionary_index = {i: k for k, i in enumerate(i for i, r in enumerate(self.is_root) if r == 2)}
+    def statics(self) -> "BodyStatics":
+        """What describe() takes from the body that every frame of its shape shares."""
+        dictionary_roots = [i for i, r in enumerate(self.is_root) if r == 2]
+        nodes = []
+        for name_off, name_len, fmt_off, fmt_len, meta_off, meta_len, child_count, flags, dictionary, buffer_count, \
+                *_numbers in self.nodes:
+            nodes.append(NodeStatic(
+                self.string(name_off, name_len).decode(), self.string(fmt_off, fmt_len).decode(errors="replace"),
+                bool(flags & NODE_NULLABLE), bool(flags & NODE_DICT_ORDERED), bool(flags & NODE_MAP_KEYS_SORTED),
+                metadata_pairs(self.string(meta_off, meta_len)),
+                -1 if dictionary < 0 else dictionary_roots.index(dictionary), child_count, buffer_count))
+        return BodyStatics(nodes, metadata_pairs(self.string(self.metadata_offset, self.metadata_length)))
+
+    def describe(self, statics: "BodyStatics | None" = None) -> FrameDescription:
+        """The description; ``statics`` are those of an earlier body of this shape, if any."""
+        shared = statics or self.statics()
         next_node = next_buffer = 0
 
         def build() -> ColumnDescriptor:
             nonlocal next_node, next_buffer
             i = next_node
             next_node += 1
-            (name_off, name_len, fmt_off, fmt_len, meta_off, meta_len, child_count, flags, dictionary,
-             buffer_count, length, null_count, offset) = self.nodes[i]
+            s, (length, null_count, offset) = shared.nodes[i], self.nodes[i][10:]
             buffers = [BufferDescriptor(MEMORY_KINDS[k], o, u, off, ln, a, h, p if k == 3 else 0)
-                       for k, _f, o, u, off, ln, a, p, _r, h in self.buffers[next_buffer:next_buffer + buffer_count]]
-            next_buffer += buffer_count
-            children = [build() for _ in range(child_count)]
-            return ColumnDescriptor(
-                self.string(name_off, name_len).decode(), self.string(fmt_off, fmt_len).decode(errors="replace"),
-                length, buffers, bool(flags & NODE_NULLABLE), bool(flags & NODE_DICT_ORDERED),
-                bool(flags & NODE_MAP_KEYS_SORTED), metadata_pairs(self.string(meta_off, meta_len)),
-                -1 if dictionary < 0 else dictionary_index[dictionary], null_count, offset, children)
+                       for k, _f, o, u, off, ln, a, p, _r, h in self.buffers[next_buffer:next_buffer + s.buffer_count]]
+            next_buffer += s.buffer_count
+            children = [build() for _ in range(s.child_count)]
+            return ColumnDescriptor(s.name, s.format, length, buffers, s.nullable, s.dictionary_ordered,
+                                    s.map_keys_sorted, _copy(s.metadata), s.dictionary, null_count, offset, children)
 
         columns = [build() for _ in range(self.root_count)]
         dictionaries = [build() for _ in range(self.dictionary_count)]
-        return FrameDescription(self.row_count, columns, dictionaries,
-                                metadata_pairs(self.string(self.metadata_offset, self.metadata_length)),
+        return FrameDescription(self.row_count, columns, dictionaries, _copy(shared.metadata),
                                 self.sync_kind, self.body[H["sync_handle"]:H["sync_handle"] + HANDLE_BYTES])
 
 
-def decode_frame(body: bytes) -> FrameDescription:
-    """Validates a frame body and returns its description. ``body`` must be a
-    private copy (``bytes``): shared memory could change between check and use."""
+def _copy(metadata: Metadata) -> Metadata:
+    """Descriptions are the caller's to change: none shares a list with another."""
+    return None if metadata is None else list(metadata)
+
+
+def validate(body: bytes) -> _Validator:
+    """Every check of decode_frame, in its order; the validator then describes the body."""
     v = _Validator(bytes(body))
     v.check_trees()
     next_buffer = 0
@@ -324,4 +398,10 @@ def decode_frame(body: bytes) -> FrameDescription:
         next_buffer = v.check_node(i, next_buffer)
     if next_buffer != v.buffer_count:
         raise _invalid("fewer buffers used than declared")
-    return v.describe()
+    return v
+
+
+def decode_frame(body: bytes) -> FrameDescription:
+    """Validates a frame body and returns its description. ``body`` must be a
+    private copy (``bytes``): shared memory could change between check and use."""
+    return validate(body).describe()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import layout as L
 from . import broadcast, slot_protocol as ring
-from .codec import decode_frame
+from .body_shapes import BodyShapes, Shape
 from .errors import GpuringError
 from .frame import Frame, Lease
 from .host_columns import ArenaMaps, record_batch
@@ -48,6 +48,7 @@ class Consumer:
         self.missed = 0
         self.index, self.generation = seg.attach(L.ROLE_CONSUMER | extra_roles)
         self._maps = ArenaMaps(seg)
+        self._shapes = BodyShapes()
         self._lock = threading.Lock()
         self._held: set[int] = set()
         self._device: DeviceMappings | None = None
@@ -153,7 +154,7 @@ class Consumer:
 
     def _hand_over(self, pos: int, ref: ring.FrameRef, held: bool = False) -> Frame:
         try:
-            description = decode_frame(self._body(ref))
+            description, shape = self._shapes.decode(self._body(ref))
         except GpuringError:
             if not self._seg.broadcast:  # a broadcast claim is a lease already
                 ring.transition(self._seg, pos, L.CLAIMED, self.index + 1, L.slot_word(pos, L.LEASED, self.index + 1))
@@ -164,7 +165,7 @@ class Consumer:
         with self._lock:
             self._held.add(pos)
         return Frame(self, description, ref.frame_id, ref.user_tag, Lease(lambda: self._end_lease(pos, confirm=held)),
-                     (ref.producer, ref.producer_gen))
+                     (ref.producer, ref.producer_gen), shape)
 
     def _body(self, ref: ring.FrameRef) -> bytes:
         if ref.producer >= self._seg.participant_capacity or ref.body_length > L.MAX_BODY_BYTES:
@@ -187,8 +188,8 @@ class Consumer:
             except GpuringError:
                 pass  # a sweeper released it for us after judging us dead
 
-    def _record_batch(self, description: FrameDescription, lease: Lease) -> Any:
-        return record_batch(description, self._maps.address, lease)
+    def _record_batch(self, description: FrameDescription, lease: Lease, shape: Shape | None) -> Any:
+        return record_batch(description, self._maps.address, lease, shape)
 
     def _release_after(self, ordinal: int, stream: int, lease: Lease) -> None:
         if self._stream_releases is None:

@@ -15,6 +15,7 @@ from .description import DEVICE_KINDS, FrameDescription
 from .errors import GpuringError
 
 if TYPE_CHECKING:
+    from .body_shapes import Shape
     from .consumer import Consumer
 
 
@@ -51,7 +52,7 @@ class Frame:
     the module's ownership rules)."""
 
     def __init__(self, consumer: Consumer, description: FrameDescription, frame_id: int, user_tag: int, lease: Lease,
-                 producer: tuple[int, int] = (0, 0)) -> None:
+                 producer: tuple[int, int] = (0, 0), shape: Shape | None = None) -> None:
         self.description = description
         self.frame_id = frame_id
         self.user_tag = user_tag
@@ -59,6 +60,7 @@ class Frame:
         """(participant index, generation) of the producer that published the frame."""
         self._consumer = consumer
         self._lease: Lease | None = lease
+        self._shape = shape
 
     @property
     def row_count(self) -> int:
@@ -86,7 +88,7 @@ class Frame:
         lease = self._held()
         if self.on_device:
             raise GpuringError("UNSUPPORTED", "this frame holds device columns; use to_cupy() or to_torch()")
-        return self._consumer._record_batch(self.description, lease)
+        return self._consumer._record_batch(self.description, lease, self._shape)
 
     def to_cupy(self) -> dict[str, Any]:
         """Device frame columns as CuPy arrays, mapped from the producer's device memory."""
