@@ -29,7 +29,7 @@ from .arena import Allocation, ArenaPool
 from .codec import encode_frame
 from .description import FrameDescription
 from .errors import GpuringError
-from .host_columns import describe_host
+from .host_templates import HostTemplates
 from .recovery import detach, sweep
 from .segment import Segment
 
@@ -77,6 +77,7 @@ class Producer:
         self._closed = False
         self.index, self.generation = seg.attach(L.ROLE_PRODUCER | extra_roles)
         self._pool = ArenaPool(seg, self.index, self.generation, arena_size)
+        self._templates = HostTemplates(self._pool)
         self._in_flight: dict[int, tuple[list[Allocation], object, Callable[[], None] | None]] = {}  # by slot, oldest first
         self._reaps_since_full = 0
         self._next_id = 1
@@ -118,9 +119,9 @@ class Producer:
         if device is not None or _is_device(data):
             from .device_columns import describe_device
             description, keep = describe_device(data, stream)
-            return self._publish(description, [], keep, deadline, block, user_tag)
-        description, alloc = describe_host(data, self._pool, lambda n: self._alloc(n, deadline, block))
-        return self._publish(description, [alloc], None, deadline, block, user_tag)
+            return self._publish(encode_frame(description), [], keep, deadline, block, user_tag, description)
+        body, alloc = self._templates.body(data, lambda n: self._alloc(n, deadline, block))
+        return self._publish(body, [alloc], None, deadline, block, user_tag)
 
     def publish_description(self, description: FrameDescription, *, keep_alive: object = None,
                             timeout: float | None = None, block: bool = True, user_tag: int = 0,
@@ -132,8 +133,8 @@ class Producer:
         the frame is reclaimed after its release (in ``publish``, ``reap`` or ``drain``)."""
         self._check_open()
         deadline = None if timeout is None else time.monotonic() + timeout
-        return self._publish(description, [], keep_alive, deadline, block, user_tag, on_reclaim,
-                             [s.allocation for s in space or []])
+        return self._publish(encode_frame(description), [], keep_alive, deadline, block, user_tag, description,
+                             on_reclaim, [s.allocation for s in space or []])
 
     def host_space(self, nbytes: int) -> HostSpace:
         """``nbytes`` of this producer's shared memory, to fill in place (a bridge
@@ -187,17 +188,18 @@ class Producer:
             raise GpuringError(short[-1].code, f"{why}; {len(self._in_flight)} frames of this producer "
                                "were still unreleased at the timeout") from None
 
-    def _publish(self, description: FrameDescription, allocs: list[Allocation], keep: object, deadline: float | None,
-                 block: bool, user_tag: int, on_reclaim: Callable[[], None] | None = None,
-                 lent: list[Allocation] | None = None) -> int:
-        """``allocs`` are freed if the publish fails, ``lent`` stay the caller's then;
-        both are freed when the frame is reclaimed."""
-        if self._channel is None and any(b.kind in ("cuda-pool", "cuda-vmm") for b in description.buffers()):
+    def _publish(self, body: bytes, allocs: list[Allocation], keep: object, deadline: float | None,
+                 block: bool, user_tag: int, description: FrameDescription | None = None,
+                 on_reclaim: Callable[[], None] | None = None, lent: list[Allocation] | None = None) -> int:
+        """Publishes an encoded ``body``; ``description`` is given where it may name
+        device memory. ``allocs`` are freed if the publish fails, ``lent`` stay the
+        caller's then; both are freed when the frame is reclaimed."""
+        if (self._channel is None and description is not None
+                and any(b.kind in ("cuda-pool", "cuda-vmm") for b in description.buffers())):
             # Consumers fetch the pool's descriptor here (SPEC.md §9c).
             from .pool_memory import DescriptorChannel, attached_pids
             self._channel = DescriptorChannel(self._seg, self.index, self.generation, attached_pids(self._seg))
         try:
-            body = encode_frame(description)
             body_alloc = self._alloc(len(body), deadline, block)
             allocs.append(body_alloc)
             self._pool.memory(body_alloc).write(body_alloc.offset, body)

@@ -20,7 +20,7 @@ from collections import deque
 from typing import Callable, TypeVar
 
 from .. import layout as L
-from ..codec import decode_frame
+from ..body_shapes import BodyShapes
 from ..description import FrameDescription
 from ..errors import GpuringError
 from ..producer import MEMORY_SHORT, Producer
@@ -58,6 +58,7 @@ class BridgeSink:
         self._landings = Landings(self._producer, device)
         self._stream = stream_id(self._producer._seg)
         self._seen: dict[bytes, OriginLog] = {}  # per source stream
+        self._shapes = BodyShapes()  # descriptions validated, as a consumer's (body_shapes.py)
         self._reaping = False  # a task looks for released frames ("released" acks)
         self._hops = Hops("sink")
 
@@ -144,7 +145,7 @@ class BridgeSink:
         try:
             if header.flags & W.FRAME_PATCH:
                 body = templates.body(header.template, body)
-            description = decode_frame(body)
+            description = self._shapes.decode(body)[0]
             if header.flags & W.FRAME_KEEP:
                 templates.keep(header.template, body)
         except GpuringError as e:
