@@ -154,7 +154,8 @@ class Consumer:
 
     def _hand_over(self, pos: int, ref: ring.FrameRef, held: bool = False) -> Frame:
         try:
-            description, shape = self._shapes.decode(self._body(ref))
+            body = self._body(ref)
+            description, shape = self._shapes.decode(body)
         except GpuringError:
             if not self._seg.broadcast:  # a broadcast claim is a lease already
                 ring.transition(self._seg, pos, L.CLAIMED, self.index + 1, L.slot_word(pos, L.LEASED, self.index + 1))
@@ -165,7 +166,7 @@ class Consumer:
         with self._lock:
             self._held.add(pos)
         return Frame(self, description, ref.frame_id, ref.user_tag, Lease(lambda: self._end_lease(pos, confirm=held)),
-                     (ref.producer, ref.producer_gen), shape)
+                     (ref.producer, ref.producer_gen), shape, body)
 
     def _body(self, ref: ring.FrameRef) -> bytes:
         if ref.producer >= self._seg.participant_capacity or ref.body_length > L.MAX_BODY_BYTES:

@@ -52,7 +52,7 @@ class Frame:
     the module's ownership rules)."""
 
     def __init__(self, consumer: Consumer, description: FrameDescription, frame_id: int, user_tag: int, lease: Lease,
-                 producer: tuple[int, int] = (0, 0), shape: Shape | None = None) -> None:
+                 producer: tuple[int, int] = (0, 0), shape: Shape | None = None, body: bytes = b"") -> None:
         self.description = description
         self.frame_id = frame_id
         self.user_tag = user_tag
@@ -61,6 +61,7 @@ class Frame:
         self._consumer = consumer
         self._lease: Lease | None = lease
         self._shape = shape
+        self._body = body  # the validated private copy it was described from (a bridge forwards it)
 
     @property
     def row_count(self) -> int:

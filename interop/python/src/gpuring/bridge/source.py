@@ -187,7 +187,7 @@ class BridgeSource:
         """Posts the frame's messages in order and returns without waiting for
         them: the frame stays held until acknowledged, so its memory outlives
         the sends. A send that fails fails the link."""
-        flags, template, body = 0, 0, encode_frame(frame.description)
+        flags, template, body = 0, 0, frame._body or encode_frame(frame.description)
         if flight.templates is not None:  # the schema once per link: later frames of a shape as a patch
             flags, template, body = flight.templates.encode(body)
         total = sum(n for _, n, _ in buffers)
