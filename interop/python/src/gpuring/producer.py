@@ -125,15 +125,18 @@ class Producer:
 
     def publish_description(self, description: FrameDescription, *, keep_alive: object = None,
                             timeout: float | None = None, block: bool = True, user_tag: int = 0,
-                            space: list[HostSpace] | None = None, on_reclaim: Callable[[], None] | None = None) -> int:
+                            space: list[HostSpace] | None = None, on_reclaim: Callable[[], None] | None = None,
+                            body: bytes | None = None) -> int:
         """Publishes a description you built; ``keep_alive`` is held until release.
+        ``body``: the description already encoded (codec.with_buffers), which
+        saves encoding it again; it must encode ``description``.
         ``space``: the ``host_space`` its host buffers lie in, freed when the frame
         is reclaimed; if the publish fails (RING_FULL, TIMEOUT) it stays yours, to
         publish again or ``free_space``. ``on_reclaim`` runs when
         the frame is reclaimed after its release (in ``publish``, ``reap`` or ``drain``)."""
         self._check_open()
         deadline = None if timeout is None else time.monotonic() + timeout
-        return self._publish(encode_frame(description), [], keep_alive, deadline, block, user_tag, description,
+        return self._publish(body or encode_frame(description), [], keep_alive, deadline, block, user_tag, description,
                              on_reclaim, [s.allocation for s in space or []])
 
     def host_space(self, nbytes: int) -> HostSpace:

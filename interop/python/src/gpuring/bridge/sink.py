@@ -21,6 +21,7 @@ from typing import Callable, TypeVar
 
 from .. import layout as L
 from ..body_shapes import BodyShapes
+from ..codec import with_buffers
 from ..description import FrameDescription
 from ..errors import GpuringError
 from ..producer import MEMORY_SHORT, Producer
@@ -105,9 +106,9 @@ class BridgeSink:
                 self._hops.stamp(header.user_tag, "received")
                 length = header.description_length
                 body = bytes(inline[:length]) if inline is not None else await meta.description(length)
-                description = await self._description(link, header, body, templates)
+                description, body = await self._description(link, header, body, templates)
                 await arrivals.room(header.total_bytes)
-                arrivals.add(await self._receive_buffers(link, header, description,
+                arrivals.add(await self._receive_buffers(link, header, description, body,
                                                          inline[length:] if inline is not None else None, arrivals))
         finally:
             meta.close()
@@ -120,7 +121,7 @@ class BridgeSink:
     async def _publish_frames(self, arrivals: "_Arrivals", peer: W.Hello, seen: OriginLog, acks: "_Acks") -> None:
         """Publishes each frame once its buffers are in, in sequence order, and acknowledges it."""
         while (arriving := await arrivals.next()) is not None:
-            header, description, landing = arriving.header, arriving.description, arriving.landing
+            header, description, landing, body = arriving.header, arriving.description, arriving.landing, arriving.body
             await arriving.complete()  # meanwhile its memory is the queue's: a failed link frees it
             arrivals.done()
             acks.owe()
@@ -134,14 +135,16 @@ class BridgeSink:
             ack = functools.partial(acks.now, header.seq)
             released = peer.ack_mode == W.ACK_RELEASED
             lasting = landing.device is None  # host arenas outlive this sink; its device memory does not
-            await self._publish(description, landing, header.user_tag, ack if released else None)
+            await self._publish(description, with_buffers(body, description), landing, header.user_tag,
+                                ack if released else None)
             seen.published(origin, lasting)
             self._hops.stamp(header.user_tag, "published")
             if not released:
                 ack()
 
     async def _description(self, link: Link, header: W.FrameHeader, body: bytes,
-                           templates: SinkTemplates) -> FrameDescription:
+                           templates: SinkTemplates) -> tuple[FrameDescription, bytes]:
+        """The frame's description, validated, and its whole body (a PATCH rebuilt from its template)."""
         try:
             if header.flags & W.FRAME_PATCH:
                 body = templates.body(header.template, body)
@@ -159,14 +162,14 @@ class BridgeSink:
         if total > self.max_frame_bytes:
             await self._refuse(link, header.seq, GpuringError(
                 "OUT_OF_MEMORY", f"frame {header.seq} holds {total} bytes; this sink takes at most {self.max_frame_bytes}"))
-        return description
+        return description, body
 
     async def _refuse(self, link: Link, seq: int, error: GpuringError) -> None:
         message = str(error).partition(": ")[2]
         await link.send(W.pack_refused(seq, error.code, message), W.TAG_CONTROL)
         raise error
 
-    async def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription,
+    async def _receive_buffers(self, link: Link, header: W.FrameHeader, description: FrameDescription, body: bytes,
                                inline: memoryview | None, arrivals: "_Arrivals") -> "_Arriving":
         """Posts a receive of each buffer where it lands (landing.py), or copies
         it there from an inline frame's ``inline`` bytes, and points the
@@ -190,7 +193,7 @@ class BridgeSink:
             landing.free()
             raise
         description.sync_kind, description.sync_handle = 0, bytes(L.HANDLE_BYTES)  # complete when published
-        return _Arriving(header, description, landing, receives, at[1])
+        return _Arriving(header, description, body, landing, receives, at[1])
 
     async def _land(self, device_bytes: int, host_bytes: int, arrivals: "_Arrivals") -> Landing:
         """A frame's memory. While shared memory is short and frames of this
@@ -206,17 +209,18 @@ class BridgeSink:
 
         return await _with_backoff(attempt)
 
-    async def _publish(self, description: FrameDescription, landing: Landing, user_tag: int,
+    async def _publish(self, description: FrameDescription, body: bytes, landing: Landing, user_tag: int,
                        on_reclaim: Callable[[], None] | None) -> None:
+        """Publishes the frame ``body`` encodes (the received body pointed at ``landing``)."""
         try:  # meanwhile the link keeps progressing; the source waits on its window
-            await _with_backoff(lambda: self._try_publish(description, landing, user_tag, on_reclaim) or None)
+            await _with_backoff(lambda: self._try_publish(description, body, landing, user_tag, on_reclaim) or None)
         except BaseException:
             landing.free()  # a failed publish leaves the space ours
             raise
         if on_reclaim is not None or landing.device is not None:
             self._ensure_reaper()
 
-    def _try_publish(self, description: FrameDescription, landing: Landing, user_tag: int,
+    def _try_publish(self, description: FrameDescription, body: bytes, landing: Landing, user_tag: int,
                      on_reclaim: Callable[[], None] | None) -> bool:
         def reclaimed() -> None:
             landing.free_device()
@@ -224,7 +228,7 @@ class BridgeSink:
                 on_reclaim()
         try:
             self._producer.publish_description(description, space=[landing.host] if landing.host else [], block=False,
-                                               user_tag=user_tag, on_reclaim=reclaimed)
+                                               user_tag=user_tag, on_reclaim=reclaimed, body=body)
             return True
         except GpuringError as e:
             if e.code == "RING_FULL" or (e.code in MEMORY_SHORT and self._producer.in_flight):
@@ -266,11 +270,12 @@ async def _with_backoff(attempt: Callable[[], T | None]) -> T:
 
 class _Arriving:
     """A frame whose buffer receives are posted: its header, its description
-    (pointing at the landing already), the landing and the receives."""
+    (pointing at the landing already) and the body it was received as, the
+    landing and the receives."""
 
-    def __init__(self, header: W.FrameHeader, description: FrameDescription, landing: Landing,
+    def __init__(self, header: W.FrameHeader, description: FrameDescription, body: bytes, landing: Landing,
                  receives: list[asyncio.Future[None]], device_bytes: int) -> None:
-        self.header, self.description, self.landing = header, description, landing
+        self.header, self.description, self.body, self.landing = header, description, body, landing
         self._receives, self._device_bytes = receives, device_bytes
 
     async def complete(self) -> None:
