@@ -61,3 +61,16 @@ def break_utf8_offsets(ring: str, producer, values: list[str], index: int | None
         assert found > 0, "the offsets are not in the arena"
         f.seek(found + 4 * (len(values) if index is None else index))
         f.write(to.to_bytes(4, "little"))
+
+
+def publish_and_read_back(producer, consumer, batch):
+    """Publishes ``batch`` and asserts that the frame the consumer takes reads
+    back equal (schema with metadata, every column); returns that frame, released."""
+    producer.publish(batch, timeout=10)
+    with consumer.next(timeout=10) as frame:
+        got = frame.to_arrow()
+        assert got.schema.equals(batch.schema, check_metadata=True)
+        for name in batch.schema.names:
+            assert got.column(name).equals(batch.column(name).combine_chunks()), name
+    del got  # the arrays hold the lease
+    return frame

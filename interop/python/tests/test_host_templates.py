@@ -6,6 +6,7 @@ import dataclasses
 import pyarrow as pa
 
 from all_types import all_types_table
+from conftest import publish_and_read_back
 from gpuring import Consumer, Producer, Ring, decode_frame, encode_frame
 from gpuring.host_columns import describe_host
 
@@ -36,13 +37,7 @@ def test_every_batch_of_a_kept_schema_gets_its_own_body_and_reads_back(ring_name
             assert _placeless(body) == _placeless(encode_frame(description))
             producer._pool.free(copied)
             producer._pool.free(plain)
-            producer.publish(batch, timeout=10)
-            with consumer.next(timeout=10) as frame:
-                got = frame.to_arrow()
-                assert got.schema.equals(batch.schema, check_metadata=True)
-                for name in batch.schema.names:
-                    assert got.column(name).equals(batch.column(name).combine_chunks()), name
-            del got
+            publish_and_read_back(producer, consumer, batch)
         producer.drain(timeout=10)
         # one template per schema and buffer pattern, not one per batch
         assert sum(len(patterns) for _, patterns in producer._templates._schemas) < len(batches())

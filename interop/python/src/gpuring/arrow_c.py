@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import GpuringError
-from .format import parse_format
+from .format import FormatInfo, parse_format
 
 _FLAG_DICT_ORDERED, _FLAG_NULLABLE, _FLAG_MAP_KEYS_SORTED = 1, 2, 4
 
@@ -71,6 +71,11 @@ def _buffer_sizes(fmt: str, arr: ArrowArray) -> list[int]:
     f = parse_format(fmt)
     if f is None:
         raise GpuringError("INVALID_ARGUMENT", f"gpuring does not carry Arrow format {fmt!r} (SPEC.md §8.1 lists the types)")
+    return buffer_sizes(f, arr)
+
+
+def buffer_sizes(f: FormatInfo, arr: ArrowArray) -> list[int]:
+    """Each buffer's bytes in an exported array of layout ``f`` (var-size data: up to its last offset)."""
     end = arr.offset + arr.length
     sizes = [(end + 7) // 8]
     if f.layout in ("fixed", "bool"):

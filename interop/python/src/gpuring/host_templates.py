@@ -18,7 +18,7 @@ import struct
 from typing import Any, Callable
 
 from .arena import Allocation, ArenaPool
-from .arrow_c import ArrowArray
+from .arrow_c import ArrowArray, buffer_sizes
 from .codec import decode_frame, encode_frame
 from .description import BufferDescriptor
 from .format import FormatInfo, parse_format
@@ -63,19 +63,18 @@ class _Numbers:
         self.nodes: list[tuple[int, int, int]] = []
         self.buffers: list[tuple[int, int]] = []  # (address or 0, size) in body order
         self.present: list[bool] = []
+        columns: list[ArrowArray] = []
         dictionaries: list[list[ArrowArray]] = []
-        columns = [root.children[i][0] for i in range(root.n_children)]
-        trees: list[list[ArrowArray]] = [[]]
-        for c in columns:
-            _flatten(c, trees[0], dictionaries)
-        for tree in [trees[0], *dictionaries]:
+        for i in range(root.n_children):
+            _flatten(root.children[i][0], columns, dictionaries)
+        for tree in [columns, *dictionaries]:
             for arr in tree:
                 self._read(arr)
 
     def _read(self, arr: ArrowArray) -> None:
         f = self.formats[len(self.nodes)]
         self.nodes.append((arr.length, arr.null_count, arr.offset))
-        for i, size in enumerate(_sizes(f, arr)):
+        for i, size in enumerate(buffer_sizes(f, arr)):
             address = arr.buffers[i] or 0
             self.buffers.append((address, size if address else 0))
             self.present.append(bool(address))
@@ -89,23 +88,6 @@ def _flatten(arr: ArrowArray, out: list[ArrowArray], dictionaries: list[list[Arr
         tree: list[ArrowArray] = []
         dictionaries.append(tree)  # numbered before its own dictionaries, as host_columns numbers them
         _flatten(arr.dictionary[0], tree, dictionaries)
-
-
-def _sizes(f: FormatInfo, arr: ArrowArray) -> list[int]:
-    """Each buffer's bytes, as arrow_c._buffer_sizes reads them from an export."""
-    end = arr.offset + arr.length
-    sizes = [(end + 7) // 8]
-    if f.layout in ("fixed", "bool"):
-        sizes.append((end * f.bit_width + 7) // 8)
-    elif f.layout in ("varbin", "list"):
-        sizes.append((end + 1) * f.offset_bytes if end else 0)
-        if f.layout == "varbin":
-            last = 0
-            if end and arr.buffers[1]:
-                raw = ctypes.string_at(arr.buffers[1] + end * f.offset_bytes, f.offset_bytes)
-                last = int.from_bytes(raw, "little", signed=True)
-            sizes.append(last)
-    return sizes
 
 
 class HostTemplates:
