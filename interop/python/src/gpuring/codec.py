@@ -21,7 +21,7 @@ from .metadata import Metadata, decode_metadata, encode_metadata, is_malformed, 
 _NODE = struct.Struct("<IIIIIIIIiIQqQ")
 _BUFFER = struct.Struct("<HHi16sQQQQ8s64s")
 _HEADER = struct.Struct("<IHHIIIIIIQIIHHIQ64s")
-_COUNTS = struct.Struct("<I")  # node_count
+_NODE_COUNT = struct.Struct("<I")
 _SYNC = struct.Struct("<H")
 _HEADER_NUMBERS = struct.Struct("<Q8xH")  # row_count, sync_kind: what a body's shape leaves open
 assert _NODE.size == NODE_BYTES and _BUFFER.size == BUFFER_BYTES and _HEADER.size == BODY_HEADER_BYTES
@@ -31,10 +31,11 @@ def body_size(nodes: int, buffers: int, strings: int) -> int:
     return BODY_HEADER_BYTES + nodes * NODE_BYTES + buffers * BUFFER_BYTES + (strings + 7) // 8 * 8
 
 
-def _flatten(columns: list[ColumnDescriptor], out: list[ColumnDescriptor]) -> None:
+def flatten_nodes(columns: list[ColumnDescriptor], out: list[ColumnDescriptor]) -> None:
+    """Appends the nodes of ``columns`` to ``out`` in body order (pre-order, §8)."""
     for c in columns:
         out.append(c)
-        _flatten(c.children, out)
+        flatten_nodes(c.children, out)
 
 
 def _bad_argument(what: str) -> GpuringError:
@@ -82,11 +83,11 @@ def encode_frame(d: FrameDescription) -> bytes:
     dictionaries), strings in node order (name, format, metadata) with schema
     metadata last, every reserved and padding byte zero."""
     nodes: list[ColumnDescriptor] = []
-    _flatten(d.columns, nodes)
+    flatten_nodes(d.columns, nodes)
     dictionary_roots: list[int] = []
     for dictionary in d.dictionaries:
         dictionary_roots.append(len(nodes))
-        _flatten([dictionary], nodes)
+        flatten_nodes([dictionary], nodes)
     _check_description(d, nodes)
     node_strings = [(n.name.encode(), n.format.encode(), encode_metadata(n.metadata)) for n in nodes]
     schema_metadata = encode_metadata(d.metadata)
@@ -131,7 +132,7 @@ def with_buffers(body: bytes, d: FrameDescription) -> bytes:
     body at its own memory this way). For a canonical ``body`` this is
     encode_frame(d), at a fraction of the cost."""
     out = bytearray(body)
-    buffers_at = BODY_HEADER_BYTES + _COUNTS.unpack_from(body, H["node_count"])[0] * NODE_BYTES
+    buffers_at = BODY_HEADER_BYTES + _NODE_COUNT.unpack_from(body, H["node_count"])[0] * NODE_BYTES
     for b in d.buffers():
         _check_buffer(b)
         _BUFFER.pack_into(out, buffers_at, MEMORY_KINDS.index(b.kind), 0, b.device_ordinal, b.device_uuid,

@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 from .arena import Allocation, ArenaPool
 from .arrow_c import ArrowArray, buffer_sizes
-from .codec import decode_frame, encode_frame
-from .description import BufferDescriptor
+from .codec import encode_frame, flatten_nodes
+from .description import BufferDescriptor, ColumnDescriptor, FrameDescription
 from .format import FormatInfo, parse_format
 from .host_columns import as_record_batch, describe_host
 from .layout import (ARENA_ALIGN, BODY_BUFFER, BODY_HEADER, BODY_HEADER_BYTES, BODY_NODE, BUFFER_BYTES, HANDLE_BYTES,
@@ -37,17 +37,11 @@ class _Template:
     """One schema and buffer pattern: the body, each node's format in body order,
     which of its buffers are present, and where each present buffer's fields lie."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, description: FrameDescription) -> None:
         self.body = body
-        description = decode_frame(body)
-        nodes: list[Any] = []
-
-        def flatten(columns: list[Any]) -> None:
-            for c in columns:
-                nodes.append(c)
-                flatten(c.children)
-        flatten(description.columns)
-        flatten(description.dictionaries)
+        nodes: list[ColumnDescriptor] = []
+        flatten_nodes(description.columns, nodes)
+        flatten_nodes(description.dictionaries, nodes)
         self.formats: list[FormatInfo] = [parse_format(n.format) for n in nodes]  # type: ignore[misc]
         self.present = tuple(b.kind != "absent" for n in nodes for b in n.buffers)
         first_buffer = BODY_HEADER_BYTES + len(nodes) * NODE_BYTES
@@ -66,7 +60,7 @@ class _Numbers:
         columns: list[ArrowArray] = []
         dictionaries: list[list[ArrowArray]] = []
         for i in range(root.n_children):
-            _flatten(root.children[i][0], columns, dictionaries)
+            _flatten_export(root.children[i][0], columns, dictionaries)
         for tree in [columns, *dictionaries]:
             for arr in tree:
                 self._read(arr)
@@ -80,14 +74,14 @@ class _Numbers:
             self.present.append(bool(address))
 
 
-def _flatten(arr: ArrowArray, out: list[ArrowArray], dictionaries: list[list[ArrowArray]]) -> None:
+def _flatten_export(arr: ArrowArray, out: list[ArrowArray], dictionaries: list[list[ArrowArray]]) -> None:
     out.append(arr)
     for i in range(arr.n_children):
-        _flatten(arr.children[i][0], out, dictionaries)
+        _flatten_export(arr.children[i][0], out, dictionaries)
     if arr.dictionary:
         tree: list[ArrowArray] = []
         dictionaries.append(tree)  # numbered before its own dictionaries, as host_columns numbers them
-        _flatten(arr.dictionary[0], tree, dictionaries)
+        _flatten_export(arr.dictionary[0], tree, dictionaries)
 
 
 class HostTemplates:
@@ -119,7 +113,7 @@ class HostTemplates:
         except BaseException:
             self._pool.free(copied)
             raise
-        template = _Template(body)
+        template = _Template(body, description)
         patterns[template.present] = template
         return body, copied
 
