@@ -18,6 +18,7 @@ import { HANDLE_BYTES } from '../dist/codec/layout.js';
 import { native } from '../dist/native.js';
 import { exitOf, withRing } from '../test/helpers/ring.js';
 import { compare, median, microsSince, percentile, report, type BenchRecord } from './harness.js';
+import { wakeFloor } from './wake-floor.js';
 import type { Chart, Series } from './plot.js';
 
 const json = process.argv.includes('--json');
@@ -58,7 +59,7 @@ interface ProducerTimes {
   openMicros: number;
   publishCalls: number[];
 }
-async function publishToVisible(bytes: number, frames: number, spin: number, mode = 'describe'): Promise<{ cold: number; coldMap: number; producer: ProducerTimes; latencies: number[]; received: number[]; open: number; opens: number[] }> {
+async function publishToVisible(bytes: number, frames: number, spin: number, mode = 'describe'): Promise<{ cold: number; coldMap: number; producer: ProducerTimes; latencies: number[]; received: number[]; open: number; opens: number[]; gapUs: number }> {
   return withRing('bench-ptv', { slots: 8 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
     const producer = spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/stamp-producer.ts'), name, String(bytes), String(WARM_UP), String(frames), mode], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
@@ -67,9 +68,11 @@ async function publishToVisible(bytes: number, frames: number, spin: number, mod
     const latencies: number[] = [];
     const received: number[] = [];
     const maps: number[] = [];
+    const tags: bigint[] = [];
     for (let i = 0; i < WARM_UP + frames; i++) {
       const f = await consumer.next({ timeout: 60_000, spin: i ? spin : 0 });
       received.push(microsSince(f.tag));
+      tags.push(f.tag);
       const t = performance.now();
       f.mapDevice();
       maps.push((performance.now() - t) * 1000);
@@ -78,7 +81,8 @@ async function publishToVisible(bytes: number, frames: number, spin: number, mod
     }
     consumer.close();
     await exitOf(producer);
-    return { cold: latencies[0]!, coldMap: maps[0]!, producer: times, latencies: latencies.slice(WARM_UP), received: received.slice(WARM_UP), open: maps[WARM_UP]!, opens: maps.slice(WARM_UP) };
+    const gaps = tags.slice(WARM_UP + 1).map((tag, i) => Number(tag - tags[WARM_UP + i]!) / 1000);
+    return { cold: latencies[0]!, coldMap: maps[0]!, producer: times, latencies: latencies.slice(WARM_UP), received: received.slice(WARM_UP), open: maps[WARM_UP]!, opens: maps.slice(WARM_UP), gapUs: median(gaps) };
   });
 }
 
@@ -86,7 +90,12 @@ async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
   const asleep = await publishToVisible(bytes, 201, 0);
   const spinning = await publishToVisible(bytes, 201, 20_000);
   const prepared = await publishToVisible(bytes, 201, 20_000, 'prepared');
+  const preparedAsleep = await publishToVisible(bytes, 201, 0, 'prepared');
   const staging = stagingMicros(bytes);
+  // Frames follow each other as fast as the round trip allows (publish, map, release, drain):
+  // the floor is paced alike, its sender asleep for the median gap between our frames.
+  const floor = wakeFloor(200, asleep.gapUs, 'asleep', WARM_UP);
+  const floorName = `C one-wake floor (epoll_wait on a socket; sender asleep, ${Math.round(asleep.gapUs)} µs apart alike)`;
   const label = `publish-to-visible ${bytes / MiB} MiB`;
   const base = 'host staging (pinned DtoH + HtoD)';
   return [
@@ -96,6 +105,8 @@ async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
     compare(label, 'first open', 'µs', spinning.latencies[0]!, base, staging, false),
     compare(label, 'first open: mapDevice (cuIpcOpenMemHandle) alone', 'µs', spinning.open, base, staging, false),
     compare(label, 'cached p50, consumer asleep', 'µs', median(asleep.latencies.slice(1)), base, staging, false),
+    compare(label, 'cached p50, consumer asleep', 'µs', median(asleep.latencies.slice(1)), floorName, floor.p50, false),
+    compare(label, 'cached p50, prepared frame, consumer asleep', 'µs', median(preparedAsleep.latencies.slice(1)), floorName, floor.p50, false),
     compare(label, 'cached p50, consumer spinning', 'µs', median(spinning.latencies.slice(1)), base, staging, false),
     compare(label, 'cached p99, consumer spinning', 'µs', percentile(spinning.latencies.slice(1), 99), base, staging, false),
     compare(label, 'cached p50, prepared frame, consumer spinning', 'µs', median(prepared.latencies.slice(1)), base, staging, false),

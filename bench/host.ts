@@ -44,6 +44,7 @@ import { Consumer } from '../dist/index.js';
 import { withRing } from '../test/helpers/ring.js';
 import { compare, microsSince, percentile, report, type BenchRecord } from './harness.js';
 import { fanOutRecords } from './fan-out.js';
+import { cProgramBuilt, type Pacing, wakeFloor } from './wake-floor.js';
 import { WARMUP_FRAMES } from './frames.js';
 import type { Chart, Series } from './plot.js';
 
@@ -136,26 +137,6 @@ const aside = (name: string, metric: string, unit: string, value: number): Bench
 /** A measured hop: where the time goes. */
 const hop = (name: string, samples: number[]) => aside(name, 'p50', 'µs', percentile(samples, 50));
 
-function cProgramBuilt(name: string): string {
-  const bin = join(dir, name);
-  execFileSync('cc', ['-std=c11', '-O2', `-I${join(root, 'interop/include')}`, join(root, `bench/${name}.c`), '-o', bin, '-lrt']);
-  return bin;
-}
-
-/**
- * How a producer passes the time between frames: asleep (a timer, or a futex
- * wait below 1 ms), or busy on its CPU, as one computing its next frame is.
- * The floor is measured paced the same way: whether the sender's CPU is free
- * decides where Linux wakes the sleeper, and so what a wake-up costs.
- */
-type Pacing = 'asleep' | 'busy';
-
-/** The one-wake floor: p50/p99/p99.9 in µs of a C process woken from epoll_wait by another. */
-function wakeFloor(n: number, gapUs: number, pacing: Pacing): Record<'p50' | 'p99' | 'p99.9' | 'sameCpu', number> {
-  const ns = JSON.parse(execFileSync(cProgramBuilt('wake_floor'), [String(n), String(gapUs), String(LATENCY_WARMUP), pacing], { encoding: 'utf8' })) as Record<string, number>;
-  return { p50: ns.p50! / 1000, p99: ns.p99! / 1000, 'p99.9': ns['p99.9']! / 1000, sameCpu: ns.same_cpu! };
-}
-
 async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]> {
   // A prepared frame every `gapUs` (the producer busy-waits between frames), the consumer busy-polling.
   const ours = await gpuringHandOff(n, gapUs, 1_000_000, 'prepared');
@@ -198,7 +179,7 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing) {
 }
 
 async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket: number[] | null): Promise<BenchRecord[]> {
-  const floor = wakeFloor(n, gapUs, pacing);
+  const floor = wakeFloor(n, gapUs, pacing, LATENCY_WARMUP);
   const hops = await sleepingHandOff(n, gapUs, pacing);
   const gap = `${gapUs >= 1000 ? `${gapUs / 1000} ms` : `${gapUs} µs`} apart, producer ${pacing}`;
   const name = `hand-off, consumer asleep, prepared frame ${gap} between frames (publish call to JS callback)`;
