@@ -164,6 +164,8 @@ export interface NativeProducerCore {
   /** Whether JS waits for releases as they happen (drain, listeners): the core then watches every release. */
   promptReleases(on: boolean): void;
   takeReleased(): number[];
+  /** Rings a sleeping consumer now, as a publish starts; the next publish call passes on whom it rang (SPEC.md §6.1, heads-up). */
+  headsUp(): void;
   close(): void;
 }
 

@@ -78,7 +78,8 @@ interface Loose {
  * `timeout` ms, forever by default; `timeout: 0` fails at once with RING_FULL).
  * Frames are published in call order.
  * Waking: a publish rings a sleeping consumer first thing (a heads-up, SPEC.md
- * §6.1), and, when the producer had been idle for 50 µs or more, gives up its
+ * §6.1: with 4 or more CPUs, publish(table) of host columns and publishFrame()
+ * before they describe and encode the frame), and, when the producer had been idle for 50 µs or more, gives up its
  * CPU once the frame is READY, so that a consumer Linux woke on this CPU runs
  * at once rather than when this thread next blocks. A busy stream does neither.
  */
@@ -222,10 +223,13 @@ export class Producer {
     const o = parseOptions(publishOptions, options, 'publish() options');
     this.#requireOpen();
     if (o.stream !== undefined) throw new GpuringError('INVALID_ARGUMENT', 'publish(table) takes no stream: it uploads device columns itself (publishFrame() takes one)');
+    const { device, timeout, tag } = o;
+    // A sleeping consumer's wake-up overlaps the describing and copying below
+    // (not an upload's, which can take longer than it waits for its frame).
+    if (device === undefined) this.#core.headsUp();
     // A loop of publishes that never waits leaves the event loop no turn for
     // release callbacks: collect releases here too before using more memory.
     this.#released(this.#core.takeReleased());
-    const { device, timeout, tag } = o;
     if (device === undefined) {
       const batch = toBatch(source);
       try {
@@ -373,6 +377,7 @@ export class Producer {
   async publishFrame(description: FrameDescription, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
     this.#requireOpen();
+    this.#core.headsUp(); // a sleeping consumer's wake-up overlaps the describing and encoding below
     const used: Loose[] = [];
     const claim = (b: BufferDescriptor) => {
       if (b.kind !== 'host') return;

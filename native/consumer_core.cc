@@ -1,5 +1,4 @@
 #include "consumer_core.h"
-#include <sched.h>
 #include "cuda_context.h"
 #include "errors.h"
 #include "ipc_handle_cache.h"
@@ -112,13 +111,6 @@ uint64_t ConsumerState::NextWakeMs() const {
   for (const Request &r : pending)
     if (r.deadline_ns != UINT64_MAX) wake = std::min(wake, (r.deadline_ns - now + 999999) / 1000000);
   return wake;
-}
-
-// Whether this process may run on 4 or more CPUs, so that a polling consumer
-// leaves a core to its producer.
-bool ConsumerState::SpareCores() {
-  cpu_set_t set;
-  return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 4;
 }
 
 // A consumer whose last frame came less than kBusyStreamNs ago polls the ring
@@ -254,7 +246,7 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   s.on_slow = info.Length() > 6 && info[6].IsNumber() ? info[6].As<Napi::Number>().Uint32Value() : 0u;
   bool oldest = info.Length() > 7 && info[7].IsBoolean() && info[7].As<Napi::Boolean>().Value();
   if (s.seg.broadcast) gpr_bc_subscribe(&s.seg, s.me, s.on_slow, oldest);
-  static const bool spare_cores = ConsumerState::SpareCores();
+  static const bool spare_cores = LoopParticipant::SpareCores();
   s.busy_poll = spare_cores && !s.seg.broadcast;
   try {
     s.bodies = std::make_unique<BodyReader>(&s.seg);

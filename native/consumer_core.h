@@ -95,7 +95,6 @@ struct ConsumerState : LoopParticipant {
   bool busy_poll = false;  // polls in busy streams (BusySpinNs); set at open
   uint64_t taken_ns = 0;   // CLOCK_MONOTONIC of the last frame taken, where busy_poll
   uint64_t BusySpinNs() const;
-  static bool SpareCores();
   // Lets go of the device memory of producers that left this ring, which
   // this process still maps or imports with no frame holding it (publisher.h):
   // once per sweep, and when the consumer closes.

@@ -1,4 +1,5 @@
 #include "loop_participant.h"
+#include <sched.h>
 
 namespace gpuring {
 
@@ -22,6 +23,11 @@ void LoopParticipant::Woken(const std::function<void(Napi::Env)> &serve) {
     serve(e);
   } catch (...) {
   }
+}
+
+bool LoopParticipant::SpareCores() {
+  cpu_set_t set;
+  return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 4;
 }
 
 }  // namespace gpuring

@@ -29,6 +29,9 @@ struct LoopParticipant : Attachment {
   // environment down it still runs the loop once (before our cleanup hook stops
   // these handles), and then JS cannot be called; waits die with the process.
   void Woken(const std::function<void(Napi::Env)> &serve);
+  // Whether this process may run on 4 or more CPUs, so that a core polling
+  // or waking early leaves a CPU to the process it waits for.
+  static bool SpareCores();
 };
 
 }  // namespace gpuring

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <memory>
+#include <optional>
 #include <vector>
 #include "loop_participant.h"
 #include "gpuring.h"
@@ -99,7 +100,12 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   // How long a producer must have been idle before a publish that woke a
   // consumer yields its CPU to it (YieldToWoken).
   static constexpr uint64_t kYieldAfterIdleNs = 50'000;
+  // Whom the heads-up rang, or gives it now (see GiveHeadsUp).
   HeadsUpGiven HeadsUp();
+  Napi::Value GiveHeadsUp(const Napi::CallbackInfo &info);
+  std::optional<HeadsUpGiven> early_;  // given by headsUp(), not yet passed to a publish
+  uint64_t early_ns_ = 0;              // CLOCK_MONOTONIC when headsUp() gave it
+  static constexpr uint64_t kEarlyHeadsUpNs = 1'000'000;
   void YieldToWoken(HeadsUpGiven given, bool ready);
   Napi::Value OnRelease(const Napi::CallbackInfo &info);
   Napi::Value Stats(const Napi::CallbackInfo &info);
