@@ -5,7 +5,7 @@
 // be woken through the ring: a broken doorbell fails these tests with TIMEOUT
 // instead of passing slowly.
 import { spawn, type ChildProcess } from 'node:child_process';
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
 import { Consumer, Producer, type Ring } from '../lib/index.js';
 import { describeBatch } from '../lib/arrow/table-writer.js';
@@ -98,20 +98,27 @@ test('a consumer woken by a heads-up 50 ms before its frame sleeps again and is 
   });
 });
 
-test('three consumer processes that only rings can wake, a Node producer publishing only while one sleeps (each publish a heads-up): every frame taken once, none stranded', async (t) => {
-  await withRing('bell-three', { slots: 16 }, async (ring, name) => {
+/** Three consumer processes that only rings can wake (no sweep tick), a producer process publishing only while one sleeps: each frame taken once, none stranded. */
+async function threeSleepers(t: ExecutionContext, ringName: string, frames: number, ...producerArgs: string[]) {
+  await withRing(ringName, { slots: 16 }, async (ring, name) => {
     const consumers = [0, 1, 2].map(() => child('stress-consume', name, NEVER_SWEEP));
     const reports = consumers.map((c) => nextLine<{ seen: number[]; bad: number }>(c));
     t.true(await eventually(() => ring.inspect().doorbells.data === 3), 'all three asleep');
-    const producer = child('publish-to-sleeper', name, 60);
+    const producer = child('publish-to-sleeper', name, frames, ...producerArgs);
     // A frame whose ring was lost would sit in the ring until a ten-minute tick: drain() would not end.
     const stranded = new Promise<string>((r) => setTimeout(() => r('stranded'), 20_000).unref());
     t.deepEqual(await Promise.race([exitOf(producer), stranded]), { code: 0, signal: null });
     for (const c of consumers) c.send('stop');
     const seen = (await Promise.all(reports)).flatMap((r) => (t.is(r!.bad, 0), r!.seen));
-    t.deepEqual([...seen].sort((a, b) => a - b), Array.from({ length: 60 }, (_, i) => i), 'each frame once');
+    t.deepEqual([...seen].sort((a, b) => a - b), Array.from({ length: frames }, (_, i) => i), 'each frame once');
   });
-});
+}
+
+test('three consumer processes that only rings can wake, a Node producer publishing only while one sleeps (each publish a heads-up): every frame taken once, none stranded', (t) =>
+  threeSleepers(t, 'bell-three', 60));
+
+test('a publish call that rang its heads-up and then failed strands nothing: each publish after one reaches one of three sleepers', (t) =>
+  threeSleepers(t, 'bell-stale', 40, 'fail-first'));
 
 test('nextBatch() takes every ready frame in order in one call, at most max, and waits for the first', async (t) => {
   await withRing('bell-batch', { slots: 64 }, async (ring, name) => {

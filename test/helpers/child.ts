@@ -4,7 +4,8 @@
  *   publish-all-types NAME ROWS   publishes the every-type table, a slice of it at offset 3 and a zero-row table
  *   publish-wide NAME COLUMNS     publishes a table of COLUMNS columns
  *   stress-produce NAME ID FRAMES publishes FRAMES small frames tagged ID, drains, exits
- *   publish-to-sleeper NAME FRAMES publishes FRAMES small frames, each only once a consumer sleeps waiting for data
+ *   publish-to-sleeper NAME FRAMES [fail-first] publishes FRAMES small frames, each only once a consumer sleeps
+ *                                 waiting for data; with fail-first, each after a publishFrame() that fails (INVALID_ARGUMENT)
  *   stress-consume NAME [SWEEP_MS] consumes and checks frames until told 'stop' (IPC), reports what it saw;
  *                                 with SWEEP_MS, its sweep tick (so a large one leaves only rings to wake it)
  *   take-release NAME COUNT       takes and releases COUNT frames, then exits
@@ -27,6 +28,8 @@ import { runInNewContext } from 'node:vm';
 import { makeData, makeVector, Table, Utf8 } from 'apache-arrow';
 import { Consumer, type Frame, type GpuringError, Producer, Ring } from '../../lib/index.js';
 import { allTypesTable, wideTable } from './all-types.js';
+import { describeBatch } from '../../lib/arrow/table-writer.js';
+import { hostBuffer } from '../../lib/codec/description.js';
 
 const [role, name, ...args] = process.argv.slice(2);
 v8.setFlagsFromString('--expose-gc');
@@ -37,6 +40,9 @@ const say = (value: unknown) => process.stdout.write(`${JSON.stringify(value)}\n
 const checkText = (producer: number, seq: number) => `${producer}:${seq}:${(seq * 2654435761) >>> 0}`;
 
 /** One row: producer id, sequence number, and a string derived from both (built without builders: cheap). */
+/** A frame whose host buffer lies in no allocation of the producer: publishFrame() rejects it (INVALID_ARGUMENT). */
+const strayHostFrame = describeBatch(new Table({ i: makeVector(Int32Array.from([1])) }), { place: (bytes) => hostBuffer('gpuring.nowhere.0', 0, bytes.byteLength) });
+
 function stressFrame(producer: number, seq: number): Table {
   const text = new TextEncoder().encode(checkText(producer, seq));
   return new Table({
@@ -93,6 +99,8 @@ async function main(): Promise<void> {
       const producer = Producer.open(name!);
       for (let i = 0; i < Number(args[0]); i++) {
         while (ring.inspect().doorbells.data === 0) await new Promise((r) => setTimeout(r, 1));
+        // A call that rang its heads-up and then failed: the publish after it must still reach a sleeper.
+        if (args[1] === 'fail-first') await producer.publishFrame(strayHostFrame).catch(() => undefined);
         await producer.publish(stressFrame(0, i));
       }
       await producer.drain();
