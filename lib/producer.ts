@@ -79,9 +79,10 @@ interface Loose {
  * Frames are published in call order.
  * Waking: a publish rings a sleeping consumer first thing (a heads-up, SPEC.md
  * §6.1: with 4 or more CPUs, publish(table) of host columns and publishFrame()
- * before they describe and encode the frame), and, when the producer had been idle for 50 µs or more, gives up its
- * CPU once the frame is READY, so that a consumer Linux woke on this CPU runs
- * at once rather than when this thread next blocks. A busy stream does neither.
+ * before they describe and encode the frame), and, when the producer had been
+ * idle for 50 µs or more, gives up its CPU once the frame is READY, so that a
+ * consumer Linux woke on this CPU runs at once rather than when this thread
+ * next blocks. A busy stream does neither.
  */
 export class Producer {
   /** The ring's name. */

@@ -1,4 +1,5 @@
 #include "producer_core.h"
+#include <utility>
 #include <sched.h>
 #include "arena_map.h"
 #include "descriptor_channels.h"
@@ -325,14 +326,12 @@ Napi::Uint8Array ProducerCore::ValidBody(Napi::Env env, Napi::Value value) {
 }
 
 // The heads-up of gpuring/doorbell.h, when this publish can go into the ring
-// at once (not behind frames waiting for space): whom it rang.
+// at once (not behind frames waiting for space): whom it rang, now or by a
+// recent headsUp() call (GiveHeadsUp), which it uses up.
 ProducerCore::HeadsUpGiven ProducerCore::HeadsUp() {
-  if (early_) {
-    HeadsUpGiven given = *early_;
-    early_.reset();
-    if (gpr_monotonic_ns() - early_ns_ < kEarlyHeadsUpNs) return given;
-  }
+  std::optional<HeadsUpGiven> early = std::exchange(early_, std::nullopt);
   if (closed_ || !s_->pending.empty()) return {GPR_RUNG_NOBODY, false};
+  if (early && gpr_monotonic_ns() - early_ns_ < kEarlyHeadsUpNs) return *early;
   uint32_t rung = gpr_doorbell_heads_up(&s_->seg);
   return {rung, rung != GPR_RUNG_NOBODY && gpr_monotonic_ns() - last_publish_ns_ >= kYieldAfterIdleNs};
 }

@@ -100,7 +100,6 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   // How long a producer must have been idle before a publish that woke a
   // consumer yields its CPU to it (YieldToWoken).
   static constexpr uint64_t kYieldAfterIdleNs = 50'000;
-  // Whom the heads-up rang, or gives it now (see GiveHeadsUp).
   HeadsUpGiven HeadsUp();
   Napi::Value GiveHeadsUp(const Napi::CallbackInfo &info);
   std::optional<HeadsUpGiven> early_;  // given by headsUp(), not yet passed to a publish

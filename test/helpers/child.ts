@@ -39,10 +39,10 @@ const say = (value: unknown) => process.stdout.write(`${JSON.stringify(value)}\n
 
 const checkText = (producer: number, seq: number) => `${producer}:${seq}:${(seq * 2654435761) >>> 0}`;
 
-/** One row: producer id, sequence number, and a string derived from both (built without builders: cheap). */
 /** A frame whose host buffer lies in no allocation of the producer: publishFrame() rejects it (INVALID_ARGUMENT). */
 const strayHostFrame = describeBatch(new Table({ i: makeVector(Int32Array.from([1])) }), { place: (bytes) => hostBuffer('gpuring.nowhere.0', 0, bytes.byteLength) });
 
+/** One row: producer id, sequence number, and a string derived from both (built without builders: cheap). */
 function stressFrame(producer: number, seq: number): Table {
   const text = new TextEncoder().encode(checkText(producer, seq));
   return new Table({
