@@ -418,13 +418,19 @@ Napi::Value ProducerCore::PublishMany(const Napi::CallbackInfo &info) {
   double timeout_ms = info[3].As<Napi::Number>().DoubleValue();
   ProducerState &s = *s_;
   s.ReapOldest();
+  // `published` counts the batch once, also when a later frame throws (see gpr_ring_try_publish_uncounted).
+  struct CountOnExit {
+    uint64_t *counter;
+    uint64_t frames = 0;
+    ~CountOnExit() { gpr_count_by(counter, frames); }
+  } went{&s.seg.participants[s.me].published};
   Napi::Array out = Napi::Array::New(env);
   for (uint32_t i = 0; i < count; i++) {
     uint64_t tag = tagged ? info[2].As<Napi::BigUint64Array>()[i] : 0;
     std::vector<gpr_allocation> allocs(1);
     CopyBody(env, body.Data(), body.ByteLength(), &allocs[0]);
     Napi::Value id = Enqueue(env, std::move(allocs), body.ByteLength(), tag, timeout_ms,
-                             i == 0 ? heads_up.rung : GPR_RUNG_NOBODY);
+                             i == 0 ? heads_up.rung : GPR_RUNG_NOBODY, &went.frames);
     if (id.IsEmpty()) break;
     out.Set(i, id);
   }
@@ -515,7 +521,7 @@ const uint8_t *ProducerCore::ArenaHandle(uint32_t arena) {
 // allocation is freed). The rest of `allocs` are column buffers the frame now
 // owns.
 Napi::Value ProducerCore::Enqueue(Napi::Env env, std::vector<gpr_allocation> allocs, size_t length, uint64_t tag,
-                                  double timeout_ms, uint32_t rung) {
+                                  double timeout_ms, uint32_t rung, uint64_t *uncounted) {
   ProducerState &s = *s_;
   for (size_t i = 1; i < allocs.size(); i++) s.loose.erase({allocs[i].arena, allocs[i].offset});
   gpr_frame_ref ref{};
@@ -528,9 +534,12 @@ Napi::Value ProducerCore::Enqueue(Napi::Env env, std::vector<gpr_allocation> all
   ref.user_tag = tag;
   uint64_t pos = 0;
   // Space comes from the oldest slot only: reap in order (PublishMany's consumers may have caught up) before waiting.
-  bool went = s.pending.empty() && (gpr_ring_try_publish_rung(&s.seg, s.me, &ref, &pos, rung) == 0 ||
-                                    (s.Reap(false) > 0 && gpr_ring_try_publish_rung(&s.seg, s.me, &ref, &pos, rung) == 0));
+  auto publish = [&] {
+    return (uncounted ? gpr_ring_try_publish_uncounted : gpr_ring_try_publish_rung)(&s.seg, s.me, &ref, &pos, rung) == 0;
+  };
+  bool went = s.pending.empty() && (publish() || (s.Reap(false) > 0 && publish()));
   if (went) {
+    if (uncounted) ++*uncounted;
     s.next_frame_id++;
     s.inflight.push_back(ProducerState::Frame{ref.frame_id, pos, std::move(allocs)});
     // The first frame in flight starts the watch for releases (prompt, or lazy).

@@ -88,8 +88,10 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   bool PlaceStaged(const uint8_t *body, const gpr_allocation &a, size_t columns_at, size_t staged);
   const uint8_t *ArenaHandle(uint32_t arena);
   void CopyBody(Napi::Env env, const uint8_t *body, size_t length, gpr_allocation *out);
+  // With `uncounted`, a frame that goes into the ring at once adds 1 there
+  // instead of to the entry's `published` (the caller adds the batch).
   Napi::Value Enqueue(Napi::Env env, std::vector<gpr_allocation> allocs, size_t length, uint64_t tag, double timeout_ms,
-                      uint32_t rung);
+                      uint32_t rung, uint64_t *uncounted = nullptr);
   void ThrowRingFull(Napi::Env env);
   // Whom a publish's heads-up rang, and whether this producer had been idle
   // until then (see YieldToWoken).

@@ -406,8 +406,8 @@ test('prepare(): a description validated and encoded once, published again and a
   });
 });
 
-test('publishMany(): N frames in one call, in order with their tags; nextBatch() takes them; with timeout 0 what fits goes and RING_FULL says how many', async (t) => {
-  await withRing('many', { slots: 8 }, async (_ring, name) => {
+test('publishMany(): N frames in one call, in order with their tags; nextBatch() takes them; with timeout 0 what fits goes and RING_FULL says how many; `published` counts every frame that went', async (t) => {
+  await withRing('many', { slots: 8 }, async (ring, name) => {
     using producer = Producer.open(name);
     using consumer = Consumer.open(name);
     const prepared = producer.prepare({
@@ -432,6 +432,13 @@ test('publishMany(): N frames in one call, in order with their tags; nextBatch()
     t.is(rest.length, 8);
     t.deepEqual(rest.map((f) => f.tag), Array(8).fill(0n));
     for (const f of rest) f.release();
+    const published = () => ring.inspect().participants.find((p) => p.index === producer.index)?.published;
+    t.is(published(), 6 + 8, 'a batch cut short by RING_FULL counts the frames that went');
+    const waiting = prepared.publishMany(12); // 8 go at once, 4 wait for space
+    let taken = 0;
+    while (taken < 12) for (const f of await consumer.nextBatch({ timeout: 5000 })) (f.release(), taken++);
+    t.is((await waiting).length, 12);
+    t.is(published(), 6 + 8 + 12, 'frames that waited for space count as they go');
     t.is((await t.throwsAsync(prepared.publishMany(0), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
     t.is((await t.throwsAsync(prepared.publishMany(3, { tags: new BigUint64Array(2) }), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
   });

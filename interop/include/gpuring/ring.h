@@ -61,15 +61,20 @@ GPR_INLINE uint64_t gpr_scan_limit(const gpr_segment *seg) { return 2ull * seg->
 
 /* Counts in the caller's own participant entry. Only the owner writes these
  * words, so a relaxed load and store do (no RMW on the hot path). */
-GPR_INLINE void gpr_count(uint64_t *counter) {
-  __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + 1u, __ATOMIC_RELAXED);
+GPR_INLINE void gpr_count_by(uint64_t *counter, uint64_t n) {
+  __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
 
-/* gpr_ring_try_publish() after a heads-up (gpr_doorbell_heads_up) that reached
- * entry `rung`: the publish's DATA notification rings that entry again only if
- * it went back to sleep (gpr_notify_published_rung). */
-GPR_INLINE int gpr_ring_try_publish_rung(gpr_segment *seg, uint32_t me, const gpr_frame_ref *ref,
-                                         uint64_t *out_pos, uint32_t rung) {
+GPR_INLINE void gpr_count(uint64_t *counter) { gpr_count_by(counter, 1u); }
+
+/* gpr_ring_try_publish_rung() that leaves the frame out of `published`: a
+ * producer publishing a batch adds the batch once after it (gpr_count_by).
+ * That counter shares a cache line with the entry's `state`, which every
+ * consumer reads at every release (gpr_ref_producer_active): written per
+ * frame, it cost each release a cache miss (prepared frames through
+ * publishMany(), H100 host: 0.82 M frames/s where 0.93 M uncounted). */
+GPR_INLINE int gpr_ring_try_publish_uncounted(gpr_segment *seg, uint32_t me, const gpr_frame_ref *ref,
+                                              uint64_t *out_pos, uint32_t rung) {
   gpr_control *c = seg->control;
   uint64_t pos = __atomic_load_n(&c->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
   for (uint64_t steps = gpr_scan_limit(seg); steps > 0; steps--) {
@@ -92,7 +97,6 @@ GPR_INLINE int gpr_ring_try_publish_rung(gpr_segment *seg, uint32_t me, const gp
       } else {
         gpr_notify_published_rung(seg, rung);
       }
-      gpr_count(&seg->participants[me].published);
       if (out_pos) *out_pos = pos;
       return 0;
     }
@@ -104,6 +108,16 @@ GPR_INLINE int gpr_ring_try_publish_rung(gpr_segment *seg, uint32_t me, const gp
     } else pos = gpr_hint_reload(seg, &c->tail, pos);  /* our hint was stale */
   }
   return -(int)GPR_E_RING_FULL;  /* no free slot within two laps: full for now */
+}
+
+/* gpr_ring_try_publish() after a heads-up (gpr_doorbell_heads_up) that reached
+ * entry `rung`: the publish's DATA notification rings that entry again only if
+ * it went back to sleep (gpr_notify_published_rung). */
+GPR_INLINE int gpr_ring_try_publish_rung(gpr_segment *seg, uint32_t me, const gpr_frame_ref *ref,
+                                         uint64_t *out_pos, uint32_t rung) {
+  int rc = gpr_ring_try_publish_uncounted(seg, me, ref, out_pos, rung);
+  if (rc == 0) gpr_count(&seg->participants[me].published);
+  return rc;
 }
 
 /* Publishes `ref` as participant `me`. One CAS on the slot; no system call
