@@ -26,6 +26,7 @@ Napi::Value ConsumerState::Receive(Napi::Env env, uint64_t pos, const gpr_frame_
   uint8_t *record = records.Next();
   memcpy(record + kRecordBytes, body, ref.body_length);
   if (!Accept(pos, ref, record, &err)) throw MakeError(env, err);
+  Taken();
   double at = static_cast<double>(records.Commit(bytes));
   return fresh.IsEmpty() ? Napi::Number::New(env, at) : fresh;
 }
@@ -58,7 +59,6 @@ bool ConsumerState::Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *reco
     return false;
   }
   gpr_ring_confirm(&seg, me, pos);
-  if (busy_poll) taken_ns = gpr_monotonic_ns();
   double numbers[2] = {static_cast<double>(pos), static_cast<double>(ref.frame_id)};
   uint32_t producer[2] = {ref.producer, ref.producer_gen};
   memcpy(record, numbers, sizeof numbers);
@@ -366,6 +366,7 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
     if (!s_->held_error) s_->held_error = MakeError(env, err);
   }
   if (!any) return env.Null();
+  s_->Taken();
   // Slots of dropped frames, if any, stay at the end, zeroed: JS stops at `used`.
   Napi::Array result = Napi::Array::New(env, 2);
   result.Set(0u, out);

@@ -94,6 +94,11 @@ struct ConsumerState : LoopParticipant {
   static constexpr uint64_t kBusyStreamNs = 20'000;
   bool busy_poll = false;  // polls in busy streams (BusySpinNs); set at open
   uint64_t taken_ns = 0;   // CLOCK_MONOTONIC of the last frame taken, where busy_poll
+  // Stamps taken_ns once per call that took frames, not per frame: a batch
+  // of hundreds would read the clock hundreds of times for one answer.
+  void Taken() {
+    if (busy_poll) taken_ns = gpr_monotonic_ns();
+  }
   uint64_t BusySpinNs() const;
   // Lets go of the device memory of producers that left this ring, which
   // this process still maps or imports with no frame holding it (publisher.h):
