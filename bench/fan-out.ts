@@ -40,7 +40,7 @@ async function throughput(spawn: SpawnChild, frames: number, k: number, broadcas
   const [rings, options, attach] = layout(k, broadcast);
   return withRings(rings, options, async (names) => {
     const sinks = attach(names).map((name) => spawn('sink', name, 1, 0));
-    const counts = sinks.map((c) => new Promise<number>((r) => c.stdout!.once('data', (d: Buffer) => r(Number(d.toString())))));
+    const counts = sinks.map((c) => new Promise<number>((r) => c.stdout!.once('data', (d: Buffer) => r(JSON.parse(d.toString()).frames))));
     await new Promise((r) => setTimeout(r, 1500)); // let the consumers attach before publishing
     const flood = spawn('fan-flood', names.join(','), frames);
     const seconds = await new Promise<number>((r) => flood.stdout!.once('data', (d: Buffer) => r(JSON.parse(d.toString()).seconds)));

@@ -8,29 +8,32 @@
  *                             one computing its next frame is); prints the times each publish
  *                             returned as one JSON line
  *   flood-prepared NAME N     publishes a prepared frame N times, 256 per publishMany(), as fast as
- *                             backpressure allows; prints {"seconds"} from first publish to last release
- *                             (after WARMUP_FRAMES more, untimed, each released)
+ *                             backpressure allows; prints {"seconds", "cpuUs"} from first publish to last release,
+ *                             with its main thread's CPU time in µs (after WARMUP_FRAMES more, untimed, each released)
  *   socket PATH N GAP_MS      sends the same frame's description as a JSON line (serialized per frame,
  *                             as each frame's differs), waits for an ack
  *   big NAME BYTES            writes a BYTES float64 column into arena memory, then publishes it once
  *   ipc PATH BYTES            builds the same table, sends it with tableToIPC over a Unix socket
  *   flood-loan NAME N         as flood, each frame written in place into producer.loan() memory
  *   flood NAME N              publishes N small frames as fast as backpressure allows, then drains;
- *                             prints {"seconds"} from first publish to last release (after
- *                             WARMUP_FRAMES more, untimed, each released)
+ *                             prints {"seconds", "cpuUs"} from first publish to last release, with
+ *                             its main thread's CPU time in µs (after WARMUP_FRAMES more, untimed, each released)
  *   sink NAME BATCH TABLE     consumes until told 'stop' (IPC); with BATCH=1 takes every frame already
  *                             waiting after each wake-up (nextBatch); with TABLE=1 builds each frame's
- *                             Table (toTable) before releasing it; prints the count
+ *                             Table (toTable) before releasing it; prints {"frames", "cpuUs"}: the count, and
+ *                             its main thread's CPU time (µs) after its first WARMUP_FRAMES frames (with
+ *                             one sink, the timed frames)
  *   stream PATH N             sends N + WARMUP_FRAMES small frame descriptions as JSON lines (serialized
  *                             per frame), as fast as the socket takes them
  *   fan-flood RINGS N         (fan-out) RINGS is a comma-separated list of rings: publishes a prepared
  *                             frame N times into each, 256 per publishMany() per ring in turn; prints
- *                             {"seconds"} as flood-prepared does
+ *                             {"seconds"} from first publish to last release, after WARMUP_FRAMES as flood does
  *   fan-paced RINGS N GAP_US  (fan-out) publishes a prepared frame N times into each ring, GAP_US apart,
  *                             each tagged with the time its first publish was called
  *   latency-sink NAME N       a consumer asleep in next(): prints "ready", then, after N frames, the
  *                             microseconds from each frame's tag to its next() resolving, as JSON
  */
+import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { Float64, makeData, makeVector, Table, tableToIPC } from 'apache-arrow';
@@ -76,14 +79,24 @@ async function prepared(): Promise<void> {
   process.stdout.write(`${JSON.stringify(committed)}\n`);
 }
 
-/** Publishes WARMUP_FRAMES and waits for their release, then prints {"seconds": ...} from just before the first publish of `n` until every frame was released. */
+/**
+ * µs this process's main thread has run on a CPU (/proc schedstat): not
+ * process.cpuUsage(), which adds the compiler and GC threads' time.
+ */
+const mainThreadCpuUs = () => Number(readFileSync(`/proc/self/task/${process.pid}/schedstat`, 'utf8').split(' ')[0]) / 1000;
+
+/**
+ * Publishes WARMUP_FRAMES and waits for their release, then prints {"seconds", "cpuUs"} from just
+ * before the first publish of `n` until every frame was released: the wall time, and this process's CPU time.
+ */
 async function timed(producer: Producer, publishAll: (n: number) => Promise<void>): Promise<void> {
   await publishAll(WARMUP_FRAMES);
   await producer.drain();
   const started = performance.now();
+  const cpu = mainThreadCpuUs();
   await publishAll(n);
   await producer.drain();
-  process.stdout.write(`${JSON.stringify({ seconds: (performance.now() - started) / 1000 })}\n`);
+  process.stdout.write(`${JSON.stringify({ seconds: (performance.now() - started) / 1000, cpuUs: mainThreadCpuUs() - cpu })}\n`);
   producer.close();
 }
 
@@ -203,17 +216,19 @@ async function sink(): Promise<void> {
   const batch = Number(count) === 1;
   const tables = Number(gap) === 1;
   let frames = 0;
+  let cpu = 0; // main-thread CPU when it had taken WARMUP_FRAMES (the producer drains them before it times)
   process.on('message', () => consumer.close());
   try {
     for (;;) {
       const got = batch ? await consumer.nextBatch() : [await consumer.next()];
       for (const f of got) (tables && f.toTable(), f.release());
       frames += got.length;
+      if (frames === WARMUP_FRAMES) cpu = mainThreadCpuUs();
     }
   } catch (error) {
     if ((error as { code?: string }).code !== 'CLOSED') throw error;
   }
-  process.stdout.write(`${frames}\n`);
+  process.stdout.write(`${JSON.stringify({ frames, cpuUs: frames > WARMUP_FRAMES ? mainThreadCpuUs() - cpu : 0 })}\n`);
   process.disconnect?.();
 }
 

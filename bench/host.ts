@@ -18,7 +18,8 @@
  *     without batching (taking every waiting frame per wake-up); baseline: JSON
  *     lines over a Unix socket (parsed), 1 consumer; and of a prepared frame,
  *     1 consumer, batched; and the same frames written in place into loans
- *     (producer.loan()), against publish(table) in the same run
+ *     (producer.loan()), against publish(table) in the same run; for the
+ *     one-consumer runs, each side's main-thread CPU per frame (which side binds)
  *  5. a sleeping consumer hop by hop: a prepared frame published every 2 ms
  *     and every 100 µs (by a producer asleep between frames, and at 100 µs
  *     also by one busy) to a consumer asleep in next(), timestamped at publish
@@ -244,22 +245,33 @@ async function bigTable(bytes: number): Promise<BenchRecord[]> {
   return [compare(`${bytes >> 20} MiB table made visible in another process`, 'latency', 'ms', ours, 'tableToIPC over a Unix socket + tableFromIPC', theirs, false)];
 }
 
-async function throughput(frames: number, consumers: number, batch: boolean, producer = 'flood', tables = producer === 'flood'): Promise<number> {
-  const { seconds, total } = await withRing('bench-tp', { slots: 1024 }, async (_ring, name) => {
+/** A throughput run: frames/s, and the CPU time each side's main thread spent per frame (µs; the consumer's with one consumer). */
+type Throughput = { rate: number; producerUs: number; consumerUs: number };
+
+async function throughput(frames: number, consumers: number, batch: boolean, producer = 'flood', tables = producer === 'flood'): Promise<Throughput> {
+  const { timed, sunk } = await withRing('bench-tp', { slots: 1024 }, async (_ring, name) => {
     const sinks = Array.from({ length: consumers }, () => child('sink', name, batch ? 1 : 0, tables ? 1 : 0));
-    const counts = sinks.map((c) => new Promise<number>((r) => c.stdout!.once('data', (d: Buffer) => r(Number(d.toString())))));
+    const reports = sinks.map((c) => new Promise<{ frames: number; cpuUs: number }>((r) => c.stdout!.once('data', (d: Buffer) => r(JSON.parse(d.toString())))));
     await new Promise((r) => setTimeout(r, 1500)); // let the consumers attach before timing
     // The producer times itself, first publish to last release: its process start-up is not throughput.
     const flood = child(producer, name, frames);
-    const timed = new Promise<number>((r) => flood.stdout!.once('data', (d: Buffer) => r(JSON.parse(d.toString()).seconds)));
+    const timed = new Promise<{ seconds: number; cpuUs: number }>((r) => flood.stdout!.once('data', (d: Buffer) => r(JSON.parse(d.toString()))));
     await exited(flood);
-    const elapsed = await timed;
+    const result = await timed;
     for (const c of sinks) c.send('stop');
-    return { seconds: elapsed, total: (await Promise.all(counts)).reduce((a, b) => a + b, 0) };
+    return { timed: result, sunk: await Promise.all(reports) };
   });
+  const total = sunk.reduce((a, b) => a + b.frames, 0);
   if (total !== frames + WARMUP_FRAMES) throw new Error(`throughput: ${total} of ${frames + WARMUP_FRAMES} frames consumed`);
-  return frames / seconds;
+  // Each sink counts its CPU after its first WARMUP_FRAMES frames: with one sink, exactly the timed ones.
+  return { rate: frames / timed.seconds, producerUs: timed.cpuUs / frames, consumerUs: sunk[0]!.cpuUs / frames };
 }
+
+/** Where a one-consumer throughput run's time went: each side's CPU per frame (the busier side bounds the rate). */
+const cpuRecords = (what: string, t: Throughput): BenchRecord[] => [
+  aside(`  hop: producer CPU per frame (${what})`, 'mean', 'µs', t.producerUs),
+  aside(`  hop: consumer CPU per frame (${what}; polling for the next frame included)`, 'mean', 'µs', t.consumerUs),
+];
 
 async function socketThroughput(frames: number): Promise<number> {
   const path = join(dir, 'stream.sock');
@@ -316,18 +328,22 @@ try {
     progress('throughput ...');
     const baselineRate = await socketThroughput(20000);
     const series: Series[] = [{ label: 'gpuring', points: [] }, { label: 'gpuring, batched', points: [] }, { label: 'JSON lines, socket', points: [] }];
+    let oneBatched: Throughput | undefined;
     for (const consumers of [1, 2, 4])
       for (const batch of [false, true]) {
-        const rate = await throughput(50_000, consumers, batch);
-        series[batch ? 1 : 0]!.points.push([consumers, rate]);
+        const run = await throughput(50_000, consumers, batch);
+        if (consumers === 1 && batch) oneBatched = run;
+        series[batch ? 1 : 0]!.points.push([consumers, run.rate]);
         if (batch) series[2]!.points.push([consumers, baselineRate]); // measured with 1 consumer
-        records.push(compare(`throughput, publish(table) of 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''} taking toTable()${batch ? ', batched' : ''}`, 'rate', 'frames/s', rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
+        records.push(compare(`throughput, publish(table) of 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''} taking toTable()${batch ? ', batched' : ''}`, 'rate', 'frames/s', run.rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
       }
-    records.push(compare('throughput, publish(table) of 8-column frames, 1 consumer taking toTable(), batched', 'rate', 'frames/s', series[1]!.points[0]![1], '100,000 frames/s (target)', 1e5, true));
+    records.push(compare('throughput, publish(table) of 8-column frames, 1 consumer taking toTable(), batched', 'rate', 'frames/s', oneBatched!.rate, '100,000 frames/s (target)', 1e5, true));
+    records.push(...cpuRecords('publish(table), 1 consumer taking toTable(), batched', oneBatched!));
     const loaned = await throughput(50_000, 1, true, 'flood-loan', true);
-    records.push(compare('throughput, the same frames written into producer.loan() memory, 1 consumer taking toTable(), batched', 'rate', 'frames/s', loaned, 'publish(table) of pre-built Tables (same run)', series[1]!.points[0]![1], true));
+    records.push(compare('throughput, the same frames written into producer.loan() memory, 1 consumer taking toTable(), batched', 'rate', 'frames/s', loaned.rate, 'publish(table) of pre-built Tables (same run)', oneBatched!.rate, true));
     const prepared = await throughput(200_000, 1, true, 'flood-prepared');
-    records.push(compare('throughput, prepared frame, publishMany(256) to 1 consumer taking nextBatch()', 'rate', 'frames/s', prepared, '1,000,000 frames/s (target)', 1e6, true));
+    records.push(compare('throughput, prepared frame, publishMany(256) to 1 consumer taking nextBatch()', 'rate', 'frames/s', prepared.rate, '1,000,000 frames/s (target)', 1e6, true));
+    records.push(...cpuRecords('prepared frames, publishMany(256), 1 consumer', prepared));
     charts['throughput-vs-consumers'] = { title: 'Throughput, 8-column frames, one Node producer', x: { label: 'consumer processes' }, y: { label: 'frames per second' }, series };
   }
   if (want('fan-out')) records.push(...(await fanOutRecords(child, progress)));
