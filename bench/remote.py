@@ -77,12 +77,16 @@ def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int
     else:
         recv = start(hosts.b, CHILD, "recv", transport, port, str(count))
         send = start(hosts.a, CHILD, "send", transport, f"{hosts.b.address}:{port}", str(count), str(size), str(pace_us))
-    assert send.stdin is not None
+    assert send.stdin is not None and recv.stdout is not None
     send.stdin.write("go\n")
     send.stdin.flush()
+    recv.stdout.readline()  # "timed": the receiver's first timed frame arrived
+    bridges_before = [cpu_seconds(b.pid) for b in bridges]
     out, err = recv.communicate(timeout=600)
+    bridges_cpu = [cpu_seconds(b.pid) - before for b, before in zip(bridges, bridges_before)]
+    sent = ""
     try:
-        send.communicate(timeout=60)
+        sent = send.communicate(timeout=60)[0]
     except subprocess.TimeoutExpired:
         err += "the sender did not finish within 60 s of the last arrival"
         send.kill()
@@ -93,6 +97,10 @@ def run_one(hosts: TwoHosts, transport: str, size: int, count: int, pace_us: int
     if recv.returncode or send.returncode:
         raise RuntimeError(f"{transport}: {err}")
     result = {**json.loads(out.strip().splitlines()[-1]), **idle}
+    frames = len(result["latency_us"])
+    result["cpu_us"] = {"sender": json.loads(sent.strip().splitlines()[-1])["cpu_s"] * 1e6 / frames,
+                        "bridges": [c * 1e6 / frames for c in bridges_cpu],
+                        "receiver": result["cpu_s"] * 1e6 / frames}
     if hop_files:
         result["hops_us"] = hop_medians(hop_files, result["arrivals"])
     return result
@@ -140,14 +148,17 @@ def start_bridges(hosts: TwoHosts, a: str, b: str, port: str, secret: str,
 IDLE_S = 2.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU a running process has used, user and system (clock ticks: 10 ms)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def idle_cpu(pids: list[int]) -> float:
     """The most CPU (% of one core) any of the linked bridges used over IDLE_S with no frame to move."""
-    def seconds(pid: int) -> float:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-    before = [seconds(p) for p in pids]
+    before = [cpu_seconds(p) for p in pids]
     time.sleep(IDLE_S)
-    return round(max(100 * (seconds(p) - b) / IDLE_S for p, b in zip(pids, before)), 1)
+    return round(max(100 * (cpu_seconds(p) - b) / IDLE_S for p, b in zip(pids, before)), 1)
 
 
 run_one.runs = 0  # type: ignore[attr-defined]
@@ -160,7 +171,9 @@ def summarize(r: dict, size: int) -> dict:
     seconds = (r["last_ns"] - r["first_ns"]) / 1e9 or 1e-9
     return {"p50_us": round(statistics.median(lat), 1), "p99_us": round(lat[int(len(lat) * 0.99) - 1], 1),
             "frames_per_s": round((count - 1) / seconds), "mb_per_s": round((count - 1) * size / seconds / 1e6, 1),
-            "idle_cpu_pct": r.get("idle_cpu_pct"), "hops_us": r.get("hops_us")}
+            "idle_cpu_pct": r.get("idle_cpu_pct"), "hops_us": r.get("hops_us"),
+            "cpu_us_per_frame": {k: [round(x, 1) for x in v] if isinstance(v, list) else round(v, 1)
+                                 for k, v in r["cpu_us"].items()}}
 
 
 CASES = [  # name, bytes per frame, frames, microseconds between frames (0: as fast as possible)
@@ -213,9 +226,10 @@ def main() -> int:
         print(json.dumps(rows, indent=2))
     else:
         head = ["case", "transport", "p50 µs", "p99 µs", "frames/s", "MB/s", "p50 ÷ floor", "frames/s ÷ floor",
-                "idle bridge CPU %"]
+                "idle bridge CPU %", "CPU µs per frame: sender / bridges A, B / receiver"]
         print_table(head, [[r["case"], r["transport"], r["p50_us"], r["p99_us"], r["frames_per_s"], r["mb_per_s"],
-                            r["p50_vs_floor"], r["throughput_vs_floor"], "" if r["idle_cpu_pct"] is None else r["idle_cpu_pct"]]
+                            r["p50_vs_floor"], r["throughput_vs_floor"], "" if r["idle_cpu_pct"] is None else r["idle_cpu_pct"],
+                            cpu_split(r["cpu_us_per_frame"])]
                            for r in rows])
         hopped = [r for r in rows if r["hops_us"]]
         if hopped:
@@ -223,6 +237,10 @@ def main() -> int:
             print_table(["case", "transport", *hopped[0]["hops_us"]], [[r["case"], r["transport"], *r["hops_us"].values()]
                                                                        for r in hopped])
     return 0
+
+
+def cpu_split(cpu: dict) -> str:
+    return " / ".join(str(x) for x in (cpu["sender"], ", ".join(map(str, cpu["bridges"])) or "-", cpu["receiver"]))
 
 
 def print_table(head: list[str], body: list[list]) -> None:
