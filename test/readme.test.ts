@@ -81,13 +81,14 @@ const cases: (ProgramPair & { readme: string; sections: string[] })[] = [
   { readme: 'README.md', sections: ['Python to Node'], ring: 'features', consumer: 'consumer.mjs', producer: 'producer.py', shows: /\{"id": 3n?, "score": 0\.125\}/ },
   { readme: 'README.md', sections: ['C and C++', 'Python to Node'], ring: 'features', consumer: 'consumer.c', producer: 'producer.py', shows: /id 1 score 0\.5\nid 2 score 0\.25\nid 3 score 0\.125\n/ },
   { readme: 'interop/python/README.md', sections: [''], ring: 'prices', consumer: 'consumer.py', producer: 'producer.py', shows: /px: \[9\.5,9\.75,10\]/ },
+  { readme: 'interop/python/README.md', sections: [''], ring: 'prices', consumer: 'consumer_async.py', producer: 'producer.py', shows: /px: \[9\.5,9\.75,10\]/ },
 ];
 
 for (const c of cases) {
   test.serial(`${c.readme}${c.sections[0] ? `, "${c.sections.join('" and "')}"` : ''}: ${c.consumer} and ${c.producer} run as written, twice`, async (t) => {
     t.timeout(300_000);
     project ??= freshProject();
-    const dir = join(project.dir, `${c.readme}-${c.sections.join('-')}-${c.producer}`.replace(/\W+/g, '-'));
+    const dir = join(project.dir, `${c.readme}-${c.sections.join('-')}-${c.producer}-${c.consumer}`.replace(/\W+/g, '-'));
     mkdirSync(dir, { recursive: true });
     symlinkSync(join(project.dir, 'node_modules'), join(dir, 'node_modules')); // as if run from the project's root
     const all = programs(c.readme);

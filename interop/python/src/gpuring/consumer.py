@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
 
 from . import layout as L
 from . import broadcast, slot_protocol as ring
+from .async_wait import wait_async
 from .body_shapes import BodyShapes, Shape
+from .doorbell import Bell
 from .errors import GpuringError
 from .frame import Frame, Lease
 from .host_columns import ArenaMaps, record_batch
@@ -55,6 +57,7 @@ class Consumer:
         self._pools: PoolImports | None = None
         self._vmm: VmmImports | None = None
         self._stream_releases: StreamReleases | None = None
+        self._bell: Bell | None = None  # made by the first asyncio wait
         self._next_forget = 0.0
         sweep(seg)
         if seg.broadcast:
@@ -99,6 +102,27 @@ class Consumer:
         self._check_holdable()
         pos, ref = ring.wait_for(self._seg, "data", self._claim, timeout)
         return self._hand_over(pos, ref, held=True)
+
+    async def next_async(self, timeout: float | None = None) -> Frame:
+        """``next`` for asyncio: the event loop itself sleeps on this consumer's
+        doorbell (SPEC.md §6.1), not a thread on the futex, so other tasks run
+        meanwhile and a frame costs one wake-up. One task at a time; a task
+        cancelled while it waits takes no frame. ``async for frame in consumer``
+        calls it in turn."""
+        self._check_open()
+        pos, ref = await wait_async(self._seg, self._doorbell(), "data", self._claim, timeout)
+        return self._hand_over(pos, ref)
+
+    async def next_held_async(self, timeout: float | None = None) -> Frame:
+        """``next_held`` for asyncio, waiting as ``next_async`` does."""
+        self._check_holdable()
+        pos, ref = await wait_async(self._seg, self._doorbell(), "data", self._claim, timeout)
+        return self._hand_over(pos, ref, held=True)
+
+    def _doorbell(self) -> Bell:
+        if self._bell is None:
+            self._bell = Bell(self._seg, self.index)
+        return self._bell
 
     def try_next_held(self) -> Frame | None:
         """``next_held`` if a frame is ready now, else None."""
@@ -151,6 +175,10 @@ class Consumer:
     def __iter__(self) -> Iterator[Frame]:
         while True:
             yield self.next()
+
+    async def __aiter__(self) -> AsyncIterator[Frame]:
+        while True:
+            yield await self.next_async()
 
     def _hand_over(self, pos: int, ref: ring.FrameRef, held: bool = False) -> Frame:
         try:
@@ -232,7 +260,9 @@ class Consumer:
             if self._closed:
                 return
             seg, self._closed = self._seg, True
-        detach(seg, self.index, self.generation)
+        detach(seg, self.index, self.generation)  # clears the doorbell bits first
+        if self._bell is not None:
+            self._bell.close()
         seg.close()
         if self._device is not None:
             self._device.close()

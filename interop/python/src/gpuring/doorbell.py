@@ -1,15 +1,18 @@
-"""Ringing doorbells: waking participants that sleep on a socket (gpuring/doorbell.h).
+"""Doorbells: participants that sleep on a socket instead of a futex (SPEC.md §6.1, gpuring/doorbell.h).
 
-An event-loop participant (the Node consumer) sleeps on an AF_UNIX datagram
-socket bound to the abstract name "\\0gpuring.NAME.KEY" instead of a futex, and
-sets a bit in its entry's ``doorbell`` word while asleep. Every notifier rings
-those bells after its futex notify (SPEC.md §6.1): it clears each set bit of the
-kind it signals (fetch-and; one winner) and sends one datagram per bit cleared; a
-publish stops after one sleeper it reached, as only one consumer can take its frame.
-This package only rings; its own waits use the futex.
+An event-loop participant (the Node consumer; here an asyncio wait, async_wait.py)
+sleeps on an AF_UNIX datagram socket bound to the abstract name
+"\\0gpuring.NAME.KEY" instead of a futex, and sets a bit in its entry's
+``doorbell`` word while asleep. Every notifier rings those bells after its futex
+notify: it clears each set bit of the kind it signals (fetch-and; one winner) and
+sends one datagram per bit cleared; a publish stops after one sleeper it reached,
+as only one consumer can take its frame. ``ring`` is the notifier's side, ``Bell``
+the sleeper's.
 """
 from __future__ import annotations
 
+import errno
+import secrets
 import socket
 from typing import TYPE_CHECKING
 
@@ -73,3 +76,46 @@ def _sender(seg: Segment) -> socket.socket:
     if seg.bell is None:
         seg.bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     return seg.bell
+
+
+class Bell:
+    """The doorbell of participant ``index``: its socket, bound on first use under
+    a fresh random key, which is stored in the entry before any bit is set. One
+    task sleeps on it at a time."""
+
+    def __init__(self, seg: Segment, index: int) -> None:
+        self._seg, self._index = seg, index
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        while True:
+            key = secrets.randbits(64) or 1
+            try:
+                self.socket.bind(address(seg.name, key))
+                break
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    self.socket.close()
+                    raise
+        self.socket.setblocking(False)
+        seg.mem.store64(seg.participant(index, "doorbell_key"), key)
+
+    def arm(self, bit: int) -> None:
+        """Asleep until ``bit`` rings: the datagrams of earlier rings are read
+        first (one read after arming could be the ring meant for this sleep)."""
+        self.drain()
+        if not self._seg.mem.or32(self._seg.participant(self._index, "doorbell"), bit) & bit:
+            self._seg.mem.add32(_count_at(self._seg, bit), 1)
+
+    def disarm(self, bit: int) -> bool:
+        """Awake again: clears ``bit`` if no notifier did; whether one did (it rang)."""
+        return not clear(self._seg, self._index, bit)
+
+    def drain(self) -> None:
+        try:
+            while True:
+                self.socket.recv(16)
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        """After the entry's bits were cleared (detach): no notifier looks for the key any more."""
+        self.socket.close()

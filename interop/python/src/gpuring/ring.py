@@ -87,13 +87,16 @@ class Ring:
                                      "state": L.PARTICIPANT_STATES[min(L.pword_state(w), 4)],
                                      "pid": seg.mem.load32(seg.participant(i, "pid")),
                                      "roles": _role_names(seg.mem.load32(seg.participant(i, "roles"))),
-                                     "alive": seg.participant_alive(i)}
+                                     "alive": seg.participant_alive(i),
+                                     "asleep": _bell_names(seg.mem.load32(seg.participant(i, "doorbell")))}
             if seg.broadcast and seg.mem.load32(seg.participant(i, "subscription")):
                 entry["subscriber"] = broadcast.standing(seg, i)
             participants.append(entry)
         return {"name": seg.name, "slots": seg.slot_count, "bytes": seg.size,
                 "delivery": "all" if seg.broadcast else "each",
                 "slotStates": dict(zip(L.SLOT_STATES, states)), "participants": participants,
+                "doorbells": {"data": seg.mem.load32(seg.control("data_doorbells")),
+                              "space": seg.mem.load32(seg.control("space_doorbells"))},
                 "recovered": seg.mem.load64(seg.control("recovered"))}
 
     def close(self) -> None:
@@ -105,6 +108,11 @@ class Ring:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _bell_names(bits: int) -> list[str]:
+    """What a participant sleeps on its doorbell for (SPEC.md §6.1), as ``gpuring inspect`` names it."""
+    return [n for bit, n in ((L.BELL_DATA, "data"), (L.BELL_SPACE, "space")) if bits & bit]
 
 
 def _role_names(roles: int) -> list[str]:

@@ -1,0 +1,84 @@
+"""Waiting inside an asyncio event loop: on the participant's doorbell (SPEC.md §6.1).
+
+``slot_protocol.wait_for`` sleeps a thread on the futex; an event loop cannot,
+and a thread that relays the futex wake to the loop costs a second wake-up
+(bench:remote: the forwarding bridge's waiting thread spent 80 µs of CPU per
+frame 1 ms apart on the 2-core dev box). Here the loop itself watches the
+participant's doorbell socket, so a frame (or free space) costs one wake-up and
+no thread. Every producer and consumer of every language rings doorbells.
+
+The pairing is the futex's: arm the bell (set the entry's bit), try once more,
+and only then sleep; either that try sees the new state or the notifier sees the
+bit. Like the futex wait it sweeps every SWEEP_EVERY seconds of waiting, since
+what it waits for may be held by a dead participant. It does not poll first: a
+poll would hold up the rest of the loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable, TypeVar
+
+from . import layout as L
+from .doorbell import Bell
+from .errors import GpuringError
+from .segment import Segment
+from .slot_protocol import SWEEP_EVERY, notify_data
+
+T = TypeVar("T")
+
+
+async def wait_async(seg: Segment, bell: Bell, which: str, attempt: Callable[[], T | None],
+                     timeout: float | None) -> T:
+    """Runs ``attempt()`` until it returns something, sleeping on ``bell`` for
+    ``which`` ("data" or "space") in between; TIMEOUT after ``timeout`` seconds
+    (None: no limit). A task cancelled after its bell rang passes the ring on
+    to another DATA sleeper, so that the frame it was rung for is not left
+    waiting for the next publish."""
+    from .recovery import sweep  # recovery builds on slot_protocol, as this module does
+
+    bit = L.BELL_DATA if which == "data" else L.BELL_SPACE
+    deadline = None if timeout is None else time.monotonic() + timeout
+    next_sweep = time.monotonic() + SWEEP_EVERY
+    while True:
+        result = attempt()
+        if result is not None:
+            return result
+        now = time.monotonic()
+        if now >= next_sweep:
+            sweep(seg)
+            next_sweep = now + SWEEP_EVERY
+        if deadline is not None and now >= deadline:
+            raise GpuringError("TIMEOUT", f"no {'frame' if which == 'data' else 'space'} within {timeout} s")
+        bell.arm(bit)
+        cancelled = False
+        try:
+            result = attempt()
+            if result is not None:
+                return result
+            await _readable(bell, min(next_sweep, deadline or next_sweep) - now)
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        finally:
+            # Ours to clear if it timed out or found work; a notifier cleared it if it rang.
+            if bell.disarm(bit) and cancelled and bit == L.BELL_DATA:
+                notify_data(seg, doorbells=1)
+
+
+async def _readable(bell: Bell, timeout: float) -> None:
+    """Until a datagram is queued on ``bell`` or ``timeout`` seconds passed."""
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+    fd = bell.socket.fileno()
+    loop.add_reader(fd, wake)
+    timer = loop.call_later(max(timeout, 0.0), wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+        loop.remove_reader(fd)
