@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from .. import cuda_driver as cu
@@ -38,7 +39,7 @@ from .templates import SourceTemplates
 UNREADABLE = ("CUDA", "FRAME_BOUNDS", "FRAME_INVALID")
 STAGED_BYTES = IDLE_BYTES  # page-locked memory a source stages device frames in, at most (one frame more if larger)
 MAX_BATCH = 32  # inline frames in one message at most: the first waits while the others are read
-TAKE_WAIT_S = 0.2  # how long one wait for a frame lasts at most (a stop is noticed within it)
+TAKE_WAIT_S = 0.2  # how long one wait for a frame blocks the taking thread (a stop is noticed within it)
 
 
 class BridgeSource:
@@ -53,9 +54,11 @@ class BridgeSource:
         self.stats = stats or BridgeStats(ring, "source")
         self._consumer = Consumer.open(ring, start="oldest", extra_roles=L.ROLE_BRIDGE)
         self._stream = stream_id(self._consumer._seg)
+        self._taker = ThreadPoolExecutor(1, thread_name_prefix="gpuring-bridge-take")
         self._held: OrderedDict[int, _Held] = OrderedDict()  # taken, not yet acknowledged, in order taken
         self._staging: dict[int, PinnedPool] = {}  # by device ordinal
         self._serial = 0
+        self._taking: asyncio.Future[Frame | None] | None = None
         self._stopping = False
         self._hops = Hops("source")
 
@@ -118,11 +121,6 @@ class BridgeSource:
         await flight.until(lambda: sum(p.in_use for p in self._staging.values()) + need <= STAGED_BYTES
                            or not flight.unacked)
 
-    def _hold_taken(self, waiting: asyncio.Future[Frame]) -> None:
-        """A frame that the wait took as the link failed is held, to go first on the next link."""
-        if waiting.done() and not waiting.cancelled() and waiting.exception() is None:
-            self._hold(waiting.result())
-
     def _hold(self, frame: Frame) -> int:
         self._serial += 1
         self._held[self._serial] = _Held(frame)
@@ -130,28 +128,33 @@ class BridgeSource:
 
     async def _next_frame(self, flight: "_Flight") -> Frame | None:
         """The next frame of the ring, or None once stopped. While frames are
-        ready they are taken at once; before the loop sleeps on the ring's
-        doorbell, the frames batched so far go out. A wait that a failed link
-        cancels has taken no frame."""
+        ready they are taken here, on the loop; only a wait goes to the taking
+        thread, and the frames batched so far go out before it. A frame that
+        thread takes while the link fails stays for the next link."""
         while not self._stopping:
-            try:
-                frame = self._consumer.try_next_held()
-                if frame is None:
-                    flight.batch.flush()
-                    waiting = asyncio.ensure_future(self._consumer.next_held_async(TAKE_WAIT_S))
-                    try:
-                        await _first(waiting, flight.failed)
-                    except LinkLost:
-                        self._hold_taken(waiting)
-                        raise
-                    frame = waiting.result()
+            if self._taking is None:
+                frame = self._take(self._consumer.try_next_held)
+                if frame is not None:
+                    return frame
+                self._taking = asyncio.get_running_loop().run_in_executor(
+                    self._taker, self._take, lambda: self._consumer.next_held(TAKE_WAIT_S))
+            flight.batch.flush()
+            await _first(asyncio.shield(self._taking), flight.failed)
+            frame, self._taking = self._taking.result(), None
+            if frame is not None:
                 return frame
-            except GpuringError as e:
-                if e.code in ("FRAME_INVALID", "FRAME_BOUNDS"):
-                    self.stats.damaged(str(e))  # the ring released it: nothing to forward
-                elif e.code != "TIMEOUT":
-                    raise
         return None
+
+    def _take(self, take: Callable[[], Frame | None]) -> Frame | None:
+        try:
+            return take()
+        except GpuringError as e:
+            if e.code == "TIMEOUT":
+                return None
+            if e.code in ("FRAME_INVALID", "FRAME_BOUNDS"):
+                self.stats.damaged(str(e))  # the ring released it: nothing to forward
+                return None
+            raise
 
     def _read(self, held: "_Held") -> list[tuple[int, int, Any]]:
         """(index, length, bytes) of each buffer the frame sends: host buffers
@@ -226,6 +229,7 @@ class BridgeSource:
         """Leaves the ring: frames still held are handed back to it (they stay
         CLAIMED until now), so nothing unacknowledged is lost."""
         self._stopping = True
+        self._taker.shutdown(wait=True)
         self._consumer.close()  # first: once closed, dropping a held frame no longer releases it
         self._held.clear()
         self._hops.write()
