@@ -15,12 +15,11 @@ import { createInterface } from 'node:readline';
 import { type CreateOptions } from '../dist/index.js';
 import { withRing } from '../test/helpers/ring.js';
 import { WARMUP_FRAMES } from './frames.js';
-import { compare, percentile, type BenchRecord } from './harness.js';
+import { compare, LATENCY_WARMUP, percentile, type BenchRecord } from './harness.js';
 
 /** Starts a bench/host-child.ts role (host.ts's child()). */
 export type SpawnChild = (role: string, ...args: (string | number)[]) => ChildProcess;
 
-const LATENCY_WARMUP = 100;
 const exited = (p: ChildProcess) => new Promise((r) => p.on('exit', r));
 const lines = (p: ChildProcess) => createInterface({ input: p.stdout! })[Symbol.asyncIterator]();
 

@@ -17,7 +17,7 @@ import { Consumer, cudaInfo, DeviceBuffer, deviceBufferDescriptor, absentBuffer,
 import { HANDLE_BYTES } from '../dist/codec/layout.js';
 import { native } from '../dist/native.js';
 import { exitOf, withRing } from '../test/helpers/ring.js';
-import { compare, median, microsSince, percentile, report, type BenchRecord } from './harness.js';
+import { compare, LATENCY_WARMUP, median, microsSince, percentile, report, type BenchRecord } from './harness.js';
 import { wakeFloor } from './wake-floor.js';
 import type { Chart, Series } from './plot.js';
 
@@ -47,13 +47,14 @@ function deviceColumn(ptr: bigint, bytes: number): FrameDescription {
  * Publish (tag taken) to the consumer holding the buffer's device address,
  * frame by frame (bench/stamp-producer.ts): frame 0 is the cold start (new
  * producer, and the process's first IPC open); WARM_UP frames of a small
- * allocation bring both sides to a running service's state (V8 optimized);
+ * allocation bring both sides to a running service's state (V8 optimized:
+ * see LATENCY_WARMUP);
  * then the measured allocation's first frame opens it (cuIpcOpenMemHandle,
  * timed on its own too) and later frames hit the IpcHandleCache. `spin` is the
  * consumer's busy-poll (µs; 0: it sleeps and is woken through its thread).
  * Returns the measured allocation's latencies, [0] its first open.
  */
-const WARM_UP = 100;
+const WARM_UP = LATENCY_WARMUP;
 /** What bench/stamp-producer.ts reports at its end: Producer.open(), and each measured frame's publish call (tag to return). */
 interface ProducerTimes {
   openMicros: number;

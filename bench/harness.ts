@@ -19,6 +19,18 @@ export interface BenchRecord {
   ratio: number | null;
 }
 
+/**
+ * Frames each latency series sends first and leaves out of its percentiles, ours
+ * and every baseline's alike (the C floor too). Frame 0 of a fresh Node process
+ * costs 5-20 ms, and V8 runs a function in its baseline tiers until it has been
+ * called often enough to optimize it: a sleeping consumer's Frame, release and
+ * toTable() were optimized only after 800-1,300 frames (`node --trace-opt`, dev
+ * box), and until then frames came up to 3 ms late. A running service runs
+ * optimized code, so these frames are start-up, not hand-off. `--warm-up N`
+ * sets another count (100 until 2026-11-25, for comparing with older runs).
+ */
+export const LATENCY_WARMUP = process.argv.includes('--warm-up') ? Number(process.argv[process.argv.indexOf('--warm-up') + 1]) : 2000;
+
 /** Microseconds since `tag`, a process.hrtime.bigint() taken in any process (CLOCK_MONOTONIC). */
 export function microsSince(tag: bigint): number {
   return Number(process.hrtime.bigint() - tag) / 1000;

@@ -43,7 +43,7 @@ import { Worker } from 'node:worker_threads';
 import { tableFromIPC } from 'apache-arrow';
 import { Consumer } from '../dist/index.js';
 import { withRing } from '../test/helpers/ring.js';
-import { compare, microsSince, percentile, report, type BenchRecord } from './harness.js';
+import { compare, LATENCY_WARMUP, microsSince, percentile, report, type BenchRecord } from './harness.js';
 import { fanOutRecords } from './fan-out.js';
 import { cProgramBuilt, type Pacing, wakeFloor } from './wake-floor.js';
 import { WARMUP_FRAMES } from './frames.js';
@@ -62,14 +62,6 @@ function child(role: string, ...args: (string | number)[]) {
 }
 const exited = (p: ReturnType<typeof child>) => new Promise((r) => p.on('exit', r));
 
-/**
- * Frames each latency series sends first and leaves out of its percentiles,
- * ours and every baseline's alike (the C floor too): the first frames through
- * a process pay for compiling its code and mapping its memory (ours: 5-20 ms
- * for frame 0), which is start-up, not hand-off, and would otherwise be the
- * p99.9 of a 1,000-frame run.
- */
-const LATENCY_WARMUP = 100;
 
 /**
  * Spin path: the consumer busy-polls on its JS thread (`next({ spin })`), so a
