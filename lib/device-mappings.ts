@@ -1,3 +1,4 @@
+import { HANDLE_BYTES } from './codec/layout.js';
 import { callNative } from './errors.js';
 import { native } from './native.js';
 
@@ -16,6 +17,37 @@ export interface FrameOrigin {
   segment: string;
   producer: number;
   producerGen: number;
+}
+
+/** Where mapFrame() writes (see cuda_ipc.cc), reused by every frame of the process: an ArrayBuffer per call cost more than the mapping. */
+interface MapScratch {
+  bytes: Uint8Array;
+  view: DataView;
+}
+
+function scratch(size: number): MapScratch {
+  const bytes = new Uint8Array(Math.max(size, 4096));
+  return { bytes, view: new DataView(bytes.buffer) };
+}
+
+let mapped = scratch(0);
+
+/**
+ * Homes for the handle of a frame's one legacy reference (the usual case),
+ * carved from off-heap slabs and reused once the frame is released. A copy of
+ * 64 bytes would live on V8's heap, and moving it off when ipcReleaseAll()
+ * reads it cost as much as the mapping.
+ */
+const freeSlots: Uint8Array[] = [];
+
+function handleSlot(handle: Uint8Array): Uint8Array {
+  if (!freeSlots.length) {
+    const slab = new Uint8Array(256 * HANDLE_BYTES);
+    for (let at = 0; at < slab.length; at += HANDLE_BYTES) freeSlots.push(slab.subarray(at, at + HANDLE_BYTES));
+  }
+  const slot = freeSlots.pop()!;
+  slot.set(handle);
+  return slot;
 }
 
 /**
@@ -38,17 +70,24 @@ export class DeviceMappings {
    * view, or null for host and absent buffers.
    */
   mapAll(body: Uint8Array, origin: FrameOrigin): (DeviceView | null)[] {
-    const mapped = callNative(() => native().mapFrame(body, origin.segment, origin.producer, origin.producerGen));
-    const data = new DataView(mapped);
-    const count = data.getUint32(0, true);
+    const map = () => callNative(() => native().mapFrame(body, origin.segment, origin.producer, origin.producerGen, mapped.bytes));
+    let written = map();
+    if (written < 0) {
+      mapped = scratch(-written);
+      written = map();
+    }
+    const { bytes, view } = mapped;
+    const count = view.getUint32(0, true);
     const end = 16 + 24 * count;
-    const legacyBytes = 64 * data.getUint32(4, true);
-    this.#held.push(new Uint8Array(mapped, end, legacyBytes));
-    const imported = data.getUint32(8, true);
-    if (imported) this.#imported.push(new BigUint64Array(mapped, end + legacyBytes, imported));
+    const legacyEnd = end + 64 * view.getUint32(4, true);
+    // Copied out of the scratch, which the next frame's mapping overwrites.
+    if (legacyEnd - end === HANDLE_BYTES) this.#held.push(handleSlot(bytes.subarray(end, legacyEnd)));
+    else if (legacyEnd > end) this.#held.push(bytes.slice(end, legacyEnd));
+    const imported = view.getUint32(8, true);
+    if (imported) this.#imported.push(new BigUint64Array(bytes.slice(legacyEnd, written).buffer));
     const out: (DeviceView | null)[] = [];
     for (let at = 16; at < end; at += 24)
-      out.push(data.getUint32(at + 20, true) ? { ptr: data.getBigUint64(at, true), byteLength: Number(data.getBigUint64(at + 8, true)), device: data.getInt32(at + 16, true) } : null);
+      out.push(view.getUint32(at + 20, true) ? { ptr: view.getBigUint64(at, true), byteLength: Number(view.getBigUint64(at + 8, true)), device: view.getInt32(at + 16, true) } : null);
     return out;
   }
 
@@ -64,6 +103,7 @@ export class DeviceMappings {
 
   /** Forgets the references without dropping them (the native side drops them). */
   forget(): void {
+    for (const handles of this.#held) if (handles.length === HANDLE_BYTES) freeSlots.push(handles);
     this.#held.length = 0;
     this.#imported.length = 0;
   }

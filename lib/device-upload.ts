@@ -82,9 +82,16 @@ export function orderingStream(stream: DeviceStream | bigint | undefined, device
  * id, or -1 for none.
  */
 export function recordFrameEvent(description: FrameDescription, device: number, stream?: bigint): number {
-  const event = callNative(() => native().recordEvent(device, true, stream));
-  if (!event) return -1;
+  const id = callNative(() => native().recordEvent(device, true, stream, eventHandle));
+  if (id < 0) return -1;
   description.syncKind = 2;
-  description.syncHandle = new Uint8Array(event.handle);
-  return event.id;
+  description.syncHandle = eventHandle.slice();
+  return id;
 }
+
+/**
+ * Where recordEvent() writes a handle: off V8's heap, where it stays. V8 keeps
+ * a typed array of 64 bytes or less on its heap and moves it off when native
+ * code reads it, which costs each call about as much as the call itself.
+ */
+const eventHandle = new Uint8Array(4 * HANDLE_BYTES).subarray(0, HANDLE_BYTES);

@@ -326,8 +326,11 @@ export interface NativeAddon {
   allocOtherMemory(kind: 'pinned' | 'managed' | 'pool' | 'vmm', bytes: number): bigint;
   exportDeviceMemory(ptr: bigint): DeviceExport;
   ipcReleaseAll(handles: Uint8Array): void;
-  /** count u32 | legacy u32 | imported u32 | 0 u32 | count views of 24 bytes | legacy 64-byte handles | imported u64 ids (see cuda_ipc.cc). */
-  mapFrame(body: Uint8Array, segment: string, producer: number, producerGen: number): ArrayBuffer;
+  /**
+   * Writes into `out`: count u32 | legacy u32 | imported u32 | 0 u32 | count views of 24 bytes | legacy 64-byte handles |
+   * imported u64 ids (see cuda_ipc.cc); returns the bytes written, or minus the size `out` needs (nothing mapped).
+   */
+  mapFrame(body: Uint8Array, segment: string, producer: number, producerGen: number, out: Uint8Array): number;
   importReleaseAll(ids: BigUint64Array): void;
   /** Pools imported now and ever; allocation imports held now, made and freed ever. */
   poolStats(): { pools: number; poolsImported: number; imports: number; imported: number; freed: number };
@@ -337,7 +340,8 @@ export interface NativeAddon {
   pinnedHostStats(): PinnedHostStats;
   reservePinnedHost(device: number, bytes: number): boolean;
   ipcSetLimits(entries: number, bytes: number): void;
-  recordEvent(device: number, onlyIfBusy?: boolean, stream?: bigint): { id: number; handle: Uint8Array } | null;
+  /** The event's id with its 64-byte IPC handle written into `handle`; -1 (nothing written) when `onlyIfBusy` and the stream is idle. */
+  recordEvent(device: number, onlyIfBusy: boolean, stream: bigint | undefined, handle: Uint8Array): number;
   recycleEvent(id: number): void;
   copyToHost(device: number, ptr: bigint, bytes: number, event: Uint8Array | null): ArrayBuffer;
   copyDeviceToDevice(device: number, dsts: BigUint64Array, srcs: BigUint64Array, lengths: Float64Array, event: Uint8Array | null, stream?: bigint): void;

@@ -30,8 +30,6 @@ export type PublishManyOptions = {
   stream?: DeviceStream | bigint;
 };
 
-const NO_EVENT = new Uint8Array(HANDLE_BYTES);
-
 /**
  * A frame description validated and encoded once, published
  * as often as you like (Producer.prepare()). For producers with a fixed set
@@ -51,6 +49,8 @@ const NO_EVENT = new Uint8Array(HANDLE_BYTES);
 export class PreparedFrame {
   readonly #body: Uint8Array;
   readonly #header: DataView;
+  /** The header's sync_handle, where each publish's event handle goes. */
+  readonly #syncHandle: Uint8Array;
   /** Device whose legacy stream orders the frame, or -1 when the description brings its own event. */
   readonly #eventDevice: number;
   readonly #send: SendBody;
@@ -60,6 +60,7 @@ export class PreparedFrame {
   constructor(body: Uint8Array, eventDevice: number, send: SendBody, sendMany: SendMany) {
     this.#body = body;
     this.#header = new DataView(body.buffer, body.byteOffset);
+    this.#syncHandle = body.subarray(Header.syncHandle, Header.syncHandle + HANDLE_BYTES);
     this.#eventDevice = eventDevice;
     this.#send = send;
     this.#sendMany = sendMany;
@@ -99,11 +100,11 @@ export class PreparedFrame {
   /** Patches the header with an event recorded on `stream` (default: the device's legacy stream) if it is busy; the event's id, or -1. */
   #orderAfter(stream: DeviceStream | bigint | undefined): number {
     const queue = orderingStream(stream, this.#eventDevice);
-    const event = this.#eventDevice < 0 ? null : callNative(() => native().recordEvent(this.#eventDevice, true, queue));
-    if (this.#eventDevice >= 0) {
-      this.#header.setUint16(Header.syncKind, event ? 2 : 0, true);
-      this.#body.set(event ? event.handle : NO_EVENT, Header.syncHandle);
-    }
-    return event ? event.id : -1;
+    if (this.#eventDevice < 0) return -1;
+    // The event's handle is written straight into the body.
+    const id = callNative(() => native().recordEvent(this.#eventDevice, true, queue, this.#syncHandle));
+    this.#header.setUint16(Header.syncKind, id < 0 ? 0 : 2, true);
+    if (id < 0) this.#syncHandle.fill(0);
+    return id;
   }
 }
