@@ -114,8 +114,28 @@ export function deviceUuidOf(ordinal: number): Uint8Array {
  * other allocators).
  */
 export function exportDeviceMemory(ptr: bigint): DeviceExport {
-  return callNative(() => native().exportDeviceMemory(ptr));
+  callNative(() => native().exportDeviceMemory(ptr, exported));
+  const word = (at: number) => exportedView.getBigUint64(at, true);
+  return {
+    kind: EXPORT_KINDS[exportedView.getUint32(64, true)]!,
+    handle: exported.slice(0, 64),
+    offset: Number(word(72)),
+    base: word(80),
+    allocationBytes: Number(word(88)),
+    device: exportedView.getInt32(68, true),
+    allocationId: word(96),
+    poolId: word(104),
+  };
 }
+
+/**
+ * Where the native export writes (layout in native/cuda_ipc.cc): one array
+ * for the process, off V8's heap, so that a producer describing its device
+ * buffers for every frame allocates no Buffer per call.
+ */
+const exported = new Uint8Array(112);
+const exportedView = new DataView(exported.buffer);
+const EXPORT_KINDS: Record<number, DeviceExport['kind']> = { 2: 'cuda-ipc', 3: 'cuda-pool', 4: 'cuda-vmm' };
 
 /**
  * A cuda-ipc buffer descriptor for `length` bytes at `ptr`, for publishFrame().

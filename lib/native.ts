@@ -324,7 +324,8 @@ export interface NativeAddon {
   deviceUuids(): Uint8Array[];
   rawCopySeconds(kind: 'dtoh' | 'htod' | 'dtod', device: number, bytes: number, iterations: number): number;
   allocOtherMemory(kind: 'pinned' | 'managed' | 'pool' | 'vmm', bytes: number): bigint;
-  exportDeviceMemory(ptr: bigint): DeviceExport;
+  /** Writes the export into `out` (112 bytes; read by exportDeviceMemory() in device-buffer.ts). */
+  exportDeviceMemory(ptr: bigint, out: Uint8Array): void;
   ipcReleaseAll(handles: Uint8Array): void;
   /**
    * Writes into `out`: count u32 | legacy u32 | imported u32 | 0 u32 | count views of 24 bytes | legacy 64-byte handles |
