@@ -99,20 +99,23 @@ export class BodyTemplate {
    */
   fill(d: FrameDescription, allocate: BodyAllocator = freshBody): Uint8Array | null {
     if (d.columns?.length !== this.#roots || d.dictionaries?.length !== this.#dictionaries || !sameMetadata(d.metadata, this.#metadata)) return null;
-    const { bytes: out, view } = allocate(this.#bytes.length);
-    out.set(this.#bytes);
-    let node = 0;
-    let buffersAt = HEADER_BYTES + this.#nodes.length * NODE_BYTES;
-    const walk = (n: ColumnDescriptor): boolean => {
-      const f = this.#nodes[node];
-      if (!f || typeof n !== 'object' || n === null || !sameFixed(f, n)) return false;
-      writeNodeCounts(view, HEADER_BYTES + node * NODE_BYTES, n, f.path);
-      buffersAt = writeBuffers(view, out, buffersAt, n, f.path, this.#held);
-      node++;
-      return n.children.every(walk);
-    };
-    if (!d.columns.every(walk) || !d.dictionaries.every(walk)) return null;
-    writeFrameHeader(view, out, d);
-    return out;
+    const memory = allocate(this.#bytes.length);
+    memory.bytes.set(this.#bytes);
+    const at = { node: 0, buffers: HEADER_BYTES + this.#nodes.length * NODE_BYTES };
+    for (const n of d.columns) if (!this.#fillNode(n, memory, at)) return null;
+    for (const n of d.dictionaries) if (!this.#fillNode(n, memory, at)) return null;
+    writeFrameHeader(memory.view, memory.bytes, d);
+    return memory.bytes;
+  }
+
+  /** Writes node `n` and its descendants (pre-order) at `at`, which it advances; false if they are not the template's. */
+  #fillNode(n: ColumnDescriptor, memory: BodyMemory, at: { node: number; buffers: number }): boolean {
+    const f = this.#nodes[at.node];
+    if (!f || typeof n !== 'object' || n === null || !sameFixed(f, n)) return false;
+    writeNodeCounts(memory.view, HEADER_BYTES + at.node * NODE_BYTES, n, f.path);
+    at.buffers = writeBuffers(memory.view, memory.bytes, at.buffers, n, f.path, this.#held);
+    at.node++;
+    for (const child of n.children) if (!this.#fillNode(child, memory, at)) return false;
+    return true;
   }
 }

@@ -10,8 +10,6 @@ import { BODY_MAGIC, BODY_VERSION, bodySize, Buffer_, BUFFER_BYTES, HANDLE_BYTES
 import { encodeMetadata } from './metadata.js';
 import { utf8 } from './utf8.js';
 
-const MAX_U64 = 2n ** 64n - 1n;
-
 /**
  * Where a bad value is: a node's path (`columns[0].children[1]`, or '' for the
  * description itself), a field, and for a buffer's field its index. Built into
@@ -126,16 +124,22 @@ function putBytes(out: Uint8Array, at: number, b: Uint8Array, held?: HeldBytes):
   if (held?.[at >> 3] !== b) out.set(b, at);
 }
 
-/** The pool_id field: a cuda-pool buffer's pool number (required), 0 for every other kind. */
+/** Whether `n` is a bigint in [0, 2^64) (asUintN(64) is compiled inline, comparisons with 2n ** 64n - 1n are not). */
+function isU64(n: unknown): n is bigint {
+  return typeof n === 'bigint' && BigInt.asUintN(64, n) === n;
+}
+
+/** A cuda-pool buffer's pool number (required; the pool_id field is 0 for every other kind). */
 function poolIdOf(b: BufferDescriptor, path: string, k: number): bigint {
-  if (b.kind !== 'cuda-pool') return 0n;
-  if (typeof b.poolId !== 'bigint' || b.poolId < 1n || b.poolId > MAX_U64) refuse(path, 'poolId', 'must be a bigint in [1, 2^64) for a cuda-pool buffer', k);
+  if (!isU64(b.poolId) || b.poolId === 0n) refuse(path, 'poolId', 'must be a bigint in [1, 2^64) for a cuda-pool buffer', k);
   return b.poolId;
 }
 
 /** Writes node `n`'s buffer descriptors from byte `at`; returns where the next node's begin. */
 export function writeBuffers(view: DataView, out: Uint8Array, at: number, n: ColumnDescriptor, path: string, held?: HeldBytes): number {
-  n.buffers.forEach((b, k) => {
+  const buffers = n.buffers;
+  for (let k = 0; k < buffers.length; k++) {
+    const b = buffers[k]!;
     object(b, path, k);
     const kind = MEMORY_KINDS.indexOf(b.kind);
     if (kind < 0) refuse(path, 'kind', `must be one of ${MEMORY_KINDS.join(', ')}`, k);
@@ -144,12 +148,13 @@ export function writeBuffers(view: DataView, out: Uint8Array, at: number, n: Col
     putBytes(out, at + Buffer_.deviceUuid, bytes(b.deviceUuid, 16, path, 'deviceUuid', k), held);
     setU64(view, at + Buffer_.offset, int(b.offset, 0, MAX_COUNT, path, 'offset', k));
     setU64(view, at + Buffer_.length, int(b.length, 0, MAX_COUNT, path, 'length', k));
-    if (typeof b.allocationId !== 'bigint' || b.allocationId < 0n || b.allocationId > MAX_U64) refuse(path, 'allocationId', 'must be a bigint in [0, 2^64)', k);
+    if (!isU64(b.allocationId)) refuse(path, 'allocationId', 'must be a bigint in [0, 2^64)', k);
     view.setBigUint64(at + Buffer_.allocId, b.allocationId, true);
-    view.setBigUint64(at + Buffer_.poolId, poolIdOf(b, path, k), true);
+    if (b.kind === 'cuda-pool') view.setBigUint64(at + Buffer_.poolId, poolIdOf(b, path, k), true);
+    else setU64(view, at + Buffer_.poolId, 0);
     putBytes(out, at + Buffer_.handle, bytes(b.handle, HANDLE_BYTES, path, 'handle', k), held);
     at += BUFFER_BYTES;
-  });
+  }
   return at;
 }
 
