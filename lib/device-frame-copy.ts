@@ -54,7 +54,7 @@ export class DeviceFrameCopy implements Disposable {
     forEachBuffer(copy, (b) => {
       const at = this.#at[i++]!;
       if (b.kind === 'absent') return;
-      Object.assign(b, { ...exportedBuffer(exported, uuid), offset: exported.offset + at });
+      Object.assign(b, exportedBuffer(exported, uuid, exported.offset + at, b.length));
     });
     copy.syncKind = 0;
     copy.syncHandle = new Uint8Array(this.#source.syncHandle.length);

@@ -41,7 +41,7 @@ export function uploadBatch(source: RecordBatch | Table, device: number, pool: U
   try {
     for (const p of pieces) if (p.bytes.length) memory.upload(p.bytes, p.desc.offset);
     const exported = exportDeviceMemory(memory.ptr);
-    for (const p of pieces) Object.assign(p.desc, { ...exportedBuffer(exported, uuid), offset: p.desc.offset + exported.offset });
+    for (const p of pieces) Object.assign(p.desc, exportedBuffer(exported, uuid, p.desc.offset + exported.offset, p.desc.length));
     return { description, memory, eventId: recordFrameEvent(description, device) };
   } catch (error) {
     pool.giveBack(memory);
