@@ -3,7 +3,7 @@
 import { chownSync, closeSync, ftruncateSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs';
 import test from 'ava';
 import { Int32, Table, Utf8, vectorFromArray } from 'apache-arrow';
-import { Consumer, GpuringError, Producer, Ring } from '../lib/index.js';
+import { absentBuffer, Consumer, GpuringError, Producer, Ring } from '../lib/index.js';
 import { Buffer_, BUFFER_BYTES, HEADER_BYTES, Node, NODE_BYTES } from '../lib/codec/layout.js';
 import { uniqueName, withRing } from './helpers/ring.js';
 
@@ -87,6 +87,49 @@ test('a truncated segment is refused as SEGMENT_TRUNCATED', async (t) => {
     ftruncateSync(fd, 4096);
     closeSync(fd);
     t.is(t.throws(() => Ring.open(name), { instanceOf: GpuringError })!.code, 'SEGMENT_TRUNCATED');
+  });
+});
+
+test('a malformed frame description: publishFrame() and prepare() refuse it with INVALID_ARGUMENT naming the place, publish nothing, and the ring goes on', async (t) => {
+  await withRing('bad-description', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const column = () => ({ name: 'x', format: 'C', nullable: false, dictionaryOrdered: false, mapKeysSorted: false, metadata: null, dictionary: -1, length: 0, nullCount: 0, offset: 0, buffers: [absentBuffer(), absentBuffer()], children: [] as unknown[] });
+    const valid = () => ({ rowCount: 0, metadata: null, columns: [column()] as unknown[], dictionaries: [] as unknown[], syncKind: 0, syncHandle: new Uint8Array(64) });
+    const edited = (edit: (d: ReturnType<typeof valid>, c: ReturnType<typeof column>) => void) => {
+      const d = valid();
+      edit(d, d.columns[0] as ReturnType<typeof column>);
+      return d;
+    };
+    const cases: [string, unknown, RegExp][] = [
+      ['null', null, /description: must be an object/],
+      ['a number', 5, /description: must be an object/],
+      ['no columns', edited((d) => delete (d as { columns?: unknown }).columns), /columns: must be an array/],
+      ['columns that are not an array', edited((d) => ((d as { columns: unknown }).columns = { length: 1 })), /columns: must be an array/],
+      ['a null column', edited((d) => (d.columns[0] = null)), /columns\[0\]: must be an object/],
+      ['a hole among the columns', edited((d) => (d.columns = [, d.columns[0]])), /columns\[0\]: must be an object/],
+      ['no buffers', edited((_d, c) => delete (c as { buffers?: unknown }).buffers), /columns\[0\]\.buffers: must be an array/],
+      ['a null buffer', edited((_d, c) => ((c.buffers as unknown[])[1] = null)), /columns\[0\]\.buffers\[1\]: must be an object/],
+      ['no children', edited((_d, c) => delete (c as { children?: unknown }).children), /columns\[0\]\.children: must be an array/],
+      ['a column that contains itself', edited((_d, c) => c.children.push(c)), /nests deeper than 64 levels/],
+      ['no dictionaries', edited((d) => delete (d as { dictionaries?: unknown }).dictionaries), /dictionaries: must be an array/],
+    ];
+    for (const [what, description, message] of cases) {
+      for (const [call, attempt] of [['publishFrame', () => producer.publishFrame(description as never)], ['prepare', async () => producer.prepare(description as never)]] as const) {
+        const e = await t.throwsAsync(attempt(), { instanceOf: GpuringError }, `${call}: ${what}`);
+        t.is(e?.code, 'INVALID_ARGUMENT', `${call}: ${what}`);
+        t.regex(e?.message ?? '', message, `${call}: ${what}`);
+      }
+    }
+    t.is(consumer.tryNext(), null, 'nothing was published');
+    t.is(producer.inFlight, 0);
+    const id = await producer.publishFrame(valid() as never);
+    const f = await consumer.next({ timeout: 2000 });
+    t.is(f.id, id, 'a valid frame after them goes through');
+    t.is(f.description.columns[0]!.name, 'x');
+    f.release();
+    consumer.close();
+    producer.close();
   });
 });
 

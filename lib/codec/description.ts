@@ -3,7 +3,8 @@
  * where their buffers are. Encoding a description and decoding the bytes give
  * back an equal description (metadata aside: empty and absent encode alike).
  */
-import { HANDLE_BYTES, type MemoryKind } from './layout.js';
+import { GpuringError } from '../errors.js';
+import { HANDLE_BYTES, MAX_DEPTH, MAX_NODES, type MemoryKind } from './layout.js';
 import { utf8, utf8Decoder } from './utf8.js';
 
 /** Whether a buffer of this kind lies in device memory (cuda-ipc or cuda-pool). */
@@ -130,14 +131,39 @@ export function bufferIndex(description: FrameDescription): Map<BufferDescriptor
   return index;
 }
 
-/** Calls `fn` for every buffer of every column and dictionary, in wire order. */
+/**
+ * Calls `fn` for every buffer of every column and dictionary, in wire order.
+ * Descriptions come from applications, so the walk checks the shape it walks
+ * (objects where nodes and buffers go, arrays where lists go, at most
+ * MAX_DEPTH levels and MAX_NODES nodes: a cycle ends) and refuses any other
+ * with INVALID_ARGUMENT naming the place, as the encoder does for values.
+ */
 export function forEachBuffer(description: FrameDescription, fn: (buffer: BufferDescriptor) => void): void {
-  const visit = (columns: ColumnDescriptor[]): void => {
-    for (const c of columns) {
-      c.buffers.forEach(fn);
-      visit(c.children);
+  if (typeof description !== 'object' || description === null) invalidDescription('description', 'must be an object');
+  const nodes = { seen: 0 };
+  visitBuffers(description.columns, 'columns', 1, nodes, fn);
+  visitBuffers(description.dictionaries, 'dictionaries', 1, nodes, fn);
+}
+
+function visitBuffers(columns: ColumnDescriptor[], path: string, depth: number, nodes: { seen: number }, fn: (buffer: BufferDescriptor) => void): void {
+  if (!Array.isArray(columns)) invalidDescription(path, 'must be an array');
+  if (columns.length && depth > MAX_DEPTH) invalidDescription(path, `nests deeper than ${MAX_DEPTH} levels`);
+  for (let i = 0; i < columns.length; i++) {
+    const c = columns[i];
+    if (typeof c !== 'object' || c === null) invalidDescription(`${path}[${i}]`, 'must be an object');
+    if (++nodes.seen > MAX_NODES) invalidDescription(`${path}[${i}]`, `is past the limit of ${MAX_NODES} columns in all`);
+    const buffers = c.buffers;
+    if (!Array.isArray(buffers)) invalidDescription(`${path}[${i}].buffers`, 'must be an array');
+    for (let k = 0; k < buffers.length; k++) {
+      const b = buffers[k];
+      if (typeof b !== 'object' || b === null) invalidDescription(`${path}[${i}].buffers[${k}]`, 'must be an object');
+      fn(b);
     }
-  };
-  visit(description.columns);
-  visit(description.dictionaries);
+    visitBuffers(c.children, `${path}[${i}].children`, depth + 1, nodes, fn);
+  }
+}
+
+/** The error for a description that cannot be encoded: INVALID_ARGUMENT, naming where (`columns[0].buffers[1].kind`). */
+export function invalidDescription(at: string, what: string): never {
+  throw new GpuringError('INVALID_ARGUMENT', `invalid frame description: ${at}: ${what}`);
 }

@@ -5,7 +5,7 @@
  * every reserved and padding byte zero.
  */
 import { GpuringError } from '../errors.js';
-import type { BufferDescriptor, ColumnDescriptor, FrameDescription } from './description.js';
+import { invalidDescription, type BufferDescriptor, type ColumnDescriptor, type FrameDescription } from './description.js';
 import { BODY_MAGIC, BODY_VERSION, bodySize, Buffer_, BUFFER_BYTES, HANDLE_BYTES, Header, HEADER_BYTES, MAX_BODY_BYTES, MAX_COUNT, MAX_DEPTH, MAX_NODES, MEMORY_KINDS, Node, NODE_BYTES, NodeFlags } from './layout.js';
 import { encodeMetadata } from './metadata.js';
 import { utf8 } from './utf8.js';
@@ -16,8 +16,7 @@ import { utf8 } from './utf8.js';
  * a string only when refusing: encoding valid frames makes no strings.
  */
 function refuse(path: string, field: string, what: string, buffer = -1): never {
-  const at = [path, buffer >= 0 ? `buffers[${buffer}]` : '', field].filter(Boolean).join('.');
-  throw new GpuringError('INVALID_ARGUMENT', `invalid frame description: ${at}: ${what}`);
+  invalidDescription([path, buffer >= 0 ? `buffers[${buffer}]` : '', field].filter(Boolean).join('.'), what);
 }
 
 /**
