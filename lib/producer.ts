@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { type RecordBatch, type Schema, Table } from 'apache-arrow';
+import { type RecordBatch, Schema, Table } from 'apache-arrow';
 import { describeBatch, toBatch, type BufferPlacer } from './arrow/table-writer.js';
 import { FlatBatchWriter } from './arrow/flat-batch-writer.js';
 import { forEachBuffer, handleName, hostBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
@@ -184,6 +184,7 @@ export class Producer {
   /** Allocates `bytes` of arena memory to fill and publish without a copy. */
   allocate(bytes: number): HostAllocation {
     this.#requireOpen();
+    if (!Number.isSafeInteger(bytes) || bytes < 0) throw new GpuringError('INVALID_ARGUMENT', `allocate() takes a whole number of bytes >= 0, not ${String(bytes)}`);
     const a = this.#allocate(bytes, false);
     const key = looseKey(a);
     return {
@@ -328,6 +329,7 @@ export class Producer {
    */
   loan(schema: Schema, rows: number, options: LoanOptions = {}): FrameLoan {
     this.#requireOpen();
+    if (!(schema instanceof Schema)) throw new GpuringError('INVALID_ARGUMENT', 'loan() takes an apache-arrow Schema');
     if (!Number.isSafeInteger(rows) || rows < 0) throw new GpuringError('INVALID_ARGUMENT', `loan(): rows must be a whole number >= 0, not ${rows}`);
     const writer = this.#loanWriter(schema);
     if (!writer) throw new GpuringError('INVALID_ARGUMENT', 'loan() takes flat schemas (no nested or dictionary column); build a Table and publish() it instead');

@@ -3,7 +3,7 @@
 import { chownSync, closeSync, ftruncateSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs';
 import test from 'ava';
 import { Int32, Table, Utf8, vectorFromArray } from 'apache-arrow';
-import { absentBuffer, Consumer, GpuringError, Producer, Ring } from '../lib/index.js';
+import { absentBuffer, Consumer, decodeFrame, GpuringError, hostBuffer, Producer, Ring } from '../lib/index.js';
 import { Buffer_, BUFFER_BYTES, HEADER_BYTES, Node, NODE_BYTES } from '../lib/codec/layout.js';
 import { uniqueName, withRing } from './helpers/ring.js';
 
@@ -129,6 +129,22 @@ test('a malformed frame description: publishFrame() and prepare() refuse it with
     t.is(f.description.columns[0]!.name, 'x');
     f.release();
     consumer.close();
+    producer.close();
+  });
+});
+
+test('arguments of the wrong type are INVALID_ARGUMENT: allocate(), loan(), decodeFrame(), hostBuffer()', async (t) => {
+  await withRing('bad-arguments', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const calls: [string, () => unknown][] = [
+      ['allocate("x")', () => producer.allocate('x' as never)],
+      ['allocate(1.5)', () => producer.allocate(1.5)],
+      ['loan(null, 1)', () => producer.loan(null as never, 1)],
+      ['decodeFrame(null)', () => decodeFrame(null as never)],
+      ['hostBuffer(null, 0, 0)', () => hostBuffer(null as never, 0, 0)],
+    ];
+    for (const [what, call] of calls) t.is(t.throws(call, { instanceOf: GpuringError }, what)?.code, 'INVALID_ARGUMENT', what);
+    t.is(producer.allocate(8).length, 8, 'a valid allocation after them');
     producer.close();
   });
 });

@@ -287,6 +287,7 @@ export function decodeValidatedFrame(bytes: Uint8Array): FrameDescription {
  * copy: shared memory could change between a check and a use.
  */
 export function decodeFrame(bytes: Uint8Array): FrameDescription {
+  if (!(bytes instanceof Uint8Array)) throw new GpuringError('INVALID_ARGUMENT', 'decodeFrame() takes the body as a Uint8Array');
   const v = new BodyValidator(bytes);
   v.checkTrees();
   let nextBuffer = 0;

@@ -98,6 +98,7 @@ export function absentBuffer(): BufferDescriptor {
 
 /** A buffer descriptor for bytes in a host arena. */
 export function hostBuffer(arenaName: string, offset: number, length: number): BufferDescriptor {
+  if (typeof arenaName !== 'string') throw new GpuringError('INVALID_ARGUMENT', 'hostBuffer() takes the arena name as a string');
   const handle = new Uint8Array(HANDLE_BYTES);
   handle.set(utf8(arenaName).subarray(0, HANDLE_BYTES - 1));
   return { kind: 'host', deviceOrdinal: -1, deviceUuid: new Uint8Array(16), offset, length, allocationId: 0n, handle };
