@@ -164,6 +164,28 @@ def test_errors_have_stable_codes(ring_name):
         assert e.value.code == "TIMEOUT"
 
 
+def test_arguments_of_the_wrong_type_are_invalid_argument_and_leave_the_ring_working(ring_name):
+    """A bad user_tag used to fail while packing the slot reference, after the slot
+    was claimed: the slot stayed WRITING under a live producer and the ring stopped."""
+    from gpuring import decode_frame, encode_frame
+    refused = [lambda: Ring.create(ring_name + "x", slots="a"), lambda: Ring.create(ring_name + "x", participants=1.5),
+               lambda: decode_frame(None), lambda: encode_frame(None)]
+    Ring.create(ring_name, slots=4).close()
+    table = pa.table({"i": pa.array([7], pa.int32())})
+    with Producer.open(ring_name) as p, Consumer.open(ring_name) as c:
+        refused += [lambda: p.publish(table, user_tag=-1), lambda: p.publish(table, user_tag=1 << 64),
+                    lambda: p.publish(table, user_tag="x"), lambda: p.publish(table, timeout=-1),
+                    lambda: p.publish(table, timeout="x"), lambda: c.next(timeout=float("nan")), lambda: p.drain(timeout="x")]
+        for call in refused:
+            with pytest.raises(GpuringError) as e:
+                call()
+            assert e.value.code == "INVALID_ARGUMENT"
+        for k in range(8):  # twice around the 4 slots
+            p.publish(table, user_tag=k)
+            with c.next(timeout=5) as frame:
+                assert (frame.user_tag, frame.to_arrow().to_pydict()) == (k, {"i": [7]})
+
+
 def test_an_empty_table_of_every_type_arrives_with_its_schema(ring_name):
     empty = all_types_table(0)  # with no rows, its dictionary column infers null values, which are not carried
     table = empty.set_column(empty.schema.get_field_index("dictionary"), "dictionary",

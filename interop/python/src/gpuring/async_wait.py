@@ -23,6 +23,7 @@ import time
 from typing import Callable, TypeVar
 
 from . import layout as L
+from .deadline import deadline_after
 from .doorbell import Bell
 from .errors import GpuringError
 from .segment import Segment
@@ -41,7 +42,7 @@ async def wait_async(seg: Segment, bell: Bell, which: str, attempt: Callable[[],
     from .recovery import sweep  # recovery builds on slot_protocol, as this module does
 
     bit = L.BELL_DATA if which == "data" else L.BELL_SPACE
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = deadline_after(timeout)
     next_sweep = time.monotonic() + SWEEP_EVERY
     while True:
         result = attempt()

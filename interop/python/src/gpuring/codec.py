@@ -82,6 +82,8 @@ def encode_frame(d: FrameDescription) -> bytes:
     """The canonical body of a description: nodes in pre-order (columns, then
     dictionaries), strings in node order (name, format, metadata) with schema
     metadata last, every reserved and padding byte zero."""
+    if not isinstance(d, FrameDescription):
+        raise GpuringError("INVALID_ARGUMENT", f"encode_frame() takes a FrameDescription, not {type(d).__name__}")
     nodes: list[ColumnDescriptor] = []
     flatten_nodes(d.columns, nodes)
     dictionary_roots: list[int] = []
@@ -412,6 +414,8 @@ def _copy(metadata: Metadata) -> Metadata:
 
 def validate(body: bytes) -> _Validator:
     """Every check of decode_frame, in its order; the validator then describes the body."""
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise GpuringError("INVALID_ARGUMENT", f"a frame body is bytes, not {type(body).__name__}")
     v = _Validator(bytes(body))
     v.check_trees()
     next_buffer = 0

@@ -18,6 +18,7 @@ several consumers each frame goes to exactly one of them.
 """
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -27,6 +28,7 @@ from . import layout as L
 from . import slot_protocol as ring
 from .arena import Allocation, ArenaPool
 from .codec import encode_frame
+from .deadline import deadline_after
 from .description import FrameDescription
 from .errors import GpuringError
 from .host_templates import HostTemplates
@@ -115,7 +117,7 @@ class Producer:
         False it raises RING_FULL (NO_SPACE) at once instead.
         """
         self._check_open()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_after(timeout)
         if device is not None or _is_device(data):
             from .device_columns import describe_device
             description, keep = describe_device(data, stream)
@@ -135,7 +137,7 @@ class Producer:
         publish again or ``free_space``. ``on_reclaim`` runs when
         the frame is reclaimed after its release (in ``publish``, ``reap`` or ``drain``)."""
         self._check_open()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_after(timeout)
         return self._publish(body or encode_frame(description), [], keep_alive, deadline, block, user_tag, description,
                              on_reclaim, [s.allocation for s in space or []])
 
@@ -203,6 +205,8 @@ class Producer:
             from .pool_memory import DescriptorChannel, attached_pids
             self._channel = DescriptorChannel(self._seg, self.index, self.generation, attached_pids(self._seg))
         try:
+            if isinstance(user_tag, bool) or not isinstance(user_tag, numbers.Integral) or not 0 <= user_tag < 1 << 64:
+                raise GpuringError("INVALID_ARGUMENT", f"user_tag must be an integer in [0, 2**64), not {user_tag!r}")
             body_alloc = self._alloc(len(body), deadline, block)
             allocs.append(body_alloc)
             self._pool.memory(body_alloc).write(body_alloc.offset, body)
@@ -283,7 +287,7 @@ class Producer:
         least ``count`` subscribers. A frame goes only to the subscribers
         attached when it is published, and straight back to the producer when
         there are none. TIMEOUT after ``timeout`` seconds (None: no limit)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_after(timeout)
         while self.subscribers < count:
             if deadline is not None and time.monotonic() >= deadline:
                 raise GpuringError("TIMEOUT", f"{self.subscribers} of {count} subscribers after {timeout} s")

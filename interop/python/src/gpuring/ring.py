@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from . import broadcast, layout as L
+from .deadline import deadline_after
 from .errors import GpuringError
 from .recovery import SweepReport, sweep
 from .segment import Segment, check_name, segment_path
@@ -46,7 +47,7 @@ class Ring:
         process may start before the ring's creator; SEGMENT_NOT_FOUND after
         ``timeout`` seconds (None: no limit)."""
         check_name(name)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = deadline_after(timeout)
         while not os.path.exists(segment_path(name)):
             if deadline is not None and time.monotonic() >= deadline:
                 raise GpuringError("SEGMENT_NOT_FOUND", f"no segment named '{name}' after waiting {timeout} s")

@@ -7,6 +7,7 @@ this object, so later writes to the shared header by a faulty peer cannot move i
 from __future__ import annotations
 
 import errno
+import numbers
 import os
 import re
 import socket
@@ -123,6 +124,9 @@ class Segment:
         broadcast = delivery == "all"
         if broadcast and participants > L.MAX_BROADCAST_PARTICIPANTS:
             raise GpuringError("INVALID_ARGUMENT", f"a broadcast ring holds at most {L.MAX_BROADCAST_PARTICIPANTS} participants")
+        for what, value in (("slot count", slots), ("participant capacity", participants), ("mode", mode)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise GpuringError("INVALID_ARGUMENT", f"{what} must be an integer, not {value!r}")
         if slots < 2 or slots > L.MAX_SLOTS or slots & (slots - 1):
             raise GpuringError("INVALID_ARGUMENT", f"slot count must be a power of two, 2 to {L.MAX_SLOTS}")
         if not 1 <= participants <= L.MAX_PARTICIPANTS:

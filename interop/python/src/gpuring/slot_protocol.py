@@ -13,6 +13,7 @@ from typing import Callable, TypeVar
 from dataclasses import dataclass
 
 from . import doorbell, layout as L
+from .deadline import deadline_after
 from .errors import GpuringError
 from .layout import slot_word, seq_diff, word_owner, word_seq, word_state
 from .segment import Segment
@@ -81,6 +82,7 @@ def notify_space(seg: Segment) -> None:
 
 def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
     """Publishes ``ref`` as participant ``me``; its position, or None when full."""
+    packed = ref.pack()  # before claiming a slot: a ref that cannot be written must not leave one WRITING
     mem, pos = seg.mem, seg.mem.load64(seg.control("tail")) & L.SEQ_MASK
     for _ in range(_scan_limit(seg)):
         at = seg.slot(pos)
@@ -90,7 +92,7 @@ def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
             if not mem.cas64(at, w, slot_word(pos, L.WRITING, me + 1)):
                 continue
             _hint_advance(seg, "tail", pos + 1)
-            mem.write(_ref_at(seg, pos), ref.pack())
+            mem.write(_ref_at(seg, pos), packed)
             if seg.broadcast:
                 from .broadcast import finish_publish  # broadcast.py builds on this module
                 finish_publish(seg, me, pos)
@@ -272,6 +274,7 @@ def wait_for(seg: Segment, which: str, attempt: Callable[[], T | None], timeout:
     sweeping."""
     from .recovery import sweep  # recovery builds on this module
 
+    deadline = deadline_after(timeout)
     polled_until = time.monotonic() + SPIN_S
     while True:
         result = attempt()
@@ -281,7 +284,6 @@ def wait_for(seg: Segment, which: str, attempt: Callable[[], T | None], timeout:
             break
     mem = seg.mem
     seq_at, waiters_at = seg.control(f"{which}_seq"), seg.control(f"{which}_waiters")
-    deadline = None if timeout is None else time.monotonic() + timeout
     next_sweep = time.monotonic() + SWEEP_EVERY
     while True:
         if time.monotonic() >= next_sweep:
