@@ -169,7 +169,8 @@ def test_arguments_of_the_wrong_type_are_invalid_argument_and_leave_the_ring_wor
     was claimed: the slot stayed WRITING under a live producer and the ring stopped."""
     from gpuring import decode_frame, encode_frame
     refused = [lambda: Ring.create(ring_name + "x", slots="a"), lambda: Ring.create(ring_name + "x", participants=1.5),
-               lambda: decode_frame(None), lambda: encode_frame(None)]
+               lambda: decode_frame(None), lambda: encode_frame(None), lambda: Producer.open(ring_name, arena_size=-1),
+               lambda: Producer.open(ring_name, arena_size="x"), lambda: Consumer.open(ring_name, timeout="x")]
     Ring.create(ring_name, slots=4).close()
     table = pa.table({"i": pa.array([7], pa.int32())})
     with Producer.open(ring_name) as p, Consumer.open(ring_name) as c:

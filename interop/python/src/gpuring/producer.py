@@ -93,6 +93,8 @@ class Producer:
         ``arena_size``: bytes per shared-memory arena; 0, the first is 1 MiB and each next
         one doubles, up to 64 MiB (an arena /dev/shm cannot hold is cut to the allocation's size). ``extra_roles``: ``layout.ROLE_BRIDGE`` marks a
         bridge end for ``inspect``."""
+        if isinstance(arena_size, bool) or not isinstance(arena_size, numbers.Integral) or arena_size < 0:
+            raise GpuringError("INVALID_ARGUMENT", f"arena_size must be a whole number of bytes >= 0, not {arena_size!r}")
         return cls(Segment.open(name, timeout, any_owner), arena_size, extra_roles)
 
     @property

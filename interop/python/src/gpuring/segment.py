@@ -15,6 +15,7 @@ import struct
 import time
 
 from . import layout as L
+from .deadline import deadline_after
 from .errors import GpuringError
 from .process import pid_namespace, pid_running, process_alive, realtime_ns, self_start_time
 from .shared_memory import SharedMemory, open_shm
@@ -86,7 +87,7 @@ def check_header(raw: bytes, file_size: int, name: str) -> tuple[int, int, bool]
 
 
 def _await_header(fd: int, name: str, timeout_s: float) -> tuple[bytes, int]:
-    deadline = time.monotonic() + timeout_s
+    deadline = deadline_after(timeout_s)
     while True:
         size = os.fstat(fd).st_size
         raw = os.pread(fd, L.HEADER_BYTES, 0)
@@ -97,7 +98,7 @@ def _await_header(fd: int, name: str, timeout_s: float) -> tuple[bytes, int]:
             raise GpuringError("SEGMENT_TRUNCATED", f"segment '{name}' is shorter ({len(raw)} bytes) than its header")
         if magic and struct.unpack_from("<I", raw, 8)[0] != 0:
             return raw, size
-        if time.monotonic() >= deadline:
+        if deadline is not None and time.monotonic() >= deadline:
             raise GpuringError("SEGMENT_NOT_READY", f"segment '{name}' was never fully initialized (its creator "
                                f"may have died); remove it with: gpuring rm {name}")
         time.sleep(0.001)
