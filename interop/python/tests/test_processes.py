@@ -187,6 +187,30 @@ def test_arguments_of_the_wrong_type_are_invalid_argument_and_leave_the_ring_wor
                 assert (frame.user_tag, frame.to_arrow().to_pydict()) == (k, {"i": [7]})
 
 
+def test_a_malformed_frame_description_is_invalid_argument_and_nothing_is_published(ring_name):
+    from dataclasses import replace
+    from gpuring.description import BufferDescriptor as B, ColumnDescriptor, FrameDescription
+    column = ColumnDescriptor("x", "C", 0, [B(), B()])
+    valid = FrameDescription(0, [column])
+    looped = replace(column, children=[])
+    looped.children.append(looped)
+    malformed = [replace(valid, columns=None), replace(valid, columns=[None]), replace(valid, dictionaries=None),
+                 replace(valid, columns=[replace(column, buffers=None)]), replace(valid, columns=[replace(column, buffers=[None, None])]),
+                 replace(valid, columns=[replace(column, children=None)]), replace(valid, columns=[looped]),
+                 replace(valid, columns=[replace(column, name=5)]), replace(valid, sync_handle=None),
+                 replace(valid, metadata=[("k",)]), replace(valid, columns=[replace(column, buffers=[B(), B(handle=b"x")])])]
+    Ring.create(ring_name, slots=4).close()
+    with Producer.open(ring_name) as p, Consumer.open(ring_name) as c:
+        for d in malformed:
+            with pytest.raises(GpuringError) as e:
+                p.publish_description(d)
+            assert e.value.code == "INVALID_ARGUMENT"
+        assert c.try_next() is None
+        p.publish_description(valid, user_tag=9)
+        with c.next(timeout=5) as frame:
+            assert frame.user_tag == 9 and frame.description.columns[0].name == "x"
+
+
 def test_an_empty_table_of_every_type_arrives_with_its_schema(ring_name):
     empty = all_types_table(0)  # with no rows, its dictionary column infers null values, which are not carried
     table = empty.set_column(empty.schema.get_field_index("dictionary"), "dictionary",

@@ -31,11 +31,22 @@ def body_size(nodes: int, buffers: int, strings: int) -> int:
     return BODY_HEADER_BYTES + nodes * NODE_BYTES + buffers * BUFFER_BYTES + (strings + 7) // 8 * 8
 
 
-def flatten_nodes(columns: list[ColumnDescriptor], out: list[ColumnDescriptor]) -> None:
-    """Appends the nodes of ``columns`` to ``out`` in body order (pre-order, §8)."""
+def flatten_nodes(columns: list[ColumnDescriptor], out: list[ColumnDescriptor], depth: int = 1) -> None:
+    """Appends the nodes of ``columns`` to ``out`` in body order (pre-order, §8).
+    Descriptions come from applications: INVALID_ARGUMENT for a list that is not
+    one, an item that is not a ColumnDescriptor, nesting past MAX_DEPTH (a column
+    that contains itself) or more than MAX_NODES nodes."""
+    if not isinstance(columns, (list, tuple)):
+        raise _bad_argument(f"columns, children and dictionaries are lists, not {type(columns).__name__}")
+    if columns and depth > MAX_DEPTH:
+        raise _bad_argument(f"columns nest deeper than {MAX_DEPTH} levels")
     for c in columns:
+        if not isinstance(c, ColumnDescriptor):
+            raise _bad_argument(f"a column is a ColumnDescriptor, not {type(c).__name__}")
+        if len(out) >= MAX_NODES:
+            raise _bad_argument(f"more than {MAX_NODES} columns in all")
         out.append(c)
-        flatten_nodes(c.children, out)
+        flatten_nodes(c.children, out, depth + 1)
 
 
 def _bad_argument(what: str) -> GpuringError:
@@ -47,26 +58,52 @@ def _check_count(v: object, what: str, low: int = 0) -> None:
         raise _bad_argument(f"{what} must be an integer from {low} to 2**53-1")
 
 
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_bytes(v: object, n: int, what: str) -> None:
+    if not isinstance(v, (bytes, bytearray)) or len(v) != n:
+        raise _bad_argument(f"{what} must be {n} bytes")
+
+
 def _check_buffer(b: BufferDescriptor) -> None:
+    if not isinstance(b, BufferDescriptor):
+        raise _bad_argument(f"a buffer is a BufferDescriptor, not {type(b).__name__}")
+    if not all(_is_int(v) for v in (b.device_ordinal, b.allocation_id, b.pool_id)):
+        raise _bad_argument("device ordinal, allocation id and pool id must be integers")
+    _check_bytes(b.device_uuid, 16, "device uuid")
+    _check_bytes(b.handle, HANDLE_BYTES, "handle")
     if b.kind not in MEMORY_KINDS:
         raise _bad_argument(f"unknown memory kind {b.kind!r}")
     if b.kind == "cuda-pool" and not 1 <= b.pool_id < 1 << 64:
         raise _bad_argument("a cuda-pool buffer needs a pool_id from 1 to 2**64-1")
     if not -1 <= b.device_ordinal <= 0x7FFFFFFF:
         raise _bad_argument("device ordinal out of range")
-    if len(b.device_uuid) != 16 or len(b.handle) != HANDLE_BYTES:
-        raise _bad_argument("device uuid must be 16 bytes and handle 64")
     _check_count(b.offset, "buffer offset")
     _check_count(b.length, "buffer length")
     if not 0 <= b.allocation_id < 1 << 64:
         raise _bad_argument("allocation id out of range")
 
 
+def _check_metadata(pairs: object, what: str) -> None:
+    if pairs is not None and not (isinstance(pairs, (list, tuple)) and all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in pairs)):
+        raise _bad_argument(f"{what} must be None or a list of (key, value) string pairs")
+
+
 def _check_description(d: FrameDescription, nodes: list[ColumnDescriptor]) -> None:
     _check_count(d.row_count, "row count")
-    if d.sync_kind not in (0, 1, 2) or len(d.sync_handle) != HANDLE_BYTES:
-        raise _bad_argument("sync kind must be 0..2 and sync handle 64 bytes")
+    if d.sync_kind not in (0, 1, 2) or isinstance(d.sync_kind, bool):
+        raise _bad_argument("sync kind must be 0, 1 or 2")
+    _check_bytes(d.sync_handle, HANDLE_BYTES, "sync handle")
+    _check_metadata(d.metadata, "schema metadata")
     for n in nodes:
+        if not isinstance(n.name, str) or not isinstance(n.format, str) or not _is_int(n.dictionary):
+            raise _bad_argument("a column's name and format must be strings and its dictionary an integer")
+        if not isinstance(n.buffers, (list, tuple)):
+            raise _bad_argument(f"column {n.name!r}: buffers are a list, not {type(n.buffers).__name__}")
+        _check_metadata(n.metadata, f"column {n.name!r}: metadata")
         if not n.format:
             raise _bad_argument(f"column {n.name!r} has an empty format")
         _check_count(n.length, "length")
@@ -87,6 +124,8 @@ def encode_frame(d: FrameDescription) -> bytes:
     nodes: list[ColumnDescriptor] = []
     flatten_nodes(d.columns, nodes)
     dictionary_roots: list[int] = []
+    if not isinstance(d.dictionaries, (list, tuple)):
+        raise _bad_argument(f"dictionaries are a list, not {type(d.dictionaries).__name__}")
     for dictionary in d.dictionaries:
         dictionary_roots.append(len(nodes))
         flatten_nodes([dictionary], nodes)
