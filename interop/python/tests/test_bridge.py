@@ -335,3 +335,11 @@ def test_ucx_missing_says_how_to_install(secret):
             "try:\n    ucxx()\nexcept Exception as e:\n    print(e.code, e)")
     out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60).stdout
     assert out.startswith("UCX_UNAVAILABLE") and "pip install 'gpuring[remote]'" in out
+
+
+@pytest.mark.parametrize("address", ["ucx://h:notaport", "ucx://h:70000", "ucx://h"])
+def test_a_bad_address_is_refused_with_invalid_argument(secret, address):
+    run = subprocess.run([sys.executable, "-m", "gpuring", "bridge", "--from", "r", "--to", address, "--secret", secret],
+                         env=_env(), capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.startswith("gpuring bridge: INVALID_ARGUMENT:") and "needs a port" in run.stderr

@@ -29,10 +29,13 @@ EXIT_REFUSED = 3
 def _address(uri: str) -> tuple[str, int] | None:
     if not uri.startswith("ucx://"):
         return None
-    parts = urlsplit(uri)
-    if parts.port is None:
-        raise GpuringError("INVALID_ARGUMENT", f"{uri}: a ucx:// address needs a port (ucx://HOST:PORT)")
-    return parts.hostname or "", parts.port
+    try:
+        port = urlsplit(uri).port  # ValueError for a port that is not a number from 0 to 65535
+    except ValueError:
+        port = None
+    if port is None:
+        raise GpuringError("INVALID_ARGUMENT", f"{uri}: a ucx:// address needs a port, a number up to 65535 (ucx://HOST:PORT)")
+    return urlsplit(uri).hostname or "", port
 
 
 def _parser() -> argparse.ArgumentParser:
