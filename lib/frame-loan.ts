@@ -3,6 +3,7 @@ import type { ColumnPlan } from './arrow/flat-batch-writer.js';
 import type { ValuesArray } from './arrow/table-reader.js';
 import { align64 } from './codec/layout.js';
 import { GpuringError } from './errors.js';
+import { loanPublishOptions, parseOptions } from './options.js';
 
 /** One column of a loan, as typed arrays over arena memory. */
 export interface LoanColumn {
@@ -135,7 +136,8 @@ export class FrameLoan implements Disposable {
    * its id. Null counts come from the validity bitmaps; utf8/binary columns
    * send offsets[rows] character bytes, checked against what was lent.
    */
-  async publish({ rows = this.rows, tag = 0n, timeout = Infinity }: LoanPublishOptions = {}): Promise<number> {
+  async publish(options?: LoanPublishOptions): Promise<number> {
+    const { rows = this.rows, tag, timeout } = parseOptions(loanPublishOptions, options, 'publish() options');
     if (this.#state !== 'open') throw new GpuringError('FRAME_STATE', `the loan was already ${this.#state === 'done' ? 'published or abandoned' : 'handed to publish()'}`);
     if (!Number.isSafeInteger(rows) || rows < 0 || rows > this.rows) throw new GpuringError('INVALID_ARGUMENT', `publish(): rows must be 0 to ${this.rows}, not ${rows}`);
     const nulls: number[] = [];

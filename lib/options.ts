@@ -153,6 +153,9 @@ export const publishManyOptions = z
   })
   .strict();
 
+/** FrameLoan.publish(): host memory written in place, so no device or stream; `rows` defaults to the loan's. */
+export const loanPublishOptions = publishOptions.pick({ timeout: true, tag: true }).extend({ rows: z.number().int().min(0).optional() }).strict();
+
 export const prepareOptions = z.object({ device: z.number().int().min(0).optional() }).strict();
 
 export const nextOptions = z
@@ -205,6 +208,7 @@ function quickParser(checks: Record<string, (v: unknown) => boolean>, defaults: 
 const quickParsers = new Map<z.ZodType, Quick>([
   [publishOptions, quickParser({ timeout: isTimeout, tag: isTag, device: isDevice, stream: isStream }, { timeout: Infinity, tag: 0n })],
   [preparedPublishOptions, quickParser({ timeout: isTimeout, tag: isTag, stream: isStream }, { timeout: Infinity, tag: 0n })],
+  [loanPublishOptions, quickParser({ timeout: isTimeout, tag: isTag }, { timeout: Infinity, tag: 0n })],
   [nextOptions, quickParser({ timeout: isTimeout, spin: isSpin }, { timeout: Infinity, spin: 0 })],
 ]);
 

@@ -148,6 +148,9 @@ test('offsets outside the lent bytes are refused and the loan stays open; abando
     await t.throwsAsync(loan.publish(), { instanceOf: GpuringError, code: 'INVALID_ARGUMENT', message: /outside the 4 bytes lent/ });
     await t.throwsAsync(loan.publish({ rows: 3 }), { code: 'INVALID_ARGUMENT' });
     loan.column('s').offsets!.set([0, 2, 4]);
+    for (const bad of [{ tag: 1 }, { tag: -1n }, { timeout: -1 }, { rows: 1.5 }, { nope: 1 }]) {
+      await t.throwsAsync(loan.publish(bad as never), { instanceOf: GpuringError, code: 'INVALID_ARGUMENT' }, JSON.stringify(bad, (_k, v) => (typeof v === 'bigint' ? `${v}n` : v)));
+    }
     t.true(Number.isInteger(await loan.publish()));
     await t.throwsAsync(loan.publish(), { code: 'FRAME_STATE' });
 
