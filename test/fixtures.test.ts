@@ -51,7 +51,7 @@ const imageDir = join(root, 'segments');
 const images = readdirSync(imageDir).filter((f) => f.endsWith('.expect')).map((f) => f.slice(0, -'.expect'.length));
 
 test('there are segment images: fresh, mid-stream, dead participant, damaged', (t) => {
-  for (const name of ['fresh', 'mid-stream', 'dead-participant', 'garbage-slot', 'corrupt-foreign', 'corrupt-namespace']) t.true(images.includes(name), name);
+  for (const name of ['fresh', 'mid-stream', 'dead-participant', 'garbage-slot', 'damaged-hints', 'corrupt-foreign', 'corrupt-namespace']) t.true(images.includes(name), name);
 });
 
 for (const image of images) {

@@ -7,6 +7,10 @@
  *                     and 2 (not yet reaped), holds 3, claimed 4; 5 and 6 queued
  *   dead-participant  the same, with consumer 1 dead
  *   garbage-slot      dead-participant with frame 5's record naming producer 4000
+ *   damaged-hints     mid-stream with both hints and frame 6's sequence (still
+ *                     congruent to its slot) moved 2^40 positions back: a sweep
+ *                     puts the hints back and resets frame 6's slot (SPEC.md §7
+ *                     step 2), so frame 5 arrives and frame 6 is dropped
  *   corrupt-*         fresh with one header rule broken
  *   broadcast-mid-stream  a broadcast ring (SPEC.md §5.4): producer 0 published
  *                     frames 1..6 (as above) to subscribers 1 and 2; subscriber 1
@@ -156,6 +160,16 @@ static void garbage_slot(uint8_t *b, size_t *n) {
   s->ref.producer = 4000;
 }
 
+static void damaged_hints(uint8_t *b, size_t *n) {
+  (void)n;
+  gpr_segment_header *h = (gpr_segment_header *)b;
+  gpr_control *c = (gpr_control *)(b + h->control_offset);
+  const uint64_t back = 1ull << 40;
+  c->tail = (c->tail - back) & GPR_SEQ_MASK;
+  c->head = (c->head - back) & GPR_SEQ_MASK;
+  gpr_slot *s = (gpr_slot *)(b + h->slots_offset) + 5; /* position 5: frame 6 */
+  s->word = gpr_slot_word((5u - back) & GPR_SEQ_MASK, gpr_word_state(s->word), gpr_word_owner(s->word));
+}
 
 int main(int argc, char **argv) {
   if (argc != 2) {
@@ -189,6 +203,12 @@ int main(int argc, char **argv) {
                              "participant 0 1 ACTIVE alive\nparticipant 1 1 ACTIVE alive\n"
                              "sweep found_dead=0 released=0 redelivered=0 recycled=0\n"
                              "frame 5 4 4\nframe 6 5 5\nempty\n");
+  write_segment("damaged-hints", ring, GPR_IMAGE_ALIVE, damaged_hints);
+  write_arena("damaged-hints", ring);
+  write_expect("damaged-hints", "open OK\n" "states EMPTY=3 WRITING=0 READY=2 CLAIMED=1 LEASED=1 RELEASED=1\n"
+                                "participant 0 1 ACTIVE alive\nparticipant 1 1 ACTIVE alive\n"
+                                "sweep found_dead=0 released=0 redelivered=0 recycled=0\n"
+                                "frame 5 4 4\nempty\n");
   write_segment("dead-participant", ring, GPR_IMAGE_DEAD, NULL);
   write_arena("dead-participant", ring);
   write_expect("dead-participant", "open OK\n" "states EMPTY=3 WRITING=0 READY=2 CLAIMED=1 LEASED=1 RELEASED=1\n"

@@ -18,7 +18,7 @@ typedef struct gpr_sweep_report {
   uint32_t redelivered;  /* frames of dead consumers handed to others */
   uint32_t released;     /* leases of dead consumers released on their behalf */
   uint32_t recycled;     /* released frames of dead producers recycled */
-  uint32_t corrupt;      /* slot words no participant can have written, reset */
+  uint32_t corrupt;      /* slot words and hints no participant can have written, reset */
 } gpr_sweep_report;
 
 /* Arena N of participant (index, gen) of segment NAME: /gpuring.NAME.pIgG.aN */
@@ -93,18 +93,106 @@ GPR_INLINE void gpr_sweep_slot(gpr_segment *seg, uint64_t i, const uint8_t *dead
   }
 }
 
-/* A word the protocol never writes (sequence not congruent to the slot index,
- * unknown state, owner past the table) can only be damage. Nobody can CAS from
- * it, so it is reset to EMPTY for the next position producers will reach there. */
-GPR_INLINE int gpr_sweep_corrupt(gpr_segment *seg, uint64_t i) {
+/* A word the protocol can write: its sequence congruent to the slot index, a
+ * known state, an owner in the table. */
+GPR_INLINE int gpr_word_consistent(const gpr_segment *seg, uint64_t i, uint64_t w) {
+  return (gpr_word_seq(w) & seg->mask) == i && gpr_word_state(w) <= GPR_SLOT_RELEASED &&
+         gpr_word_owner(w) <= seg->participant_capacity;
+}
+
+/* Where the slots of one sweep's window agree the ring is (SPEC.md §7 step 2).
+ * Healthy sequences lie within two laps of each other: occupied slots serve
+ * positions producers passed, EMPTY ones positions they have yet to reach.
+ * A sequence laps away from the rest is damage even when congruent to its
+ * index, and so is a hint laps away: scans move one position per step from
+ * a hint, so either left alone stalls the ring for good (found by writing
+ * random bytes into a live segment). */
+typedef struct gpr_slot_consensus {
+  int agreed;          /* more than half of the window lies within two laps of `median` */
+  int64_t median;      /* of the consistent sequences, as differences from `tail` */
+  uint64_t tail;       /* the tail hint, masked */
+  uint64_t reset_base; /* no producer is past it: a slot reset there is never behind them */
+  uint64_t restart;    /* at most a lap before the producers: where a bogus tail hint is put */
+} gpr_slot_consensus;
+
+GPR_INLINE int gpr_cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+GPR_INLINE int64_t gpr_abs_i64(int64_t v) { return v < 0 ? -v : v; }
+
+/* Fills diffs[] with the window's consistent words, as (seq - tail) * 8 + state
+ * (the state rides in the low 3 bits: it moves no median), sorted; returns how many. */
+GPR_INLINE uint32_t gpr_window_diffs(gpr_segment *seg, uint32_t from, uint32_t window, uint64_t tail,
+                                     int64_t *diffs) {
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < window; k++) {
+    uint64_t i = (from + k) & seg->mask, w = gpr_slot_load(&seg->slots[i]);
+    if (gpr_word_consistent(seg, i, w)) diffs[n++] = gpr_seq_diff(gpr_word_seq(w), tail) * 8 + (int64_t)gpr_word_state(w);
+  }
+  qsort(diffs, n, sizeof *diffs, gpr_cmp_i64);
+  return n;
+}
+
+GPR_INLINE gpr_slot_consensus gpr_sweep_consensus(gpr_segment *seg, uint32_t from, uint32_t window,
+                                                  int64_t *diffs) {
+  uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
+  gpr_slot_consensus c = {0, 0, tail, tail, tail};
+  uint32_t n = gpr_window_diffs(seg, from, window, tail, diffs), near = 0;
+  if (n == 0) return c;
+  int64_t lap = (int64_t)seg->slot_count, hi_used = INT64_MIN, lo_empty = INT64_MAX;
+  c.median = diffs[n / 2] >> 3;
+  for (uint32_t k = 0; k < n; k++) {
+    int64_t d = diffs[k] >> 3;
+    if (gpr_abs_i64(d - c.median) > 2 * lap) continue;
+    near++;
+    if ((diffs[k] & 7) != GPR_SLOT_EMPTY) hi_used = d > hi_used ? d : hi_used;
+    else if (d < lo_empty) lo_empty = d;
+  }
+  c.agreed = 2u * near > window;
+  if (!c.agreed) return c;
+  /* Producers are at or before every EMPTY sequence and past every occupied one (a sane hint may be further). */
+  int64_t past_used = gpr_abs_i64(c.median) <= 2 * lap && hi_used + 1 < 0 ? 0 : hi_used + 1;
+  c.reset_base = (tail + (uint64_t)(lo_empty != INT64_MAX ? lo_empty : past_used)) & GPR_SEQ_MASK;
+  c.restart = (tail + (uint64_t)(hi_used != INT64_MIN ? hi_used + 1 : lo_empty - lap)) & GPR_SEQ_MASK;
+  return c;
+}
+
+/* Puts a hint that lies more than two laps from where the window agrees the
+ * ring is at `to` (a CAS from the value judged: a live store wins). */
+GPR_INLINE int gpr_sweep_hint(gpr_segment *seg, uint64_t *hint, const gpr_slot_consensus *c, uint64_t to) {
+  uint64_t h = __atomic_load_n(hint, __ATOMIC_RELAXED);
+  uint64_t agreed = (c->tail + (uint64_t)c->median) & GPR_SEQ_MASK;
+  if (!c->agreed || gpr_abs_i64(gpr_seq_diff(h & GPR_SEQ_MASK, agreed)) <= 2 * (int64_t)seg->slot_count) return 0;
+  return __atomic_compare_exchange_n(hint, &h, to & GPR_SEQ_MASK, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+/* The tail where producers resume; on a work-queue ring the head a lap
+ * before that, so that a claim scan passes every READY frame within its
+ * step bound (broadcast subscribers keep cursors of their own, §5.4). */
+GPR_INLINE uint32_t gpr_sweep_hints(gpr_segment *seg, const gpr_slot_consensus *c) {
+  uint32_t fixed = (uint32_t)gpr_sweep_hint(seg, &seg->control->tail, c, c->restart);
+  if (!seg->broadcast) fixed += (uint32_t)gpr_sweep_hint(seg, &seg->control->head, c, c->restart - seg->slot_count);
+  if (fixed) {
+    gpr_notify_space(seg);
+    gpr_notify_data(seg);
+  }
+  return fixed;
+}
+
+/* A word the protocol never writes (gpr_word_consistent), or one whose
+ * sequence is more than four laps from where the window agrees the ring is,
+ * can only be damage. Nobody can CAS from the first kind, and the second
+ * stalls every scan, so either is reset to EMPTY for the next position
+ * producers will reach there. */
+GPR_INLINE int gpr_sweep_corrupt(gpr_segment *seg, uint64_t i, const gpr_slot_consensus *c) {
   gpr_slot *s = &seg->slots[i];
   uint64_t w = gpr_slot_load(s);
-  uint64_t seq = gpr_word_seq(w);
-  if ((seq & seg->mask) == i && gpr_word_state(w) <= GPR_SLOT_RELEASED &&
-      gpr_word_owner(w) <= seg->participant_capacity)
+  int64_t off = gpr_seq_diff(gpr_word_seq(w), c->tail) - c->median;
+  if (gpr_word_consistent(seg, i, w) && !(c->agreed && gpr_abs_i64(off) > 4 * (int64_t)seg->slot_count))
     return 0;
-  uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
-  uint64_t next = (tail + ((i - tail) & seg->mask)) & GPR_SEQ_MASK;
+  uint64_t next = (c->reset_base + ((i - c->reset_base) & seg->mask)) & GPR_SEQ_MASK;
   if (!gpr_slot_cas(s, w, gpr_slot_word(next, GPR_SLOT_EMPTY, 0))) return 0;
   gpr_notify_space(seg);
   return 1;
@@ -151,17 +239,22 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
   memset(rep, 0, sizeof *rep);
   uint8_t *dead = (uint8_t *)calloc(seg->participant_capacity, 1);
   uint32_t *refs = (uint32_t *)calloc(seg->participant_capacity, sizeof(uint32_t));
-  if (!dead || !refs) {
+  uint32_t window = seg->slot_count < GPR_SWEEP_DAMAGE_WINDOW ? seg->slot_count : GPR_SWEEP_DAMAGE_WINDOW;
+  int64_t *diffs = (int64_t *)malloc(window * sizeof(int64_t));
+  if (!dead || !refs || !diffs) {
     free(dead);
     free(refs);
+    free(diffs);
     return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "sweep: out of memory");
   }
   gpr_sweep_mark(seg, dead, rep);
   int any = 0;
   for (uint32_t i = 0; i < seg->participant_capacity; i++) any |= dead[i];
-  uint32_t window = seg->slot_count < GPR_SWEEP_DAMAGE_WINDOW ? seg->slot_count : GPR_SWEEP_DAMAGE_WINDOW;
   uint32_t from = __atomic_fetch_add(&seg->damage_cursor, window, __ATOMIC_RELAXED);
-  for (uint32_t k = 0; k < window; k++) rep->corrupt += (uint32_t)gpr_sweep_corrupt(seg, (from + k) & seg->mask);
+  gpr_slot_consensus consensus = gpr_sweep_consensus(seg, from, window, diffs);
+  for (uint32_t k = 0; k < window; k++)
+    rep->corrupt += (uint32_t)gpr_sweep_corrupt(seg, (from + k) & seg->mask, &consensus);
+  rep->corrupt += gpr_sweep_hints(seg, &consensus);
   if (any) {
     if (seg->broadcast) gpr_bc_sweep_subscribers(seg, dead);
     for (uint64_t i = 0; i < seg->slot_count; i++) gpr_sweep_slot(seg, i, dead, refs, rep);
@@ -172,6 +265,7 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
   if (repaired) __atomic_fetch_add(&seg->control->recovered, repaired, __ATOMIC_RELAXED);
   free(dead);
   free(refs);
+  free(diffs);
   return 0;
 }
 

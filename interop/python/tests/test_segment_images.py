@@ -81,7 +81,7 @@ def observe() -> str:
 
 
 def test_there_are_segment_images():
-    for name in ("fresh", "mid-stream", "dead-participant", "garbage-slot", "corrupt-foreign", "corrupt-namespace",
+    for name in ("fresh", "mid-stream", "dead-participant", "garbage-slot", "damaged-hints", "corrupt-foreign", "corrupt-namespace",
                  "broadcast-mid-stream", "broadcast-dead-subscriber"):
         assert name in IMAGES
 

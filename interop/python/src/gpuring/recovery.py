@@ -14,7 +14,8 @@ from . import doorbell, layout as L
 from .process import pid_running
 from .errors import GpuringError
 from .layout import slot_word, word_owner, word_seq, word_state
-from .slot_protocol import FrameRef, recycle_word, release_as, unclaim_as, notify_space
+from .slot_consensus import Consensus, consensus, consistent, repair_hints
+from .slot_protocol import FrameRef, recycle_word, release_as, unclaim_as, notify_data, notify_space
 from .segment import Segment
 
 
@@ -91,14 +92,14 @@ def _sweep_slot(seg: Segment, i: int, dead: list[bool], refs: list[int], rep: Sw
         refs[producer - 1] += 1
 
 
-def _sweep_corrupt(seg: Segment, i: int) -> bool:
-    """A word no participant can have written is reset to EMPTY for the next lap."""
+def _sweep_corrupt(seg: Segment, i: int, c: Consensus) -> bool:
+    """A word no participant can have written, or one laps away from the
+    window's consensus, is reset to EMPTY for the next position producers reach."""
     at = seg.slots_at + i * L.SLOT_BYTES
     w = seg.mem.load64(at)
-    if (word_seq(w) & seg.mask) == i and word_state(w) <= L.RELEASED and word_owner(w) <= seg.participant_capacity:
+    if consistent(seg, i, w) and not c.outlier(seg, w):
         return False
-    tail = seg.mem.load64(seg.control("tail")) & L.SEQ_MASK
-    nxt = (tail + ((i - tail) & seg.mask)) & L.SEQ_MASK
+    nxt = (c.reset_base + ((i - c.reset_base) & seg.mask)) & L.SEQ_MASK
     if not seg.mem.cas64(at, w, slot_word(nxt, L.EMPTY, 0)):
         return False
     notify_space(seg)
@@ -132,8 +133,14 @@ def sweep(seg: Segment) -> SweepReport:
     refs = [0] * seg.participant_capacity
     # A window of slots, round robin (gpuring/recovery.h): a sweep costs the same on any ring size.
     window = min(seg.slot_count, DAMAGE_WINDOW)
+    agreed = consensus(seg, seg.damage_cursor, window)
     for k in range(window):
-        rep.corrupt += _sweep_corrupt(seg, (seg.damage_cursor + k) & seg.mask)
+        rep.corrupt += _sweep_corrupt(seg, (seg.damage_cursor + k) & seg.mask, agreed)
+    hints = repair_hints(seg, agreed)
+    if hints:
+        notify_space(seg)
+        notify_data(seg)
+    rep.corrupt += hints
     seg.damage_cursor = (seg.damage_cursor + window) & seg.mask
     if any(dead):
         if seg.broadcast:

@@ -1,0 +1,81 @@
+"""Where the slots of one sweep's window agree the ring is (SPEC.md §7 step 2;
+gpuring/recovery.h ``gpr_sweep_consensus``).
+
+Healthy sequences lie within two laps of each other: occupied slots serve
+positions producers passed, EMPTY ones positions they have yet to reach. A
+sequence laps away from the rest is damage even when it is congruent to its
+index, and so is a hint laps away: scans move one position per step from a
+hint, so either left alone stalls the ring for good.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import layout as L
+from .layout import seq_diff, word_owner, word_seq, word_state
+from .segment import Segment
+
+
+def consistent(seg: Segment, i: int, w: int) -> bool:
+    """A word the protocol can write: sequence congruent to the index, a known state, an owner in the table."""
+    return (word_seq(w) & seg.mask) == i and word_state(w) <= L.RELEASED and word_owner(w) <= seg.participant_capacity
+
+
+@dataclass
+class Consensus:
+    agreed: bool    # more than half of the window lies within two laps of the median
+    median: int     # of the consistent sequences, as differences from ``tail``
+    tail: int       # the tail hint, masked
+    reset_base: int  # no producer is past it: a slot reset there is never behind them
+    restart: int    # at most a lap before the producers: where a bogus tail hint is put
+
+    def outlier(self, seg: Segment, w: int) -> bool:
+        """A sequence more than four laps from where the window agrees the ring is."""
+        return self.agreed and abs(seq_diff(word_seq(w), self.tail) - self.median) > 4 * seg.slot_count
+
+    def hint_bogus(self, seg: Segment, h: int) -> bool:
+        agreed_pos = (self.tail + self.median) & L.SEQ_MASK
+        return self.agreed and abs(seq_diff(h & L.SEQ_MASK, agreed_pos)) > 2 * seg.slot_count
+
+
+def consensus(seg: Segment, start: int, window: int) -> Consensus:
+    tail = seg.mem.load64(seg.control("tail")) & L.SEQ_MASK
+    c = Consensus(False, 0, tail, tail, tail)
+    seen = []
+    for k in range(window):
+        i = (start + k) & seg.mask
+        w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
+        if consistent(seg, i, w):
+            seen.append((seq_diff(word_seq(w), tail), word_state(w)))
+    if not seen:
+        return c
+    seen.sort()
+    lap = seg.slot_count
+    c.median = seen[len(seen) // 2][0]
+    near = [(d, st) for d, st in seen if abs(d - c.median) <= 2 * lap]
+    c.agreed = 2 * len(near) > window
+    if not c.agreed:
+        return c
+    used = [d for d, st in near if st != L.EMPTY]
+    empty = [d for d, st in near if st == L.EMPTY]
+    # Producers are at or before every EMPTY sequence and past every occupied one.
+    base = min(empty) if empty else max(used) + 1
+    if not empty and abs(c.median) <= 2 * lap and base < 0:
+        base = 0  # a sane hint may be further on
+    c.reset_base = (tail + base) & L.SEQ_MASK
+    c.restart = (tail + (max(used) + 1 if used else min(empty) - lap)) & L.SEQ_MASK
+    return c
+
+
+def repair_hints(seg: Segment, c: Consensus) -> int:
+    """Puts a hint laps away from the consensus back: the tail where producers
+    resume; on a work-queue ring the head a lap before that, so that a claim
+    scan passes every READY frame within its step bound. Each by a CAS from
+    the value judged (a live store wins)."""
+    fixed = 0
+    hints = [("tail", c.restart)] + ([] if seg.broadcast else [("head", c.restart - seg.slot_count)])
+    for field, to in hints:
+        h = seg.mem.load64(seg.control(field))
+        if c.hint_bogus(seg, h) and seg.mem.cas64(seg.control(field), h, to & L.SEQ_MASK):
+            fixed += 1
+    return fixed
