@@ -94,10 +94,20 @@ GPR_INLINE void gpr_sweep_slot(gpr_segment *seg, uint64_t i, const uint8_t *dead
 }
 
 /* A word the protocol can write: its sequence congruent to the slot index, a
- * known state, an owner in the table. */
+ * known state, an owner in the table, and an owner exactly when not EMPTY. */
 GPR_INLINE int gpr_word_consistent(const gpr_segment *seg, uint64_t i, uint64_t w) {
   return (gpr_word_seq(w) & seg->mask) == i && gpr_word_state(w) <= GPR_SLOT_RELEASED &&
-         gpr_word_owner(w) <= seg->participant_capacity;
+         gpr_word_owner(w) <= seg->participant_capacity &&
+         (gpr_word_state(w) == GPR_SLOT_EMPTY) == (gpr_word_owner(w) == 0);
+}
+
+/* A consistent word whose owner's entry is FREE or in a damaged state (5-7):
+ * nobody will ever move it (an entry is freed only once no slot refers to it,
+ * and a slot names an entry only after it went ACTIVE), and no sweep would. */
+GPR_INLINE int gpr_word_orphaned(const gpr_segment *seg, uint64_t w) {
+  if (gpr_word_state(w) == GPR_SLOT_EMPTY) return 0;
+  uint32_t st = gpr_pstate(gpr_participant_word(seg, gpr_word_owner(w) - 1u));
+  return st == GPR_PARTICIPANT_FREE || st > GPR_PARTICIPANT_FREEING;
 }
 
 /* Where the slots of one sweep's window agree the ring is (SPEC.md §7 step 2).
@@ -181,16 +191,17 @@ GPR_INLINE uint32_t gpr_sweep_hints(gpr_segment *seg, const gpr_slot_consensus *
   return fixed;
 }
 
-/* A word the protocol never writes (gpr_word_consistent), or one whose
- * sequence is more than four laps from where the window agrees the ring is,
- * can only be damage. Nobody can CAS from the first kind, and the second
- * stalls every scan, so either is reset to EMPTY for the next position
- * producers will reach there. */
+/* A word the protocol never writes (gpr_word_consistent), one nobody will
+ * move (gpr_word_orphaned), or one whose sequence is more than four laps from
+ * where the window agrees the ring is, can only be damage. Nobody can CAS from
+ * the first kind, nobody will from the second, and the third stalls every
+ * scan, so each is reset to EMPTY for a position producers have yet to reach. */
 GPR_INLINE int gpr_sweep_corrupt(gpr_segment *seg, uint64_t i, const gpr_slot_consensus *c) {
   gpr_slot *s = &seg->slots[i];
   uint64_t w = gpr_slot_load(s);
   int64_t off = gpr_seq_diff(gpr_word_seq(w), c->tail) - c->median;
-  if (gpr_word_consistent(seg, i, w) && !(c->agreed && gpr_abs_i64(off) > 4 * (int64_t)seg->slot_count))
+  if (gpr_word_consistent(seg, i, w) && !gpr_word_orphaned(seg, w) &&
+      !(c->agreed && gpr_abs_i64(off) > 4 * (int64_t)seg->slot_count))
     return 0;
   uint64_t next = (c->reset_base + ((i - c->reset_base) & seg->mask)) & GPR_SEQ_MASK;
   if (!gpr_slot_cas(s, w, gpr_slot_word(next, GPR_SLOT_EMPTY, 0))) return 0;

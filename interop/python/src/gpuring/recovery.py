@@ -14,7 +14,7 @@ from . import doorbell, layout as L
 from .process import pid_running
 from .errors import GpuringError
 from .layout import slot_word, word_owner, word_seq, word_state
-from .slot_consensus import Consensus, consensus, consistent, repair_hints
+from .slot_consensus import Consensus, consensus, consistent, orphaned, repair_hints
 from .slot_protocol import FrameRef, recycle_word, release_as, unclaim_as, notify_data, notify_space
 from .segment import Segment
 
@@ -93,11 +93,12 @@ def _sweep_slot(seg: Segment, i: int, dead: list[bool], refs: list[int], rep: Sw
 
 
 def _sweep_corrupt(seg: Segment, i: int, c: Consensus) -> bool:
-    """A word no participant can have written, or one laps away from the
-    window's consensus, is reset to EMPTY for the next position producers reach."""
+    """A word no participant can have written, one nobody will move, or one
+    laps away from the window's consensus is reset to EMPTY for a position
+    producers have yet to reach."""
     at = seg.slots_at + i * L.SLOT_BYTES
     w = seg.mem.load64(at)
-    if consistent(seg, i, w) and not c.outlier(seg, w):
+    if consistent(seg, i, w) and not orphaned(seg, w) and not c.outlier(seg, w):
         return False
     nxt = (c.reset_base + ((i - c.reset_base) & seg.mask)) & L.SEQ_MASK
     if not seg.mem.cas64(at, w, slot_word(nxt, L.EMPTY, 0)):

@@ -17,8 +17,20 @@ from .segment import Segment
 
 
 def consistent(seg: Segment, i: int, w: int) -> bool:
-    """A word the protocol can write: sequence congruent to the index, a known state, an owner in the table."""
-    return (word_seq(w) & seg.mask) == i and word_state(w) <= L.RELEASED and word_owner(w) <= seg.participant_capacity
+    """A word the protocol can write: sequence congruent to the index, a known
+    state, an owner in the table, and an owner exactly when not EMPTY."""
+    return ((word_seq(w) & seg.mask) == i and word_state(w) <= L.RELEASED and word_owner(w) <= seg.participant_capacity
+            and (word_state(w) == L.EMPTY) == (word_owner(w) == 0))
+
+
+def orphaned(seg: Segment, w: int) -> bool:
+    """A consistent word whose owner's entry is FREE or in a damaged state
+    (5-7): nobody will ever move it (an entry is freed only once no slot refers
+    to it, and a slot names an entry only after it went ACTIVE)."""
+    if word_state(w) == L.EMPTY:
+        return False
+    st = L.pword_state(seg.participant_word(word_owner(w) - 1))
+    return st == L.P_FREE or st > L.P_FREEING
 
 
 @dataclass
