@@ -11,6 +11,9 @@
  *                     congruent to its slot) moved 2^40 positions back: a sweep
  *                     puts the hints back and resets frame 6's slot (SPEC.md §7
  *                     step 2), so frame 5 arrives and frame 6 is dropped
+ *   passed-slot       mid-stream with frame 5's slot EMPTY at its position, as if
+ *                     producers had passed it: a sweep moves it on, so frame 6
+ *                     arrives (frame 5 is gone)
  *   corrupt-*         fresh with one header rule broken
  *   broadcast-mid-stream  a broadcast ring (SPEC.md §5.4): producer 0 published
  *                     frames 1..6 (as above) to subscribers 1 and 2; subscriber 1
@@ -171,6 +174,13 @@ static void damaged_hints(uint8_t *b, size_t *n) {
   s->word = gpr_slot_word((5u - back) & GPR_SEQ_MASK, gpr_word_state(s->word), gpr_word_owner(s->word));
 }
 
+static void passed_slot(uint8_t *b, size_t *n) {
+  (void)n;
+  gpr_segment_header *h = (gpr_segment_header *)b;
+  gpr_slot *s = (gpr_slot *)(b + h->slots_offset) + 4; /* position 4: frame 5 */
+  s->word = gpr_slot_word(4u, GPR_SLOT_EMPTY, 0);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: segment_images DIR\n");
@@ -209,6 +219,12 @@ int main(int argc, char **argv) {
                                 "participant 0 1 ACTIVE alive\nparticipant 1 1 ACTIVE alive\n"
                                 "sweep found_dead=0 released=0 redelivered=0 recycled=0\n"
                                 "frame 5 4 4\nempty\n");
+  write_segment("passed-slot", ring, GPR_IMAGE_ALIVE, passed_slot);
+  write_arena("passed-slot", ring);
+  write_expect("passed-slot", "open OK\n" "states EMPTY=4 WRITING=0 READY=1 CLAIMED=1 LEASED=1 RELEASED=1\n"
+                              "participant 0 1 ACTIVE alive\nparticipant 1 1 ACTIVE alive\n"
+                              "sweep found_dead=0 released=0 redelivered=0 recycled=0\n"
+                              "frame 6 5 5\nempty\n");
   write_segment("dead-participant", ring, GPR_IMAGE_DEAD, NULL);
   write_arena("dead-participant", ring);
   write_expect("dead-participant", "open OK\n" "states EMPTY=3 WRITING=0 READY=2 CLAIMED=1 LEASED=1 RELEASED=1\n"

@@ -123,6 +123,8 @@ typedef struct gpr_slot_consensus {
   uint64_t tail;       /* the tail hint, masked */
   uint64_t reset_base; /* no producer is past it: a slot reset there is never behind them */
   uint64_t restart;    /* at most a lap before the producers: where a bogus tail hint is put */
+  uint64_t hi_used;    /* the greatest occupied sequence near the median, when any_used */
+  int any_used;
 } gpr_slot_consensus;
 
 GPR_INLINE int gpr_cmp_i64(const void *a, const void *b) {
@@ -148,7 +150,7 @@ GPR_INLINE uint32_t gpr_window_diffs(gpr_segment *seg, uint32_t from, uint32_t w
 GPR_INLINE gpr_slot_consensus gpr_sweep_consensus(gpr_segment *seg, uint32_t from, uint32_t window,
                                                   int64_t *diffs) {
   uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
-  gpr_slot_consensus c = {0, 0, tail, tail, tail};
+  gpr_slot_consensus c = {0, 0, tail, tail, tail, 0, 0};
   uint32_t n = gpr_window_diffs(seg, from, window, tail, diffs), near = 0;
   if (n == 0) return c;
   int64_t lap = (int64_t)seg->slot_count, hi_used = INT64_MIN, lo_empty = INT64_MAX;
@@ -157,15 +159,21 @@ GPR_INLINE gpr_slot_consensus gpr_sweep_consensus(gpr_segment *seg, uint32_t fro
     int64_t d = diffs[k] >> 3;
     if (gpr_abs_i64(d - c.median) > 2 * lap) continue;
     near++;
-    if ((diffs[k] & 7) != GPR_SLOT_EMPTY) hi_used = d > hi_used ? d : hi_used;
-    else if (d < lo_empty) lo_empty = d;
+    if ((diffs[k] & 7) != GPR_SLOT_EMPTY) hi_used = d;  /* sorted: the last is the greatest */
+  }
+  for (uint32_t k = 0; k < n; k++) {  /* the least EMPTY sequence producers have not passed */
+    int64_t d = diffs[k] >> 3;
+    if ((diffs[k] & 7) == GPR_SLOT_EMPTY && gpr_abs_i64(d - c.median) <= 2 * lap && d > hi_used && d < lo_empty) lo_empty = d;
   }
   c.agreed = 2u * near > window;
   if (!c.agreed) return c;
-  /* Producers are at or before every EMPTY sequence and past every occupied one (a sane hint may be further). */
+  c.hi_used = (tail + (uint64_t)hi_used) & GPR_SEQ_MASK;
+  c.any_used = hi_used != INT64_MIN;
+  /* Producers are at or before every EMPTY sequence they have not passed, and
+   * past every occupied one (a sane hint may be further on). */
   int64_t past_used = gpr_abs_i64(c.median) <= 2 * lap && hi_used + 1 < 0 ? 0 : hi_used + 1;
   c.reset_base = (tail + (uint64_t)(lo_empty != INT64_MAX ? lo_empty : past_used)) & GPR_SEQ_MASK;
-  c.restart = (tail + (uint64_t)(hi_used != INT64_MIN ? hi_used + 1 : lo_empty - lap)) & GPR_SEQ_MASK;
+  c.restart = (tail + (uint64_t)(c.any_used ? hi_used + 1 : lo_empty - lap)) & GPR_SEQ_MASK;
   return c;
 }
 
@@ -191,17 +199,28 @@ GPR_INLINE uint32_t gpr_sweep_hints(gpr_segment *seg, const gpr_slot_consensus *
   return fixed;
 }
 
+/* An EMPTY slot serving a position before an occupied one: producers passed
+ * it (a tail hint moved forward within a lap sends them past), so nobody will
+ * fill it, consumers stop at it, and producers a lap on find it a lap behind.
+ * Healthy, that is only a claim about to happen at a lower position than one
+ * just made; moving the slot on costs that claim one position, never a frame. */
+GPR_INLINE int gpr_word_passed(const gpr_slot_consensus *c, uint64_t w) {
+  return c->agreed && c->any_used && gpr_word_state(w) == GPR_SLOT_EMPTY &&
+         gpr_seq_diff(gpr_word_seq(w), c->hi_used) < 0;
+}
+
 /* A word the protocol never writes (gpr_word_consistent), one nobody will
- * move (gpr_word_orphaned), or one whose sequence is more than four laps from
- * where the window agrees the ring is, can only be damage. Nobody can CAS from
- * the first kind, nobody will from the second, and the third stalls every
- * scan, so each is reset to EMPTY for a position producers have yet to reach. */
+ * move (gpr_word_orphaned), one whose sequence is more than four laps from
+ * where the window agrees the ring is, or an EMPTY one producers passed
+ * (gpr_word_passed) can only be damage. Nobody can CAS from the first kind,
+ * nobody will from the second, and the others stall every scan, so each is
+ * reset to EMPTY for a position producers have yet to reach. */
 GPR_INLINE int gpr_sweep_corrupt(gpr_segment *seg, uint64_t i, const gpr_slot_consensus *c) {
   gpr_slot *s = &seg->slots[i];
   uint64_t w = gpr_slot_load(s);
   int64_t off = gpr_seq_diff(gpr_word_seq(w), c->tail) - c->median;
   if (gpr_word_consistent(seg, i, w) && !gpr_word_orphaned(seg, w) &&
-      !(c->agreed && gpr_abs_i64(off) > 4 * (int64_t)seg->slot_count))
+      !(c->agreed && gpr_abs_i64(off) > 4 * (int64_t)seg->slot_count) && !gpr_word_passed(c, w))
     return 0;
   uint64_t next = (c->reset_base + ((i - c->reset_base) & seg->mask)) & GPR_SEQ_MASK;
   if (!gpr_slot_cas(s, w, gpr_slot_word(next, GPR_SLOT_EMPTY, 0))) return 0;

@@ -93,12 +93,12 @@ def _sweep_slot(seg: Segment, i: int, dead: list[bool], refs: list[int], rep: Sw
 
 
 def _sweep_corrupt(seg: Segment, i: int, c: Consensus) -> bool:
-    """A word no participant can have written, one nobody will move, or one
-    laps away from the window's consensus is reset to EMPTY for a position
-    producers have yet to reach."""
+    """A word no participant can have written, one nobody will move, one laps
+    away from the window's consensus, or an EMPTY one producers passed is reset
+    to EMPTY for a position producers have yet to reach."""
     at = seg.slots_at + i * L.SLOT_BYTES
     w = seg.mem.load64(at)
-    if consistent(seg, i, w) and not orphaned(seg, w) and not c.outlier(seg, w):
+    if consistent(seg, i, w) and not orphaned(seg, w) and not c.outlier(seg, w) and not c.passed(w):
         return False
     nxt = (c.reset_base + ((i - c.reset_base) & seg.mask)) & L.SEQ_MASK
     if not seg.mem.cas64(at, w, slot_word(nxt, L.EMPTY, 0)):

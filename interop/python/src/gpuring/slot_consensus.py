@@ -40,10 +40,20 @@ class Consensus:
     tail: int       # the tail hint, masked
     reset_base: int  # no producer is past it: a slot reset there is never behind them
     restart: int    # at most a lap before the producers: where a bogus tail hint is put
+    hi_used: int | None = None  # the greatest occupied sequence near the median
 
     def outlier(self, seg: Segment, w: int) -> bool:
         """A sequence more than four laps from where the window agrees the ring is."""
         return self.agreed and abs(seq_diff(word_seq(w), self.tail) - self.median) > 4 * seg.slot_count
+
+    def passed(self, w: int) -> bool:
+        """An EMPTY slot serving a position before an occupied one: producers
+        passed it (a tail hint moved forward within a lap sends them past), so
+        nobody will fill it. Healthy, that is only a claim about to happen at a
+        lower position than one just made; moving it on costs that claim one
+        position, never a frame."""
+        return (self.agreed and self.hi_used is not None and word_state(w) == L.EMPTY
+                and seq_diff(word_seq(w), self.hi_used) < 0)
 
     def hint_bogus(self, seg: Segment, h: int) -> bool:
         agreed_pos = (self.tail + self.median) & L.SEQ_MASK
@@ -69,8 +79,10 @@ def consensus(seg: Segment, start: int, window: int) -> Consensus:
     if not c.agreed:
         return c
     used = [d for d, st in near if st != L.EMPTY]
-    empty = [d for d, st in near if st == L.EMPTY]
-    # Producers are at or before every EMPTY sequence and past every occupied one.
+    # Producers are at or before every EMPTY sequence they have not passed, and past every occupied one.
+    empty = [d for d, st in near if st == L.EMPTY and (not used or d > max(used))]
+    if used:
+        c.hi_used = (tail + max(used)) & L.SEQ_MASK
     base = min(empty) if empty else max(used) + 1
     if not empty and abs(c.median) <= 2 * lap and base < 0:
         base = 0  # a sane hint may be further on
