@@ -140,7 +140,11 @@ export interface SweepReport {
   released: number;
   /** Released frames of dead producers recycled. */
   recycled: number;
-  /** Slot words no participant could have written (damage), reset to empty. */
+  /**
+   * Damage repaired (SPEC.md §7 step 2): slot words no participant could have
+   * written, nobody will move, or laps from the rest, reset to empty; and hints
+   * laps from the slots, put back.
+   */
   corrupt: number;
 }
 
