@@ -123,8 +123,7 @@ typedef struct gpr_slot_consensus {
   uint64_t tail;       /* the tail hint, masked */
   uint64_t reset_base; /* no producer is past it: a slot reset there is never behind them */
   uint64_t restart;    /* at most a lap before the producers: where a bogus tail hint is put */
-  uint64_t hi_used;    /* the greatest occupied sequence near the median, when any_used */
-  int any_used;
+  int64_t hi_used;     /* the greatest occupied sequence near the median, from `tail`; INT64_MIN: none */
 } gpr_slot_consensus;
 
 GPR_INLINE int gpr_cmp_i64(const void *a, const void *b) {
@@ -150,7 +149,7 @@ GPR_INLINE uint32_t gpr_window_diffs(gpr_segment *seg, uint32_t from, uint32_t w
 GPR_INLINE gpr_slot_consensus gpr_sweep_consensus(gpr_segment *seg, uint32_t from, uint32_t window,
                                                   int64_t *diffs) {
   uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
-  gpr_slot_consensus c = {0, 0, tail, tail, tail, 0, 0};
+  gpr_slot_consensus c = {0, 0, tail, tail, tail, INT64_MIN};
   uint32_t n = gpr_window_diffs(seg, from, window, tail, diffs), near = 0;
   if (n == 0) return c;
   int64_t lap = (int64_t)seg->slot_count, hi_used = INT64_MIN, lo_empty = INT64_MAX;
@@ -167,13 +166,12 @@ GPR_INLINE gpr_slot_consensus gpr_sweep_consensus(gpr_segment *seg, uint32_t fro
   }
   c.agreed = 2u * near > window;
   if (!c.agreed) return c;
-  c.hi_used = (tail + (uint64_t)hi_used) & GPR_SEQ_MASK;
-  c.any_used = hi_used != INT64_MIN;
+  c.hi_used = hi_used;
   /* Producers are at or before every EMPTY sequence they have not passed, and
    * past every occupied one (a sane hint may be further on). */
   int64_t past_used = gpr_abs_i64(c.median) <= 2 * lap && hi_used + 1 < 0 ? 0 : hi_used + 1;
   c.reset_base = (tail + (uint64_t)(lo_empty != INT64_MAX ? lo_empty : past_used)) & GPR_SEQ_MASK;
-  c.restart = (tail + (uint64_t)(c.any_used ? hi_used + 1 : lo_empty - lap)) & GPR_SEQ_MASK;
+  c.restart = (tail + (uint64_t)(hi_used != INT64_MIN ? hi_used + 1 : lo_empty - lap)) & GPR_SEQ_MASK;
   return c;
 }
 
@@ -205,8 +203,7 @@ GPR_INLINE uint32_t gpr_sweep_hints(gpr_segment *seg, const gpr_slot_consensus *
  * Healthy, that is only a claim about to happen at a lower position than one
  * just made; moving the slot on costs that claim one position, never a frame. */
 GPR_INLINE int gpr_word_passed(const gpr_slot_consensus *c, uint64_t w) {
-  return c->agreed && c->any_used && gpr_word_state(w) == GPR_SLOT_EMPTY &&
-         gpr_seq_diff(gpr_word_seq(w), c->hi_used) < 0;
+  return c->agreed && gpr_word_state(w) == GPR_SLOT_EMPTY && gpr_seq_diff(gpr_word_seq(w), c->tail) < c->hi_used;
 }
 
 /* A word the protocol never writes (gpr_word_consistent), one nobody will

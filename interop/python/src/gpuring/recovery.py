@@ -15,7 +15,7 @@ from .process import pid_running
 from .errors import GpuringError
 from .layout import slot_word, word_owner, word_seq, word_state
 from .slot_consensus import Consensus, consensus, consistent, orphaned, repair_hints
-from .slot_protocol import FrameRef, recycle_word, release_as, unclaim_as, notify_data, notify_space
+from .slot_protocol import FrameRef, recycle_word, release_as, unclaim_as, notify_space
 from .segment import Segment
 
 
@@ -137,11 +137,7 @@ def sweep(seg: Segment) -> SweepReport:
     agreed = consensus(seg, seg.damage_cursor, window)
     for k in range(window):
         rep.corrupt += _sweep_corrupt(seg, (seg.damage_cursor + k) & seg.mask, agreed)
-    hints = repair_hints(seg, agreed)
-    if hints:
-        notify_space(seg)
-        notify_data(seg)
-    rep.corrupt += hints
+    rep.corrupt += repair_hints(seg, agreed)
     seg.damage_cursor = (seg.damage_cursor + window) & seg.mask
     if any(dead):
         if seg.broadcast:

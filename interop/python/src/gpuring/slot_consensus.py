@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from . import layout as L
 from .layout import seq_diff, word_owner, word_seq, word_state
 from .segment import Segment
+from .slot_protocol import notify_data, notify_space
 
 
 def consistent(seg: Segment, i: int, w: int) -> bool:
@@ -78,16 +79,18 @@ def consensus(seg: Segment, start: int, window: int) -> Consensus:
     c.agreed = 2 * len(near) > window
     if not c.agreed:
         return c
-    used = [d for d, st in near if st != L.EMPTY]
+    hi = max((d for d, st in near if st != L.EMPTY), default=None)
     # Producers are at or before every EMPTY sequence they have not passed, and past every occupied one.
-    empty = [d for d, st in near if st == L.EMPTY and (not used or d > max(used))]
-    if used:
-        c.hi_used = (tail + max(used)) & L.SEQ_MASK
-    base = min(empty) if empty else max(used) + 1
-    if not empty and abs(c.median) <= 2 * lap and base < 0:
-        base = 0  # a sane hint may be further on
+    lo = min((d for d, st in near if st == L.EMPTY and (hi is None or d > hi)), default=None)
+    if hi is not None:
+        c.hi_used = (tail + hi) & L.SEQ_MASK
+    if lo is not None:
+        base = lo
+    else:
+        assert hi is not None  # the window agreed: some word is near
+        base = 0 if abs(c.median) <= 2 * lap and hi + 1 < 0 else hi + 1  # a sane hint may be further on
     c.reset_base = (tail + base) & L.SEQ_MASK
-    c.restart = (tail + (max(used) + 1 if used else min(empty) - lap)) & L.SEQ_MASK
+    c.restart = (tail + (hi + 1 if hi is not None else base - lap)) & L.SEQ_MASK
     return c
 
 
@@ -102,4 +105,7 @@ def repair_hints(seg: Segment, c: Consensus) -> int:
         h = seg.mem.load64(seg.control(field))
         if c.hint_bogus(seg, h) and seg.mem.cas64(seg.control(field), h, to & L.SEQ_MASK):
             fixed += 1
+    if fixed:
+        notify_space(seg)
+        notify_data(seg)
     return fixed
