@@ -44,6 +44,7 @@ Doorbell::Doorbell(Napi::Env env, gpr_segment *seg, uint32_t index, Callback on_
     close(fd_);
     Throw(env, GPR_E_SYSTEM, std::string("cannot bind the doorbell socket: ") + strerror(e));
   }
+  key_ = key;
   __atomic_store_n(&seg->participants[index].doorbell_key, key, __ATOMIC_RELEASE);
   uv_loop_t *loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
@@ -76,8 +77,13 @@ Doorbell::~Doorbell() {
   close(fd_);
 }
 
+// Notifiers ring the address the entry names: a key that damage changed
+// (shared memory is untrusted, SPEC.md §10a) would leave us woken only by our
+// timeout for good, so each sleep stores it again where it differs.
 void Doorbell::Arm(uint32_t bit) {
   if (unread_) Drain();
+  uint64_t *key = &seg_->participants[index_].doorbell_key;
+  if (__atomic_load_n(key, __ATOMIC_RELAXED) != key_) __atomic_store_n(key, key_, __ATOMIC_RELEASE);
   gpr_doorbell_arm(seg_, index_, bit);
 }
 

@@ -54,6 +54,7 @@ class Doorbell {
 
   gpr_segment *seg_;
   uint32_t index_;
+  uint64_t key_ = 0;  // the socket's name; stored again at Arm() if the entry lost it
   int fd_ = -1;
   Callback on_wake_;
   Handles *handles_ = nullptr;

@@ -96,12 +96,18 @@ class Bell:
                     self.socket.close()
                     raise
         self.socket.setblocking(False)
+        self._key = key
         seg.mem.store64(seg.participant(index, "doorbell_key"), key)
 
     def arm(self, bit: int) -> None:
         """Asleep until ``bit`` rings: the datagrams of earlier rings are read
         first (one read after arming could be the ring meant for this sleep)."""
         self.drain()
+        # Notifiers ring the address the entry names: a key damage changed
+        # (SPEC.md §10a) would leave this sleeper woken only by its timeouts.
+        at = self._seg.participant(self._index, "doorbell_key")
+        if self._seg.mem.load64(at) != self._key:
+            self._seg.mem.store64(at, self._key)
         if not self._seg.mem.or32(self._seg.participant(self._index, "doorbell"), bit) & bit:
             self._seg.mem.add32(_count_at(self._seg, bit), 1)
 
