@@ -118,12 +118,12 @@ GPR_INLINE int gpr_word_orphaned(const gpr_segment *seg, uint64_t w) {
  * a hint, so either left alone stalls the ring for good (found by writing
  * random bytes into a live segment). */
 typedef struct gpr_slot_consensus {
-  int agreed;          /* more than half of the window lies within two laps of `median` */
-  int64_t median;      /* of the consistent sequences, as differences from `tail` */
+  int64_t median;      /* the centre: the median consistent sequence, as a difference from `tail`,
+                          when more than half of the window lies within two laps of it; else 0 */
   uint64_t tail;       /* the tail hint, masked */
   uint64_t reset_base; /* no producer is past it: a slot reset there is never behind them */
   uint64_t restart;    /* at most a lap before the producers: where a bogus tail hint is put */
-  int64_t hi_used;     /* the greatest occupied sequence near the median, from `tail`; INT64_MIN: none */
+  int64_t hi_used;     /* the greatest occupied sequence near the centre, from `tail`; INT64_MIN: none */
 } gpr_slot_consensus;
 
 GPR_INLINE int gpr_cmp_i64(const void *a, const void *b) {
@@ -146,26 +146,32 @@ GPR_INLINE uint32_t gpr_window_diffs(gpr_segment *seg, uint32_t from, uint32_t w
   return n;
 }
 
+GPR_INLINE uint32_t gpr_count_near(const int64_t *diffs, uint32_t n, int64_t centre, int64_t lap) {
+  uint32_t near = 0;
+  for (uint32_t k = 0; k < n; k++) near += gpr_abs_i64((diffs[k] >> 3) - centre) <= 2 * lap;
+  return near;
+}
+
 GPR_INLINE gpr_slot_consensus gpr_sweep_consensus(gpr_segment *seg, uint32_t from, uint32_t window,
                                                   int64_t *diffs) {
   uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
-  gpr_slot_consensus c = {0, 0, tail, tail, tail, INT64_MIN};
-  uint32_t n = gpr_window_diffs(seg, from, window, tail, diffs), near = 0;
+  gpr_slot_consensus c = {0, tail, tail, tail, INT64_MIN};
+  uint32_t n = gpr_window_diffs(seg, from, window, tail, diffs);
   if (n == 0) return c;
   int64_t lap = (int64_t)seg->slot_count, hi_used = INT64_MIN, lo_empty = INT64_MAX;
   c.median = diffs[n / 2] >> 3;
+  /* A healthy window always has a majority; without one, damage is all over
+   * and the tail hint is the centre the slots are brought back to. */
+  if (2u * gpr_count_near(diffs, n, c.median, lap) <= window) c.median = 0;
   for (uint32_t k = 0; k < n; k++) {
     int64_t d = diffs[k] >> 3;
-    if (gpr_abs_i64(d - c.median) > 2 * lap) continue;
-    near++;
-    if ((diffs[k] & 7) != GPR_SLOT_EMPTY) hi_used = d;  /* sorted: the last is the greatest */
+    if ((diffs[k] & 7) != GPR_SLOT_EMPTY && gpr_abs_i64(d - c.median) <= 2 * lap) hi_used = d;  /* sorted */
   }
   for (uint32_t k = 0; k < n; k++) {  /* the least EMPTY sequence producers have not passed */
     int64_t d = diffs[k] >> 3;
     if ((diffs[k] & 7) == GPR_SLOT_EMPTY && gpr_abs_i64(d - c.median) <= 2 * lap && d > hi_used && d < lo_empty) lo_empty = d;
   }
-  c.agreed = 2u * near > window;
-  if (!c.agreed) return c;
+  if (hi_used == INT64_MIN && lo_empty == INT64_MAX) return c;  /* nothing near the centre */
   c.hi_used = hi_used;
   /* Producers are at or before every EMPTY sequence they have not passed, and
    * past every occupied one (a sane hint may be further on). */
@@ -175,12 +181,12 @@ GPR_INLINE gpr_slot_consensus gpr_sweep_consensus(gpr_segment *seg, uint32_t fro
   return c;
 }
 
-/* Puts a hint that lies more than two laps from where the window agrees the
- * ring is at `to` (a CAS from the value judged: a live store wins). */
+/* Puts a hint that lies more than two laps from the window's centre at `to`
+ * (a CAS from the value judged: a live store wins). */
 GPR_INLINE int gpr_sweep_hint(gpr_segment *seg, uint64_t *hint, const gpr_slot_consensus *c, uint64_t to) {
   uint64_t h = __atomic_load_n(hint, __ATOMIC_RELAXED);
-  uint64_t agreed = (c->tail + (uint64_t)c->median) & GPR_SEQ_MASK;
-  if (!c->agreed || gpr_abs_i64(gpr_seq_diff(h & GPR_SEQ_MASK, agreed)) <= 2 * (int64_t)seg->slot_count) return 0;
+  uint64_t centre = (c->tail + (uint64_t)c->median) & GPR_SEQ_MASK;
+  if (gpr_abs_i64(gpr_seq_diff(h & GPR_SEQ_MASK, centre)) <= 2 * (int64_t)seg->slot_count) return 0;
   return __atomic_compare_exchange_n(hint, &h, to & GPR_SEQ_MASK, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
@@ -203,12 +209,12 @@ GPR_INLINE uint32_t gpr_sweep_hints(gpr_segment *seg, const gpr_slot_consensus *
  * Healthy, that is only a claim about to happen at a lower position than one
  * just made; moving the slot on costs that claim one position, never a frame. */
 GPR_INLINE int gpr_word_passed(const gpr_slot_consensus *c, uint64_t w) {
-  return c->agreed && gpr_word_state(w) == GPR_SLOT_EMPTY && gpr_seq_diff(gpr_word_seq(w), c->tail) < c->hi_used;
+  return gpr_word_state(w) == GPR_SLOT_EMPTY && gpr_seq_diff(gpr_word_seq(w), c->tail) < c->hi_used;
 }
 
 /* A word the protocol never writes (gpr_word_consistent), one nobody will
  * move (gpr_word_orphaned), one whose sequence is more than four laps from
- * where the window agrees the ring is, or an EMPTY one producers passed
+ * the window's centre, or an EMPTY one producers passed
  * (gpr_word_passed) can only be damage. Nobody can CAS from the first kind,
  * nobody will from the second, and the others stall every scan, so each is
  * reset to EMPTY for a position producers have yet to reach. */
@@ -217,7 +223,7 @@ GPR_INLINE int gpr_sweep_corrupt(gpr_segment *seg, uint64_t i, const gpr_slot_co
   uint64_t w = gpr_slot_load(s);
   int64_t off = gpr_seq_diff(gpr_word_seq(w), c->tail) - c->median;
   if (gpr_word_consistent(seg, i, w) && !gpr_word_orphaned(seg, w) &&
-      !(c->agreed && gpr_abs_i64(off) > 4 * (int64_t)seg->slot_count) && !gpr_word_passed(c, w))
+      gpr_abs_i64(off) <= 4 * (int64_t)seg->slot_count && !gpr_word_passed(c, w))
     return 0;
   uint64_t next = (c->reset_base + ((i - c->reset_base) & seg->mask)) & GPR_SEQ_MASK;
   if (!gpr_slot_cas(s, w, gpr_slot_word(next, GPR_SLOT_EMPTY, 0))) return 0;

@@ -134,10 +134,10 @@ def sweep(seg: Segment) -> SweepReport:
     refs = [0] * seg.participant_capacity
     # A window of slots, round robin (gpuring/recovery.h): a sweep costs the same on any ring size.
     window = min(seg.slot_count, DAMAGE_WINDOW)
-    agreed = consensus(seg, seg.damage_cursor, window)
+    centre = consensus(seg, seg.damage_cursor, window)
     for k in range(window):
-        rep.corrupt += _sweep_corrupt(seg, (seg.damage_cursor + k) & seg.mask, agreed)
-    rep.corrupt += repair_hints(seg, agreed)
+        rep.corrupt += _sweep_corrupt(seg, (seg.damage_cursor + k) & seg.mask, centre)
+    rep.corrupt += repair_hints(seg, centre)
     seg.damage_cursor = (seg.damage_cursor + window) & seg.mask
     if any(dead):
         if seg.broadcast:

@@ -36,16 +36,16 @@ def orphaned(seg: Segment, w: int) -> bool:
 
 @dataclass
 class Consensus:
-    agreed: bool    # more than half of the window lies within two laps of the median
-    median: int     # of the consistent sequences, as differences from ``tail``
+    median: int     # the centre: the median consistent sequence (from ``tail``) when more than
+    #                 half of the window lies within two laps of it; else 0 (the tail hint)
     tail: int       # the tail hint, masked
     reset_base: int  # no producer is past it: a slot reset there is never behind them
     restart: int    # at most a lap before the producers: where a bogus tail hint is put
-    hi_used: int | None = None  # the greatest occupied sequence near the median
+    hi_used: int | None = None  # the greatest occupied sequence near the centre, from ``tail``
 
     def outlier(self, seg: Segment, w: int) -> bool:
-        """A sequence more than four laps from where the window agrees the ring is."""
-        return self.agreed and abs(seq_diff(word_seq(w), self.tail) - self.median) > 4 * seg.slot_count
+        """A sequence more than four laps from the window's centre."""
+        return abs(seq_diff(word_seq(w), self.tail) - self.median) > 4 * seg.slot_count
 
     def passed(self, w: int) -> bool:
         """An EMPTY slot serving a position before an occupied one: producers
@@ -53,17 +53,17 @@ class Consensus:
         nobody will fill it. Healthy, that is only a claim about to happen at a
         lower position than one just made; moving it on costs that claim one
         position, never a frame."""
-        return (self.agreed and self.hi_used is not None and word_state(w) == L.EMPTY
-                and seq_diff(word_seq(w), self.hi_used) < 0)
+        return (self.hi_used is not None and word_state(w) == L.EMPTY
+                and seq_diff(word_seq(w), self.tail) < self.hi_used)
 
     def hint_bogus(self, seg: Segment, h: int) -> bool:
-        agreed_pos = (self.tail + self.median) & L.SEQ_MASK
-        return self.agreed and abs(seq_diff(h & L.SEQ_MASK, agreed_pos)) > 2 * seg.slot_count
+        centre = (self.tail + self.median) & L.SEQ_MASK
+        return abs(seq_diff(h & L.SEQ_MASK, centre)) > 2 * seg.slot_count
 
 
 def consensus(seg: Segment, start: int, window: int) -> Consensus:
     tail = seg.mem.load64(seg.control("tail")) & L.SEQ_MASK
-    c = Consensus(False, 0, tail, tail, tail)
+    c = Consensus(0, tail, tail, tail)
     seen = []
     for k in range(window):
         i = (start + k) & seg.mask
@@ -75,19 +75,21 @@ def consensus(seg: Segment, start: int, window: int) -> Consensus:
     seen.sort()
     lap = seg.slot_count
     c.median = seen[len(seen) // 2][0]
+    # A healthy window always has a majority; without one, damage is all over
+    # and the tail hint is the centre the slots are brought back to.
+    if 2 * sum(abs(d - c.median) <= 2 * lap for d, _ in seen) <= window:
+        c.median = 0
     near = [(d, st) for d, st in seen if abs(d - c.median) <= 2 * lap]
-    c.agreed = 2 * len(near) > window
-    if not c.agreed:
-        return c
     hi = max((d for d, st in near if st != L.EMPTY), default=None)
     # Producers are at or before every EMPTY sequence they have not passed, and past every occupied one.
     lo = min((d for d, st in near if st == L.EMPTY and (hi is None or d > hi)), default=None)
-    if hi is not None:
-        c.hi_used = (tail + hi) & L.SEQ_MASK
+    if hi is None and lo is None:
+        return c  # nothing near the centre
+    c.hi_used = hi
     if lo is not None:
         base = lo
     else:
-        assert hi is not None  # the window agreed: some word is near
+        assert hi is not None
         base = 0 if abs(c.median) <= 2 * lap and hi + 1 < 0 else hi + 1  # a sane hint may be further on
     c.reset_base = (tail + base) & L.SEQ_MASK
     c.restart = (tail + (hi + 1 if hi is not None else base - lap)) & L.SEQ_MASK
