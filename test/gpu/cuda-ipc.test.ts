@@ -338,7 +338,7 @@ gpuTest('10,000 device frames, each a new allocation often at a recycled address
   t.true(Math.abs(freeAfter - freeBefore) < 64 << 20, `free device memory ${freeBefore} -> ${freeAfter}`);
 });
 
-gpuTest('publish(table, { device }) uploads into the memory of released frames: 2,000 frames read exactly, through at most one mapping per ring slot', async (t) => {
+gpuTest('publish(table, { device }) uploads into the memory of released frames: 2,000 frames read exactly, through at most one mapping per frame in flight', async (t) => {
   trimIpcCache();
   const opensBefore = native().ipcStats().opens;
   const frames = 2_000;
@@ -353,7 +353,9 @@ gpuTest('publish(table, { device }) uploads into the memory of released frames: 
     t.is(wrong, 0, 'every frame in order, with its own contents');
     const opened = native().ipcStats().opens - opensBefore;
     t.log(`${frames} uploaded frames mapped through ${opened} allocations`);
-    t.true(opened <= 64, `${opened} allocations opened: one per frame in flight at most (64 slots), not one per frame`);
+    // A frame holds its allocation from its upload until the producer reaps its release, and the
+    // upload comes before the wait for a free slot: 64 published frames plus the one waiting.
+    t.true(opened <= 64 + 1, `${opened} allocations opened: one per frame in flight at most (64 slots + 1 waiting for a slot), not one per frame`);
   });
 });
 
