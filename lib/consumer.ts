@@ -141,7 +141,9 @@ export class Consumer implements AsyncIterable<Frame> {
    * The next frame. Rejects with TIMEOUT after `timeout` ms, ABORTED when
    * `signal` aborts, CLOSED when the consumer closes, FRAME_INVALID /
    * FRAME_BOUNDS / ARENA_INVALID when the frame is malformed (it is then
-   * dropped, and the next call goes on with the following frame).
+   * dropped, and the next call goes on with the following frame); DETACHED
+   * when this consumer lost its entry in the ring (SPEC.md §4): every later
+   * call fails the same way, so close() it and open a new one.
    * With `spin: µs` it first busy-polls for up to that long on this thread
    * (the event loop is blocked meanwhile), then waits as usual.
    */
@@ -241,7 +243,10 @@ export class Consumer implements AsyncIterable<Frame> {
     }
   }
 
-  /** Leaves the ring: frames still leased are released, waits reject with CLOSED. */
+  /**
+   * Leaves the ring: frames still leased are released, waits reject with
+   * CLOSED. After DETACHED it succeeds too, touching nothing of the entry.
+   */
   close(): void {
     if (this.#closed) return;
     this.#closed = true;

@@ -39,6 +39,7 @@ export const ERROR_CODES = [
   'BRIDGE_REFUSED',
   'BRIDGE_PROTOCOL',
   'UCX_UNAVAILABLE',
+  'DETACHED',
   'NATIVE_LOAD',
 ] as const;
 

@@ -493,7 +493,9 @@ export class Producer {
 
   /**
    * Leaves the ring. Frames already published stay deliverable; this producer's
-   * arenas are removed once the last of them is released.
+   * arenas are removed once the last of them is released. After DETACHED (this
+   * producer lost its entry, SPEC.md §4: every publish fails so) it succeeds
+   * too, and removes its arenas at once, as no one else knows them.
    */
   close(): void {
     if (this.#closed) return;

@@ -10,13 +10,15 @@ void Attachment::Attach(Napi::Env env, const std::string &name, uint32_t open_ti
   attached = true;
 }
 
-void Attachment::Detach() {
+bool Attachment::Detach() {
+  bool held = true;
   if (attached) {
     gpr_error err{};
-    gpr_participant_detach(&seg, me, gen, &err);
+    held = gpr_participant_detach(&seg, me, gen, &err) != -static_cast<int>(GPR_E_DETACHED);
     attached = false;
   }
   gpr_segment_close(&seg);
+  return held;
 }
 
 }  // namespace gpuring

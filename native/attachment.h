@@ -17,8 +17,8 @@ struct Attachment {
   // Throws the segment's or the attach's error; leaves nothing open on failure.
   // open_flags: GPR_OPEN_* (GPR_OPEN_ANY_OWNER to join another user's segment).
   void Attach(Napi::Env env, const std::string &name, uint32_t open_timeout_ms, uint32_t open_flags, uint32_t roles);
-  // Idempotent.
-  void Detach();
+  // Idempotent. False when the entry had been taken from us (DETACHED, SPEC.md §4).
+  bool Detach();
 };
 
 }  // namespace gpuring

@@ -68,6 +68,7 @@ bool ConsumerState::Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *reco
 }
 
 int ConsumerState::TryClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos) {
+  if (!gpr_participant_held(&seg, me, gen)) Check(env, [&](gpr_error *e) { return gpr_fail_detached(&seg, e); });
   int rc = gpr_ring_try_claim(&seg, me, ref, pos);
   if (rc != -(int)GPR_E_FRAMES_MISSED && rc != -(int)GPR_E_EVICTED) return rc;
   double missed = static_cast<double>(gpr_bc_take_missed(&seg, me));
@@ -417,6 +418,7 @@ Napi::Value ConsumerCore::Release(const Napi::CallbackInfo &info) {
   uint64_t pos = static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue());
   bool coalesced = !s_->seg.broadcast;
   int rc = coalesced ? gpr_ring_release_unnotified(&s_->seg, s_->me, pos) : gpr_ring_release(&s_->seg, s_->me, pos);
+  if (rc != 0 && s_->Lost()) return Napi::Boolean::New(env, false);  // the lease went with the entry
   if (rc != 0) Throw(env, GPR_E_FRAME_STATE, "the frame is not leased by this consumer (already released?)");
   bool first = coalesced && !*s_->space_owed;
   if (coalesced) *s_->space_owed = 1;
@@ -449,7 +451,7 @@ Napi::Value ConsumerCore::HandBack(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   if (closed_) return env.Undefined();  // detach already handed everything back
   uint64_t pos = static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue());
-  if (gpr_ring_unclaim_as(&s_->seg, s_->me, pos, GPR_SLOT_LEASED) != 0)
+  if (gpr_ring_unclaim_as(&s_->seg, s_->me, pos, GPR_SLOT_LEASED) != 0 && !s_->Lost())
     Throw(env, GPR_E_FRAME_STATE, "the frame is not leased by this consumer");
   return env.Undefined();
 }
@@ -463,8 +465,10 @@ Napi::Value ConsumerCore::ReleaseAfter(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   if (closed_) return env.Undefined();  // detach already released everything
   uint64_t pos = static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue());
-  if (!gpr_ring_holds(&s_->seg, s_->me, pos))
+  if (!gpr_ring_holds(&s_->seg, s_->me, pos)) {
+    if (s_->Lost()) return env.Undefined();  // the lease went with the entry
     Throw(env, GPR_E_FRAME_STATE, "the frame is not leased by this consumer (already released?)");
+  }
   auto bytes = info[3].As<Napi::Uint8Array>();
   std::vector<cuda::CUipcMemHandle> mappings(bytes.ByteLength() / sizeof(cuda::CUipcMemHandle));
   memcpy(mappings.data(), bytes.Data(), mappings.size() * sizeof(cuda::CUipcMemHandle));

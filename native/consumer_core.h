@@ -69,6 +69,9 @@ struct ConsumerState : LoopParticipant {
   // (FRAMES_MISSED) or its eviction (EVICTED) are thrown, once, as an error
   // whose `missed` says how many it lost; the next claim goes on.
   int TryClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos);
+  // Whether our entry was taken from us (SPEC.md §4, "Losing the entry"): the
+  // leases it held went with it, so releasing them is no error.
+  bool Lost() const { return !gpr_participant_held(&seg, me, gen); }
   int ClaimWithin(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns);
 
   // Serves waiting requests from the ring in order; sleeps if any remain.

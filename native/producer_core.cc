@@ -91,9 +91,12 @@ bool ProducerState::PublishPending(Napi::Env env) {
     uint64_t pos = 0;
     p.ref.frame_id = next_frame_id;  // ids are dense, in publication order
     int rc = gpr_ring_try_publish(&seg, me, &p.ref, &pos);
-    if (rc == -static_cast<int>(GPR_E_FRAME_STATE)) {  // a sweeper took our claim back: fail, never wedge
+    if (rc == -static_cast<int>(GPR_E_FRAME_STATE) || rc == -static_cast<int>(GPR_E_DETACHED)) {  // fail, never wedge
+      gpr_error lost{};
+      if (rc == -static_cast<int>(GPR_E_DETACHED)) gpr_fail_detached(&seg, &lost);
+      else gpr_fail(&lost, GPR_E_FRAME_STATE, 0, "the ring took this producer's slot back (was it judged dead?)");
       ReturnAllocs(p.allocs);
-      Finish(env, p.request, 0, GPR_E_FRAME_STATE, "the ring took this producer's slot back (was it judged dead?)");
+      Finish(env, p.request, 0, lost.code, lost.message);
       pending.pop_front();
       continue;
     }
@@ -212,7 +215,9 @@ void ProducerState::Shutdown() {
   shut = true;
   bell.reset();  // disarmed: nobody rings a participant that left
   if (serves_descriptors) DescriptorChannels::Get().Remove(&seg);
-  Detach();  // the arenas stay named until no frame refers to them (recovery.h)
+  // The arenas stay named until no frame refers to them (recovery.h), unless
+  // the entry was taken from us: then nobody else will unlink them.
+  if (!Detach()) gpr_arena_pool_unlink(&pool);
   gpr_arena_pool_destroy(&pool);
 }
 
@@ -534,8 +539,10 @@ Napi::Value ProducerCore::Enqueue(Napi::Env env, std::vector<gpr_allocation> all
   ref.user_tag = tag;
   uint64_t pos = 0;
   // Space comes from the oldest slot only: reap in order (PublishMany's consumers may have caught up) before waiting.
+  int rc = 0;
   auto publish = [&] {
-    return (uncounted ? gpr_ring_try_publish_uncounted : gpr_ring_try_publish_rung)(&s.seg, s.me, &ref, &pos, rung) == 0;
+    rc = (uncounted ? gpr_ring_try_publish_uncounted : gpr_ring_try_publish_rung)(&s.seg, s.me, &ref, &pos, rung);
+    return rc == 0;
   };
   bool went = s.pending.empty() && (publish() || (s.Reap(false) > 0 && publish()));
   if (went) {
@@ -545,6 +552,10 @@ Napi::Value ProducerCore::Enqueue(Napi::Env env, std::vector<gpr_allocation> all
     // The first frame in flight starts the watch for releases (prompt, or lazy).
     if (s.inflight.size() == 1) s.Service(env);
     return Napi::Number::New(env, static_cast<double>(ref.frame_id));
+  }
+  if (rc == -static_cast<int>(GPR_E_DETACHED)) {
+    s.ReturnAllocs(allocs);
+    Check(env, [&](gpr_error *e) { return gpr_fail_detached(&s.seg, e); });
   }
   if (timeout_ms == 0) {
     s.ReturnAllocs(allocs);

@@ -1,15 +1,16 @@
 // Random bytes written into a live ring (SPEC.md §10a): two producer and two
 // consumer processes run while another process writes 1-8 random bytes every
-// 2 ms into the segment's control block and slots. Every failure must be a
-// typed error (no crash, no other exception), and once the writes stop frames
-// must flow again faster than timeouts alone would move them: sweeps repair
-// what the damage left (§7 step 2). Before that, a hint or a slot sequence
-// moved laps away, a slot owned by nobody, or an EMPTY slot producers had
-// passed stalled the ring for good. Frames themselves are not checked: a
-// damaged slot reference may name another frame's body, which §10a allows.
-// The participant table is left alone: an entry whose state a writer changes
-// under a live process (DEAD, FREE) gets that process's arenas unlinked by the
-// next sweep, and nothing yet makes the process notice (see the issue note).
+// 2 ms into the segment's control block, its slots and the participant entries
+// they use. Every failure must be a typed error (no crash, no other
+// exception), and once the writes stop frames must flow again faster than
+// timeouts alone would move them: sweeps repair what the damage left (§7 step
+// 2), and a participant whose entry was taken fails with DETACHED and is
+// opened again (§4, "Losing the entry"). Before that, a hint or a slot
+// sequence moved laps away, a slot owned by nobody, or an EMPTY slot producers
+// had passed stalled the ring for good, and a producer whose entry was marked
+// DEAD went on publishing from arenas a sweep had unlinked. Frames themselves
+// are not checked: a damaged slot reference may name another frame's body,
+// which §10a allows.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -22,6 +23,9 @@ const SETTLE_MS = 1500;
 const DAMAGE_MS = 4000;
 const RECOVER_MS = 5000;
 const HEADER_BYTES = 256;
+const ENTRY_BYTES = 128;
+/** The entries the participants and their reopened successors take: writes into the rest would hit nobody. */
+const DAMAGED_ENTRIES = 8;
 
 interface Counts { ok: number; codes: Record<string, number>; untyped?: string }
 
@@ -38,10 +42,11 @@ function regions(fd: number): [number, number][] {
   const h = Buffer.alloc(HEADER_BYTES);
   readSync(fd, h, 0, HEADER_BYTES, 0);
   const control = Number(h.readBigUInt64LE(48)), participants = Number(h.readBigUInt64LE(56)), slots = Number(h.readBigUInt64LE(64));
-  return [[control, participants], [slots, slots + h.readUInt32LE(32) * h.readUInt32LE(36)]];
+  const entries = participants + ENTRY_BYTES * Math.min(DAMAGED_ENTRIES, h.readUInt32LE(40));
+  return [[control, participants], [slots, slots + h.readUInt32LE(32) * h.readUInt32LE(36)], [participants, entries]];
 }
 
-/** Writes seeded random bytes into the control block and the slots until `until`. */
+/** Writes seeded random bytes into the control block, the slots and the first entries until `until`. */
 async function damage(path: string, until: number): Promise<number> {
   let seed = SEED, writes = 0;
   const random = () => ((seed = (Math.imul(seed, 1103515245) + 12345) & 0x7fffffff), seed / 0x80000000);
@@ -50,7 +55,7 @@ async function damage(path: string, until: number): Promise<number> {
     const places = regions(fd);
     while (Date.now() < until) {
       const bytes = Buffer.from(Array.from({ length: 1 + Math.floor(random() * 8) }, () => (random() < 0.3 ? 0xff : random() < 0.3 ? 0 : Math.floor(random() * 256))));
-      const [from, to] = places[random() < 0.5 ? 0 : 1]!;
+      const [from, to] = places[Math.floor(random() * places.length)]!;
       writeSync(fd, bytes, 0, bytes.length, from + Math.floor(random() * (to - from - bytes.length)));
       writes++;
       await new Promise((r) => setTimeout(r, 2));

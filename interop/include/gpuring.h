@@ -147,7 +147,8 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
   X(EVICTED, "this consumer fell behind and was evicted from a broadcast ring") \
   X(BRIDGE_REFUSED, "the bridge at the other end refused: version, roles, secret or a frame") \
   X(BRIDGE_PROTOCOL, "a malformed message came over a bridge's link")          \
-  X(UCX_UNAVAILABLE, "UCX (UCXX), which bridges need, is not installed")
+  X(UCX_UNAVAILABLE, "UCX (UCXX), which bridges need, is not installed")       \
+  X(DETACHED, "this participant's entry was taken from it: close it and open again")
 
 typedef enum gpr_code {
 #define GPR_X_ENUM(name, text) GPR_E_##name,

@@ -248,9 +248,8 @@ static void test_leftover_bit(const char *name) {
     if (gpr_word_state(gpr_slot_load(&p->seg.slots[i])) == GPR_SLOT_READY) s = &p->seg.slots[i];
   CHECK(s != NULL);
   if (!s) return;
-  __atomic_fetch_or(&s->pending, gpr_bc_bit(freed_entry), __ATOMIC_SEQ_CST);
-  CHECK(take(a, 0, NULL) == 70);
-  CHECK(gpr_producer_reap(p) == 0); /* the leftover bit holds it */
+  /* The bit is set after the attach below: an attach repairs what its entry's
+   * last occupant left (gpr_sweep_leftovers), which would release it first. */
   pid_t dies = fork();
   if (dies == 0) {
     gpr_consumer *c = NULL;
@@ -258,6 +257,9 @@ static void test_leftover_bit(const char *name) {
     _exit(0); /* without detaching: found dead by the next sweep */
   }
   waitpid(dies, NULL, 0);
+  __atomic_fetch_or(&s->pending, gpr_bc_bit(freed_entry), __ATOMIC_SEQ_CST);
+  CHECK(take(a, 0, NULL) == 70);
+  CHECK(gpr_producer_reap(p) == 0); /* the leftover bit holds it */
   gpr_sweep_report r;
   CHECK(gpr_sweep(&p->seg, &r, NULL) == 0 && r.found_dead == 1 && r.released == 1);
   CHECK(gpr_producer_reap(p) == 1);

@@ -1,6 +1,7 @@
 // One participant of test/segment-damage.test.ts: publishes or takes small
 // frames for SECONDS while another process writes random bytes into the ring,
-// reopening after every 50 failures. It prints a JSON line of its counts every
+// reopening after every 50 failures in a row, or at once when its entry was
+// taken (DETACHED). It prints a JSON line of its counts every
 // 250 ms and exits 2 at the first error that is not a GpuringError.
 // Usage: damage-child.ts producer|consumer RING SECONDS
 import { Table, Utf8, vectorFromArray } from 'apache-arrow';
@@ -37,7 +38,8 @@ async function run<T extends { close(): void }>(open: () => T, step: (p: T, n: n
       failures = 0;
     } catch (e) {
       failed(e);
-      if (++failures >= 50 && p) {
+      // DETACHED: the entry was taken, nothing more will work; otherwise the damage may pass.
+      if ((++failures >= 50 || (e as GpuringError).code === 'DETACHED') && p) {
         try { p.close(); } catch (e2) { failed(e2); }
         p = null;
         failures = 0;

@@ -104,6 +104,11 @@ GPR_INLINE int gpr_arena_pool_grow(gpr_arena_pool *pool, gpr_error *err) {
  * is tried, so pre-creating names cannot stop a producer (SPEC.md §10a). */
 GPR_INLINE int gpr_arena_file_create(gpr_arena_pool *pool, uint32_t *number, char *name,
                                      gpr_error *err) {
+  /* arena_count lives in the entry: one taken from us is not ours to raise. */
+  if (!gpr_participant_held(pool->seg, pool->index, pool->gen)) {
+    gpr_fail_detached(pool->seg, err);
+    return -1;
+  }
   for (;;) {
     if (gpr_arena_pool_grow(pool, err) != 0) return -1;
     *number = pool->count;
@@ -256,6 +261,21 @@ GPR_INLINE void gpr_arena_pool_destroy(gpr_arena_pool *pool) {
   }
   free(pool->arenas);
   memset(pool, 0, sizeof *pool);
+}
+
+/* Unlinks the pool's arena files. Only for a producer whose entry was taken
+ * from it (gpr_participant_detach failed with DETACHED): otherwise the sweeper
+ * that frees the entry does it once no slot refers to them, and if a write
+ * into the segment took the entry, nobody else may ever know these names. They
+ * are this producer's alone: no attach hands out its generation at its index
+ * again (SPEC.md §4). */
+GPR_INLINE void gpr_arena_pool_unlink(const gpr_arena_pool *pool) {
+  char name[GPR_SHM_NAME_MAX];
+  for (uint32_t i = 0; i < pool->count; i++) {
+    if (!pool->arenas[i].base) continue; /* a skipped number: another user's file */
+    gpr_arena_shm_name(pool->seg->name, pool->index, pool->gen, pool->arenas[i].number, name);
+    shm_unlink(name);
+  }
 }
 
 /* ---- consumer side ------------------------------------------------------- */

@@ -177,6 +177,7 @@ typedef struct gpr_claim_attempt {
 
 GPR_INLINE int gpr_consumer_try_claim(void *ctx) {
   gpr_claim_attempt *a = (gpr_claim_attempt *)ctx;
+  if (!gpr_participant_held(&a->c->seg, a->c->index, a->c->gen)) return -(int)GPR_E_DETACHED;
   return gpr_ring_try_claim(&a->c->seg, a->c->index, &a->ref, &a->pos);
 }
 
@@ -195,6 +196,7 @@ GPR_INLINE int gpr_consumer_next(gpr_consumer *c, int64_t timeout_ms, gpr_frame 
                                                -(int)GPR_E_RING_EMPTY, timeout_ms);
   if (rc == -(int)GPR_E_RING_EMPTY)
     return gpr_fail(err, GPR_E_RING_EMPTY, 0, "no frame is ready in ring '%s'", c->seg.name);
+  if (rc == -(int)GPR_E_DETACHED) return gpr_fail_detached(&c->seg, err);
   if (rc == -(int)GPR_E_FRAMES_MISSED || rc == -(int)GPR_E_EVICTED) return gpr_consumer_report_missed(c, rc, err);
   if (rc == -(int)GPR_E_TIMEOUT)
     return gpr_fail(err, GPR_E_TIMEOUT, 0, "no frame arrived within %lld ms", (long long)timeout_ms);

@@ -328,6 +328,7 @@ GPR_INLINE int gpr_producer_publish(gpr_producer *p, const gpr_frame_desc *d,
   if (rc != 0) {
     gpr_arena_free(&p->pool, &allocs[0]);
     free(allocs);
+    if (rc == -(int)GPR_E_DETACHED) return gpr_fail_detached(&p->seg, err);
     if (rc != -(int)GPR_E_TIMEOUT && rc != -(int)GPR_E_RING_FULL)
       return gpr_fail(err, (gpr_code)-rc, 0, "ring '%s' took this producer's slot back", p->seg.name);
     char why[GPR_SHM_NAME_MAX * 5];
@@ -409,7 +410,8 @@ GPR_INLINE void gpr_producer_close(gpr_producer *p) {
     pthread_join(p->channel_thread, NULL);
     close(p->channel_fd);
   }
-  gpr_participant_detach(&p->seg, p->index, p->gen, NULL);
+  if (gpr_participant_detach(&p->seg, p->index, p->gen, NULL) == -(int)GPR_E_DETACHED)
+    gpr_arena_pool_unlink(&p->pool);
   gpr_arena_pool_destroy(&p->pool);
   for (uint32_t i = 0; i < p->inflight_count; i++) free(gpr_producer_inflight_at(p, i)->allocs);
   free(p->inflight);

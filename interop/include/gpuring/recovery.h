@@ -93,6 +93,30 @@ GPR_INLINE void gpr_sweep_slot(gpr_segment *seg, uint64_t i, const uint8_t *dead
   }
 }
 
+/* Repairs every slot (and broadcast share) the entries marked in dead[] held. */
+GPR_INLINE void gpr_sweep_owners(gpr_segment *seg, const uint8_t *dead, uint32_t *refs, gpr_sweep_report *rep) {
+  if (seg->broadcast) gpr_bc_sweep_subscribers(seg, dead);
+  for (uint64_t i = 0; i < seg->slot_count; i++) gpr_sweep_slot(seg, i, dead, refs, rep);
+}
+
+/* Repairs the slots that still name entry `index`, which the caller is
+ * attaching (SPEC.md §4, Attach), as a sweep repairs a dead owner's. The entry
+ * was FREE, so they are leftovers of an occupant that lost it (§4, "Losing the
+ * entry"): left alone, the new occupant would hold them without knowing, and a
+ * lease nobody will release stalls the ring. */
+GPR_INLINE void gpr_sweep_leftovers(gpr_segment *seg, uint32_t index) {
+  uint8_t *dead = (uint8_t *)calloc(seg->participant_capacity, 1);
+  uint32_t *refs = (uint32_t *)calloc(seg->participant_capacity, sizeof *refs);
+  if (dead && refs) {
+    gpr_sweep_report rep;
+    memset(&rep, 0, sizeof rep);
+    dead[index] = 1;
+    gpr_sweep_owners(seg, dead, refs, &rep);
+  }
+  free(dead);
+  free(refs);
+}
+
 /* A word the protocol can write: its sequence congruent to the slot index, a
  * known state, an owner in the table, and an owner exactly when not EMPTY. */
 GPR_INLINE int gpr_word_consistent(const gpr_segment *seg, uint64_t i, uint64_t w) {
@@ -289,8 +313,7 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
     rep->corrupt += (uint32_t)gpr_sweep_corrupt(seg, (from + k) & seg->mask, &consensus);
   rep->corrupt += gpr_sweep_hints(seg, &consensus);
   if (any) {
-    if (seg->broadcast) gpr_bc_sweep_subscribers(seg, dead);
-    for (uint64_t i = 0; i < seg->slot_count; i++) gpr_sweep_slot(seg, i, dead, refs, rep);
+    gpr_sweep_owners(seg, dead, refs, rep);
     for (uint32_t i = 0; i < seg->participant_capacity; i++)
       if (dead[i] && refs[i] == 0 && gpr_sweep_free(seg, i)) rep->freed++;
   }
@@ -309,9 +332,11 @@ GPR_INLINE int gpr_participant_detach(gpr_segment *seg, uint32_t index, uint32_t
   gpr_participant *p = &seg->participants[index];
   uint64_t w = gpr_pword(gen, 0, GPR_PARTICIPANT_ACTIVE);
   uint64_t dw = gpr_pword(gen, 0, GPR_PARTICIPANT_DEAD);
+  /* An entry taken from us (§4) may be someone else's now: its bells are not ours to clear. */
+  if (!gpr_participant_held(seg, index, gen)) return gpr_fail_detached(seg, err);
   gpr_doorbell_clear(seg, index, GPR_BELL_DATA | GPR_BELL_SPACE);
   if (!__atomic_compare_exchange_n(&p->state, &w, dw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-    return gpr_fail(err, GPR_E_FRAME_STATE, 0, "participant %u is not attached", index);
+    return gpr_fail_detached(seg, err);
   return gpr_sweep(seg, NULL, err);
 }
 

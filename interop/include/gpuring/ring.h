@@ -75,6 +75,7 @@ GPR_INLINE void gpr_count(uint64_t *counter) { gpr_count_by(counter, 1u); }
  * publishMany(), H100 host: 0.82 M frames/s where 0.93 M uncounted). */
 GPR_INLINE int gpr_ring_try_publish_uncounted(gpr_segment *seg, uint32_t me, const gpr_frame_ref *ref,
                                               uint64_t *out_pos, uint32_t rung) {
+  if (!gpr_participant_held(seg, me, ref->producer_gen)) return -(int)GPR_E_DETACHED;
   gpr_control *c = seg->control;
   uint64_t pos = __atomic_load_n(&c->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
   for (uint64_t steps = gpr_scan_limit(seg); steps > 0; steps--) {

@@ -381,6 +381,26 @@ GPR_INLINE uint64_t gpr_participant_word(const gpr_segment *seg, uint32_t index)
   return __atomic_load_n(&seg->participants[index].state, __ATOMIC_ACQUIRE);
 }
 
+/* Does entry `index` still hold the attachment of generation `gen`? A sweep
+ * that judged the process dead, or a stray write into the segment, can take an
+ * entry from a live participant; its slot transitions after that would act for
+ * whoever holds the entry next (SPEC.md §4, "Losing the entry"). */
+GPR_INLINE int gpr_participant_held(const gpr_segment *seg, uint32_t index, uint32_t gen) {
+  return index < seg->participant_capacity &&
+         __atomic_load_n(&seg->participants[index].state, __ATOMIC_RELAXED) ==
+             gpr_pword(gen, 0, GPR_PARTICIPANT_ACTIVE);
+}
+
+/* DETACHED, with what happened and the fix. */
+GPR_INLINE int gpr_fail_detached(const gpr_segment *seg, gpr_error *err) {
+  return gpr_fail(err, GPR_E_DETACHED, 0,
+                  "this participant no longer holds its entry in ring '%s' (a sweep judged it dead, or the "
+                  "segment was overwritten); close it and open a new one",
+                  seg->name);
+}
+
+GPR_INLINE void gpr_sweep_leftovers(gpr_segment *seg, uint32_t index); /* recovery.h */
+
 /* Claims a free participant entry. Identity (pid, start time) is written while
  * the entry is ATTACHING, so no sweeper ever judges a half-written entry; the
  * ATTACHING word itself names our pid, so if we die half-way a sweeper can tell
@@ -408,6 +428,7 @@ GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t
     p->doorbell_key = 0;
     p->cursor = p->missed = p->missed_seen = 0;
     p->subscription = 0;
+    gpr_sweep_leftovers(seg, i);
     __atomic_store_n(&p->state, ((uint64_t)g << 32) | GPR_PARTICIPANT_ACTIVE, __ATOMIC_RELEASE);
     *index = i;
     *gen = g;

@@ -147,11 +147,13 @@ def test_a_leftover_bit_of_a_freed_entry_is_released_by_the_next_sweep_that_find
         seg = ring.segment
         slot = next(seg.slots_at + i * 128 for i in range(8)
                     if (seg.mem.load64(seg.slots_at + i * 128) >> 13) & 7 == 2)  # the READY one
+        # The bit is set after the child attaches: an attach repairs what its entry's last
+        # occupant left (SPEC.md §4, Attach), which would release it first.
+        child = python_child("hold", ring_name, "0")
+        assert child.stdout.readline().split() == ["held"]
         seg.mem.or64(slot + 8, 1 << 7)  # `pending` (SPEC.md §5.4)
         assert _tags(consumer) == [70]
         assert producer.reap() == 0  # the leftover bit holds it
-        child = python_child("hold", ring_name, "0")
-        assert child.stdout.readline().split() == ["held"]
         child.send_signal(signal.SIGKILL)
         child.wait()
         report = ring.sweep()

@@ -2,12 +2,13 @@
 (SPEC.md §4, §6.1), as the Python implementation handles them."""
 import os
 
+import pyarrow as pa
 import pytest
 from contextlib import contextmanager
 
-from gpuring import Ring
+from gpuring import Consumer, GpuringError, Producer, Ring
 from gpuring import layout as L
-from gpuring.recovery import _free, sweep
+from gpuring.recovery import _free, arena_path, sweep
 from gpuring.segment import Segment
 
 
@@ -195,3 +196,44 @@ def test_arenas_start_at_1_mib_and_double_unless_a_size_is_chosen(ring_name):
             assert sizes() == want
         for f in glob.glob(f"/dev/shm/gpuring.{ring_name}.p*.a*"):
             os.unlink(f)
+
+
+def _rewrite_entry(name: str, index: int, add: int, state: int) -> None:
+    """Another process changes entry ``index``'s state word: (w + add) with ``state``."""
+    pid = os.fork()
+    if pid == 0:
+        seg = Segment.open(name)
+        w = seg.participant_word(index)
+        seg.mem.store64(seg.participant(index), ((w + add) & ~7 & (2**64 - 1)) | state)
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def test_participants_whose_entries_were_taken_fail_with_detached_and_later_ones_carry_on(ring_name):
+    """SPEC.md §4, "Losing the entry": DETACHED, a quiet close (the producer
+    unlinking its own arenas), and an attach into the consumer's old entry
+    repairs what it left, so more frames than slots go through after."""
+    table = pa.table({"x": pa.array([1, 2, 3], pa.int64())})
+    Ring.create(ring_name, slots=4).close()
+    producer, consumer = Producer.open(ring_name), Consumer.open(ring_name)
+    producer.publish(table)
+    held = consumer.next(timeout=5)
+    arena = arena_path(ring_name, producer.index, producer.generation, 0)
+    _rewrite_entry(ring_name, producer.index, 5 << 32, L.P_ACTIVE)  # another generation
+    _rewrite_entry(ring_name, consumer.index, 0, L.P_FREE)  # while it holds a frame
+    for attempt in (lambda: producer.publish(table, timeout=0), lambda: producer.publish(table, timeout=0.1),
+                    lambda: consumer.next(timeout=0.1)):
+        with pytest.raises(GpuringError) as e:
+            attempt()
+        assert e.value.code == "DETACHED"
+    assert os.path.exists(arena)
+    producer.close()
+    assert not os.path.exists(arena)
+    with Consumer.open(ring_name) as fresh, Producer.open(ring_name) as again:
+        assert fresh.index == consumer.index
+        for i in range(10):
+            again.publish(table, user_tag=i, timeout=5)
+            with fresh.next(timeout=5) as f:
+                assert f.user_tag == i
+    held.release()  # its lease went with the entry: no error
+    consumer.close()

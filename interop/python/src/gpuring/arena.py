@@ -91,6 +91,7 @@ class ArenaPool:
             if len(self.arenas) >= L.MAX_ARENAS:
                 raise GpuringError("OUT_OF_MEMORY", f"this producer already has {L.MAX_ARENAS} arenas")
             number = len(self.arenas)
+            self.seg.check_held(self.index, self.gen)  # arena_count lives in the entry: ours only while we hold it
             # Counted before the file exists: a sweeper always knows every name we may leave.
             self.seg.mem.store32(self.seg.participant(self.index, "arena_count"), number + 1)
             path = arena_path(self.seg.name, self.index, self.gen, number)
@@ -159,6 +160,18 @@ class ArenaPool:
         if arena is None:
             raise GpuringError("ARENA_INVALID", f"arena {alloc.arena} of this producer is closed")
         return arena.mem
+
+    def unlink(self) -> None:
+        """Unlinks the arena files. Only for a producer whose entry was taken from it
+        (detach raised DETACHED): otherwise the sweeper that frees the entry does it
+        once no slot refers to them. The names are ours alone: no attach hands out our
+        generation at our index again (SPEC.md §4)."""
+        for number, a in enumerate(self.arenas):
+            if a is not None:
+                try:
+                    os.unlink(arena_path(self.seg.name, self.index, self.gen, number))
+                except (FileNotFoundError, PermissionError):
+                    pass
 
     def close(self) -> None:
         """Unmaps; the names stay until a sweep frees this entry, as consumers may still need them."""

@@ -137,6 +137,7 @@ class Consumer:
 
     def _claim(self) -> tuple[int, ring.FrameRef] | None:
         self._forget_dead_producers()
+        self._seg.check_held(self.index, self.generation)
         try:
             return ring.try_claim(self._seg, self.index)
         except GpuringError as e:

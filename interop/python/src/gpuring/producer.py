@@ -301,13 +301,16 @@ class Producer:
 
     def close(self) -> None:
         """Leaves the ring. Frames still queued stay deliverable (their host
-        arenas outlive us); device frames become unreadable once our process ends."""
+        arenas outlive us); device frames become unreadable once our process ends.
+        After DETACHED (this producer lost its entry, SPEC.md §4) it succeeds too,
+        and unlinks our arenas at once, as no one else knows them."""
         if self._closed:
             return
         seg, self._closed = self._seg, True
         if self._channel is not None:
             self._channel.close()
-        detach(seg, self.index, self.generation)
+        if not detach(seg, self.index, self.generation):
+            self._pool.unlink()  # our entry was taken: nobody else will unlink our arenas
         self._pool.close()
         seg.close()
 

@@ -92,6 +92,25 @@ def _sweep_slot(seg: Segment, i: int, dead: list[bool], refs: list[int], rep: Sw
         refs[producer - 1] += 1
 
 
+def sweep_leftovers(seg: Segment, index: int) -> None:
+    """Repairs the slots that still name entry ``index``, which the caller is
+    attaching (SPEC.md §4, Attach), as a sweep repairs a dead owner's: the entry
+    was FREE, so they are leftovers of an occupant that lost it. Left alone, the
+    new occupant would hold them without knowing, and a lease nobody will
+    release stalls the ring."""
+    _sweep_owners(seg, [k == index for k in range(seg.participant_capacity)], [0] * seg.participant_capacity,
+                  SweepReport())
+
+
+def _sweep_owners(seg: Segment, dead: list[bool], refs: list[int], rep: SweepReport) -> None:
+    """Repairs every slot (and broadcast share) the entries marked in ``dead`` held."""
+    if seg.broadcast:
+        from .broadcast import sweep_dead  # broadcast.py builds on slot_protocol, as this module does
+        rep.released += sweep_dead(seg, dead)
+    for i in range(seg.slot_count):
+        _sweep_slot(seg, i, dead, refs, rep)
+
+
 def _sweep_corrupt(seg: Segment, i: int, c: Consensus) -> bool:
     """A word no participant can have written, one nobody will move, one laps
     away from the window's consensus, or an EMPTY one producers passed is reset
@@ -140,11 +159,7 @@ def sweep(seg: Segment) -> SweepReport:
     rep.corrupt += repair_hints(seg, centre)
     seg.damage_cursor = (seg.damage_cursor + window) & seg.mask
     if any(dead):
-        if seg.broadcast:
-            from .broadcast import sweep_dead  # broadcast.py builds on slot_protocol, as this module does
-            rep.released += sweep_dead(seg, dead)
-        for i in range(seg.slot_count):
-            _sweep_slot(seg, i, dead, refs, rep)
+        _sweep_owners(seg, dead, refs, rep)
         for i, d in enumerate(dead):
             if d and refs[i] == 0 and _free(seg, i):
                 rep.freed += 1
@@ -154,9 +169,14 @@ def sweep(seg: Segment) -> SweepReport:
     return rep
 
 
-def detach(seg: Segment, index: int, gen: int) -> None:
-    """Leaves the segment as if dead: taken frames are handed back or released."""
+def detach(seg: Segment, index: int, gen: int) -> bool:
+    """Leaves the segment as if dead: taken frames are handed back or released.
+    False, touching nothing, when the entry had been taken from us (SPEC.md §4)."""
+    word = L.pword(gen, 0, L.P_ACTIVE)
+    if seg.participant_word(index) != word:
+        return False  # someone else's now, perhaps: its bells are not ours to clear
     doorbell.clear(seg, index, L.BELL_DATA | L.BELL_SPACE)
-    if not seg.mem.cas64(seg.participant(index), L.pword(gen, 0, L.P_ACTIVE), L.pword(gen, 0, L.P_DEAD)):
-        raise GpuringError("FRAME_STATE", f"participant {index} is not attached")
+    if not seg.mem.cas64(seg.participant(index), word, L.pword(gen, 0, L.P_DEAD)):
+        return False
     sweep(seg)
+    return True

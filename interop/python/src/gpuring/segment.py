@@ -227,6 +227,15 @@ class Segment:
     def participant_word(self, index: int) -> int:
         return self.mem.load64(self.participant(index))
 
+    def check_held(self, index: int, gen: int) -> None:
+        """Raises DETACHED unless entry ``index`` still holds the attachment of
+        generation ``gen``. A sweep that judged the process dead, or a stray write
+        into the segment, can take an entry from a live participant; its slot and
+        entry writes after that would act for whoever holds the entry next (SPEC.md §4)."""
+        if index >= self.participant_capacity or self.participant_word(index) != L.pword(gen, 0, L.P_ACTIVE):
+            raise GpuringError("DETACHED", f"this participant no longer holds its entry in ring '{self.name}' (a sweep "
+                               "judged it dead, or the segment was overwritten); close it and open a new one")
+
     def attach(self, roles: int) -> tuple[int, int]:
         """Claims a free participant entry; returns (index, generation). Identity
         is written while the entry is ATTACHING, so no sweeper judges it half-written."""
@@ -247,6 +256,8 @@ class Segment:
                 mem.store64(self.participant(i, counter), 0)
             mem.store32(self.participant(i, "doorbell"), 0)
             mem.store32(self.participant(i, "subscription"), 0)
+            from .recovery import sweep_leftovers  # recovery.py builds on this module
+            sweep_leftovers(self, i)
             mem.store64(self.participant(i), L.pword(gen, 0, L.P_ACTIVE))
             return i, gen
         raise GpuringError("PARTICIPANTS_FULL", f"segment '{self.name}' has no free participant entry "

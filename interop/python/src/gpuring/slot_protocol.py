@@ -83,6 +83,7 @@ def notify_space(seg: Segment) -> None:
 def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
     """Publishes ``ref`` as participant ``me``; its position, or None when full."""
     packed = ref.pack()  # before claiming a slot: a ref that cannot be written must not leave one WRITING
+    seg.check_held(me, ref.producer_gen)
     mem, pos = seg.mem, seg.mem.load64(seg.control("tail")) & L.SEQ_MASK
     for _ in range(_scan_limit(seg)):
         at = seg.slot(pos)
