@@ -253,16 +253,18 @@ typedef struct take {
   const ring *r;
   uint64_t pos;
   frame_ref f;
+  int detached; /* §4: our entry was taken */
 } take;
 
 static int try_claim(void *ctx) {
   take *t = (take *)ctx;
   int rc = ring_claim(t->r, &t->pos, &t->f);
+  t->detached = rc == RING_DETACHED;
   if (rc == RING_MISSED || rc == RING_EVICTED) { /* §5.4: told once, then it goes on */
     printf("{\"%s\":%" PRIu64 "}\n", rc == RING_MISSED ? "frames_missed" : "evicted", bc_take_missed(t->r));
     if (rc == RING_EVICTED) bc_subscribe(t->r, ON_SLOW_BLOCK);
   }
-  return rc == RING_OK;
+  return rc == RING_OK || t->detached;
 }
 
 /* Claims the next frame within timeout_ms, sweeping every 250 ms while it waits (§7). */
@@ -272,7 +274,7 @@ static int next_frame(const ring *r, take *t, uint32_t timeout_ms) {
     uint64_t waited = (now_ns(CLOCK_MONOTONIC) - start) / 1000000u;
     if (waited >= timeout_ms) return -1;
     uint32_t slice = timeout_ms - waited < 250u ? (uint32_t)(timeout_ms - waited) : 250u;
-    if (ring_wait(r, BELL_DATA, try_claim, t, slice)) return 0;
+    if (ring_wait(r, BELL_DATA, try_claim, t, slice)) return t->detached ? spec_fail("DETACHED: our entry in the ring was taken (§4)") : 0;
     ring_sweep(r);
   }
 }
@@ -288,7 +290,7 @@ int main(int argc, char **argv) {
   ring r;
   if (ring_open(&r, argv[1], timeout) != 0 || ring_attach(&r, ROLE_CONSUMER) != 0) return 1;
   if (r.broadcast) bc_subscribe(&r, ON_SLOW_BLOCK); /* §5.4: a subscriber; producers wait for it */
-  take t = {&r, 0, {0}};
+  take t = {&r, 0, {0}, 0};
   for (uint32_t k = 0; k < frames; k++) {
     if (next_frame(&r, &t, timeout) != 0) {
       fprintf(stderr, "spec_consumer: no frame within %u ms\n", timeout);

@@ -37,6 +37,7 @@ typedef struct arena_out {
  * name; skip a number whose file cannot be removed; mode of the segment. */
 static inline int arena_create(const ring *r, uint64_t size, arena_out *a) {
   struct stat seg;
+  if (!entry_held(r)) return spec_fail("DETACHED: our entry in the ring was taken (§4)");
   if (fstat(r->fd, &seg) != 0) return spec_fail("fstat: %s", strerror(errno));
   uint32_t *count = w32(r, entry(r, r->me) + P_ARENAS);
   for (uint32_t n = __atomic_load_n(count, __ATOMIC_ACQUIRE); n < 4096u; n++) {

@@ -146,10 +146,12 @@ static int all_reaped(void *ctx) {
 typedef struct claim_try {
   producer *pr;
   uint64_t pos;
+  int rc;
 } claim_try;
 static int can_claim(void *ctx) {
   claim_try *c = (claim_try *)ctx;
-  return ring_claim_write(&c->pr->r, &c->pos) == RING_OK;
+  c->rc = ring_claim_write(&c->pr->r, &c->pos);
+  return c->rc != RING_NONE;
 }
 
 /* Waits on SPACE until `ready` holds, sweeping every 250 ms (a dead consumer's leases come back so). */
@@ -168,8 +170,9 @@ static int write_frame(producer *pr, uint32_t k, uint32_t rows, uint64_t *pos, f
     if (wait_space(pr, can_reap, pr) != 0) return -1;
     region = reap(pr);
   }
-  claim_try c = {pr, 0};
+  claim_try c = {pr, 0, RING_NONE};
   if (!can_claim(&c) && wait_space(pr, can_claim, &c) != 0) return -1;
+  if (c.rc == RING_DETACHED) return spec_fail("DETACHED: our entry in the ring was taken (§4)");
   uint64_t at = ARENA_HEADER + (uint64_t)region * pr->p.region, chars;
   uint8_t *base = pr->arena.base + at;
   int64_t nulls = fill_columns(base, &pr->p, (uint64_t)k * rows, rows, &chars);
@@ -205,7 +208,7 @@ int main(int argc, char **argv) {
     kill(getpid(), SIGKILL);
   }
   if (wait_space(&pr, all_reaped, &pr) != 0) return 1;
-  ring_detach(&pr.r);
+  if (!ring_detach(&pr.r)) shm_unlink(pr.arena.shm); /* §4: nobody else knows our arena now */
   if (created == 0) ring_unlink(argv[1]);
   printf("{\"published\":%u}\n", frames);
   return 0;

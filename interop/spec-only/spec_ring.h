@@ -63,6 +63,7 @@ enum { S_EMPTY, S_WRITING, S_READY, S_CLAIMED, S_LEASED, S_RELEASED };
 enum { BELL_DATA = 1, BELL_SPACE = 2 };
 enum { RING_OK = 0, RING_NONE = 1 }; /* RING_NONE: full (publish) or empty (claim) */
 enum { RING_MISSED = 2, RING_EVICTED = 3 }; /* §5.4 claim: FRAMES_MISSED, EVICTED */
+enum { RING_DETACHED = 4 };                  /* §4 "Losing the entry": publish or claim refused */
 enum { ON_SLOW_BLOCK, ON_SLOW_DROP_OLDEST, ON_SLOW_EVICT };
 
 typedef struct ring {
@@ -296,6 +297,8 @@ static inline uint64_t self_start_time(void) {
   return start;
 }
 
+static inline void repair_leftovers(const ring *r, uint32_t index); /* §4 attach, below */
+
 static inline int ring_attach(ring *r, uint32_t roles) {
   for (uint32_t i = 0; i < r->capacity; i++) {
     uint64_t *state = w64(r, entry(r, i) + P_STATE);
@@ -314,12 +317,18 @@ static inline int ring_attach(ring *r, uint32_t roles) {
     *w64(r, e + P_KEY) = 0;
     *w64(r, e + P_CURSOR) = *w64(r, e + P_MISSED) = *w64(r, e + P_MISSED_SEEN) = 0; /* §5.4 */
     *w32(r, e + P_SUBSCRIPTION) = 0;
+    repair_leftovers(r, i);
     __atomic_store_n(state, pword(g, 0, P_ACTIVE), __ATOMIC_RELEASE);
     r->me = i;
     r->gen = g;
     return 0;
   }
   return spec_fail("PARTICIPANTS_FULL");
+}
+
+/* §4 "Losing the entry": is our entry still the one our attach made? */
+static inline int entry_held(const ring *r) {
+  return __atomic_load_n(w64(r, entry(r, r->me) + P_STATE), __ATOMIC_RELAXED) == pword(r->gen, 0, P_ACTIVE);
 }
 
 static inline void count_up(const ring *r, uint32_t counter) {
@@ -407,6 +416,7 @@ static inline void bc_relieve(const ring *r, uint64_t q); /* §5.4, below */
 
 /* Publish, first half: claims the slot for the next position as WRITING. */
 static inline int ring_claim_write(const ring *r, uint64_t *out) {
+  if (!entry_held(r)) return RING_DETACHED;
   uint64_t pos = __atomic_load_n(w64(r, C_TAIL), __ATOMIC_RELAXED) & MASK48;
   for (uint32_t probe = 0; probe < 2u * r->slots + 2u; probe++) {
     uint64_t *word = w64(r, slot_at(r, pos));
@@ -656,6 +666,7 @@ static inline int ring_redelivered(const ring *r, uint64_t head, uint64_t *out, 
 
 /* §5.2 claim: the oldest READY frame, else a redelivered one. */
 static inline int ring_claim(const ring *r, uint64_t *out, frame_ref *f) {
+  if (!entry_held(r)) return RING_DETACHED;
   if (r->broadcast) return bc_claim(r, out, f);
   uint64_t pos = __atomic_load_n(w64(r, C_HEAD), __ATOMIC_RELAXED) & MASK48;
   for (uint32_t probe = 0; probe < 2u * r->slots + 2u; probe++) {
@@ -748,12 +759,16 @@ static inline int entry_dead(const ring *r, uint32_t i) {
   return pw_state(w) == P_DEAD || (pw_state(w) == P_FREEING && !pid_running(pw_pid(w)));
 }
 
-/* Repairs what a dead owner left in slot i (step 3); returns the dead producer it still refers to, or -1. */
-static inline int64_t sweep_slot(const ring *r, uint64_t i) {
+/* Dead for a repair: entry_dead, or `also`, the entry an attach repairs (§4). */
+static inline int owner_dead(const ring *r, uint32_t i, uint32_t also) { return i == also || entry_dead(r, i); }
+
+/* Repairs what a dead owner (or entry `also`) left in slot i (step 3); returns
+ * the dead producer it still refers to, or -1. */
+static inline int64_t sweep_slot(const ring *r, uint64_t i, uint32_t also) {
   uint64_t *word = w64(r, r->soff + 128u * i);
   uint64_t w = __atomic_load_n(word, __ATOMIC_ACQUIRE), pos = sw_seq(w);
   uint32_t st = sw_state(w), owner = sw_owner(w);
-  int dead = owner >= 1u && owner <= r->capacity && entry_dead(r, owner - 1u);
+  int dead = owner >= 1u && owner <= r->capacity && owner_dead(r, owner - 1u, also);
   frame_ref f;
   ref_read(r, pos, &f);
   if (r->broadcast && st == S_READY) { /* §7 step 3, §5.4: shares of entries that are not live subscribers */
@@ -761,7 +776,7 @@ static inline int64_t sweep_slot(const ring *r, uint64_t i) {
     if (!m) bc_retire(r, pos, w); /* its last releaser died before moving the slot on */
     for (; m; m &= m - 1u) {
       uint32_t k = (uint32_t)__builtin_ctzll(m);
-      if (k >= r->capacity || entry_dead(r, k) || !bc_subscribed(r, k)) bc_release_as(r, k, pos);
+      if (k >= r->capacity || owner_dead(r, k, also) || !bc_subscribed(r, k)) bc_release_as(r, k, pos);
     }
   }
   if (dead && (st == S_WRITING || st == S_RELEASED)) {
@@ -805,7 +820,7 @@ static inline void ring_sweep(const ring *r) {
   }
   uint8_t *referred = (uint8_t *)calloc(r->capacity, 1);
   for (uint64_t i = 0; i < r->slots; i++) { /* step 3 */
-    int64_t p = sweep_slot(r, i);
+    int64_t p = sweep_slot(r, i, UINT32_MAX);
     if (p >= 0) referred[p] = 1;
   }
   for (uint32_t i = 0; i < r->capacity; i++) /* step 4 */
@@ -813,13 +828,26 @@ static inline void ring_sweep(const ring *r) {
   free(referred);
 }
 
-/* §4 detach: clear our doorbell bits, ACTIVE -> DEAD, then sweep (which frees the entry once nothing refers to it). */
-static inline void ring_detach(ring *r) {
-  bells_clear(r, r->me, BELL_DATA | BELL_SPACE);
-  cas64(w64(r, entry(r, r->me) + P_STATE), pword(r->gen, 0, P_ACTIVE), pword(r->gen, 0, P_DEAD));
-  ring_sweep(r);
+/* §4 attach: the slots (and, broadcast, the bits) still naming entry `index`
+ * were left by an occupant that lost it; repair them as a dead owner's. */
+static inline void repair_leftovers(const ring *r, uint32_t index) {
+  if (r->broadcast && index < 64u) __atomic_fetch_and(w64(r, C_SUBSCRIBERS), ~(1ull << index), __ATOMIC_SEQ_CST);
+  for (uint64_t i = 0; i < r->slots; i++) sweep_slot(r, i, index);
+}
+
+/* §4 detach: clear our doorbell bits, ACTIVE -> DEAD, then sweep (which frees
+ * the entry once nothing refers to it); an entry lost meanwhile is not ours to
+ * touch. Returns whether we still held it. */
+static inline int ring_detach(ring *r) {
+  int held = entry_held(r);
+  if (held) {
+    bells_clear(r, r->me, BELL_DATA | BELL_SPACE);
+    cas64(w64(r, entry(r, r->me) + P_STATE), pword(r->gen, 0, P_ACTIVE), pword(r->gen, 0, P_DEAD));
+    ring_sweep(r);
+  }
   munmap(r->base, r->size);
   close(r->fd);
+  return held;
 }
 
 #endif
