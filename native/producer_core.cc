@@ -42,6 +42,7 @@ size_t ProducerState::Reap(bool full) {
   }
   inflight.erase(kept, inflight.end());
   reaps_until_full = std::max<size_t>(kFullReapEvery, inflight.size());
+  gpr_arena_pool_restore_headers(&pool);
   return reaped;
 }
 

@@ -5,7 +5,7 @@ import test from 'ava';
 import { Int32, Table, Utf8, vectorFromArray } from 'apache-arrow';
 import { absentBuffer, Consumer, decodeFrame, GpuringError, hostBuffer, Producer, Ring } from '../lib/index.js';
 import { Buffer_, BUFFER_BYTES, HEADER_BYTES, Node, NODE_BYTES } from '../lib/codec/layout.js';
-import { uniqueName, withRing } from './helpers/ring.js';
+import { child, exitOf, uniqueName, withRing } from './helpers/ring.js';
 
 const SLOT_BYTES = 128;
 const frame = (i: number) => new Table({ i: vectorFromArray([i, i + 1], new Int32()) });
@@ -230,6 +230,28 @@ test('value offsets are checked inside the slice, not only at its ends: toTable(
     t.is(error.code, 'FRAME_BOUNDS');
     t.regex(error.message, /value offset 1 is 67108864/);
     f.release();
+    consumer.close();
+    producer.close();
+  });
+});
+
+test("an arena header overwritten under its producer is restored by the producer's next full reap: a consumer process that maps the arena later reads its frames", async (t) => {
+  await withRing('arena-header', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    await producer.publish(frame(0));
+    const { arena } = locate(name, 0);
+    const header = read(arena, 0, 32);
+    (await consumer.next({ timeout: 5000 })).release();
+    patch(arena, 0, u64(0xbadn)); // the magic: every consumer that maps the arena now refuses it
+    // More publishes than kFullReapEvery (128): at least one full reap, which checks the headers.
+    for (let i = 1; i < 200; i++) {
+      await producer.publish(frame(i), { timeout: 5000 });
+      (await consumer.next({ timeout: 5000 })).release();
+    }
+    t.deepEqual(read(arena, 0, 32), header, 'the header is back');
+    for (let i = 0; i < 3; i++) await producer.publish(frame(i));
+    t.is((await exitOf(child('take-release', name, 3))).code, 0, 'a consumer process that maps the arena now reads its frames');
     consumer.close();
     producer.close();
   });

@@ -364,6 +364,30 @@ static void test_lost_entries(void) {
   endpoints_close(&e);
 }
 
+/* A stray write into an arena header (SPEC.md §9): the producer's next full
+ * reap puts it back, so consumers that map the arena later accept it. */
+static void test_arena_header_restored(void) {
+  endpoints e;
+  gpr_error err;
+  gpr_frame *f = NULL;
+  endpoints_open(&e, "header", 8u);
+  CHECK(publish_ints(e.p, 4, 0, &err) == 0 && gpr_consumer_next(e.c, 0, &f, &err) == 0);
+  gpr_frame_release(f);
+  gpr_arena_header *h = (gpr_arena_header *)e.p->pool.arenas[0].base, kept = *h;
+  pid_t child = fork();
+  if (child == 0) {
+    h->magic = 0xbad;
+    _exit(0);
+  }
+  CHECK(waitpid(child, NULL, 0) == child && h->magic == 0xbad);
+  for (int i = 0; i < 200; i++) { /* more than a full reap's 128 publishes */
+    CHECK(publish_ints(e.p, 4, 0, &err) == 0 && gpr_consumer_next(e.c, 0, &f, &err) == 0);
+    gpr_frame_release(f);
+  }
+  CHECK(memcmp(h, &kept, sizeof kept) == 0);
+  endpoints_close(&e);
+}
+
 int main(void) {
   endpoints e;
   endpoints_open(&e, "", 4u);
@@ -379,6 +403,7 @@ int main(void) {
   test_inflight_queue();
   test_release_callback_publishes();
   test_lost_entries();
+  test_arena_header_restored();
   endpoints_close(&e);
   return CHECK_DONE();
 }

@@ -129,6 +129,32 @@ GPR_INLINE int gpr_arena_file_create(gpr_arena_pool *pool, uint32_t *number, cha
   }
 }
 
+/* The header arena `a` of this pool must carry (SPEC.md §9); the one in shared
+ * memory is rewritten when it differs, so that a stray write there does not
+ * make every consumer that maps the arena later refuse it (ARENA_INVALID)
+ * for as long as the producer lives. Returns whether it was rewritten. */
+GPR_INLINE int gpr_arena_header_restore(const gpr_arena_pool *pool, gpr_arena *a) {
+  gpr_arena_header want, *h = (gpr_arena_header *)a->base;
+  memset(&want, 0, sizeof want);
+  want.magic = GPR_ARENA_MAGIC;
+  want.size = a->size;
+  want.owner_pid = h->owner_pid; /* informational, read by no one: rewritten only with the rest */
+  want.owner_index = pool->index;
+  want.owner_gen = pool->gen;
+  want.arena = a->number;
+  if (memcmp(h, &want, sizeof want) == 0) return 0;
+  want.owner_pid = (uint32_t)getpid();
+  memcpy(h, &want, sizeof want);
+  return 1;
+}
+
+/* gpr_arena_header_restore for every arena of the pool; run with a producer's
+ * full reaps (a few hundred publishes apart), off the per-frame path. */
+GPR_INLINE void gpr_arena_pool_restore_headers(gpr_arena_pool *pool) {
+  for (uint32_t i = 0; i < pool->count; i++)
+    if (pool->arenas[i].base) gpr_arena_header_restore(pool, &pool->arenas[i]);
+}
+
 /* Creates a new arena with room for min_bytes: of the regular size, or of the
  * allocation's size when larger; or, when /dev/shm cannot hold the regular size
  * but can hold the allocation, of the allocation's size (pages), so that a
@@ -159,19 +185,13 @@ GPR_INLINE int gpr_arena_create(gpr_arena_pool *pool, uint64_t min_bytes, gpr_er
     shm_unlink(name);
     return gpr_fail(err, GPR_E_SYSTEM, e, "mmap of arena failed: %s", strerror(e));
   }
-  gpr_arena_header *h = (gpr_arena_header *)base;
-  h->magic = GPR_ARENA_MAGIC;
-  h->size = size;
-  h->owner_pid = (uint32_t)getpid();
-  h->owner_index = pool->index;
-  h->owner_gen = pool->gen;
-  h->arena = number;
   gpr_arena *a = &pool->arenas[number];
   memset(a, 0, sizeof *a);
   a->fd = fd;
   a->base = (uint8_t *)base;
   a->size = size;
   a->number = number;
+  gpr_arena_header_restore(pool, a);
   if (gpr_ranges_reserve(&a->free_ranges, &a->free_capacity, 1) != 0)
     return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
   a->free_ranges[0].offset = sizeof(gpr_arena_header);

@@ -122,6 +122,7 @@ GPR_INLINE uint32_t gpr_producer_reap(gpr_producer *p) {
     reaped++;
   }
   p->full_reap_in = p->inflight_count > 128u ? p->inflight_count : 128u;
+  gpr_arena_pool_restore_headers(&p->pool);
   return reaped;
 }
 

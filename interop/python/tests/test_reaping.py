@@ -3,10 +3,14 @@ every publish, and all of them every FULL_REAP_EVERY publishes, so the memory of
 a frame released behind one still held comes back too."""
 from __future__ import annotations
 
-import pyarrow as pa
+import os
 
-from gpuring import Consumer, Producer, Ring
+import pyarrow as pa
+import pytest
+
+from gpuring import Consumer, GpuringError, Producer, Ring
 from gpuring.producer import FULL_REAP_EVERY
+from gpuring.recovery import arena_path
 
 TABLE = pa.table({"x": pa.array([1, 2, 3], pa.int64())})
 
@@ -26,3 +30,29 @@ def test_frames_released_behind_a_held_one_are_reclaimed_by_the_full_passes(ring
         assert producer.reap() > 0 and producer.in_flight == 1  # the held one
         oldest.release()
         assert producer.reap() == 1 and producer.in_flight == 0
+
+
+def test_an_arena_header_overwritten_under_its_producer_is_restored_by_the_next_full_reap(ring_name):
+    """SPEC.md §9: until then every consumer that maps the arena refuses it (ARENA_INVALID)."""
+    Ring.create(ring_name, slots=8).close()
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        producer.publish(TABLE)
+        consumer.try_next().release()
+        fd = os.open(arena_path(ring_name, producer.index, producer.generation, 0), os.O_RDWR)
+        try:
+            header = os.pread(fd, 32, 0)
+            os.pwrite(fd, (0xBAD).to_bytes(8, "little"), 0)  # the magic
+            with Consumer.open(ring_name) as later:
+                producer.publish(TABLE)
+                with pytest.raises(GpuringError) as e:
+                    later.try_next()
+                assert e.value.code == "ARENA_INVALID"
+            for _ in range(FULL_REAP_EVERY + 2):
+                producer.publish(TABLE)
+                consumer.try_next().release()
+            assert os.pread(fd, 32, 0) == header
+        finally:
+            os.close(fd)
+        producer.publish(TABLE)
+        with Consumer.open(ring_name) as later:
+            assert later.try_next().description is not None

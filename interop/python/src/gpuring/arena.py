@@ -134,9 +134,22 @@ class ArenaPool:
             os.close(fd)
             os.unlink(path)
             raise
-        arena.mem.write(0, _HEADER.pack(L.ARENA_MAGIC, size, os.getpid(), self.index, self.gen, number, bytes(32)))
         self.arenas.append(arena)
+        self._restore_header(arena)
         return arena
+
+    def _restore_header(self, arena: _Arena) -> None:
+        """Rewrites ``arena``'s header in shared memory when it differs from what it
+        must carry, so that a stray write there does not make every consumer that
+        maps the arena later refuse it (ARENA_INVALID) while we live (SPEC.md §9)."""
+        want = _HEADER.pack(L.ARENA_MAGIC, arena.size, os.getpid(), self.index, self.gen, arena.number, bytes(32))
+        if arena.mem.read(0, L.ARENA_HEADER_BYTES) != want:
+            arena.mem.write(0, want)
+
+    def restore_headers(self) -> None:
+        """_restore_header for every arena; run with the producer's full reaps, off the per-frame path."""
+        for a in filter(None, self.arenas):
+            self._restore_header(a)
 
     def alloc(self, n: int) -> Allocation:
         """``n`` bytes (rounded up to 64), in a new arena when none has room."""

@@ -262,6 +262,8 @@ class Producer:
                 self._pool.free(a)
             if on_reclaim is not None:
                 on_reclaim()
+        if full:
+            self._pool.restore_headers()
         return len(done)
 
     def drain(self, timeout: float | None = None) -> None:
