@@ -145,6 +145,43 @@ static void test_export_holds_the_lease(gpr_producer *p, gpr_consumer *c) {
   CHECK(array.release == NULL && gpr_producer_reap(p) == 1);
 }
 
+/* An exported utf8 column's offsets are the private copy that was checked
+ * (SPEC.md §8.2): rewriting the shared ones afterwards cannot reach an importer. */
+static void test_export_offsets_are_private(gpr_producer *p, gpr_consumer *c) {
+  gpr_error err;
+  gpr_allocation a;
+  CHECK(gpr_producer_alloc(p, 64, &a, &err) == 0);
+  const int32_t offsets[4] = {0, 2, 4, 5};
+  memcpy(a.ptr, offsets, sizeof offsets);
+  memcpy(a.ptr + 32, "abcde", 5);
+  gpr_node_desc n = {"s", 1, "u", 1, NULL, 0, 0, 0, -1, 3, 3, 0, 0};
+  gpr_body_buffer b[3];
+  memset(b, 0, sizeof b);
+  CHECK(gpr_producer_host_buffer(p, &a, 0, sizeof offsets, &b[1], &err) == 0);
+  CHECK(gpr_producer_host_buffer(p, &a, 32, 5, &b[2], &err) == 0);
+  gpr_frame_desc d;
+  memset(&d, 0, sizeof d);
+  d.row_count = 3;
+  d.root_count = d.node_count = 1;
+  d.buffer_count = 3;
+  d.nodes = &n;
+  d.buffers = b;
+  gpr_publish_options o = {0, 0, &a, 1, NULL, NULL};
+  CHECK(gpr_producer_publish(p, &d, &o, NULL, &err) == 0);
+  gpr_frame *f = NULL;
+  struct ArrowSchema schema;
+  struct ArrowArray array;
+  CHECK(gpr_consumer_next(c, 0, &f, &err) == 0 && gpr_frame_export_arrow(f, &schema, &array, &err) == 0);
+  gpr_frame_release(f);
+  const int32_t huge = 64 << 20;
+  memcpy(a.ptr + 4, &huge, 4); /* after the check: the producer (or anyone) rewrites an offset */
+  const int32_t *got = (const int32_t *)array.children[0]->buffers[1];
+  CHECK(memcmp(got, offsets, sizeof offsets) == 0);
+  CHECK(memcmp(array.children[0]->buffers[2], "abcde", 5) == 0);
+  schema.release(&schema);
+  array.release(&array);
+}
+
 static void test_frame_outlives_its_consumer(gpr_producer *p, const char *name) {
   gpr_error err;
   gpr_consumer *c = NULL;
@@ -396,6 +433,7 @@ int main(void) {
   test_refused_buffers(e.p);
   test_damaged_frame_is_dropped(e.p, e.c);
   test_export_holds_the_lease(e.p, e.c);
+  test_export_offsets_are_private(e.p, e.c);
   gpr_consumer_close(e.c);
   e.c = NULL;
   test_frame_outlives_its_consumer(e.p, e.name);

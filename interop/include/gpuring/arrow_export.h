@@ -157,15 +157,23 @@ GPR_INLINE int64_t gpr_offset_at(const uint8_t *offsets, uint32_t width, uint64_
 
 /* Var-size values must stay inside their data (or child): SPEC.md §8.2. Every
  * offset of the slice is checked, not only its ends: importers index values
- * with the offsets in between too. */
-GPR_INLINE int gpr_export_check_offsets(const gpr_frame_desc *d, uint32_t i, const void **buffers,
-                                        uint32_t first, gpr_error *err) {
+ * with the offsets in between too. They are checked in a private copy,
+ * offsets[0 .. offset + length], which the export then points at: the
+ * producer's memory may change between a check and an importer's read, and
+ * an importer trusts the offsets it gets. The values stay in place. */
+GPR_INLINE int gpr_export_private_offsets(gpr_export_store *st, uint32_t i, const void **buffers,
+                                          uint32_t first, gpr_error *err) {
+  const gpr_frame_desc *d = &st->frame->desc;
   const gpr_node_desc *n = &d->nodes[i];
   gpr_format_info f;
   if (n->length == 0 || gpr_format_parse(n->format, n->format_length, &f) != 0 ||
       (f.layout != GPR_LAYOUT_VARBIN && f.layout != GPR_LAYOUT_LIST) || n->dictionary >= 0)
     return 0;
-  const uint8_t *offsets = (const uint8_t *)buffers[1];
+  size_t bytes = (size_t)(n->offset + n->length + 1u) * f.offset_bytes;
+  uint8_t *offsets = (uint8_t *)gpr_export_alloc(st, bytes);
+  if (!offsets) return gpr_export_oom(err);
+  memcpy(offsets, buffers[1], bytes);
+  buffers[1] = offsets;
   int64_t lo = gpr_offset_at(offsets, f.offset_bytes, n->offset);
   int64_t hi = gpr_offset_at(offsets, f.offset_bytes, n->offset + n->length);
   uint64_t limit = f.layout == GPR_LAYOUT_VARBIN ? d->buffers[first + 2u].length
@@ -223,7 +231,7 @@ GPR_INLINE int gpr_export_array_node(gpr_export_store *st, uint32_t i, struct Ar
     if (rc != 0) return rc;
     out->buffers[b] = p;
   }
-  int rc = gpr_export_check_offsets(d, i, out->buffers, first, err);
+  int rc = gpr_export_private_offsets(st, i, out->buffers, first, err);
   if (rc == 0) rc = gpr_export_array_children(st, i + 1u, n->child_count, out, err);
   if (rc != 0 || n->dictionary < 0) return rc;
   out->dictionary = (struct ArrowArray *)gpr_export_alloc(st, sizeof(struct ArrowArray));

@@ -244,6 +244,21 @@ def test_value_offsets_outside_their_data_are_refused_before_pyarrow_reads_them(
     ring.close()
 
 
+def test_offsets_changed_in_shared_memory_after_the_check_do_not_reach_pyarrow(ring_name):
+    """pyarrow reads the private copy of the offsets that was checked: a producer
+    (or anyone) rewriting them afterwards cannot make it read past the data."""
+    values = ["ab", "cd", "e"] * 3
+    ring = Ring.create(ring_name, slots=4)
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        for _ in range(2):  # the first frame of a shape is imported through the C data interface, later ones not
+            producer.publish(pa.table({"s": pa.array(values)}))
+            with consumer.next(timeout=5) as frame:
+                got = frame.to_arrow()
+                break_utf8_offsets(ring_name, producer, values, index=1, to=64 << 20)
+                assert got.column("s").to_pylist() == values
+    ring.close()
+
+
 def test_unlink_removes_the_arenas_left_behind_also_when_the_segment_is_gone(ring_name):
     Ring.create(ring_name, slots=4).close()
     with Producer.open(ring_name) as producer:

@@ -65,6 +65,7 @@ class ArrowNode:
     buffers: list[Any]
     children: list["ArrowNode"] = field(default_factory=list)
     dictionary: "ArrowNode | None" = None
+    keep: list[Any] = field(default_factory=list)  # private memory the buffers point into, kept with the import
 
 
 def _buffer_sizes(fmt: str, arr: ArrowArray) -> list[int]:
@@ -155,7 +156,7 @@ def _build(node: ArrowNode, keep: _Imported, root: bool) -> tuple[ArrowSchema, A
     sc = (ctypes.POINTER(ArrowSchema) * max(1, len(built)))(*[ctypes.pointer(x[0]) for x in built])
     ac = (ctypes.POINTER(ArrowArray) * max(1, len(built)))(*[ctypes.pointer(x[1]) for x in built])
     s.children, a.children = sc, ac
-    keep.objects += [bufs, sc, ac]
+    keep.objects += [bufs, sc, ac, *node.keep]
     if node.dictionary is not None:
         ds, da = _build(node.dictionary, keep, False)
         s.dictionary, a.dictionary = ctypes.pointer(ds), ctypes.pointer(da)

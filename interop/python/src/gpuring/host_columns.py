@@ -136,29 +136,33 @@ class ArenaMaps:
         return int(mem.base + b.offset)
 
 
-def _check_value_offsets(c: ColumnDescriptor, address: Address) -> None:
-    """Var-size values must stay inside their data (or child): pyarrow trusts
-    the offsets, and shared memory is untrusted (SPEC.md 8.2)."""
+def _private_offsets(c: ColumnDescriptor, address: Address) -> bytes | None:
+    """The value offsets of a var-size column, ``offsets[0 .. offset + length]``,
+    copied out of shared memory and checked (SPEC.md §8.2): pyarrow indexes
+    values with them and trusts them, and the producer's memory may change
+    between a check and a read, so pyarrow gets this copy, never the shared
+    bytes. None for a column without value offsets."""
     f = parse_format(c.format)
     if c.length == 0 or c.dictionary >= 0 or f is None or f.layout not in ("varbin", "list"):
-        return
-    w, base = f.offset_bytes, address(c.buffers[1])
-    lo, hi = (int.from_bytes(ctypes.string_at(base + (c.offset + k) * w, w), "little", signed=True) for k in (0, c.length))
+        return None
+    w = f.offset_bytes
+    copy = ctypes.string_at(address(c.buffers[1]), (c.offset + c.length + 1) * w)
+    lo, hi = (int.from_bytes(copy[(c.offset + k) * w:(c.offset + k + 1) * w], "little", signed=True) for k in (0, c.length))
     limit = c.buffers[2].length if f.layout == "varbin" else c.children[0].length
     if lo < 0 or hi < lo or hi > limit:
         raise GpuringError("FRAME_BOUNDS", f"column '{c.name}': value offsets [{lo}, {hi}] exceed its {limit} values")
-    _check_offsets_ascend(c, base + c.offset * w, w)
+    _check_offsets_ascend(c, copy[c.offset * w:], w)
+    return copy
 
 
-def _check_offsets_ascend(c: ColumnDescriptor, at: int, width: int) -> None:
+def _check_offsets_ascend(c: ColumnDescriptor, offsets_bytes: bytes, width: int) -> None:
     """Every offset of the slice, not only its ends: pyarrow indexes values with
     all of them. Vectorized with pyarrow, which reading host columns needs anyway."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n = c.length + 1
-    offsets = pa.Array.from_buffers(pa.int32() if width == 4 else pa.int64(), n,
-                                    [None, pa.py_buffer(ctypes.string_at(at, n * width))])
+    offsets = pa.Array.from_buffers(pa.int32() if width == 4 else pa.int64(), c.length + 1,
+                                    [None, pa.py_buffer(offsets_bytes)])
     ascending = pc.greater_equal(offsets[1:], offsets[:-1])
     if not pc.all(ascending).as_py():
         k = pc.index(ascending, False).as_py() + 1
@@ -167,11 +171,14 @@ def _check_offsets_ascend(c: ColumnDescriptor, at: int, width: int) -> None:
 
 
 def _import_node(c: ColumnDescriptor, address: Address, dictionaries: list[ColumnDescriptor]) -> ArrowNode:
-    _check_value_offsets(c, address)
+    offsets = _private_offsets(c, address)
     flags = (2 if c.nullable else 0) | (1 if c.dictionary_ordered else 0) | (4 if c.map_keys_sorted else 0)
     node = ArrowNode(c.name, c.format, flags, encode_metadata(c.metadata), c.length, c.null_count, c.offset,
                       [0 if b.kind == "absent" else address(b) for b in c.buffers],
                       [_import_node(k, address, dictionaries) for k in c.children])
+    if offsets is not None:
+        copy = ctypes.create_string_buffer(offsets, len(offsets))
+        node.buffers[1], node.keep = ctypes.addressof(copy), [copy]
     if c.dictionary >= 0:
         node.dictionary = _import_node(dictionaries[c.dictionary], address, dictionaries)
     return node
@@ -203,8 +210,10 @@ def _array(pa: Any, t: Any, c: ColumnDescriptor, d: FrameDescription, address: A
     """One column over its buffers, each holding ``owner``. A module function, not a
     closure: a recursive closure is a reference cycle that would hold the lease until
     the garbage collector runs."""
-    _check_value_offsets(c, address)
+    offsets = _private_offsets(c, address)
     buffers = [None if b.kind == "absent" else pa.foreign_buffer(address(b), b.length, owner) for b in c.buffers]
+    if offsets is not None:
+        buffers[1] = pa.py_buffer(offsets)
     if t.id == pa.lib.Type_DICTIONARY:  # Array.from_buffers aborts the process on a dictionary type
         values = _array(pa, t.value_type, d.dictionaries[c.dictionary], d, address, owner)
         return pa.DictionaryArray.from_buffers(t, c.length, buffers, values, c.null_count, c.offset)
