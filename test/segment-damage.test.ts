@@ -1,18 +1,19 @@
-// Random bytes written into a live ring (SPEC.md §10a): two producer and two
-// consumer processes run while another process writes 1-8 random bytes every
-// 2 ms into the segment's control block, its slots and the participant entries
-// they use. Every failure must be a typed error (no crash, no other
-// exception), and once the writes stop frames must flow again faster than
-// timeouts alone would move them: sweeps repair what the damage left (§7 step
-// 2), and a participant whose entry was taken fails with DETACHED and is
-// opened again (§4, "Losing the entry"). Before that, a hint or a slot
-// sequence moved laps away, a slot owned by nobody, or an EMPTY slot producers
-// had passed stalled the ring for good, and a producer whose entry was marked
-// DEAD went on publishing from arenas a sweep had unlinked. Frames themselves
-// are not checked: a damaged slot reference may name another frame's body,
-// which §10a allows.
+// Random bytes written into a live ring (SPEC.md §10a): a Node and a Python
+// producer and a Node and a Python consumer run while another process writes
+// 1-8 random bytes every 2 ms into the segment's control block, its slots, the
+// participant entries they use, and their arenas (headers, bodies, buffers).
+// Every failure must be a typed error (no crash, no other exception), and once
+// the writes stop frames must flow again faster than timeouts alone would move
+// them: sweeps repair what the damage left (§7 step 2), a participant whose
+// entry was taken fails with DETACHED and is opened again (§4, "Losing the
+// entry"), and producers restore their arena headers (§9). Before that, a hint
+// or a slot sequence moved laps away, a slot owned by nobody, or an EMPTY slot
+// producers had passed stalled the ring for good, and a producer whose entry
+// was marked DEAD went on publishing from arenas a sweep had unlinked. Frames
+// themselves are not checked: a damaged slot reference may name another
+// frame's body, and bytes in a buffer are the producer's, which §10a allows.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import test from 'ava';
@@ -26,12 +27,18 @@ const HEADER_BYTES = 256;
 const ENTRY_BYTES = 128;
 /** The entries the participants and their reopened successors take: writes into the rest would hit nobody. */
 const DAMAGED_ENTRIES = 8;
+/** Where small frames lie in an arena: its header and the first bodies and buffers. */
+const ARENA_BYTES = 64 << 10;
 
 interface Counts { ok: number; codes: Record<string, number>; untyped?: string }
 
+/** A Node participant (test/helpers/damage-child.ts), or a Python one for a role `python ...` (tests/children/damage.py). */
 function participant(role: string, name: string): { proc: ChildProcess; last: () => Counts } {
-  const seconds = (SETTLE_MS + DAMAGE_MS + RECOVER_MS) / 1000;
-  const proc = spawn(process.execPath, ['--import', 'tsx', join(root, 'test/helpers/damage-child.ts'), role, name, String(seconds)], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
+  const seconds = String((SETTLE_MS + DAMAGE_MS + RECOVER_MS) / 1000);
+  const [python, plain] = role.startsWith('python ') ? [true, role.slice(7)] : [false, role];
+  const proc = python
+    ? spawn('python3', [join(root, 'interop/python/tests/children/damage.py'), plain, name, seconds], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, PYTHONPATH: join(root, 'interop/python/src') } })
+    : spawn(process.execPath, ['--import', 'tsx', join(root, 'test/helpers/damage-child.ts'), plain, name, seconds], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
   let last: Counts = { ok: 0, codes: {} };
   createInterface({ input: proc.stdout! }).on('line', (line) => (last = JSON.parse(line) as Counts));
   return { proc, last: () => last };
@@ -46,7 +53,16 @@ function regions(fd: number): [number, number][] {
   return [[control, participants], [slots, slots + h.readUInt32LE(32) * h.readUInt32LE(36)], [participants, entries]];
 }
 
-/** Writes seeded random bytes into the control block, the slots and the first entries until `until`. */
+/** `bytes` into the first ARENA_BYTES of one of the ring's arenas: headers, frame bodies, column buffers. */
+function writeIntoAnArena(segment: string, bytes: Buffer, random: () => number): void {
+  const arenas = readdirSync('/dev/shm').filter((f) => f.startsWith(`${segment.slice('/dev/shm/'.length)}.p`));
+  if (arenas.length === 0) return;
+  const fd = openSync(`/dev/shm/${arenas[Math.floor(random() * arenas.length)]}`, 'r+');
+  writeSync(fd, bytes, 0, bytes.length, Math.floor(random() * ARENA_BYTES));
+  closeSync(fd);
+}
+
+/** Writes seeded random bytes into the control block, the slots, the first entries and the arenas until `until`. */
 async function damage(path: string, until: number): Promise<number> {
   let seed = SEED, writes = 0;
   const random = () => ((seed = (Math.imul(seed, 1103515245) + 12345) & 0x7fffffff), seed / 0x80000000);
@@ -55,8 +71,11 @@ async function damage(path: string, until: number): Promise<number> {
     const places = regions(fd);
     while (Date.now() < until) {
       const bytes = Buffer.from(Array.from({ length: 1 + Math.floor(random() * 8) }, () => (random() < 0.3 ? 0xff : random() < 0.3 ? 0 : Math.floor(random() * 256))));
-      const [from, to] = places[Math.floor(random() * places.length)]!;
-      writeSync(fd, bytes, 0, bytes.length, from + Math.floor(random() * (to - from - bytes.length)));
+      const at = Math.floor(random() * (places.length + 1));
+      if (at < places.length) {
+        const [from, to] = places[at]!;
+        writeSync(fd, bytes, 0, bytes.length, from + Math.floor(random() * (to - from - bytes.length)));
+      } else writeIntoAnArena(path, bytes, random);
       writes++;
       await new Promise((r) => setTimeout(r, 2));
     }
@@ -66,9 +85,9 @@ async function damage(path: string, until: number): Promise<number> {
   return writes;
 }
 
-test(`random bytes in a live segment (seed ${SEED}): typed errors only, and frames flow again once the writes stop`, async (t) => {
+test(`random bytes in a live ring's segment and arenas (seed ${SEED}), Node and Python participants: typed errors only, and frames flow again once the writes stop`, async (t) => {
   await withRing('damage', { slots: 16 }, async (_ring, name) => {
-    const roles = ['producer', 'producer', 'consumer', 'consumer'];
+    const roles = ['producer', 'python producer', 'consumer', 'python consumer'];
     const people = roles.map((role) => participant(role, name));
     await new Promise((r) => setTimeout(r, SETTLE_MS));
     const writes = await damage(`/dev/shm/gpuring.${name}`, Date.now() + DAMAGE_MS);
