@@ -30,15 +30,17 @@ def _segment(name: str, participants: int):
         seg.close()
 
 
-def test_entries_left_attaching_or_freeing_by_a_dead_process_are_reclaimed(ring_name):
-    with _segment(ring_name, 2) as seg:
+def test_entries_left_attaching_or_freeing_by_a_dead_process_or_damaged_are_reclaimed(ring_name):
+    with _segment(ring_name, 3) as seg:
         gone = _dead_pid()
         seg.mem.store64(seg.participant(0), L.pword(5, gone, L.P_ATTACHING))
         seg.mem.store64(seg.participant(1), L.pword(7, gone, L.P_FREEING))
+        seg.mem.store64(seg.participant(2), L.pword(3, 0, 6))  # a damaged state: lost for good before
         rep = sweep(seg)
-        assert (rep.found_dead, rep.freed) == (1, 2)
+        assert (rep.found_dead, rep.freed) == (2, 3)
         assert seg.attach(L.ROLE_CONSUMER) == (0, 6)
         assert seg.attach(L.ROLE_CONSUMER) == (1, 8)
+        assert seg.attach(L.ROLE_CONSUMER) == (2, 4)
 
 
 def test_a_sweeper_that_loses_the_free_race_leaves_the_entry_alone(ring_name):

@@ -43,12 +43,14 @@ def _orphaned(w: int) -> bool:
 
 
 def _mark(seg: Segment, rep: SweepReport) -> list[bool]:
-    """DEAD for gone ACTIVE entries and half-attached ones; True for entries to free."""
+    """DEAD for gone ACTIVE entries, half-attached ones and damaged ones (states 5-7,
+    whose occupant, if alive, fails with DETACHED); True for entries to free."""
     dead = []
     for i in range(seg.participant_capacity):
         w = seg.participant_word(i)
         st = L.pword_state(w)
-        if (st == L.P_ACTIVE and not seg.participant_alive(i)) or (st == L.P_ATTACHING and _orphaned(w)):
+        if ((st == L.P_ACTIVE and not seg.participant_alive(i)) or (st == L.P_ATTACHING and _orphaned(w))
+                or st > L.P_FREEING):
             if seg.mem.cas64(seg.participant(i), w, L.pword(w >> 32, 0, L.P_DEAD)):
                 rep.found_dead += 1
             w = seg.participant_word(i)
