@@ -96,13 +96,7 @@ static void test_refused_buffers(gpr_producer *p) {
   CHECK(gpr_producer_host_buffer(p, &a, 0, 64, &b[1], &err) == 0);
   b[1].offset = 1ull << 40; /* outside every arena of this producer */
   gpr_node_desc n = {"v", 1, "i", 1, NULL, 0, 0, 0, -1, 2, 16, 0, 0};
-  gpr_frame_desc d;
-  memset(&d, 0, sizeof d);
-  d.row_count = 16;
-  d.root_count = d.node_count = 1;
-  d.buffer_count = 2;
-  d.nodes = &n;
-  d.buffers = b;
+  gpr_frame_desc d = one_column_frame(&n, b, 2, 16);
   CHECK_CODE(gpr_producer_publish(p, &d, NULL, NULL, &err), GPR_E_INVALID_ARGUMENT);
   b[1].offset = a.offset;
   n.length = 17; /* longer than row_count: the consumer's rule, checked here first */
@@ -159,13 +153,7 @@ static void test_export_offsets_are_private(gpr_producer *p, gpr_consumer *c) {
   memset(b, 0, sizeof b);
   CHECK(gpr_producer_host_buffer(p, &a, 0, sizeof offsets, &b[1], &err) == 0);
   CHECK(gpr_producer_host_buffer(p, &a, 32, 5, &b[2], &err) == 0);
-  gpr_frame_desc d;
-  memset(&d, 0, sizeof d);
-  d.row_count = 3;
-  d.root_count = d.node_count = 1;
-  d.buffer_count = 3;
-  d.nodes = &n;
-  d.buffers = b;
+  gpr_frame_desc d = one_column_frame(&n, b, 3, 3);
   gpr_publish_options o = {0, 0, &a, 1, NULL, NULL};
   CHECK(gpr_producer_publish(p, &d, &o, NULL, &err) == 0);
   gpr_frame *f = NULL;
