@@ -2,7 +2,7 @@
 // errors, never a crash or a hang, and the ring keeps working afterwards.
 import { chownSync, closeSync, ftruncateSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs';
 import test from 'ava';
-import { Int32, Table, Utf8, vectorFromArray } from 'apache-arrow';
+import { Dictionary, Int32, Table, Utf8, vectorFromArray } from 'apache-arrow';
 import { absentBuffer, Consumer, decodeFrame, GpuringError, hostBuffer, Producer, Ring } from '../lib/index.js';
 import { Buffer_, BUFFER_BYTES, HEADER_BYTES, Node, NODE_BYTES } from '../lib/codec/layout.js';
 import { child, exitOf, uniqueName, withRing } from './helpers/ring.js';
@@ -230,6 +230,29 @@ test('value offsets are checked inside the slice, not only at its ends: toTable(
     t.is(error.code, 'FRAME_BOUNDS');
     t.regex(error.message, /value offset 1 is 67108864/);
     f.release();
+    consumer.close();
+    producer.close();
+  });
+});
+
+test('dictionary indices outside the dictionary are FRAME_BOUNDS; one under a null is any value', async (t) => {
+  const column = vectorFromArray(['x', 'y', 'x', null, 'y', 'x', 'y'], new Dictionary(new Utf8(), new Int32()));
+  const pattern = Buffer.from(new Int32Array([0, 1, 0, 0, 1, 0, 1]).buffer);
+  await withRing('dictionary-index', { slots: 4 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    for (const [row, bad] of [[3, false], [2, true]] as const) {
+      await producer.publish(new Table({ d: column }));
+      const { arena } = locate(name, row === 3 ? 0 : 1);
+      const bytes = readFileSync(arena);
+      const at = bytes.lastIndexOf(pattern);
+      t.true(at > 0, 'the indices are in the arena');
+      patch(arena, at + 4 * row, new Uint8Array(new Int32Array([99]).buffer));
+      const f = await consumer.next({ timeout: 5000 });
+      if (bad) t.throws(() => f.toTable(), { code: 'FRAME_BOUNDS', message: /dictionary index 99 of row 2/ });
+      else t.deepEqual([...f.toTable().getChild('d')!], ['x', 'y', 'x', null, 'y', 'x', 'y']);
+      f.release();
+    }
     consumer.close();
     producer.close();
   });

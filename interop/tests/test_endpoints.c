@@ -170,6 +170,49 @@ static void test_export_offsets_are_private(gpr_producer *p, gpr_consumer *c) {
   array.release(&array);
 }
 
+/* Dictionary indices outside the dictionary fail the export (FRAME_BOUNDS);
+ * one under a null may hold anything (SPEC.md §8.2). Indices [0, 1, 9, 1]
+ * with row `null_row` null, into the dictionary ["x", "y"]. */
+static int export_dictionary_frame(gpr_producer *p, gpr_consumer *c, uint32_t null_row, gpr_error *err) {
+  gpr_allocation a;
+  CHECK(gpr_producer_alloc(p, 128, &a, err) == 0);
+  const int32_t indices[4] = {0, 1, 9, 1}, offsets[3] = {0, 1, 2};
+  memcpy(a.ptr, indices, sizeof indices);
+  a.ptr[32] = (uint8_t)(0x0f & ~(1u << null_row));
+  memcpy(a.ptr + 64, offsets, sizeof offsets);
+  memcpy(a.ptr + 96, "xy", 2);
+  gpr_node_desc n[2] = {{"d", 1, "i", 1, NULL, 0, 0, 2, 1, 2, 4, 1, 0}, {"", 0, "u", 1, NULL, 0, 0, 0, -1, 3, 2, 0, 0}};
+  gpr_body_buffer b[5];
+  memset(b, 0, sizeof b);
+  CHECK(gpr_producer_host_buffer(p, &a, 32, 1, &b[0], err) == 0);
+  CHECK(gpr_producer_host_buffer(p, &a, 0, sizeof indices, &b[1], err) == 0);
+  CHECK(gpr_producer_host_buffer(p, &a, 64, sizeof offsets, &b[3], err) == 0);
+  CHECK(gpr_producer_host_buffer(p, &a, 96, 2, &b[4], err) == 0);
+  gpr_frame_desc d = one_column_frame(n, b, 5, 4);
+  d.node_count = 2;
+  d.dictionary_count = 1;
+  gpr_publish_options o = {0, 0, &a, 1, NULL, NULL};
+  CHECK(gpr_producer_publish(p, &d, &o, NULL, err) == 0);
+  gpr_frame *f = NULL;
+  struct ArrowSchema schema;
+  struct ArrowArray array;
+  CHECK(gpr_consumer_next(c, 0, &f, err) == 0);
+  int rc = gpr_frame_export_arrow(f, &schema, &array, err);
+  gpr_frame_release(f);
+  if (rc == 0) {
+    schema.release(&schema);
+    array.release(&array);
+  }
+  return rc;
+}
+
+static void test_export_checks_dictionary_indices(gpr_producer *p, gpr_consumer *c) {
+  gpr_error err;
+  CHECK(export_dictionary_frame(p, c, 2, &err) == 0);
+  CHECK_CODE(export_dictionary_frame(p, c, 0, &err), GPR_E_FRAME_BOUNDS);
+  CHECK(strstr(err.message, "dictionary index 9 of row 2") != NULL);
+}
+
 static void test_frame_outlives_its_consumer(gpr_producer *p, const char *name) {
   gpr_error err;
   gpr_consumer *c = NULL;
@@ -422,6 +465,7 @@ int main(void) {
   test_damaged_frame_is_dropped(e.p, e.c);
   test_export_holds_the_lease(e.p, e.c);
   test_export_offsets_are_private(e.p, e.c);
+  test_export_checks_dictionary_indices(e.p, e.c);
   gpr_consumer_close(e.c);
   e.c = NULL;
   test_frame_outlives_its_consumer(e.p, e.name);

@@ -8,6 +8,7 @@
 import { Data, DataType, Dictionary, Field, makeData, makeVector, RecordBatch, Schema, Struct, Table, Type } from 'apache-arrow';
 import type { BufferDescriptor, ColumnDescriptor, FrameDescription } from '../codec/description.js';
 import { parseFormat, type FormatInfo } from '../codec/format.js';
+import { checkIndices } from '../codec/dictionary-indices.js';
 import { aligned, checkedOffsets, type NodeSlice } from '../codec/value-offsets.js';
 import { indexTypeOfFormat, typeOfFormat } from './types.js';
 
@@ -49,7 +50,10 @@ class Reader {
       case 'fixed': {
         const indices = (type as Dictionary).indices.ArrayType.BYTES_PER_ELEMENT;
         const values = aligned(this.buffer(c, 1).subarray(c.offset * indices, (c.offset + c.length) * indices), indices);
-        return makeData({ type, ...common, data: values, dictionary: makeVector(this.data(this.frame.dictionaries[c.dictionary]!, (type as Dictionary).dictionary)) } as never);
+        const dictionary = this.frame.dictionaries[c.dictionary]!;
+        const Typed = (type as Dictionary).indices.ArrayType as unknown as new (b: ArrayBufferLike, at: number, n: number) => Parameters<typeof checkIndices>[1];
+        checkIndices(c, new Typed(values.buffer, values.byteOffset, c.length), this.buffer(c, 0), dictionary.length);
+        return makeData({ type, ...common, data: values, dictionary: makeVector(this.data(dictionary, (type as Dictionary).dictionary)) } as never);
       }
       case 'list': {
         const child = c.children[0]!;

@@ -155,6 +155,17 @@ GPR_INLINE int64_t gpr_offset_at(const uint8_t *offsets, uint32_t width, uint64_
   return v;
 }
 
+/* A private copy of the first `bytes` of buffer `b`, which the export then
+ * points at (NULL stays NULL). */
+GPR_INLINE int gpr_export_private_buffer(gpr_export_store *st, const void **b, size_t bytes, gpr_error *err) {
+  if (!*b) return 0;
+  void *copy = gpr_export_alloc(st, bytes);
+  if (!copy) return gpr_export_oom(err);
+  memcpy(copy, *b, bytes);
+  *b = copy;
+  return 0;
+}
+
 /* Var-size values must stay inside their data (or child): SPEC.md §8.2. Every
  * offset of the slice is checked, not only its ends: importers index values
  * with the offsets in between too. They are checked in a private copy,
@@ -169,11 +180,9 @@ GPR_INLINE int gpr_export_private_offsets(gpr_export_store *st, uint32_t i, cons
   if (n->length == 0 || gpr_format_parse(n->format, n->format_length, &f) != 0 ||
       (f.layout != GPR_LAYOUT_VARBIN && f.layout != GPR_LAYOUT_LIST) || n->dictionary >= 0)
     return 0;
-  size_t bytes = (size_t)(n->offset + n->length + 1u) * f.offset_bytes;
-  uint8_t *offsets = (uint8_t *)gpr_export_alloc(st, bytes);
-  if (!offsets) return gpr_export_oom(err);
-  memcpy(offsets, buffers[1], bytes);
-  buffers[1] = offsets;
+  int rc = gpr_export_private_buffer(st, &buffers[1], (size_t)(n->offset + n->length + 1u) * f.offset_bytes, err);
+  if (rc != 0) return rc;
+  const uint8_t *offsets = (const uint8_t *)buffers[1];
   int64_t lo = gpr_offset_at(offsets, f.offset_bytes, n->offset);
   int64_t hi = gpr_offset_at(offsets, f.offset_bytes, n->offset + n->length);
   uint64_t limit = f.layout == GPR_LAYOUT_VARBIN ? d->buffers[first + 2u].length
@@ -194,6 +203,34 @@ GPR_INLINE int gpr_export_private_offsets(gpr_export_store *st, uint32_t i, cons
     prev = v;
   }
   return 0;
+}
+
+/* Dictionary indices must name entries of the dictionary (SPEC.md §8.2):
+ * every index of the slice not marked null, in [0, dictionary length), else
+ * FRAME_BOUNDS. Checked in private copies of the validity and the indices,
+ * which the export then points at: an importer trusts indices, and the shared
+ * ones (or the null bits) may change after the check. */
+GPR_INLINE int gpr_export_private_indices(gpr_export_store *st, uint32_t i, const void **buffers, gpr_error *err) {
+  const gpr_frame_desc *d = &st->frame->desc;
+  const gpr_node_desc *n = &d->nodes[i];
+  gpr_format_info f;
+  if (n->dictionary < 0 || n->length == 0 || gpr_format_parse(n->format, n->format_length, &f) != 0) return 0;
+  uint64_t end = n->offset + n->length, width = f.bit_width / 8u, entries = d->nodes[n->dictionary].length;
+  int rc = gpr_export_private_buffer(st, &buffers[0], (size_t)((end + 7u) / 8u), err);
+  if (rc == 0) rc = gpr_export_private_buffer(st, &buffers[1], (size_t)(end * width), err);
+  const uint8_t *validity = (const uint8_t *)buffers[0], *indices = (const uint8_t *)buffers[1];
+  int is_signed = n->format[0] >= 'a' && n->format[0] <= 'z';
+  for (uint64_t r = n->offset; rc == 0 && r < end; r++) {
+    if (validity && !(validity[r / 8u] >> (r % 8u) & 1u)) continue;
+    uint64_t u = 0;
+    memcpy(&u, indices + r * width, width); /* little-endian (SPEC.md §1) */
+    int negative = is_signed && width < 8u ? (u >> (width * 8u - 1u)) & 1u : is_signed && (int64_t)u < 0;
+    if (negative || u >= entries)
+      rc = gpr_fail(err, GPR_E_FRAME_BOUNDS, 0, "column '%.*s': dictionary index %llu of row %llu is outside its %llu entries",
+                    (int)n->name_length, n->name, (unsigned long long)u, (unsigned long long)(r - n->offset),
+                    (unsigned long long)entries);
+  }
+  return rc;
 }
 
 GPR_INLINE int gpr_export_array_node(gpr_export_store *st, uint32_t i, struct ArrowArray *out,
@@ -232,6 +269,7 @@ GPR_INLINE int gpr_export_array_node(gpr_export_store *st, uint32_t i, struct Ar
     out->buffers[b] = p;
   }
   int rc = gpr_export_private_offsets(st, i, out->buffers, first, err);
+  if (rc == 0) rc = gpr_export_private_indices(st, i, out->buffers, err);
   if (rc == 0) rc = gpr_export_array_children(st, i + 1u, n->child_count, out, err);
   if (rc != 0 || n->dictionary < 0) return rc;
   out->dictionary = (struct ArrowArray *)gpr_export_alloc(st, sizeof(struct ArrowArray));

@@ -259,6 +259,34 @@ def test_offsets_changed_in_shared_memory_after_the_check_do_not_reach_pyarrow(r
     ring.close()
 
 
+def _rewrite_in_arena(ring: str, producer: Producer, pattern: bytes, at: int, value: bytes) -> None:
+    """Overwrites ``value`` at byte ``at`` of the first copy of ``pattern`` in the producer's arena."""
+    with open(f"/dev/shm/gpuring.{ring}.p{producer.index}g{producer.generation}.a0", "r+b") as f:
+        found = f.read().rfind(pattern)
+        assert found > 0, "the pattern is not in the arena"
+        f.seek(found + at)
+        f.write(value)
+
+
+def test_dictionary_indices_outside_the_dictionary_are_refused_and_those_under_nulls_ignored(ring_name):
+    """SPEC.md §8.2: pyarrow looks values up with the indices it is given."""
+    column = pa.array(["x", "y", "x", None, "y", "x", "y"]).dictionary_encode()
+    pattern = column.indices.buffers()[1].to_pybytes()[:4 * len(column)]
+    ring = Ring.create(ring_name, slots=4)
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        for row, expect in ((3, None), (2, "dictionary index 99")):
+            producer.publish(pa.table({"d": column}))
+            _rewrite_in_arena(ring_name, producer, pattern, 4 * row, (99).to_bytes(4, "little"))
+            with consumer.next(timeout=5) as frame:
+                if expect is None:  # under a null: any value
+                    assert frame.to_arrow().column("d").to_pylist() == column.to_pylist()
+                else:
+                    with pytest.raises(GpuringError) as e:
+                        frame.to_arrow()
+                    assert e.value.code == "FRAME_BOUNDS" and expect in str(e.value)
+    ring.close()
+
+
 def test_unlink_removes_the_arenas_left_behind_also_when_the_segment_is_gone(ring_name):
     Ring.create(ring_name, slots=4).close()
     with Producer.open(ring_name) as producer:

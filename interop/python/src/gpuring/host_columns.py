@@ -155,6 +155,32 @@ def _private_offsets(c: ColumnDescriptor, address: Address) -> bytes | None:
     return copy
 
 
+def _private_indices(c: ColumnDescriptor, address: Address, entries: int) -> tuple[bytes | None, bytes] | None:
+    """The validity and indices of a dictionary-encoded column, copied out of
+    shared memory and checked (SPEC.md §8.2): every index not marked null names
+    one of the dictionary's ``entries``. pyarrow trusts indices, and the shared
+    ones (or the null bits) may change after a check, so it gets these copies.
+    None for a column that is not dictionary-encoded."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    f = parse_format(c.format)
+    if c.dictionary < 0 or c.length == 0 or f is None:
+        return None
+    end = c.offset + c.length
+    validity = None if c.buffers[0].kind == "absent" else ctypes.string_at(address(c.buffers[0]), (end + 7) // 8)
+    indices = ctypes.string_at(address(c.buffers[1]), end * (f.bit_width // 8))
+    index_type = {"c": pa.int8(), "C": pa.uint8(), "s": pa.int16(), "S": pa.uint16(),
+                  "i": pa.int32(), "I": pa.uint32(), "l": pa.int64(), "L": pa.uint64()}[c.format]
+    view = pa.Array.from_buffers(index_type, c.length, [None if validity is None else pa.py_buffer(validity),
+                                                        pa.py_buffer(indices)], -1, c.offset)
+    lo, hi = (pc.min_max(view)[k].as_py() for k in ("min", "max"))
+    if lo is not None and (lo < 0 or hi >= entries):
+        bad = lo if lo < 0 else hi
+        raise GpuringError("FRAME_BOUNDS", f"column '{c.name}': dictionary index {bad} is outside its {entries} entries")
+    return validity, indices
+
+
 def _check_offsets_ascend(c: ColumnDescriptor, offsets_bytes: bytes, width: int) -> None:
     """Every offset of the slice, not only its ends: pyarrow indexes values with
     all of them. Vectorized with pyarrow, which reading host columns needs anyway."""
@@ -172,13 +198,16 @@ def _check_offsets_ascend(c: ColumnDescriptor, offsets_bytes: bytes, width: int)
 
 def _import_node(c: ColumnDescriptor, address: Address, dictionaries: list[ColumnDescriptor]) -> ArrowNode:
     offsets = _private_offsets(c, address)
+    indices = _private_indices(c, address, dictionaries[c.dictionary].length) if c.dictionary >= 0 else None
     flags = (2 if c.nullable else 0) | (1 if c.dictionary_ordered else 0) | (4 if c.map_keys_sorted else 0)
     node = ArrowNode(c.name, c.format, flags, encode_metadata(c.metadata), c.length, c.null_count, c.offset,
                       [0 if b.kind == "absent" else address(b) for b in c.buffers],
                       [_import_node(k, address, dictionaries) for k in c.children])
-    if offsets is not None:
-        copy = ctypes.create_string_buffer(offsets, len(offsets))
-        node.buffers[1], node.keep = ctypes.addressof(copy), [copy]
+    for at, private in ([(1, offsets)] if offsets is not None else []) + list(enumerate(indices or ())):
+        if private is not None:
+            copy = ctypes.create_string_buffer(private, len(private))
+            node.buffers[at] = ctypes.addressof(copy)
+            node.keep.append(copy)
     if c.dictionary >= 0:
         node.dictionary = _import_node(dictionaries[c.dictionary], address, dictionaries)
     return node
@@ -214,6 +243,10 @@ def _array(pa: Any, t: Any, c: ColumnDescriptor, d: FrameDescription, address: A
     buffers = [None if b.kind == "absent" else pa.foreign_buffer(address(b), b.length, owner) for b in c.buffers]
     if offsets is not None:
         buffers[1] = pa.py_buffer(offsets)
+    indices = _private_indices(c, address, d.dictionaries[c.dictionary].length) if c.dictionary >= 0 else None
+    for at, private in enumerate(indices or ()):
+        if private is not None:
+            buffers[at] = pa.py_buffer(private)
     if t.id == pa.lib.Type_DICTIONARY:  # Array.from_buffers aborts the process on a dictionary type
         values = _array(pa, t.value_type, d.dictionaries[c.dictionary], d, address, owner)
         return pa.DictionaryArray.from_buffers(t, c.length, buffers, values, c.null_count, c.offset)
