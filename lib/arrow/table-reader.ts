@@ -51,8 +51,8 @@ class Reader {
         const indices = (type as Dictionary).indices.ArrayType.BYTES_PER_ELEMENT;
         const values = aligned(this.buffer(c, 1).subarray(c.offset * indices, (c.offset + c.length) * indices), indices);
         const dictionary = this.frame.dictionaries[c.dictionary]!;
-        const Typed = (type as Dictionary).indices.ArrayType as unknown as new (b: ArrayBufferLike, at: number, n: number) => Parameters<typeof checkIndices>[1];
-        checkIndices(c, new Typed(values.buffer, values.byteOffset, c.length), this.buffer(c, 0), dictionary.length);
+        const IndexArray = (type as Dictionary).indices.ArrayType;
+        checkIndices(c, new IndexArray(values.buffer as ArrayBuffer, values.byteOffset, c.length), this.buffer(c, 0), dictionary.length);
         return makeData({ type, ...common, data: values, dictionary: makeVector(this.data(dictionary, (type as Dictionary).dictionary)) } as never);
       }
       case 'list': {

@@ -7,14 +7,12 @@
 import { GpuringError } from '../errors.js';
 import type { NodeSlice } from './value-offsets.js';
 
-type Indices = Int8Array | Uint8Array | Int16Array | Uint16Array | Int32Array | Uint32Array | BigInt64Array | BigUint64Array;
-
 /**
  * Throws FRAME_BOUNDS unless each of the `c.length` indices of `indices` (the
  * slice, from `c.offset`) whose bit in `validity` (from bit 0; empty: none
  * null) is set lies in [0, entries).
  */
-export function checkIndices(c: NodeSlice, indices: Indices, validity: Uint8Array, entries: number): void {
+export function checkIndices(c: NodeSlice, indices: ArrayLike<number | bigint>, validity: Uint8Array, entries: number): void {
   for (let k = 0; k < c.length; k++) {
     const row = c.offset + k;
     if (validity.length > 0 && !((validity[row >> 3]! >> (row & 7)) & 1)) continue;

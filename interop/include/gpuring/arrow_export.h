@@ -224,7 +224,7 @@ GPR_INLINE int gpr_export_private_indices(gpr_export_store *st, uint32_t i, cons
     if (validity && !(validity[r / 8u] >> (r % 8u) & 1u)) continue;
     uint64_t u = 0;
     memcpy(&u, indices + r * width, width); /* little-endian (SPEC.md §1) */
-    int negative = is_signed && width < 8u ? (u >> (width * 8u - 1u)) & 1u : is_signed && (int64_t)u < 0;
+    int negative = is_signed && (u >> (width * 8u - 1u)) & 1u; /* the sign bit of a signed index */
     if (negative || u >= entries)
       rc = gpr_fail(err, GPR_E_FRAME_BOUNDS, 0, "column '%.*s': dictionary index %llu of row %llu is outside its %llu entries",
                     (int)n->name_length, n->name, (unsigned long long)u, (unsigned long long)(r - n->offset),

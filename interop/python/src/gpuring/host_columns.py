@@ -136,6 +136,16 @@ class ArenaMaps:
         return int(mem.base + b.offset)
 
 
+def _private_buffers(c: ColumnDescriptor, address: Address, dictionaries: list[ColumnDescriptor]) -> dict[int, bytes]:
+    """The buffers of a column an importer must get as checked private copies
+    (SPEC.md §8.2), by position: value offsets, or a dictionary column's validity
+    and indices. Empty for the rest, which pyarrow reads in place."""
+    if c.dictionary >= 0:
+        return _private_indices(c, address, dictionaries[c.dictionary].length)
+    offsets = _private_offsets(c, address)
+    return {} if offsets is None else {1: offsets}
+
+
 def _private_offsets(c: ColumnDescriptor, address: Address) -> bytes | None:
     """The value offsets of a var-size column, ``offsets[0 .. offset + length]``,
     copied out of shared memory and checked (SPEC.md §8.2): pyarrow indexes
@@ -143,7 +153,7 @@ def _private_offsets(c: ColumnDescriptor, address: Address) -> bytes | None:
     between a check and a read, so pyarrow gets this copy, never the shared
     bytes. None for a column without value offsets."""
     f = parse_format(c.format)
-    if c.length == 0 or c.dictionary >= 0 or f is None or f.layout not in ("varbin", "list"):
+    if c.length == 0 or f is None or f.layout not in ("varbin", "list"):
         return None
     w = f.offset_bytes
     copy = ctypes.string_at(address(c.buffers[1]), (c.offset + c.length + 1) * w)
@@ -155,30 +165,28 @@ def _private_offsets(c: ColumnDescriptor, address: Address) -> bytes | None:
     return copy
 
 
-def _private_indices(c: ColumnDescriptor, address: Address, entries: int) -> tuple[bytes | None, bytes] | None:
+def _private_indices(c: ColumnDescriptor, address: Address, entries: int) -> dict[int, bytes]:
     """The validity and indices of a dictionary-encoded column, copied out of
     shared memory and checked (SPEC.md §8.2): every index not marked null names
     one of the dictionary's ``entries``. pyarrow trusts indices, and the shared
-    ones (or the null bits) may change after a check, so it gets these copies.
-    None for a column that is not dictionary-encoded."""
+    ones (or the null bits) may change after a check, so it gets these copies."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     f = parse_format(c.format)
-    if c.dictionary < 0 or c.length == 0 or f is None:
-        return None
+    if c.length == 0 or f is None:
+        return {}
     end = c.offset + c.length
     validity = None if c.buffers[0].kind == "absent" else ctypes.string_at(address(c.buffers[0]), (end + 7) // 8)
     indices = ctypes.string_at(address(c.buffers[1]), end * (f.bit_width // 8))
-    index_type = {"c": pa.int8(), "C": pa.uint8(), "s": pa.int16(), "S": pa.uint16(),
-                  "i": pa.int32(), "I": pa.uint32(), "l": pa.int64(), "L": pa.uint64()}[c.format]
+    index_type = getattr(pa, f"{'' if c.format.islower() else 'u'}int{f.bit_width}")()  # c C s S i I l L
     view = pa.Array.from_buffers(index_type, c.length, [None if validity is None else pa.py_buffer(validity),
                                                         pa.py_buffer(indices)], -1, c.offset)
     lo, hi = (pc.min_max(view)[k].as_py() for k in ("min", "max"))
     if lo is not None and (lo < 0 or hi >= entries):
         bad = lo if lo < 0 else hi
         raise GpuringError("FRAME_BOUNDS", f"column '{c.name}': dictionary index {bad} is outside its {entries} entries")
-    return validity, indices
+    return {1: indices} if validity is None else {0: validity, 1: indices}
 
 
 def _check_offsets_ascend(c: ColumnDescriptor, offsets_bytes: bytes, width: int) -> None:
@@ -197,17 +205,15 @@ def _check_offsets_ascend(c: ColumnDescriptor, offsets_bytes: bytes, width: int)
 
 
 def _import_node(c: ColumnDescriptor, address: Address, dictionaries: list[ColumnDescriptor]) -> ArrowNode:
-    offsets = _private_offsets(c, address)
-    indices = _private_indices(c, address, dictionaries[c.dictionary].length) if c.dictionary >= 0 else None
+    private = _private_buffers(c, address, dictionaries)
     flags = (2 if c.nullable else 0) | (1 if c.dictionary_ordered else 0) | (4 if c.map_keys_sorted else 0)
     node = ArrowNode(c.name, c.format, flags, encode_metadata(c.metadata), c.length, c.null_count, c.offset,
                       [0 if b.kind == "absent" else address(b) for b in c.buffers],
                       [_import_node(k, address, dictionaries) for k in c.children])
-    for at, private in ([(1, offsets)] if offsets is not None else []) + list(enumerate(indices or ())):
-        if private is not None:
-            copy = ctypes.create_string_buffer(private, len(private))
-            node.buffers[at] = ctypes.addressof(copy)
-            node.keep.append(copy)
+    for at, bytes_ in private.items():
+        copy = ctypes.create_string_buffer(bytes_, len(bytes_))
+        node.buffers[at] = ctypes.addressof(copy)
+        node.keep.append(copy)
     if c.dictionary >= 0:
         node.dictionary = _import_node(dictionaries[c.dictionary], address, dictionaries)
     return node
@@ -239,14 +245,10 @@ def _array(pa: Any, t: Any, c: ColumnDescriptor, d: FrameDescription, address: A
     """One column over its buffers, each holding ``owner``. A module function, not a
     closure: a recursive closure is a reference cycle that would hold the lease until
     the garbage collector runs."""
-    offsets = _private_offsets(c, address)
+    private = _private_buffers(c, address, d.dictionaries)
     buffers = [None if b.kind == "absent" else pa.foreign_buffer(address(b), b.length, owner) for b in c.buffers]
-    if offsets is not None:
-        buffers[1] = pa.py_buffer(offsets)
-    indices = _private_indices(c, address, d.dictionaries[c.dictionary].length) if c.dictionary >= 0 else None
-    for at, private in enumerate(indices or ()):
-        if private is not None:
-            buffers[at] = pa.py_buffer(private)
+    for at, bytes_ in private.items():
+        buffers[at] = pa.py_buffer(bytes_)
     if t.id == pa.lib.Type_DICTIONARY:  # Array.from_buffers aborts the process on a dictionary type
         values = _array(pa, t.value_type, d.dictionaries[c.dictionary], d, address, owner)
         return pa.DictionaryArray.from_buffers(t, c.length, buffers, values, c.null_count, c.offset)
