@@ -148,6 +148,9 @@ export interface SweepReport {
   corrupt: number;
 }
 
+/** A body held by the native core (NativeProducerCore.prepare()): opaque to JS. */
+export type PreparedBody = { readonly __preparedBody: never };
+
 export interface NativeProducerCore {
   readonly index: number;
   readonly generation: number;
@@ -156,6 +159,10 @@ export interface NativeProducerCore {
   arenaBuffer(arena: number): ArrayBuffer;
   arenaName(arena: number): string;
   publish(body: Uint8Array, allocations: Float64Array, tag: bigint, timeoutMs: number): number | Promise<number>;
+  /** A checked private copy of a body that owns no allocation, for publishPrepared(); freed when collected. */
+  prepare(body: Uint8Array): PreparedBody;
+  /** publish() of a prepare()d body, which is not checked again. */
+  publishPrepared(prepared: PreparedBody, tag: bigint, timeoutMs: number): number | Promise<number>;
   /** `count` frames of one body; fewer results than `count` with timeout 0 when the ring filled. */
   publishMany(body: Uint8Array, count: number, tags: BigUint64Array | null, timeoutMs: number): (number | Promise<number>)[];
   /** A flat frame whose host buffers give offsets into the first `bytes` of `staged`: both copied into one allocation, the buffers placed there. */

@@ -64,6 +64,8 @@ export class PreparedFrame {
     this.#eventDevice = eventDevice;
     this.#send = send;
     this.#sendMany = sendMany;
+    // Those bytes are what a publish without an event sends (Producer.prepare() copies them).
+    if (eventDevice >= 0) this.#clearEvent();
   }
 
   /** Bytes of the encoded description. */
@@ -103,8 +105,14 @@ export class PreparedFrame {
     if (this.#eventDevice < 0) return -1;
     // The event's handle is written straight into the body.
     const id = callNative(() => native().recordEvent(this.#eventDevice, true, queue, this.#syncHandle));
-    this.#header.setUint16(Header.syncKind, id < 0 ? 0 : 2, true);
-    if (id < 0) this.#syncHandle.fill(0);
+    if (id < 0) this.#clearEvent();
+    else this.#header.setUint16(Header.syncKind, 2, true);
     return id;
+  }
+
+  /** The header says "no event": sync kind 0, handle zero. */
+  #clearEvent(): void {
+    this.#header.setUint16(Header.syncKind, 0, true);
+    this.#syncHandle.fill(0);
   }
 }

@@ -82,6 +82,8 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   Napi::Value ArenaBuffer(const Napi::CallbackInfo &info);
   Napi::Value ArenaName(const Napi::CallbackInfo &info);
   Napi::Value Publish(const Napi::CallbackInfo &info);
+  Napi::Value Prepare(const Napi::CallbackInfo &info);
+  Napi::Value PublishPrepared(const Napi::CallbackInfo &info);
   Napi::Value PublishMany(const Napi::CallbackInfo &info);
   Napi::Uint8Array ValidBody(Napi::Env env, Napi::Value value);
   Napi::Value PublishStaged(const Napi::CallbackInfo &info);
@@ -103,6 +105,9 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   // consumer yields its CPU to it (YieldToWoken).
   static constexpr uint64_t kYieldAfterIdleNs = 50'000;
   HeadsUpGiven HeadsUp();
+  // The rest of a one-frame publish: the body copied into the arena and the frame enqueued.
+  Napi::Value Send(Napi::Env env, const uint8_t *body, size_t length, std::vector<gpr_allocation> allocs, uint64_t tag,
+                   double timeout_ms, HeadsUpGiven heads_up);
   Napi::Value GiveHeadsUp(const Napi::CallbackInfo &info);
   std::optional<HeadsUpGiven> early_;  // given by headsUp(), not yet passed to a publish
   uint64_t early_ns_ = 0;              // CLOCK_MONOTONIC when headsUp() gave it

@@ -396,6 +396,16 @@ test('prepare(): a description validated and encoded once, published again and a
       t.is(f.toTable().getChild('s')!.length, 5);
       f.release();
     }
+    // A description that brings its own event carries it in every frame.
+    const event = Uint8Array.from({ length: HANDLE_BYTES }, (_, i) => i + 1);
+    const withEvent = producer.prepare({ ...frame('+s', [absentBuffer()]), syncKind: 2, syncHandle: event });
+    for (let i = 0; i < 2; i++) {
+      await withEvent.publish();
+      const f = await consumer.next({ timeout: 5000 });
+      t.is(f.description.syncKind, 2);
+      t.deepEqual(f.description.syncHandle, event);
+      f.release();
+    }
     const code = (fn: () => unknown) => t.throws(fn, { instanceOf: GpuringError })!.code;
     const host = frame('i', [absentBuffer(), hostBuffer(`/gpuring.${name}.p0g1.a0`, 0, 20)]);
     t.is(code(() => producer.prepare(host)), 'INVALID_ARGUMENT', 'arena memory belongs to one frame');
