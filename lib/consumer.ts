@@ -204,6 +204,7 @@ export class Consumer implements AsyncIterable<Frame> {
 
   /** Frames ready now, up to `max`, from one native call and one buffer. */
   #takeReady(max: number): Frame[] {
+    this.#watchIfDue();
     const ready = callNative(() => this.#core.tryNextMany(max));
     if (!ready) return [];
     const [records, used] = ready;
@@ -281,6 +282,7 @@ export class Consumer implements AsyncIterable<Frame> {
 
   /** A record the native core wrote into its chunk: at an offset in the one we hold, or first in a new one. */
   #received(record: ReceivedRecord): Frame {
+    this.#watchIfDue();
     if (typeof record === 'number') return this.#frame(this.#chunk!, record);
     this.#chunk = new DataView(record);
     return this.#frame(this.#chunk, 0);
@@ -289,9 +291,19 @@ export class Consumer implements AsyncIterable<Frame> {
   /** The record at `at` of `records` (see ReceivedRecord); the native core validated its body. */
   #frame(records: DataView, at: number): Frame {
     const frame = new Frame(records, at, this.#source);
-    if (this.#unwatched.push(frame) >= MAX_UNWATCHED) this.#watch();
-    else this.#watchPass ??= setTimeout(() => this.#watch(), LEAK_WATCH_MS).unref();
+    this.#unwatched.push(frame);
+    this.#watchPass ??= setTimeout(() => this.#watch(), LEAK_WATCH_MS).unref();
     return frame;
+  }
+
+  /**
+   * Runs the leak-watch pass early when many frames went out since the last
+   * (a loop that never yields to the event loop). Called before a call hands
+   * out frames, never while it makes them: a pass then would find every frame
+   * of the batch in the making leased and register each.
+   */
+  #watchIfDue(): void {
+    if (this.#unwatched.length >= MAX_UNWATCHED) this.#watch();
   }
 
   /** Registers the frames handed out since the last pass that are still leased. */
