@@ -221,13 +221,10 @@ void ConsumerState::Shutdown() {
 
 // ---------------------------------------------------------------------------
 
+// tryNext, tryNextMany, wait and release are defined on each instance (DirectMethods).
 Napi::Function ConsumerCore::Define(Napi::Env env) {
   return DefineClass(env, "ConsumerCore",
-                     {InstanceMethod<&ConsumerCore::TryNext>("tryNext"),
-                      InstanceMethod<&ConsumerCore::TryNextMany>("tryNextMany"),
-                      InstanceMethod<&ConsumerCore::Wait>("wait"),
-                      InstanceMethod<&ConsumerCore::Cancel>("cancel"),
-                      InstanceMethod<&ConsumerCore::Release>("release"),
+                     {InstanceMethod<&ConsumerCore::Cancel>("cancel"),
                       InstanceMethod<&ConsumerCore::NotifySpace>("notifySpace"),
                       InstanceMethod<&ConsumerCore::ReleaseAfter>("releaseAfter"),
                       InstanceMethod<&ConsumerCore::HandBack>("handBack"),
@@ -271,6 +268,10 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   env.AddCleanupHook([state] { state->Shutdown(); });  // process exit without close()
   Value().Set("index", Napi::Number::New(env, s.me));
   Value().Set("generation", Napi::Number::New(env, s.gen));
+  direct_.Define<&ConsumerCore::TryNext>(Value(), "tryNext");
+  direct_.Define<&ConsumerCore::TryNextMany>(Value(), "tryNextMany");
+  direct_.Define<&ConsumerCore::Wait>(Value(), "wait");
+  direct_.Define<&ConsumerCore::Release>(Value(), "release");
 }
 
 ConsumerCore::~ConsumerCore() {

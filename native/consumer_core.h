@@ -14,6 +14,7 @@
 #include <optional>
 #include <vector>
 #include "arena_map.h"
+#include "direct_methods.h"
 #include "loop_participant.h"
 #include "gpuring.h"
 #include "stream_release.h"
@@ -141,6 +142,7 @@ class ConsumerCore : public Napi::ObjectWrap<ConsumerCore> {
 
   std::shared_ptr<ConsumerState> s_;
   bool closed_ = false;
+  DirectMethods<ConsumerCore> direct_{this};
 };
 
 }  // namespace gpuring

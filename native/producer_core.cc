@@ -225,6 +225,8 @@ void ProducerState::Shutdown() {
 
 // ---------------------------------------------------------------------------
 
+// publish, publishPrepared, publishMany, publishStaged and takeReleased are
+// defined on each instance (DirectMethods).
 Napi::Function ProducerCore::Define(Napi::Env env) {
   return DefineClass(env, "ProducerCore",
                      {InstanceMethod<&ProducerCore::Allocate>("allocate"),
@@ -232,17 +234,12 @@ Napi::Function ProducerCore::Define(Napi::Env env) {
                       InstanceMethod<&ProducerCore::ArenaBuffer>("arenaBuffer"),
                       InstanceMethod<&ProducerCore::ArenaName>("arenaName"),
                       InstanceMethod<&ProducerCore::GiveHeadsUp>("headsUp"),
-                      InstanceMethod<&ProducerCore::Publish>("publish"),
                       InstanceMethod<&ProducerCore::Prepare>("prepare"),
-                      InstanceMethod<&ProducerCore::PublishPrepared>("publishPrepared"),
-                      InstanceMethod<&ProducerCore::PublishMany>("publishMany"),
-                      InstanceMethod<&ProducerCore::PublishStaged>("publishStaged"),
                       InstanceMethod<&ProducerCore::OnRelease>("onRelease"),
                       InstanceMethod<&ProducerCore::Stats>("stats"),
                       InstanceMethod<&ProducerCore::Subscribers>("subscribers"),
                       InstanceMethod<&ProducerCore::KeepAlive>("keepAlive"),
                       InstanceMethod<&ProducerCore::PromptReleases>("promptReleases"),
-                      InstanceMethod<&ProducerCore::TakeReleased>("takeReleased"),
                       InstanceMethod<&ProducerCore::Close>("close")});
 }
 
@@ -268,6 +265,11 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
   env.AddCleanupHook([state] { state->Shutdown(); });  // process exit without close()
   Value().Set("index", Napi::Number::New(env, s.me));
   Value().Set("generation", Napi::Number::New(env, s.gen));
+  direct_.Define<&ProducerCore::Publish>(Value(), "publish");
+  direct_.Define<&ProducerCore::PublishPrepared>(Value(), "publishPrepared");
+  direct_.Define<&ProducerCore::PublishMany>(Value(), "publishMany");
+  direct_.Define<&ProducerCore::PublishStaged>(Value(), "publishStaged");
+  direct_.Define<&ProducerCore::TakeReleased>(Value(), "takeReleased");
 }
 
 ProducerCore::~ProducerCore() {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <vector>
+#include "direct_methods.h"
 #include "loop_participant.h"
 #include "gpuring.h"
 
@@ -128,6 +129,7 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   uint32_t handle_arena_ = UINT32_MAX;  // the arena whose handle handle_ holds (ArenaHandle)
   uint8_t handle_[GPR_HANDLE_BYTES] = {};
   napi_env env_ = nullptr;
+  DirectMethods<ProducerCore> direct_{this};
 };
 
 }  // namespace gpuring
