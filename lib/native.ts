@@ -163,18 +163,22 @@ export interface NativeProducerCore {
   prepare(body: Uint8Array): PreparedBody;
   /** publish() of a prepare()d body, which is not checked again. */
   publishPrepared(prepared: PreparedBody, tag: bigint, timeoutMs: number): number | Promise<number>;
-  /** `count` frames of one body; fewer results than `count` with timeout 0 when the ring filled. */
-  publishMany(body: Uint8Array, count: number, tags: BigUint64Array | null, timeoutMs: number): (number | Promise<number>)[];
+  /**
+   * `count` frames of one body: the first `atOnce` went into the ring at once,
+   * with ids firstId, firstId + 1, ...; each later one waits for space. Fewer
+   * than `count` in all with timeout 0 when the ring filled.
+   */
+  publishMany(body: Uint8Array, count: number, tags: BigUint64Array | null, timeoutMs: number): [firstId: number, atOnce: number, ...waiting: Promise<number>[]];
   /** A flat frame whose host buffers give offsets into the first `bytes` of `staged`: both copied into one allocation, the buffers placed there. */
   publishStaged(body: Uint8Array, staged: Uint8Array, bytes: number, tag: bigint, timeoutMs: number): number | Promise<number>;
-  onRelease(callback: ((frameIds: number[]) => void) | null): void;
+  onRelease(callback: ((frameIds: Float64Array) => void) | null): void;
   stats(): ProducerStats;
   /** The broadcast ring's subscribers now; -1 on a work-queue ring. */
   subscribers(): number;
   keepAlive(on: boolean): void;
   /** Whether JS waits for releases as they happen (drain, listeners): the core then watches every release. */
   promptReleases(on: boolean): void;
-  takeReleased(): number[];
+  takeReleased(): Float64Array;
   /** Rings a sleeping consumer now, as a publish starts; the next publish call passes on whom it rang (SPEC.md §6.1, heads-up). */
   headsUp(): void;
   close(): void;

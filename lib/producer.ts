@@ -526,10 +526,11 @@ export class Producer {
   }
 
   /** Bookkeeping for frames whose memory came back: device memory, events, listeners. */
-  #released(ids: number[]): void {
+  #released(ids: Float64Array): void {
+    const devices = this.#deviceFrames.size > 0;
     for (const id of ids) {
       this.#inFlight--;
-      const owned = this.#deviceFrames.get(id);
+      const owned = devices && this.#deviceFrames.get(id);
       if (owned) (this.#deviceFrames.delete(id), this.#freeDevice(owned));
       this.#events.emit('release', id);
     }
@@ -658,7 +659,7 @@ export class Producer {
    */
   async #sendMany(body: Uint8Array, owned: DeviceOwned, count: number, tags: BigUint64Array | null, timeout: number): Promise<number[]> {
     this.#released(this.#core.takeReleased());
-    let results: (number | Promise<number>)[];
+    let results: [number, number, ...Promise<number>[]];
     try {
       results = callNative(() => this.#core.publishMany(body, count, tags, toNativeTimeout(timeout)));
     } catch (error) {
@@ -670,11 +671,12 @@ export class Producer {
     // batch is: its release may be reported while later frames still wait for
     // space, and device memory recorded after its release would never be freed.
     const track = (id: number) => (this.#inFlight++, holds && this.#deviceFrames.set(id, owned), id);
+    const [first, atOnce, ...waiting] = results;
     const ids: number[] = [];
+    for (let i = 0; i < atOnce; i++) ids.push(track(first + i));
     let failure: unknown;
-    if (results.every((r) => typeof r === 'number')) for (const id of results as number[]) ids.push(track(id));
-    else
-      for (const r of await Promise.allSettled(results.map((p) => (typeof p === 'number' ? track(p) : awaitNative(p).then(track)))))
+    if (waiting.length)
+      for (const r of await Promise.allSettled(waiting.map((p) => awaitNative(p).then(track))))
         if (r.status === 'fulfilled') ids.push(r.value);
         else failure ??= r.reason;
     if (holds && ids.length < count) this.#freeDevice(owned, count - ids.length);

@@ -19,6 +19,15 @@
 
 namespace gpuring {
 
+// A frame's memory: the allocation its body was copied into, and the column
+// buffers it took over from JS, if any. The body's is held inline, so that a
+// frame of one allocation costs no heap allocation (malloc and free were a
+// sixth of a publishMany flood's CPU).
+struct FrameAllocations {
+  gpr_allocation body{};
+  std::vector<gpr_allocation> columns;
+};
+
 struct ProducerState : LoopParticipant {
   gpr_arena_pool pool{};
   uint64_t next_frame_id = 1;
@@ -26,13 +35,13 @@ struct ProducerState : LoopParticipant {
   struct Frame {
     uint64_t id;
     uint64_t pos;
-    std::vector<gpr_allocation> allocs;  // body first, then column buffers
+    FrameAllocations allocs;
   };
   struct Pending {
     uint64_t request;
     uint64_t deadline_ns;
     gpr_frame_ref ref;
-    std::vector<gpr_allocation> allocs;
+    FrameAllocations allocs;
   };
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> loose;  // allocated, not yet published
   std::deque<Frame> inflight;
@@ -60,8 +69,9 @@ struct ProducerState : LoopParticipant {
   size_t reaps_until_full = 0;  // ReapOldest calls before its next full pass
   bool PublishPending(Napi::Env env);
   void ExpirePending(Napi::Env env);
-  void ReturnAllocs(const std::vector<gpr_allocation> &allocs);
+  void ReturnAllocs(const FrameAllocations &allocs);
   void Finish(Napi::Env env, uint64_t request, uint64_t frame_id, gpr_code code, const std::string &why);
+  Napi::Float64Array TakeReleased(Napi::Env env);
   void FlushReleases(Napi::Env env);
   bool Waiting() const;
   uint64_t NextWakeMs() const;
@@ -93,7 +103,7 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   void CopyBody(Napi::Env env, const uint8_t *body, size_t length, gpr_allocation *out);
   // With `uncounted`, a frame that goes into the ring at once adds 1 there
   // instead of to the entry's `published` (the caller adds the batch).
-  Napi::Value Enqueue(Napi::Env env, std::vector<gpr_allocation> allocs, size_t length, uint64_t tag, double timeout_ms,
+  Napi::Value Enqueue(Napi::Env env, FrameAllocations allocs, size_t length, uint64_t tag, double timeout_ms,
                       uint32_t rung, uint64_t *uncounted = nullptr);
   void ThrowRingFull(Napi::Env env);
   // Whom a publish's heads-up rang, and whether this producer had been idle
@@ -107,7 +117,7 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   static constexpr uint64_t kYieldAfterIdleNs = 50'000;
   HeadsUpGiven HeadsUp();
   // The rest of a one-frame publish: the body copied into the arena and the frame enqueued.
-  Napi::Value Send(Napi::Env env, const uint8_t *body, size_t length, std::vector<gpr_allocation> allocs, uint64_t tag,
+  Napi::Value Send(Napi::Env env, const uint8_t *body, size_t length, FrameAllocations allocs, uint64_t tag,
                    double timeout_ms, HeadsUpGiven heads_up);
   Napi::Value GiveHeadsUp(const Napi::CallbackInfo &info);
   std::optional<HeadsUpGiven> early_;  // given by headsUp(), not yet passed to a publish
