@@ -154,6 +154,8 @@ export type PreparedBody = { readonly __preparedBody: never };
 export interface NativeProducerCore {
   readonly index: number;
   readonly generation: number;
+  /** The ring's count of consumers asleep on a DATA doorbell (shared memory; 1 when it cannot be read): headsUp() is worth a call only when it is not 0. */
+  readonly sleepers: Uint32Array;
   allocate(bytes: number): [number, number, number];
   free(arena: number, offset: number): void;
   arenaBuffer(arena: number): ArrayBuffer;

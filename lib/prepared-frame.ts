@@ -53,15 +53,17 @@ export class PreparedFrame {
   readonly #syncHandle: Uint8Array;
   /** Device whose legacy stream orders the frame, or -1 when the description brings its own event. */
   readonly #eventDevice: number;
+  readonly #headsUp: () => void;
   readonly #send: SendBody;
   readonly #sendMany: SendMany;
 
   /** @internal Producer.prepare() makes these. */
-  constructor(body: Uint8Array, eventDevice: number, send: SendBody, sendMany: SendMany) {
+  constructor(body: Uint8Array, eventDevice: number, headsUp: () => void, send: SendBody, sendMany: SendMany) {
     this.#body = body;
     this.#header = new DataView(body.buffer, body.byteOffset);
     this.#syncHandle = body.subarray(Header.syncHandle, Header.syncHandle + HANDLE_BYTES);
     this.#eventDevice = eventDevice;
+    this.#headsUp = headsUp;
     this.#send = send;
     this.#sendMany = sendMany;
     // Those bytes are what a publish without an event sends (Producer.prepare() copies them).
@@ -78,6 +80,9 @@ export class PreparedFrame {
    * publish(): `timeout` for space in the ring, `tag` carried with the frame.
    */
   async publish(options?: PreparedPublishOptions): Promise<number> {
+    // Before anything else: a publish often runs on a CPU just woken from
+    // sleep, where each step of JS here costs microseconds.
+    this.#headsUp();
     const o = parseOptions(preparedPublishOptions, options, 'publish() options');
     // The native publish copies the body before it returns, so the header can
     // be patched for every frame without a copy here.

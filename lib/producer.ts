@@ -114,6 +114,10 @@ export class Producer {
   readonly #scratch = new BodyScratch();
   /** Per Schema: its FlatBatchWriter, or null where the schema is not flat. */
   readonly #flat = new WeakMap<object, FlatBatchWriter | null>();
+  /** Rings a sleeping consumer now, as a publish starts: its wake-up then overlaps the publish (SPEC.md §6.1, heads-up). No call while nobody sleeps. */
+  readonly #headsUp = (): void => {
+    if (this.#core.sleepers[0] !== 0) this.#core.headsUp();
+  };
   #listening = false;
   #draining = 0;
   #prompt = false;
@@ -228,7 +232,7 @@ export class Producer {
     const { device, timeout, tag } = o;
     // A sleeping consumer's wake-up overlaps the describing and copying below
     // (not an upload's, which can take longer than it waits for its frame).
-    if (device === undefined) this.#core.headsUp();
+    if (device === undefined) this.#headsUp();
     // A loop of publishes that never waits leaves the event loop no turn for
     // release callbacks: collect releases here too before using more memory.
     this.#released(this.#core.takeReleased());
@@ -380,7 +384,7 @@ export class Producer {
   async publishFrame(description: FrameDescription, options?: PublishOptions): Promise<number> {
     const o = parseOptions(publishOptions, options, 'publish() options');
     this.#requireOpen();
-    this.#core.headsUp(); // a sleeping consumer's wake-up overlaps the describing and encoding below
+    this.#headsUp(); // a sleeping consumer's wake-up overlaps the describing and encoding below
     const used: Loose[] = [];
     const claim = (b: BufferDescriptor) => {
       if (b.kind !== 'host') return;
@@ -416,7 +420,7 @@ export class Producer {
     // runs on a CPU just woken from sleep, where each step costs several times more).
     const send: SendBody = (bytes, eventId, timeout, tag) => (eventId < 0 ? this.#sent(NOTHING_USED, () => this.#core.publishPrepared(prepared, tag, toNativeTimeout(timeout))) : this.#sendDevice(bytes, { eventId }, timeout, tag));
     const sendMany: SendMany = (bytes, eventId, count, tags, timeout) => this.#sendMany(bytes, { eventId, shares: { left: count } }, count, tags, timeout);
-    const frame = new PreparedFrame(body, eventDevice(description, o.device), send, sendMany);
+    const frame = new PreparedFrame(body, eventDevice(description, o.device), this.#headsUp, send, sendMany);
     const prepared = callNative(() => this.#core.prepare(body)); // as the constructor left it: without an event
     return frame;
   }

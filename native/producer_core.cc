@@ -1,6 +1,9 @@
 #include "producer_core.h"
 #include <utility>
 #include <sched.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "arena_map.h"
 #include "descriptor_channels.h"
 #include "pool_memory.h"
@@ -19,6 +22,24 @@ using PreparedBody = Napi::External<std::vector<uint8_t>>;  // a body prepare() 
 uint64_t DeadlineAfter(double timeout_ms) {
   if (timeout_ms < 0) return kForever;
   return gpr_monotonic_ns() + static_cast<uint64_t>(timeout_ms * 1e6);
+}
+
+// The ring's count of consumers asleep on a DATA doorbell, as JS sees it: a
+// publish gives its heads-up (headsUp()) before its own JS work, but only when
+// that count says someone sleeps, so a stream nobody sleeps on pays no call.
+// A second mapping of the segment's first page (mremap with old size 0
+// duplicates a shared mapping), unmapped when the view is collected, so it
+// stays valid after close(). Without one, the count reads 1: always ring.
+Napi::Uint32Array SleepersView(Napi::Env env, const gpr_segment &seg) {
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void *copy = mremap(seg.base, 0, page, MREMAP_MAYMOVE);
+  if (copy == MAP_FAILED) {
+    Napi::Uint32Array always = Napi::Uint32Array::New(env, 1);
+    always[0] = 1;
+    return always;
+  }
+  auto buffer = Napi::ArrayBuffer::New(env, copy, page, [page](Napi::Env, void *p) { munmap(p, page); });
+  return Napi::Uint32Array::New(env, 1, buffer, GPR_CONTROL_OFFSET + offsetof(gpr_control, data_doorbells));
 }
 }  // namespace
 
@@ -271,6 +292,7 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
   env.AddCleanupHook([state] { state->Shutdown(); });  // process exit without close()
   Value().Set("index", Napi::Number::New(env, s.me));
   Value().Set("generation", Napi::Number::New(env, s.gen));
+  Value().Set("sleepers", SleepersView(env, s.seg));
   direct_.Define<&ProducerCore::Publish>(Value(), "publish");
   direct_.Define<&ProducerCore::PublishPrepared>(Value(), "publishPrepared");
   direct_.Define<&ProducerCore::PublishMany>(Value(), "publishMany");
