@@ -22,7 +22,11 @@ const LEAK_WATCH_MS = 50;
 export type ConsumerOptions = Partial<typeof consumerOptions._input>;
 /** Options of next(). */
 export type NextOptions = {
-  /** Milliseconds to wait for a frame (default: no limit): TIMEOUT after that. */
+  /**
+   * Milliseconds to wait for a frame (default: no limit): TIMEOUT after that,
+   * unless a frame is ready when the consumer next runs (an event loop held up
+   * past the deadline still gets the frame that waited).
+   */
   timeout?: number;
   /** Aborts the wait with ABORTED; no frame is lost. */
   signal?: AbortSignal;

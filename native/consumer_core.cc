@@ -133,7 +133,6 @@ uint64_t ConsumerState::BusySpinNs() const {
 void ConsumerState::Service(Napi::Env env) {
   NotifySpaceOwed();
   for (;;) {
-    Expire(env);
     if (pending.empty()) {
       bell->Disarm();
       bell->Stop();
@@ -148,6 +147,12 @@ void ConsumerState::Service(Napi::Env env) {
       // again and need a second wake-up.
       int rc = ClaimWithin(env, &ref, &pos, bell->TakeRung() ? kHeadsUpWaitNs : BusySpinNs());
       if (rc != 0) {
+        // Requests time out only when no frame is ready: a loop held up past a
+        // deadline (a synchronous call elsewhere in the process) still hands
+        // over the frame that was waiting, as a producer publishes before it
+        // expires its waits.
+        Expire(env);
+        if (pending.empty() || pending.front().id != r.id) continue;
         bell->Arm(GPR_BELL_DATA);
         rc = TryClaim(env, &ref, &pos);
         if (rc != 0) {

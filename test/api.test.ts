@@ -118,6 +118,23 @@ test('next() times out with TIMEOUT; tryNext() returns null on an empty ring', a
   });
 });
 
+test('a frame ready when a consumer next runs is handed over, not TIMEOUT, when its event loop was held up past the deadline', async (t) => {
+  await withRing('late-loop', {}, async (_ring, name) => {
+    using producer = Producer.open(name);
+    using consumer = Consumer.open(name);
+    const waiting = consumer.next({ timeout: 50 });
+    await producer.publishFrame({ rowCount: 0, metadata: null, columns: [], dictionaries: [], syncKind: 0, syncHandle: new Uint8Array(64) }, { tag: 7n });
+    // A synchronous call holds the event loop past the deadline; when it turns
+    // again, libuv runs the expired timer before the ring's poll.
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200);
+    const f = await waiting;
+    t.is(f.tag, 7n);
+    f.release();
+    const e = await t.throwsAsync(consumer.next({ timeout: 50 }), { instanceOf: GpuringError });
+    t.is(e!.code, 'TIMEOUT', 'with nothing ready, a wait still times out');
+  });
+});
+
 test('opening publishes and allocates nothing: the code warm-up of open() encodes its sample frame in memory only', async (t) => {
   await withRing('warm-up', {}, async (_ring, name) => {
     const consumer = Consumer.open(name);
