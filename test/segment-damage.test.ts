@@ -86,7 +86,7 @@ async function damage(path: string, until: number): Promise<number> {
 }
 
 test(`random bytes in a live ring's segment and arenas (seed ${SEED}), Node and Python participants: typed errors only, and frames flow again once the writes stop`, async (t) => {
-  await withRing('damage', { slots: 16 }, async (_ring, name) => {
+  await withRing('damage', { slots: 16 }, async (ring, name) => {
     const roles = ['producer', 'python producer', 'consumer', 'python consumer'];
     const people = roles.map((role) => participant(role, name));
     await new Promise((r) => setTimeout(r, SETTLE_MS));
@@ -99,6 +99,14 @@ test(`random bytes in a live ring's segment and arenas (seed ${SEED}), Node and 
     for (const [k, p] of people.entries()) t.deepEqual(exits[k], { code: 0, signal: null }, `${roles[k]} ${k}: ${p.last().untyped ?? 'exited'}`);
     // A consumer woken only by its 200 ms timeouts takes at most a ring (16 frames) per wake-up.
     const floor = (RECOVER_MS / 200) * 16;
+    // A stall seen once (CI, 2026-11-27) left no trace: the ring as the participants left it.
+    if (Math.min(after[0]! + after[1]!, after[2]! + after[3]!) <= floor) {
+      try {
+        t.log(`ring at the end: ${JSON.stringify(ring.inspect())}`);
+      } catch (error) {
+        t.log(`ring at the end: inspect() failed: ${String(error)}`);
+      }
+    }
     t.true(after[0]! + after[1]! > floor, `producers publish again after the writes stopped, faster than timeouts alone allow (${floor})`);
     t.true(after[2]! + after[3]! > floor, `consumers take frames again after the writes stopped, faster than timeouts alone allow (${floor})`);
   });
