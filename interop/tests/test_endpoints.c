@@ -432,6 +432,27 @@ static void test_lost_entries(void) {
   endpoints_close(&e);
 }
 
+/* Frames released to a producer that then lost its entry to damage (its
+ * generation rewritten, still ACTIVE under its live pid): nobody will reap
+ * them, so a sweep moves them on (SPEC.md §7 step 3), and a new producer
+ * finds the ring free instead of blocked by them a lap later. */
+static void test_released_frames_of_a_lost_producer(void) {
+  endpoints e;
+  gpr_error err;
+  endpoints_open(&e, "orphan", 4u);
+  gpr_frame *f[4] = {NULL};
+  for (int i = 0; i < 4; i++) /* published first, released after: each publish reaps what it can */
+    CHECK(publish_ints(e.p, 4, 0, &err) == 0 && gpr_consumer_next(e.c, 0, &f[i], &err) == 0);
+  for (int i = 0; i < 4; i++) gpr_frame_release(f[i]);
+  rewrite_entry(&e.seg, e.p->index, 5ull << 32, GPR_PARTICIPANT_ACTIVE);
+  gpr_sweep_report rep;
+  CHECK(gpr_sweep(&e.seg, &rep, &err) == 0 && rep.recycled == 4);
+  gpr_producer_close(e.p);
+  CHECK(gpr_producer_open(e.name, NULL, &e.p, &err) == 0);
+  for (int i = 0; i < 4; i++) CHECK(publish_ints(e.p, 4, 0, &err) == 0);
+  endpoints_close(&e);
+}
+
 /* A stray write into an arena header (SPEC.md §9): the producer's next full
  * reap puts it back, so consumers that map the arena later accept it. */
 static void test_arena_header_restored(void) {
@@ -473,6 +494,7 @@ int main(void) {
   test_inflight_queue();
   test_release_callback_publishes();
   test_lost_entries();
+  test_released_frames_of_a_lost_producer();
   test_arena_header_restored();
   endpoints_close(&e);
   return CHECK_DONE();

@@ -7,6 +7,9 @@
  *   CLAIMED  (dead consumer, taken but not handed over)    -> READY, redelivered
  *   LEASED   (dead consumer, held by its user)             -> released for it
  *   RELEASED (dead producer, nobody left to reclaim)       -> EMPTY, next lap
+ * and so does a RELEASED frame published under another generation of its
+ * owner's entry than the entry holds now: its producer lost the entry
+ * (SPEC.md §4) and will never reclaim it, though the entry may look alive.
  * READY frames of a dead producer stay deliverable: their host arenas outlive
  * it. Its entry and arenas are freed once no slot refers to it any more.
  * Included by gpuring.h; not a standalone header. */
@@ -60,6 +63,27 @@ GPR_INLINE void gpr_sweep_mark(gpr_segment *seg, uint8_t *dead, gpr_sweep_report
 
 GPR_INLINE int gpr_is_dead_owner(const gpr_segment *seg, const uint8_t *dead, uint32_t owner) {
   return owner >= 1u && owner <= seg->participant_capacity && dead[owner - 1u];
+}
+
+/* A RELEASED frame whose producer no longer holds its owner's entry: the
+ * entry's generation is not the one the frame was published under. That
+ * producer lost the entry (damage, or a sweep that judged it dead) and will not
+ * reap the frame; its process may still be alive and hold the entry's pid, so
+ * the entry alone does not look dead (SPEC.md §7 step 1). */
+GPR_INLINE int gpr_released_orphan(const gpr_segment *seg, const gpr_slot *s, uint32_t owner) {
+  return owner >= 1u && owner <= seg->participant_capacity &&
+         s->ref.producer_gen != gpr_pgen(gpr_participant_word(seg, owner - 1u));
+}
+
+/* Moves on slot i when it holds a RELEASED frame whose producer lost its
+ * entry (gpr_released_orphan); 1 if it did. Run over the sweep's window of
+ * slots, since that entry may never be marked DEAD while its process lives. */
+GPR_INLINE uint32_t gpr_sweep_orphan(gpr_segment *seg, uint64_t i) {
+  gpr_slot *s = &seg->slots[i];
+  uint64_t w = gpr_slot_load(s);
+  if (gpr_word_state(w) != GPR_SLOT_RELEASED || !gpr_released_orphan(seg, s, gpr_word_owner(w))) return 0;
+  gpr_ring_recycle_word(seg, s, w, gpr_word_seq(w));
+  return 1;
 }
 
 /* Repairs one slot; counts in refs[] the dead producers it still refers to. */
@@ -311,8 +335,10 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
   for (uint32_t i = 0; i < seg->participant_capacity; i++) any |= dead[i];
   uint32_t from = __atomic_fetch_add(&seg->damage_cursor, window, __ATOMIC_RELAXED);
   gpr_slot_consensus consensus = gpr_sweep_consensus(seg, from, window, diffs);
-  for (uint32_t k = 0; k < window; k++)
+  for (uint32_t k = 0; k < window; k++) {
     rep->corrupt += (uint32_t)gpr_sweep_corrupt(seg, (from + k) & seg->mask, &consensus);
+    rep->recycled += gpr_sweep_orphan(seg, (from + k) & seg->mask);
+  }
   rep->corrupt += gpr_sweep_hints(seg, &consensus);
   if (any) {
     gpr_sweep_owners(seg, dead, refs, rep);

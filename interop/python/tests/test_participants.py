@@ -211,6 +211,27 @@ def _rewrite_entry(name: str, index: int, add: int, state: int) -> None:
     os.waitpid(pid, 0)
 
 
+def test_frames_released_to_a_producer_that_lost_its_entry_are_moved_on_by_a_sweep(ring_name):
+    """SPEC.md §7 step 3: the producer's generation rewritten while it stays
+    ACTIVE under its live pid; nobody will reap the frames consumers released
+    to it, so a sweep moves them on and a new producer finds the ring free."""
+    table = pa.table({"x": pa.array([1, 2, 3], pa.int64())})
+    with Ring.create(ring_name, slots=4) as ring:
+        producer, consumer = Producer.open(ring_name), Consumer.open(ring_name)
+        for i in range(4):
+            producer.publish(table, timeout=0)
+        held = [consumer.next(timeout=5) for _ in range(4)]
+        for f in held:
+            f.release()
+        _rewrite_entry(ring_name, producer.index, 5 << 32, L.P_ACTIVE)
+        assert ring.sweep().recycled == 4
+        producer.close()
+        with Producer.open(ring_name) as again:
+            for i in range(4):
+                again.publish(table, timeout=0)
+        consumer.close()
+
+
 def test_participants_whose_entries_were_taken_fail_with_detached_and_later_ones_carry_on(ring_name):
     """SPEC.md §4, "Losing the entry": DETACHED, a quiet close (the producer
     unlinking its own arenas), and an attach into the consumer's old entry

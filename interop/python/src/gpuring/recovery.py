@@ -3,7 +3,8 @@
 Any participant may sweep at any time; every repair is a CAS from the exact word
 the dead owner left. WRITING of a dead producer is skipped, CLAIMED of a dead
 consumer redelivered, LEASED released on its behalf, RELEASED of a dead
-producer recycled. A dead entry and its arenas are freed once nothing refers to it.
+producer (or of one that lost its entry) recycled. A dead entry and its arenas
+are freed once nothing refers to it.
 """
 from __future__ import annotations
 
@@ -62,6 +63,21 @@ def _mark(seg: Segment, rep: SweepReport) -> list[bool]:
 
 def _ref_producer(seg: Segment, pos: int) -> int:
     return FrameRef.unpack(seg.mem.read(seg.slot(pos) + L.SLOT["ref"], L.REF_BYTES)).producer + 1
+
+
+def _sweep_orphan(seg: Segment, i: int) -> int:
+    """Moves on slot ``i`` when it holds a RELEASED frame published under
+    another generation of its owner's entry than the entry holds now: its
+    producer lost the entry (SPEC.md §4) and will not reap it, though the entry
+    may never look dead while that process lives (§7 step 3). 1 if it did."""
+    w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
+    owner = word_owner(w)
+    if word_state(w) != L.RELEASED or not 1 <= owner <= seg.participant_capacity:
+        return 0
+    ref = FrameRef.unpack(seg.mem.read(seg.slot(word_seq(w)) + L.SLOT["ref"], L.REF_BYTES))
+    if ref.producer_gen == seg.participant_word(owner - 1) >> 32:
+        return 0
+    return int(recycle_word(seg, word_seq(w), w))
 
 
 def _sweep_slot(seg: Segment, i: int, dead: list[bool], refs: list[int], rep: SweepReport) -> None:
@@ -164,6 +180,7 @@ def sweep(seg: Segment) -> SweepReport:
     centre = consensus(seg, seg.damage_cursor, window)
     for k in range(window):
         rep.corrupt += _sweep_corrupt(seg, (seg.damage_cursor + k) & seg.mask, centre)
+        rep.recycled += _sweep_orphan(seg, (seg.damage_cursor + k) & seg.mask)
     rep.corrupt += repair_hints(seg, centre)
     seg.damage_cursor = (seg.damage_cursor + window) & seg.mask
     if any(dead):
