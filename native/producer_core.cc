@@ -163,8 +163,6 @@ void ProducerState::Finish(Napi::Env env, uint64_t request, uint64_t frame_id, g
   deferred.erase(it);
 }
 
-// Calls the JS release listener with the frames reaped since the last report.
-// Only from the event loop (OnWake): never inside a call JS made to us.
 // The ids of frames released since the last call, for JS: a typed array, as
 // an array element per frame was a tenth of a publishMany flood's CPU.
 Napi::Float64Array ProducerState::TakeReleased(Napi::Env env) {
@@ -174,6 +172,8 @@ Napi::Float64Array ProducerState::TakeReleased(Napi::Env env) {
   return ids;
 }
 
+// Calls the JS release listener with the frames reaped since the last report.
+// Only from the event loop (OnWake): never inside a call JS made to us.
 void ProducerState::FlushReleases(Napi::Env env) {
   if (released.empty() || !has_listener || on_release.IsEmpty()) return;
   on_release.Call({TakeReleased(env)});
@@ -433,6 +433,11 @@ Napi::Value ProducerCore::Send(Napi::Env env, const uint8_t *body, size_t length
                                uint64_t tag, double timeout_ms, HeadsUpGiven heads_up) {
   s_->ReapOldest();
   CopyBody(env, body, length, &allocs.body);
+  return Commit(env, std::move(allocs), length, tag, timeout_ms, heads_up);
+}
+
+Napi::Value ProducerCore::Commit(Napi::Env env, FrameAllocations allocs, size_t length, uint64_t tag,
+                                 double timeout_ms, HeadsUpGiven heads_up) {
   Napi::Value out = Enqueue(env, std::move(allocs), length, tag, timeout_ms, heads_up.rung);
   YieldToWoken(heads_up, out.IsNumber());
   if (out.IsEmpty()) ThrowRingFull(env);
@@ -547,10 +552,7 @@ Napi::Value ProducerCore::PublishStaged(const Napi::CallbackInfo &info) {
     gpr_arena_free(&s_->pool, &allocs.body);
     Throw(env, GPR_E_INVALID_ARGUMENT, "publishStaged(): a host buffer lies outside the staged bytes");
   }
-  Napi::Value out = Enqueue(env, std::move(allocs), body.ByteLength(), tag, timeout_ms, heads_up.rung);
-  YieldToWoken(heads_up, out.IsNumber());
-  if (out.IsEmpty()) ThrowRingFull(env);
-  return out;
+  return Commit(env, std::move(allocs), body.ByteLength(), tag, timeout_ms, heads_up);
 }
 
 // Points the host buffers of the body copied to the start of `a` at the

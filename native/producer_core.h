@@ -119,6 +119,10 @@ class ProducerCore : public Napi::ObjectWrap<ProducerCore> {
   // The rest of a one-frame publish: the body copied into the arena and the frame enqueued.
   Napi::Value Send(Napi::Env env, const uint8_t *body, size_t length, FrameAllocations allocs, uint64_t tag,
                    double timeout_ms, HeadsUpGiven heads_up);
+  // Its last step, once the body is in allocs.body: the id, a promise while it
+  // waits for space, or RING_FULL with timeout 0.
+  Napi::Value Commit(Napi::Env env, FrameAllocations allocs, size_t length, uint64_t tag, double timeout_ms,
+                     HeadsUpGiven heads_up);
   Napi::Value GiveHeadsUp(const Napi::CallbackInfo &info);
   std::optional<HeadsUpGiven> early_;  // given by headsUp(), not yet passed to a publish
   uint64_t early_ns_ = 0;              // CLOCK_MONOTONIC when headsUp() gave it

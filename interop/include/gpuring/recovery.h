@@ -82,8 +82,7 @@ GPR_INLINE uint32_t gpr_sweep_orphan(gpr_segment *seg, uint64_t i) {
   gpr_slot *s = &seg->slots[i];
   uint64_t w = gpr_slot_load(s);
   if (gpr_word_state(w) != GPR_SLOT_RELEASED || !gpr_released_orphan(seg, s, gpr_word_owner(w))) return 0;
-  gpr_ring_recycle_word(seg, s, w, gpr_word_seq(w));
-  return 1;
+  return (uint32_t)gpr_ring_recycle_word(seg, s, w, gpr_word_seq(w));
 }
 
 /* Repairs one slot; counts in refs[] the dead producers it still refers to. */

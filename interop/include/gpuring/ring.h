@@ -239,8 +239,10 @@ GPR_INLINE int gpr_ring_unclaim(gpr_segment *seg, uint32_t me, uint64_t pos) {
   return gpr_ring_unclaim_as(seg, me, pos, GPR_SLOT_CLAIMED);
 }
 
-GPR_INLINE void gpr_ring_recycle_word(gpr_segment *seg, gpr_slot *s, uint64_t w, uint64_t pos) {
-  if (gpr_slot_cas(s, w, gpr_slot_word(pos + seg->slot_count, GPR_SLOT_EMPTY, 0))) gpr_notify_space(seg);
+GPR_INLINE int gpr_ring_recycle_word(gpr_segment *seg, gpr_slot *s, uint64_t w, uint64_t pos) {
+  if (!gpr_slot_cas(s, w, gpr_slot_word(pos + seg->slot_count, GPR_SLOT_EMPTY, 0))) return 0;
+  gpr_notify_space(seg);
+  return 1;
 }
 
 /* Is the producer named by a reference still the live owner of its entry? */

@@ -61,8 +61,12 @@ def _mark(seg: Segment, rep: SweepReport) -> list[bool]:
     return dead
 
 
+def _ref(seg: Segment, pos: int) -> FrameRef:
+    return FrameRef.unpack(seg.mem.read(seg.slot(pos) + L.SLOT["ref"], L.REF_BYTES))
+
+
 def _ref_producer(seg: Segment, pos: int) -> int:
-    return FrameRef.unpack(seg.mem.read(seg.slot(pos) + L.SLOT["ref"], L.REF_BYTES)).producer + 1
+    return _ref(seg, pos).producer + 1
 
 
 def _sweep_orphan(seg: Segment, i: int) -> int:
@@ -74,8 +78,7 @@ def _sweep_orphan(seg: Segment, i: int) -> int:
     owner = word_owner(w)
     if word_state(w) != L.RELEASED or not 1 <= owner <= seg.participant_capacity:
         return 0
-    ref = FrameRef.unpack(seg.mem.read(seg.slot(word_seq(w)) + L.SLOT["ref"], L.REF_BYTES))
-    if ref.producer_gen == seg.participant_word(owner - 1) >> 32:
+    if _ref(seg, word_seq(w)).producer_gen == seg.participant_word(owner - 1) >> 32:
         return 0
     return int(recycle_word(seg, word_seq(w), w))
 
