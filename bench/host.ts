@@ -43,7 +43,7 @@ import { Worker } from 'node:worker_threads';
 import { tableFromIPC } from 'apache-arrow';
 import { Consumer } from '../dist/index.js';
 import { withRing } from '../test/helpers/ring.js';
-import { compare, LATENCY_WARMUP, microsSince, percentile, report, type BenchRecord } from './harness.js';
+import { compare, LATENCY_WARMUP, median, microsSince, percentile, report, type BenchRecord } from './harness.js';
 import { fanOutRecords } from './fan-out.js';
 import { cProgramBuilt, type Pacing, wakeFloor } from './wake-floor.js';
 import { WARMUP_FRAMES } from './frames.js';
@@ -259,6 +259,26 @@ async function throughput(frames: number, consumers: number, batch: boolean, pro
   return { rate: frames / timed.seconds, producerUs: timed.cpuUs / frames, consumerUs: sunk[0]!.cpuUs / frames };
 }
 
+/**
+ * Rounds of each publish(table) throughput case. Single runs moved by 30-50%
+ * on the 16-core H100 host (where the scheduler put the producer beside a
+ * polling consumer), so each case runs this often, the cases alternating, and
+ * is reported by its median.
+ */
+const THROUGHPUT_ROUNDS = 3;
+
+/** Each case (consumers x unbatched / batched) THROUGHPUT_ROUNDS times, alternating; keyed `${consumers}${batch}`. */
+async function throughputRounds(counts: number[]): Promise<Map<string, Throughput[]>> {
+  const rates = new Map<string, Throughput[]>();
+  for (let round = 0; round < THROUGHPUT_ROUNDS; round++)
+    for (const consumers of counts)
+      for (const batch of [false, true]) {
+        const key = `${consumers}${batch}`;
+        rates.set(key, [...(rates.get(key) ?? []), await throughput(50_000, consumers, batch)]);
+      }
+  return rates;
+}
+
 /** Where a one-consumer throughput run's time went: each side's CPU per frame (the busier side bounds the rate). */
 const cpuRecords = (what: string, t: Throughput): BenchRecord[] => [
   aside(`  hop: producer CPU per frame (${what})`, 'mean', 'µs', t.producerUs),
@@ -320,19 +340,21 @@ try {
     progress('throughput ...');
     const baselineRate = await socketThroughput(20000);
     const series: Series[] = [{ label: 'gpuring', points: [] }, { label: 'gpuring, batched', points: [] }, { label: 'JSON lines, socket', points: [] }];
-    let oneBatched: Throughput | undefined;
+    const rates = await throughputRounds([1, 2, 4]);
     for (const consumers of [1, 2, 4])
       for (const batch of [false, true]) {
-        const run = await throughput(50_000, consumers, batch);
-        if (consumers === 1 && batch) oneBatched = run;
-        series[batch ? 1 : 0]!.points.push([consumers, run.rate]);
+        const rate = median(rates.get(`${consumers}${batch}`)!.map((r) => r.rate));
+        series[batch ? 1 : 0]!.points.push([consumers, rate]);
         if (batch) series[2]!.points.push([consumers, baselineRate]); // measured with 1 consumer
-        records.push(compare(`throughput, publish(table) of 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''} taking toTable()${batch ? ', batched' : ''}`, 'rate', 'frames/s', run.rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
+        records.push(compare(`throughput, publish(table) of 8-column frames, ${consumers} consumer${consumers > 1 ? 's' : ''} taking toTable()${batch ? ', batched' : ''} (median of ${THROUGHPUT_ROUNDS})`, 'rate', 'frames/s', rate, 'JSON lines over a Unix socket, 1 consumer', baselineRate, true));
       }
-    records.push(compare('throughput, publish(table) of 8-column frames, 1 consumer taking toTable(), batched', 'rate', 'frames/s', oneBatched!.rate, '100,000 frames/s (target)', 1e5, true));
-    records.push(...cpuRecords('publish(table), 1 consumer taking toTable(), batched', oneBatched!));
+    const batchedRate = (consumers: number) => median(rates.get(`${consumers}true`)!.map((r) => r.rate));
+    records.push(compare('throughput, publish(table), 4 batched consumers in aggregate (median)', 'rate', 'frames/s', batchedRate(4), '1 batched consumer (same run, median; target: 4 >= 1)', batchedRate(1), true));
+    const oneBatched = rates.get('1true')!.sort((a, b) => a.rate - b.rate)[THROUGHPUT_ROUNDS >> 1]!;
+    records.push(compare('throughput, publish(table) of 8-column frames, 1 consumer taking toTable(), batched', 'rate', 'frames/s', oneBatched.rate, '100,000 frames/s (target)', 1e5, true));
+    records.push(...cpuRecords('publish(table), 1 consumer taking toTable(), batched', oneBatched));
     const loaned = await throughput(50_000, 1, true, 'flood-loan', true);
-    records.push(compare('throughput, the same frames written into producer.loan() memory, 1 consumer taking toTable(), batched', 'rate', 'frames/s', loaned.rate, 'publish(table) of pre-built Tables (same run)', oneBatched!.rate, true));
+    records.push(compare('throughput, the same frames written into producer.loan() memory, 1 consumer taking toTable(), batched', 'rate', 'frames/s', loaned.rate, 'publish(table) of pre-built Tables (same run)', oneBatched.rate, true));
     const prepared = await throughput(200_000, 1, true, 'flood-prepared');
     records.push(compare('throughput, prepared frame, publishMany(256) to 1 consumer taking nextBatch()', 'rate', 'frames/s', prepared.rate, '1,000,000 frames/s (target)', 1e6, true));
     records.push(...cpuRecords('prepared frames, publishMany(256), 1 consumer', prepared));

@@ -55,9 +55,10 @@ type NextParsed = { timeout: number; signal?: AbortSignal | undefined; spin: num
  * wake-up overlaps the publish; a consumer woken before its frame is READY
  * polls the ring for up to 20 µs on the event loop, then sleeps again and is
  * rung again. In a busy stream (its last frame came less than 20 µs ago) a
- * consumer on a work-queue ring also polls up to 20 µs before it sleeps, where
- * it may run on 4 or more CPUs, so that the producer need not ring it for
- * every frame. Otherwise neither the event loop nor the libuv thread pool is
+ * consumer on a work-queue ring also polls up to 20 µs before it sleeps, and
+ * on while other consumers keep taking frames (until none was taken for
+ * 20 µs, 200 µs at most), where it may run on 4 or more CPUs, so that the
+ * producer need not ring it for every frame. Otherwise neither the event loop nor the libuv thread pool is
  * ever blocked (except by `next({ spin })`, on request). A pending `next()` keeps the process
  * alive; an idle consumer does not, and its leases are released when the
  * process exits even if `close()` was never called.

@@ -73,7 +73,9 @@ struct ConsumerState : LoopParticipant {
   // Whether our entry was taken from us (SPEC.md §4, "Losing the entry"): the
   // leases it held went with it, so releasing them is no error.
   bool Lost() const { return !gpr_participant_held(&seg, me, gen); }
-  int ClaimWithin(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns);
+  // TryClaim, busy-polling while nothing is ready: for `spin_ns`, or, with
+  // `follow_stream`, until no consumer has taken a frame for `spin_ns`.
+  int ClaimWithin(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, bool follow_stream = false);
 
   // Serves waiting requests from the ring in order; sleeps if any remain.
   void Service(Napi::Env env);
@@ -96,6 +98,8 @@ struct ConsumerState : LoopParticipant {
   // How recent a frame makes a stream busy, and how long a consumer in a busy
   // stream polls before it sleeps (BusySpinNs).
   static constexpr uint64_t kBusyStreamNs = 20'000;
+  // The longest a poll that follows the stream blocks the event loop.
+  static constexpr uint64_t kStreamPollMaxNs = 200'000;
   bool busy_poll = false;  // polls in busy streams (BusySpinNs); set at open
   uint64_t taken_ns = 0;   // CLOCK_MONOTONIC of the last frame taken, where busy_poll
   // Stamps taken_ns once per call that took frames, not per frame: a batch
