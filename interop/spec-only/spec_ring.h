@@ -798,7 +798,22 @@ static inline int64_t sweep_slot(const ring *r, uint64_t i, uint32_t also) {
   return producer >= 1u && producer <= r->capacity && entry_dead(r, producer - 1u) ? (int64_t)producer - 1 : -1;
 }
 
+/* §7 step 3: a RELEASED frame whose producer no longer holds the generation in
+ * its reference lost its entry, and nobody will reap it; moved on whether or
+ * not any entry is DEAD (we check every slot, not a window). */
+static inline void sweep_orphan(const ring *r, uint64_t i) {
+  uint64_t *word = w64(r, r->soff + 128u * i);
+  uint64_t w = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+  uint32_t owner = sw_owner(w);
+  if (sw_state(w) != S_RELEASED || owner < 1u || owner > r->capacity) return;
+  frame_ref f;
+  ref_read(r, sw_seq(w), &f);
+  if (f.producer_gen == pw_gen(__atomic_load_n(w64(r, entry(r, owner - 1u) + P_STATE), __ATOMIC_ACQUIRE))) return;
+  if (cas64(word, w, sword(sw_seq(w) + r->slots, S_EMPTY, 0))) ring_notify(r, BELL_SPACE);
+}
+
 static inline void ring_sweep(const ring *r) {
+  for (uint64_t i = 0; i < r->slots; i++) sweep_orphan(r, i);
   int any = 0;
   for (uint32_t i = 0; i < r->capacity; i++) { /* step 1 */
     uint64_t e = entry(r, i), w = __atomic_load_n(w64(r, e + P_STATE), __ATOMIC_ACQUIRE);

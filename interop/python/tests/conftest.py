@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuring.segment import Segment
+
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "fixtures"
 HERE = Path(__file__).resolve().parent
@@ -74,3 +76,14 @@ def publish_and_read_back(producer, consumer, batch):
             assert got.column(name).equals(batch.column(name).combine_chunks()), name
     del got  # the arrays hold the lease
     return frame
+
+
+def rewrite_entry(name: str, index: int, add: int, state: int) -> None:
+    """Another process changes entry ``index``'s state word: (w + add) with ``state``."""
+    pid = os.fork()
+    if pid == 0:
+        seg = Segment.open(name)
+        w = seg.participant_word(index)
+        seg.mem.store64(seg.participant(index), ((w + add) & ~7 & (2**64 - 1)) | state)
+        os._exit(0)
+    os.waitpid(pid, 0)

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pytest
 from contextlib import contextmanager
 
+from conftest import rewrite_entry
 from gpuring import Consumer, GpuringError, Producer, Ring
 from gpuring import layout as L
 from gpuring.recovery import _free, arena_path, sweep
@@ -200,17 +201,6 @@ def test_arenas_start_at_1_mib_and_double_unless_a_size_is_chosen(ring_name):
             os.unlink(f)
 
 
-def _rewrite_entry(name: str, index: int, add: int, state: int) -> None:
-    """Another process changes entry ``index``'s state word: (w + add) with ``state``."""
-    pid = os.fork()
-    if pid == 0:
-        seg = Segment.open(name)
-        w = seg.participant_word(index)
-        seg.mem.store64(seg.participant(index), ((w + add) & ~7 & (2**64 - 1)) | state)
-        os._exit(0)
-    os.waitpid(pid, 0)
-
-
 def test_frames_released_to_a_producer_that_lost_its_entry_are_moved_on_by_a_sweep(ring_name):
     """SPEC.md §7 step 3: the producer's generation rewritten while it stays
     ACTIVE under its live pid; nobody will reap the frames consumers released
@@ -223,7 +213,7 @@ def test_frames_released_to_a_producer_that_lost_its_entry_are_moved_on_by_a_swe
         held = [consumer.next(timeout=5) for _ in range(4)]
         for f in held:
             f.release()
-        _rewrite_entry(ring_name, producer.index, 5 << 32, L.P_ACTIVE)
+        rewrite_entry(ring_name, producer.index, 5 << 32, L.P_ACTIVE)
         assert ring.sweep().recycled == 4
         producer.close()
         with Producer.open(ring_name) as again:
@@ -242,8 +232,8 @@ def test_participants_whose_entries_were_taken_fail_with_detached_and_later_ones
     producer.publish(table)
     held = consumer.next(timeout=5)
     arena = arena_path(ring_name, producer.index, producer.generation, 0)
-    _rewrite_entry(ring_name, producer.index, 5 << 32, L.P_ACTIVE)  # another generation
-    _rewrite_entry(ring_name, consumer.index, 0, L.P_FREE)  # while it holds a frame
+    rewrite_entry(ring_name, producer.index, 5 << 32, L.P_ACTIVE)  # another generation
+    rewrite_entry(ring_name, consumer.index, 0, L.P_FREE)  # while it holds a frame
     for attempt in (lambda: producer.publish(table, timeout=0), lambda: producer.publish(table, timeout=0.1),
                     lambda: consumer.next(timeout=0.1)):
         with pytest.raises(GpuringError) as e:

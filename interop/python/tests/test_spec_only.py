@@ -5,12 +5,14 @@ arrive while the slot it left half-written is skipped."""
 import json
 import shutil
 import subprocess
+import time
 
 import pyarrow as pa
 import pytest
 
-from conftest import REPO
-from gpuring import Consumer, Producer, Ring
+from conftest import REPO, rewrite_entry
+from gpuring import Consumer, GpuringError, Producer, Ring
+from gpuring import layout as L
 
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build interop/spec-only")
@@ -93,3 +95,42 @@ def test_spec_producer_killed_mid_publish(ring_name, spec):
             with consumer.next(timeout=30) as frame:
                 assert frame.user_tag == 7, "the slot the dead producer left WRITING is skipped"
             producer.drain(timeout=30)
+
+
+def _next_without_sweeping(consumer, seconds: float = 20):
+    """The next frame, polled for: a wait of 250 ms or more would sweep (§7)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return consumer.next(timeout=0)
+        except GpuringError as e:
+            if e.code != "TIMEOUT" or time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)
+
+
+def test_spec_producer_sweep_moves_on_frames_released_to_a_producer_that_lost_its_entry(ring_name, spec):
+    """SPEC.md §7 step 3, from the text alone: the frames released to a producer
+    whose generation was rewritten (ACTIVE under its live pid, so never DEAD)
+    fill the ring; only the spec-only producer's own sweep can move them on
+    (our consumer polls, and a poll never sweeps)."""
+    table = pa.table({"x": pa.array([1, 2, 3], pa.int64())})
+    with Ring.create(ring_name, slots=4), Consumer.open(ring_name) as consumer:
+        lost = Producer.open(ring_name)
+        for _ in range(4):
+            lost.publish(table, timeout=0)
+        for _ in range(4):
+            consumer.next(timeout=5).release()
+        rewrite_entry(ring_name, lost.index, 5 << 32, L.P_ACTIVE)
+        # `lost` stays open and idle until the end: its close would not sweep, but nothing else here may.
+        proc = subprocess.Popen([spec["spec_producer"], ring_name, "4", "10"], stdout=subprocess.PIPE, text=True)
+        try:
+            for k in range(4):
+                with _next_without_sweeping(consumer) as frame:
+                    assert frame.user_tag == k
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0
+        assert json.loads(out) == {"published": 4}
+        lost.close()
