@@ -79,20 +79,28 @@ class Scenario:
 
     def __init__(self, hosts: TwoHosts, secret: str, count: int, kind: str = "ids", slots: int = 64,
                  ack: str = "published", consumer_delay: float = 0, node_reader: list[str] | None = None,
-                 ipc: str = "", writer: list[str] | None = None) -> None:
+                 ipc: str = "", writer: list[str] | None = None, broadcast: bool = False, idle: float = 15) -> None:
         """``node_reader``: a Node helper (test/helpers) and its arguments reads
         ring b instead of the Python consumer; ``ipc``: where the producer
         writes its tables as the referee; ``writer``: a child script and its
-        arguments publishes into ring a (which the test created) instead."""
+        arguments publishes into ring a (which the test created) instead.
+        ``broadcast``: ring a delivers every frame to each subscriber, here
+        ``local`` (a consumer on host A) and the source bridge, both subscribed
+        before the producer starts. ``idle``: seconds the consumer on host B
+        waits for a frame before it ends short of ``count``."""
         self.hosts, self.secret, self.ack = hosts, secret, ack
         self.env = _env()
-        if writer is None:
+        self.local: subprocess.Popen[str] | None = None
+        if broadcast:
+            _create_ring(hosts.a, "a", 64, delivery="all")
+            self.local = self._child(hosts.a, "bridge_consume", "a", str(count), kind, "64", "15")
+        elif writer is None:
             self.producer = self._child(hosts.a, "bridge_produce", "a", str(count), kind, *([ipc] if ipc else []))
             assert self.producer.stdout is not None and self.producer.stdout.readline().strip() == "created"
         else:
             self.producer = self._child(hosts.a, *writer)
         if node_reader is None:
-            self.consumer = self._child(hosts.b, "bridge_consume", "b", str(count), kind, str(slots), "15",
+            self.consumer = self._child(hosts.b, "bridge_consume", "b", str(count), kind, str(slots), str(idle),
                                         str(consumer_delay))
             assert self.consumer.stdout is not None and self.consumer.stdout.readline().strip() == "created"
         else:
@@ -102,6 +110,9 @@ class Scenario:
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.sink = self.start_sink()
         self.source = self.start_source()
+        if broadcast:
+            _await_subscribers(hosts.a, "a", 2)
+            self.producer = self._child(hosts.a, "bridge_produce", "a", str(count), kind)
 
     def _child(self, host, script: str, *args: str) -> subprocess.Popen[str]:
         return host.run([sys.executable, str(HERE / "children" / f"{script}.py"), *args], env=self.env,
@@ -131,14 +142,22 @@ class Scenario:
         assert self.consumer.returncode == 0, err
         return json.loads(out.strip().splitlines()[-1])
 
+    def local_said(self) -> dict:
+        """What the subscriber on host A said at the end (JSON), once it exited 0."""
+        assert self.local is not None
+        out, err = self.local.communicate(timeout=120)
+        assert self.local.returncode == 0, err
+        return json.loads(out.strip().splitlines()[-1])
+
     def stop(self) -> dict[str, str]:
         """Ends every process; returns the bridges' reports (stderr) by role."""
-        for p in (self.source, self.sink, self.producer, self.consumer):
+        roles = [("source", self.source), ("sink", self.sink), ("producer", self.producer), ("consumer", self.consumer)]
+        roles += [("local", self.local)] if self.local is not None else []
+        for _, p in roles:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         said = {}
-        for role, p in (("source", self.source), ("sink", self.sink), ("producer", self.producer),
-                        ("consumer", self.consumer)):
+        for role, p in roles:
             try:
                 said[role] = p.communicate(timeout=20)[1]
             except subprocess.TimeoutExpired:
@@ -232,6 +251,45 @@ def test_killed_source_bridge_loses_and_repeats_nothing(hosts, secret, kind):
         s.stop()
 
 
+def test_a_broadcast_ring_crosses_whole_beside_a_local_subscriber(hosts, secret):
+    """A broadcast ring as the source (SPEC.md §14.4): the bridge is one more
+    subscriber; the consumer on host B and a subscriber on host A each get
+    every frame, intact and in order, and every share is released (the
+    producer drains: the bridge released its own once acknowledged)."""
+    n = 300
+    s = Scenario(hosts, secret, n, "all-types", broadcast=True)
+    try:
+        for got in (s.last_said(), s.local_said()):
+            assert got["wrong"] == []
+            assert got["tags"] == list(range(n))
+        assert s.producer.wait(timeout=30) == 0
+    finally:
+        s.stop()
+
+
+def test_killed_source_bridge_on_a_broadcast_ring_repeats_nothing_and_holds_nothing_up(hosts, secret):
+    """kill -9 of the forwarding bridge on a broadcast ring, mid-stream: a
+    broadcast claim is final, so frames it held may be lost to host B, but none
+    arrives there twice or out of order, the restarted bridge forwards the
+    frames published after it subscribed, the subscriber on host A misses
+    nothing, and the producer drains (a sweep released the dead bridge's shares)."""
+    n = 20000
+    s = Scenario(hosts, secret, n, "ids", broadcast=True, idle=5)
+    try:
+        s.wait_for_frames(500)
+        s.source.kill()
+        s.source.wait()
+        s.source = s.start_source()
+        far = s.last_said()["tags"]
+        assert far[:500] == list(range(500))  # on host B before the kill
+        assert all(a < b for a, b in zip(far, far[1:]))  # in order, each once
+        assert far[-1] == n - 1  # the restarted bridge forwards
+        assert s.local_said() == {"tags": list(range(n)), "wrong": []}
+        assert s.producer.wait(timeout=60) == 0
+    finally:
+        s.stop()
+
+
 @pytest.mark.parametrize("ack", ["published", "released"])
 def test_killed_sink_bridge_loses_nothing_and_repeats_at_most_the_frame_it_was_publishing(hosts, secret, ack):
     """kill -9 of the publishing bridge, twice: frames it published stay in
@@ -298,11 +356,19 @@ def test_shared_memory_short_on_both_hosts_holds_back_and_loses_nothing(hosts, s
         assert "link failed" not in said[role] and "NO_SPACE" not in said[role], said[role]
 
 
-def _create_ring(host, ring: str, slots: int = 64) -> None:
-    code = f"import gpuring; gpuring.Ring.create({ring!r}, slots={slots}).close()"
+def _create_ring(host, ring: str, slots: int = 64, delivery: str = "each") -> None:
+    code = f"import gpuring; gpuring.Ring.create({ring!r}, slots={slots}, delivery={delivery!r}).close()"
     out = subprocess.run(host.command([sys.executable, "-c", code]), env=_env(), capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def _await_subscribers(host, ring: str, count: int, seconds: float = 60) -> None:
+    """Until ``count`` participants of broadcast ring ``ring`` subscribed."""
+    deadline = time.monotonic() + seconds
+    while sum("subscriber" in p for p in _inspect(host, ring)["participants"]) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} subscribers of {ring} after {seconds} s"
+        time.sleep(0.1)
 
 
 def _inspect(host, ring: str) -> dict:

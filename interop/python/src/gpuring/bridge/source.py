@@ -7,6 +7,11 @@ frame its slot stays CLAIMED, so if this process dies the ring hands the frame
 to the next consumer (a restarted bridge) instead of losing it. Frames held when
 a link fails are sent again, first and in order, on the next link; the sink
 drops the ones it had already published (SPEC.md §14.4).
+
+On a broadcast ring the source is one more subscriber (onSlow "block": a far
+ring that is full holds the producers back), and a claim there is final: frames
+are taken with ``Consumer.next`` and their shares released once acknowledged,
+so a killed source loses the frames it held, as any killed subscriber does.
 """
 from __future__ import annotations
 
@@ -54,6 +59,10 @@ class BridgeSource:
         self.stats = stats or BridgeStats(ring, "source")
         self._consumer = Consumer.open(ring, start="oldest", extra_roles=L.ROLE_BRIDGE)
         self._stream = stream_id(self._consumer._seg)
+        # A work-queue claim can be handed back, a broadcast one cannot (module doc).
+        held = not self._consumer._seg.broadcast
+        self._try_take = self._consumer.try_next_held if held else self._consumer.try_next
+        self._wait_take = self._consumer.next_held if held else self._consumer.next
         self._taker = ThreadPoolExecutor(1, thread_name_prefix="gpuring-bridge-take")
         self._held: OrderedDict[int, _Held] = OrderedDict()  # taken, not yet acknowledged, in order taken
         self._staging: dict[int, PinnedPool] = {}  # by device ordinal
@@ -133,11 +142,11 @@ class BridgeSource:
         thread takes while the link fails stays for the next link."""
         while not self._stopping:
             if self._taking is None:
-                frame = self._take(self._consumer.try_next_held)
+                frame = self._take(self._try_take)
                 if frame is not None:
                     return frame
                 self._taking = asyncio.get_running_loop().run_in_executor(
-                    self._taker, self._take, lambda: self._consumer.next_held(TAKE_WAIT_S))
+                    self._taker, self._take, lambda: self._wait_take(TAKE_WAIT_S))
             flight.batch.flush()
             await _first(asyncio.shield(self._taking), flight.failed)
             frame, self._taking = self._taking.result(), None
@@ -227,7 +236,8 @@ class BridgeSource:
 
     def close(self) -> None:
         """Leaves the ring: frames still held are handed back to it (they stay
-        CLAIMED until now), so nothing unacknowledged is lost."""
+        CLAIMED until now), so nothing unacknowledged is lost; on a broadcast
+        ring their shares are released instead (a claim there is final)."""
         self._stopping = True
         self._taker.shutdown(wait=True)
         self._consumer.close()  # first: once closed, dropping a held frame no longer releases it
