@@ -101,8 +101,9 @@ int ConsumerState::ClaimWithin(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos,
     for (int i = 0; i < 32; i++) gpr_cpu_relax();
     rc = TryClaim(env, ref, pos);
     now = gpr_monotonic_ns();
+    if (!follow_stream) continue;
     uint64_t moved = __atomic_load_n(&seg.control->head, __ATOMIC_RELAXED);
-    if (follow_stream && moved != head) head = moved, until = std::min(now + spin_ns, cap);
+    if (moved != head) head = moved, until = std::min(now + spin_ns, cap);
   }
   return rc;
 }
