@@ -79,7 +79,8 @@ class Scenario:
 
     def __init__(self, hosts: TwoHosts, secret: str, count: int, kind: str = "ids", slots: int = 64,
                  ack: str = "published", consumer_delay: float = 0, node_reader: list[str] | None = None,
-                 ipc: str = "", writer: list[str] | None = None, broadcast: bool = False, idle: float = 15) -> None:
+                 ipc: str = "", writer: list[str] | None = None, broadcast: bool = False, idle: float = 15,
+                 far_broadcast: bool = False) -> None:
         """``node_reader``: a Node helper (test/helpers) and its arguments reads
         ring b instead of the Python consumer; ``ipc``: where the producer
         writes its tables as the referee; ``writer``: a child script and its
@@ -87,7 +88,8 @@ class Scenario:
         ``broadcast``: ring a delivers every frame to each subscriber, here
         ``local`` (a consumer on host A) and the source bridge, both subscribed
         before the producer starts. ``idle``: seconds the consumer on host B
-        waits for a frame before it ends short of ``count``."""
+        waits for a frame before it ends short of ``count``. ``far_broadcast``:
+        ring b is a broadcast ring, its consumer subscribed before the sink starts."""
         self.hosts, self.secret, self.ack = hosts, secret, ack
         self.env = _env()
         self.local: subprocess.Popen[str] | None = None
@@ -99,6 +101,8 @@ class Scenario:
             assert self.producer.stdout is not None and self.producer.stdout.readline().strip() == "created"
         else:
             self.producer = self._child(hosts.a, *writer)
+        if far_broadcast:
+            _create_ring(hosts.b, "b", slots, delivery="all")
         if node_reader is None:
             self.consumer = self._child(hosts.b, "bridge_consume", "b", str(count), kind, str(slots), str(idle),
                                         str(consumer_delay))
@@ -108,6 +112,8 @@ class Scenario:
             self.consumer = hosts.b.run(["node", "--import", "tsx", str(REPO / "test" / "helpers" / node_reader[0]),
                                          *node_reader[1:]], cwd=str(REPO), env=self.env,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if far_broadcast:
+            _await_subscribers(hosts.b, "b", 1)
         self.sink = self.start_sink()
         self.source = self.start_source()
         if broadcast:
@@ -262,6 +268,23 @@ def test_a_broadcast_ring_crosses_whole_beside_a_local_subscriber(hosts, secret)
         for got in (s.last_said(), s.local_said()):
             assert got["wrong"] == []
             assert got["tags"] == list(range(n))
+        assert s.producer.wait(timeout=30) == 0
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("ack", ["published", "released"])
+def test_a_broadcast_ring_on_the_far_host_gets_every_frame(hosts, secret, ack):
+    """The sink publishes into a broadcast ring (SPEC.md §5.4) as into a work
+    queue: its subscriber gets every frame intact and in order, and each is
+    acknowledged (once published, or once every subscriber released it), so
+    the producer on host A drains."""
+    n = 200
+    s = Scenario(hosts, secret, n, "all-types", ack=ack, far_broadcast=True)
+    try:
+        got = s.last_said()
+        assert got["wrong"] == []
+        assert got["tags"] == list(range(n))
         assert s.producer.wait(timeout=30) == 0
     finally:
         s.stop()
