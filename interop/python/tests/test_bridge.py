@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,7 +81,7 @@ class Scenario:
     def __init__(self, hosts: TwoHosts, secret: str, count: int, kind: str = "ids", slots: int = 64,
                  ack: str = "published", consumer_delay: float = 0, node_reader: list[str] | None = None,
                  ipc: str = "", writer: list[str] | None = None, broadcast: bool = False, idle: float = 15,
-                 far_broadcast: bool = False) -> None:
+                 far_broadcast: bool = False, reader: list[str] | None = None) -> None:
         """``node_reader``: a Node helper (test/helpers) and its arguments reads
         ring b instead of the Python consumer; ``ipc``: where the producer
         writes its tables as the referee; ``writer``: a child script and its
@@ -89,7 +90,8 @@ class Scenario:
         ``local`` (a consumer on host A) and the source bridge, both subscribed
         before the producer starts. ``idle``: seconds the consumer on host B
         waits for a frame before it ends short of ``count``. ``far_broadcast``:
-        ring b is a broadcast ring, its consumer subscribed before the sink starts."""
+        ring b is a broadcast ring, its consumer subscribed before the sink starts.
+        ``reader``: a command that reads ring b instead (``node_reader`` is one)."""
         self.hosts, self.secret, self.ack = hosts, secret, ack
         self.env = _env()
         self.local: subprocess.Popen[str] | None = None
@@ -103,15 +105,15 @@ class Scenario:
             self.producer = self._child(hosts.a, *writer)
         if far_broadcast:
             _create_ring(hosts.b, "b", slots, delivery="all")
-        if node_reader is None:
+        if node_reader is not None:
+            reader = ["node", "--import", "tsx", str(REPO / "test" / "helpers" / node_reader[0]), *node_reader[1:]]
+        if reader is None:
             self.consumer = self._child(hosts.b, "bridge_consume", "b", str(count), kind, str(slots), str(idle),
                                         str(consumer_delay))
             assert self.consumer.stdout is not None and self.consumer.stdout.readline().strip() == "created"
         else:
             _create_ring(hosts.b, "b", slots)
-            self.consumer = hosts.b.run(["node", "--import", "tsx", str(REPO / "test" / "helpers" / node_reader[0]),
-                                         *node_reader[1:]], cwd=str(REPO), env=self.env,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self.consumer = hosts.b.run(reader, cwd=str(REPO), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if far_broadcast:
             _await_subscribers(hosts.b, "b", 1)
         self.sink = self.start_sink()
@@ -189,6 +191,33 @@ def test_a_node_consumer_on_the_far_host_reads_every_type(hosts, secret, tmp_pat
     s = Scenario(hosts, secret, 45, "all-types", node_reader=["arrow-peer.ts", "compare", "b", ipc, "45"], ipc=ipc)
     try:
         assert s.last_said() == {"frames": 45, "differences": [None] * 45}
+        assert s.producer.wait(timeout=30) == 0
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def c_consumer(tmp_path_factory) -> str:
+    """interop/c/consumer, built here with the system C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build interop/c/consumer.c")
+    out = str(tmp_path_factory.mktemp("c") / "consumer")
+    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'interop/include'}",
+                    str(REPO / "interop/c/consumer.c"), "-o", out, "-lpthread", "-lrt", "-ldl"], check=True)
+    return out
+
+
+def test_a_c_consumer_on_the_far_host_reads_every_frame(hosts, secret, c_consumer):
+    """interop/c/consumer on host B reads bridged frames as it reads local
+    ones: every frame, in order, with its tag, rows and column checksum."""
+    n = 40
+    s = Scenario(hosts, secret, n, "ids", reader=[c_consumer, "b", str(n), "30000"])
+    try:
+        out, err = s.consumer.communicate(timeout=120)
+        assert s.consumer.returncode == 0, err
+        got = [json.loads(line) for line in out.splitlines()]
+        assert [(r["tag"], r["rows"], r["columns"][0]["sum"]) for r in got] == [(i, 1, i) for i in range(n)]
         assert s.producer.wait(timeout=30) == 0
     finally:
         s.stop()
