@@ -63,7 +63,7 @@ test('a producer whose entry was marked DEAD: DETACHED, a quiet close, and a new
   });
 });
 
-test('a producer whose generation was overwritten (the entry still ACTIVE): DETACHED, and its close unlinks the arenas nobody else knows', async (t) => {
+test('a producer whose generation was overwritten (the entry still ACTIVE): DETACHED, it gives the entry up (DEAD, for sweeps to free), and its close unlinks the arenas nobody else knows', async (t) => {
   await withRing('lost-gen', { slots: 8 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
     const producer = Producer.open(name);
@@ -76,7 +76,10 @@ test('a producer whose generation was overwritten (the entry still ACTIVE): DETA
     await rejectsDetached(t, producer.publish(frame(2), { timeout: 1000 }), 'a publish that would wait for space');
     producer.close();
     t.deepEqual(arenaFiles(name, producer.index, gen), [], 'close unlinked them');
-    t.is(rewriteEntry(name, producer.index, '(w) => w'), word + (5n << 32n), 'close left the entry as it found it');
+    // SPEC.md §4, "Giving up a damaged entry": still its pid and attach time, so nobody else attached there.
+    const after = rewriteEntry(name, producer.index, '(w) => w');
+    t.true((after & 7n) === DEAD || (after & 7n) === FREE, `the entry is DEAD or already freed, not ACTIVE (state ${after & 7n})`);
+    t.is(generationOf(after), generationOf(word + (5n << 32n)), 'with the generation it was left with');
     consumer.close();
   });
 });

@@ -546,10 +546,14 @@ static inline int bc_claim(const ring *r, uint64_t *out, frame_ref *f) {
         *out = pos;
         return RING_OK;
       }
-      pos = (pos + 1u) & MASK48;
+      /* More than a lap behind the slot: to the slot's seq - slot_count at once. */
+      pos = (d > (int64_t)r->slots ? sw_seq(w) - r->slots : pos + 1u) & MASK48;
     }
     if (lost) continue;
     if (pos != (c & MASK48)) cas64(cur, c, pos);
+    /* Empty: a missing subscribers bit is damage, put back. */
+    uint64_t *subs = w64(r, C_SUBSCRIBERS);
+    if (!(__atomic_load_n(subs, __ATOMIC_SEQ_CST) & bit)) __atomic_fetch_or(subs, bit, __ATOMIC_SEQ_CST);
     return RING_NONE;
   }
   return RING_NONE;

@@ -117,6 +117,15 @@ GPR_INLINE int gpr_bc_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos)
   return 0;
 }
 
+/* Puts a subscriber's bit back into control.subscribers when it is missing.
+ * Only a sweep clears a bit, of a DEAD entry, so a live subscriber that finds
+ * its own bit gone finds damage (SPEC.md §5.4, Claim): without the bit no
+ * frame would carry it again, and it would read nothing for good. */
+GPR_INLINE void gpr_bc_keep_subscribed(gpr_segment *seg, uint64_t bit) {
+  if (!(__atomic_load_n(&seg->control->subscribers, __ATOMIC_ACQUIRE) & bit))
+    __atomic_fetch_or(&seg->control->subscribers, bit, __ATOMIC_SEQ_CST);
+}
+
 /* Takes the next frame for subscriber `me`: 0 with the reference copied out,
  * RING_EMPTY, FRAMES_MISSED (frames were dropped for it: gpr_bc_take_missed
  * says how many, then call again) or EVICTED (gpr_bc_subscribe joins again). */
@@ -155,12 +164,17 @@ GPR_INLINE int gpr_bc_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *ou
         *out_pos = pos;
         return 0;
       }
-      pos = (pos + 1) & GPR_SEQ_MASK;  /* not ours: published before we joined, or recycled */
+      /* Not ours: published before we joined, or done. A slot more than a lap
+       * past us means every position up to a lap before its own was filled
+       * again, so none of them holds a frame for us: go there at once (a
+       * cursor damaged far behind would otherwise crawl for good). */
+      pos = (d > (int64_t)seg->slot_count ? gpr_word_seq(w) - seg->slot_count : pos + 1) & GPR_SEQ_MASK;
     }
     if (lost) continue;
     /* Frames skipped need not be looked at again; a failed CAS means a producer moved us. */
     if (pos != (cur & GPR_SEQ_MASK))
       __atomic_compare_exchange_n(&p->cursor, &cur, pos, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    gpr_bc_keep_subscribed(seg, bit);
     return -(int)GPR_E_RING_EMPTY;
   }
   return -(int)GPR_E_RING_EMPTY;

@@ -36,6 +36,11 @@ typedef struct gpr_segment {
   gpr_participant *participants;
   gpr_slot *slots;
   char name[GPR_NAME_MAX + 1];
+  /* The attached_unix_ns this mapping's attach wrote into entry attached_index
+   * (0: none): while the entry still holds it, nobody attached there since
+   * (gpr_participant_give_up). */
+  uint64_t attached_stamp;
+  uint32_t attached_index;
 } gpr_segment;
 
 typedef struct gpr_layout {
@@ -391,8 +396,29 @@ GPR_INLINE int gpr_participant_held(const gpr_segment *seg, uint32_t index, uint
              gpr_pword(gen, 0, GPR_PARTICIPANT_ACTIVE);
 }
 
-/* DETACHED, with what happened and the fix. */
-GPR_INLINE int gpr_fail_detached(const gpr_segment *seg, gpr_error *err) {
+/* SPEC.md §4, "Giving up a damaged entry": the participant of this mapping
+ * found its entry's state word changed. If the word still says ACTIVE and the
+ * entry still holds this process's pid and the attached_unix_ns its attach
+ * wrote, nobody attached there since (an attach rewrites both): a write into
+ * the segment changed the word itself. Nobody else can tell: the entry looks
+ * live for as long as this process runs, so it would never be freed, and on a
+ * broadcast ring its subscriber bit would hold every frame for a reader that
+ * reads no more. So it marks the entry DEAD, for sweeps to clean up and free. */
+GPR_INLINE void gpr_participant_give_up(gpr_segment *seg) {
+  if (seg->attached_stamp == 0 || seg->attached_index >= seg->participant_capacity) return;
+  gpr_participant *p = &seg->participants[seg->attached_index];
+  uint64_t w = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+  if (gpr_pstate(w) != GPR_PARTICIPANT_ACTIVE || __atomic_load_n(&p->pid, __ATOMIC_ACQUIRE) != (uint32_t)getpid() ||
+      __atomic_load_n(&p->attached_unix_ns, __ATOMIC_RELAXED) != seg->attached_stamp)
+    return;
+  __atomic_compare_exchange_n(&p->state, &w, gpr_pword(gpr_pgen(w), 0, GPR_PARTICIPANT_DEAD), 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_RELAXED);
+}
+
+/* DETACHED, with what happened and the fix; gives up an entry that damage took
+ * (gpr_participant_give_up). */
+GPR_INLINE int gpr_fail_detached(gpr_segment *seg, gpr_error *err) {
+  gpr_participant_give_up(seg);
   return gpr_fail(err, GPR_E_DETACHED, 0,
                   "this participant no longer holds its entry in ring '%s' (a sweep judged it dead, or the "
                   "segment was overwritten); close it and open a new one",
@@ -422,6 +448,8 @@ GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t
     __atomic_store_n(&p->pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
     p->roles = roles;
     p->attached_unix_ns = gpr_now_ns(CLOCK_REALTIME);
+    seg->attached_stamp = p->attached_unix_ns;
+    seg->attached_index = i;
     p->arena_count = 0;
     p->published = p->leased = p->released = 0;
     p->doorbell = 0;

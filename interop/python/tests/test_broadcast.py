@@ -200,3 +200,53 @@ def test_a_drop_its_producer_left_half_done_is_finished_by_the_subscribers_next_
         assert _tags(slow) == [81]
         producer.drain(timeout=5)
     ring.close()
+
+
+def _flows(producer: Producer, consumer: Consumer, tags: range) -> None:
+    """Each frame of ``tags`` published, then taken by ``consumer``, in order."""
+    for k in tags:
+        producer.publish(pa.table({"i": [k]}), user_tag=k, timeout=5)
+        with consumer.next(timeout=5) as frame:
+            assert frame.user_tag == k
+
+
+def test_a_subscriber_whose_cursor_was_moved_far_behind_gets_the_next_frames(ring_name):
+    """A cursor 2^40 positions behind (damage, SPEC.md §5.4 Claim) goes to the slot's
+    lap at once, where it used to crawl there a scan's few positions per claim."""
+    ring = Ring.create(ring_name, slots=8, delivery="all")
+    with Consumer.open(ring_name) as consumer, Producer.open(ring_name) as producer:
+        _flows(producer, consumer, range(3))
+        at = ring.segment.participant(consumer.index, "cursor")
+        ring.segment.mem.store64(at, (ring.segment.mem.load64(at) - (1 << 40)) & L.SEQ_MASK)
+        _flows(producer, consumer, range(3, 19))
+    ring.close()
+
+
+def test_a_subscriber_whose_bit_was_cleared_is_a_subscriber_again_once_it_finds_the_ring_empty(ring_name):
+    ring = Ring.create(ring_name, slots=8, delivery="all")
+    with Consumer.open(ring_name) as consumer, Producer.open(ring_name) as producer:
+        _flows(producer, consumer, range(1))
+        ring.segment.mem.store64(ring.segment.control("subscribers"), 0)
+        assert producer.subscribers == 0
+        assert consumer.try_next() is None
+        assert producer.subscribers == 1
+        _flows(producer, consumer, range(1, 17))
+    ring.close()
+
+
+def test_a_subscriber_whose_entry_state_was_overwritten_gives_the_entry_up(ring_name):
+    """Its state word says ACTIVE with another generation (SPEC.md §4, "Giving up a
+    damaged entry"): it fails with DETACHED and marks the entry DEAD, so that a sweep
+    clears its bit, which would otherwise hold every frame (policy block)."""
+    ring = Ring.create(ring_name, slots=8, delivery="all")
+    with Consumer.open(ring_name) as reader, Producer.open(ring_name) as producer:
+        lost = Consumer.open(ring_name)
+        at = ring.segment.participant(lost.index)
+        ring.segment.mem.store64(at, ring.segment.mem.load64(at) ^ (0x5A << 40))
+        with pytest.raises(GpuringError) as e:
+            lost.try_next()
+        assert e.value.code == "DETACHED"
+        assert L.pword_state(ring.segment.participant_word(lost.index)) == L.P_DEAD
+        _flows(producer, reader, range(24))  # three rings: the lost bit would stop the first
+        lost.close()
+    ring.close()

@@ -99,6 +99,27 @@ def test_a_producer_waiting_for_space_held_by_a_killed_consumer_sweeps_and_goes_
                 assert frame.to_arrow().column("i").to_pylist() == [2]
 
 
+def test_a_producer_waiting_in_short_timeouts_over_and_over_still_sweeps(ring_name):
+    """Waits of 0.1 s, each shorter than the sweep interval (0.25 s): the interval
+    is counted across waits, so the dead holder is found within a few."""
+    Ring.create(ring_name, slots=2).close()
+    with Producer.open(ring_name) as producer:
+        child = python_child("hold", ring_name, "2")
+        producer.publish(pa.table({"i": [0]}))
+        producer.publish(pa.table({"i": [1]}))
+        assert child.stdout.readline().split()[0] == "held"
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        codes = []
+        for _ in range(30):
+            try:
+                producer.publish(pa.table({"i": [2]}), timeout=0.1)
+                break
+            except GpuringError as e:
+                codes.append(e.code)
+        assert set(codes) <= {"TIMEOUT"} and len(codes) < 30, codes
+
+
 def _write_segment(name: str, data: bytes) -> None:
     with open(f"/dev/shm/gpuring.{name}", "wb") as f:
         f.write(data)

@@ -27,7 +27,7 @@ from .deadline import deadline_after
 from .doorbell import Bell
 from .errors import GpuringError
 from .segment import Segment
-from .slot_protocol import SWEEP_EVERY, notify_data
+from .slot_protocol import notify_data, sweep_if_due
 
 T = TypeVar("T")
 
@@ -39,19 +39,14 @@ async def wait_async(seg: Segment, bell: Bell, which: str, attempt: Callable[[],
     (None: no limit). A task cancelled after its bell rang passes the ring on
     to another DATA sleeper, so that the frame it was rung for is not left
     waiting for the next publish."""
-    from .recovery import sweep  # recovery builds on slot_protocol, as this module does
-
     bit = L.BELL_DATA if which == "data" else L.BELL_SPACE
     deadline = deadline_after(timeout)
-    next_sweep = time.monotonic() + SWEEP_EVERY
     while True:
         result = attempt()
         if result is not None:
             return result
         now = time.monotonic()
-        if now >= next_sweep:
-            sweep(seg)
-            next_sweep = now + SWEEP_EVERY
+        next_sweep = sweep_if_due(seg, now)
         if deadline is not None and now >= deadline:
             raise GpuringError("TIMEOUT", f"no {'frame' if which == 'data' else 'space'} within {timeout} s")
         bell.arm(bit)

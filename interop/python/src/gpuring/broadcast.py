@@ -131,11 +131,17 @@ def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
                     lost = True
                     break
                 return pos, FrameRef.unpack(mem.read(seg.slot(pos) + L.SLOT["ref"], L.REF_BYTES))
-            pos = (pos + 1) & L.SEQ_MASK  # not ours: published before we joined, or done
+            # Not ours: published before we joined, or done; a slot more than a lap past
+            # us means no position up to a lap before its own holds a frame for us.
+            pos = (word_seq(w) - seg.slot_count if d > seg.slot_count else pos + 1) & L.SEQ_MASK
         if lost:
             continue
         if pos != cur & L.SEQ_MASK:
             mem.cas64(cursor_at, cur, pos)  # skipped frames need not be looked at again
+        # Only a sweep clears a bit, a DEAD entry's: a live subscriber without its own
+        # finds damage, and no frame would carry the bit again (SPEC.md §5.4, Claim).
+        if not mem.load64(seg.control("subscribers")) & bit:
+            mem.or64(seg.control("subscribers"), bit)
         return None
     return None
 

@@ -115,6 +115,9 @@ class Segment:
         self.mem = SharedMemory(fd, self.size)
         self.bell: socket.socket | None = None  # for ringing doorbells (doorbell.py), made on first use
         self.damage_cursor = 0  # where this process's next sweep looks for damaged slot words
+        self.sweep_due = 0.0  # when this view's waits sweep next (slot_protocol.sweep_if_due); 0: not yet waited
+        # The entry this view attached and the attached_unix_ns written there (_give_up).
+        self._attached: tuple[int, int] | None = None
 
     @classmethod
     def create(cls, name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600,
@@ -233,8 +236,24 @@ class Segment:
         into the segment, can take an entry from a live participant; its slot and
         entry writes after that would act for whoever holds the entry next (SPEC.md §4)."""
         if index >= self.participant_capacity or self.participant_word(index) != L.pword(gen, 0, L.P_ACTIVE):
+            self._give_up()
             raise GpuringError("DETACHED", f"this participant no longer holds its entry in ring '{self.name}' (a sweep "
                                "judged it dead, or the segment was overwritten); close it and open a new one")
+
+    def _give_up(self) -> None:
+        """SPEC.md §4, "Giving up a damaged entry": our entry's state word changed.
+        If it still says ACTIVE and the entry still holds our pid and the
+        attached_unix_ns our attach wrote, nobody attached there since (an attach
+        rewrites both): a write changed the word itself. Nobody else can tell, as
+        the entry looks live while we run, so it would never be freed (and a
+        broadcast subscriber's bit would hold every frame): it is marked DEAD."""
+        if self._attached is None:
+            return
+        index, stamp = self._attached
+        w = self.participant_word(index)
+        if (L.pword_state(w) == L.P_ACTIVE and self.mem.load32(self.participant(index, "pid")) == os.getpid()
+                and self.mem.load64(self.participant(index, "attached_unix_ns")) == stamp):
+            self.mem.cas64(self.participant(index), w, L.pword(w >> 32, 0, L.P_DEAD))
 
     def attach(self, roles: int) -> tuple[int, int]:
         """Claims a free participant entry; returns (index, generation). Identity
@@ -250,7 +269,8 @@ class Segment:
             mem.store64(self.participant(i, "start_time"), self_start_time())
             mem.store32(self.participant(i, "pid"), os.getpid())
             mem.store32(self.participant(i, "roles"), roles)
-            mem.store64(self.participant(i, "attached_unix_ns"), realtime_ns())
+            self._attached = (i, realtime_ns())
+            mem.store64(self.participant(i, "attached_unix_ns"), self._attached[1])
             mem.store32(self.participant(i, "arena_count"), 0)
             for counter in ("published", "leased", "released", "doorbell_key", "cursor", "missed", "missed_seen"):
                 mem.store64(self.participant(i, counter), 0)

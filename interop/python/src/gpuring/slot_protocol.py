@@ -266,15 +266,29 @@ SWEEP_EVERY = 0.25  # seconds of waiting between sweeps (SPEC.md §7: waiters sw
 SPIN_S = 1e-3 if len(os.sched_getaffinity(0)) >= 4 else 0.0  # the CPUs this process may run on
 
 
+def sweep_if_due(seg: Segment, now: float) -> float:
+    """Sweeps when SWEEP_EVERY seconds passed since this view's last sweep (its
+    first wait starts the clock); returns when the next one is due. The clock is
+    the view's, not one wait's: a caller waiting with timeouts shorter than
+    SWEEP_EVERY, over and over, must still sweep, or a ring that a dead
+    participant holds up would stay stuck for it."""
+    from .recovery import sweep  # recovery builds on this module
+
+    if seg.sweep_due == 0.0:
+        seg.sweep_due = now + SWEEP_EVERY
+    elif now >= seg.sweep_due:
+        sweep(seg)
+        seg.sweep_due = now + SWEEP_EVERY
+    return seg.sweep_due
+
+
 def wait_for(seg: Segment, which: str, attempt: Callable[[], T | None], timeout: float | None) -> T:
     """Runs attempt() until it returns something, polling for up to SPIN_S first,
     then sleeping on the futex word ``{which}_seq``. Raise the waiter count, read
     seq, try once more, only then sleep: a wake-up cannot fall between the last try
-    and the sleep. Sweeps every SWEEP_EVERY seconds of waiting: what we wait for may
-    be held by a dead participant (a WRITING slot, a lease), and nobody else may be
-    sweeping."""
-    from .recovery import sweep  # recovery builds on this module
-
+    and the sleep. Sweeps every SWEEP_EVERY seconds of waiting (sweep_if_due): what
+    we wait for may be held by a dead participant (a WRITING slot, a lease), and
+    nobody else may be sweeping."""
     deadline = deadline_after(timeout)
     polled_until = time.monotonic() + SPIN_S
     while True:
@@ -285,11 +299,8 @@ def wait_for(seg: Segment, which: str, attempt: Callable[[], T | None], timeout:
             break
     mem = seg.mem
     seq_at, waiters_at = seg.control(f"{which}_seq"), seg.control(f"{which}_waiters")
-    next_sweep = time.monotonic() + SWEEP_EVERY
     while True:
-        if time.monotonic() >= next_sweep:
-            sweep(seg)
-            next_sweep = time.monotonic() + SWEEP_EVERY
+        next_sweep = sweep_if_due(seg, time.monotonic())
         mem.add32(waiters_at, 1)
         try:
             seen = mem.load32(seq_at)

@@ -1,0 +1,105 @@
+// Writes into a broadcast ring's segment that used to stop a subscriber, or the
+// whole ring, for good (found by the broadcast case of segment-damage.test.ts):
+// a cursor moved far behind, a subscriber's bit cleared from `subscribers`, and
+// the state word of a live subscriber's entry overwritten (SPEC.md §4 "Giving up
+// a damaged entry", §5.4 Claim). Each test damages one word the way a stray
+// writer would, through the file, and checks that frames flow again.
+import { closeSync, openSync, readSync, writeSync } from 'node:fs';
+import test from 'ava';
+import { absentBuffer, Consumer, type FrameDescription, GpuringError, Producer } from '../lib/index.js';
+import { HANDLE_BYTES } from '../lib/codec/layout.js';
+import { withRing } from './helpers/ring.js';
+
+const SLOTS = 8;
+const ENTRY_BYTES = 128;
+const CURSOR = 80;
+const SUBSCRIBERS = 576;
+const SEQ_MASK = (1n << 48n) - 1n;
+
+/** A frame that needs no memory; its tag says which it is. */
+const emptyFrame = (): FrameDescription => ({
+  rowCount: 1,
+  metadata: null,
+  columns: [{ name: 's', format: '+s', nullable: true, dictionaryOrdered: false, mapKeysSorted: false, metadata: null, dictionary: -1, length: 1, nullCount: 0, offset: 0, buffers: [absentBuffer()], children: [] }],
+  dictionaries: [],
+  syncKind: 0,
+  syncHandle: new Uint8Array(HANDLE_BYTES),
+});
+
+/** Reads and writes u64 words of ring `name`'s segment file, as another process could. */
+function segmentWords(name: string) {
+  const path = `/dev/shm/gpuring.${name}`;
+  const header = Buffer.alloc(256);
+  const fd = openSync(path, 'r');
+  readSync(fd, header, 0, 256, 0);
+  closeSync(fd);
+  const read = (at: number): bigint => {
+    const b = Buffer.alloc(8);
+    const f = openSync(path, 'r');
+    readSync(f, b, 0, 8, at);
+    closeSync(f);
+    return b.readBigUInt64LE();
+  };
+  const write = (at: number, value: bigint): void => {
+    const b = Buffer.alloc(8);
+    b.writeBigUInt64LE(value);
+    const f = openSync(path, 'r+');
+    writeSync(f, b, 0, 8, at);
+    closeSync(f);
+  };
+  return { read, write, control: Number(header.readBigUInt64LE(48)), entry: (i: number) => Number(header.readBigUInt64LE(56)) + ENTRY_BYTES * i };
+}
+
+/** Publishes `count` tagged frames from `from`, and has `consumer` take them in order. */
+async function flows(t: import('ava').ExecutionContext, producer: Producer, consumer: Consumer, from: number, count: number): Promise<void> {
+  const prepared = producer.prepare(emptyFrame());
+  for (let k = from; k < from + count; k++) {
+    await prepared.publish({ tag: BigInt(k), timeout: 5000 });
+    const frame = await consumer.next({ timeout: 5000 });
+    t.is(frame.tag, BigInt(k));
+    frame.release();
+  }
+}
+
+test("a subscriber whose cursor was moved 2^40 positions behind gets the next frames (a claim no longer crawls there one position at a time)", async (t) => {
+  await withRing('bc-cursor', { slots: SLOTS, delivery: 'all' }, async (_ring, name) => {
+    using consumer = Consumer.open(name);
+    using producer = Producer.open(name);
+    await flows(t, producer, consumer, 0, 3);
+    const words = segmentWords(name);
+    const at = words.entry(consumer.index) + CURSOR;
+    words.write(at, (words.read(at) - (1n << 40n)) & SEQ_MASK);
+    await flows(t, producer, consumer, 3, 2 * SLOTS);
+  });
+});
+
+test("a subscriber whose bit was cleared from `subscribers` is a subscriber again once it finds the ring empty", async (t) => {
+  await withRing('bc-bit', { slots: SLOTS, delivery: 'all' }, async (_ring, name) => {
+    using consumer = Consumer.open(name);
+    using producer = Producer.open(name);
+    await flows(t, producer, consumer, 0, 1);
+    const words = segmentWords(name);
+    words.write(words.control + SUBSCRIBERS, 0n);
+    t.is(producer.subscribers, 0);
+    await t.throwsAsync(consumer.next({ timeout: 50 }), { code: 'TIMEOUT' } as never);
+    t.is(producer.subscribers, 1);
+    await flows(t, producer, consumer, 1, 2 * SLOTS);
+  });
+});
+
+test("a subscriber whose entry's state word was overwritten fails with DETACHED and gives the entry up, so that its bit no longer holds the ring (policy block)", async (t) => {
+  await withRing('bc-entry', { slots: SLOTS, delivery: 'all' }, async (ring, name) => {
+    using reader = Consumer.open(name);
+    const lost = Consumer.open(name);
+    using producer = Producer.open(name);
+    const words = segmentWords(name);
+    const state = words.entry(lost.index);
+    words.write(state, words.read(state) ^ (0x5an << 40n)); // another generation, still ACTIVE
+    const error = await t.throwsAsync(lost.next({ timeout: 1000 }), { instanceOf: GpuringError });
+    t.is(error!.code, 'DETACHED');
+    // Three rings of frames: without the give-up, the lost entry's bit would fill the ring after one.
+    await flows(t, producer, reader, 0, 3 * SLOTS);
+    t.false(ring.inspect().participants.some((p) => p.index === lost.index && p.state === 'active'), 'the lost entry is no longer ACTIVE');
+    lost.close();
+  });
+});
