@@ -6,8 +6,8 @@
 // writer would, through the file, and checks that frames flow again.
 import { closeSync, openSync, readSync, writeSync } from 'node:fs';
 import test from 'ava';
-import { absentBuffer, Consumer, type FrameDescription, GpuringError, Producer } from '../lib/index.js';
-import { HANDLE_BYTES } from '../lib/codec/layout.js';
+import { Consumer, GpuringError, Producer } from '../lib/index.js';
+import { emptyFrame } from './helpers/empty-frame.js';
 import { withRing } from './helpers/ring.js';
 
 const SLOTS = 8;
@@ -15,16 +15,6 @@ const ENTRY_BYTES = 128;
 const CURSOR = 80;
 const SUBSCRIBERS = 576;
 const SEQ_MASK = (1n << 48n) - 1n;
-
-/** A frame that needs no memory; its tag says which it is. */
-const emptyFrame = (): FrameDescription => ({
-  rowCount: 1,
-  metadata: null,
-  columns: [{ name: 's', format: '+s', nullable: true, dictionaryOrdered: false, mapKeysSorted: false, metadata: null, dictionary: -1, length: 1, nullCount: 0, offset: 0, buffers: [absentBuffer()], children: [] }],
-  dictionaries: [],
-  syncKind: 0,
-  syncHandle: new Uint8Array(HANDLE_BYTES),
-});
 
 /** Reads and writes u64 words of ring `name`'s segment file, as another process could. */
 function segmentWords(name: string) {

@@ -2,22 +2,12 @@
 // across processes, and what each onSlow policy does to a subscriber that
 // falls a ring behind.
 import test from 'ava';
-import { HANDLE_BYTES } from '../lib/codec/layout.js';
-import { absentBuffer, Consumer, type FrameDescription, GpuringError, Producer } from '../lib/index.js';
+import { Consumer, GpuringError, Producer } from '../lib/index.js';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
+import { emptyFrame } from './helpers/empty-frame.js';
 import { child, exitOf, nextLine, withRing } from './helpers/ring.js';
 
 const FRAMES = 100_000;
-
-/** A frame that needs no memory (a struct column without fields); the tag says which it is. */
-const emptyFrame = (): FrameDescription => ({
-  rowCount: 1,
-  metadata: null,
-  columns: [{ name: 's', format: '+s', nullable: true, dictionaryOrdered: false, mapKeysSorted: false, metadata: null, dictionary: -1, length: 1, nullCount: 0, offset: 0, buffers: [absentBuffer()], children: [] }],
-  dictionaries: [],
-  syncKind: 0,
-  syncHandle: new Uint8Array(HANDLE_BYTES),
-});
 
 const tags = (from: number, count: number) => BigUint64Array.from({ length: count }, (_, i) => BigInt(from + i));
 
