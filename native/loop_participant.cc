@@ -18,6 +18,7 @@ void LoopParticipant::Woken(const std::function<void(Napi::Env)> &serve) {
     if (gpr_monotonic_ns() - last_sweep_ns >= tick_ms * 1000000ull) {
       last_sweep_ns = gpr_monotonic_ns();
       gpr_sweep(&seg, nullptr, nullptr);
+      gpr_bc_release_strays(&seg, me);  // a broadcast subscriber's own repair (SPEC.md §5.4); else nothing
       sweeps++;
     }
     serve(e);

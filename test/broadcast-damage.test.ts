@@ -1,8 +1,9 @@
 // Writes into a broadcast ring's segment that used to stop a subscriber, or the
 // whole ring, for good (found by the broadcast case of segment-damage.test.ts):
-// a cursor moved far behind, a subscriber's bit cleared from `subscribers`, and
-// the state word of a live subscriber's entry overwritten (SPEC.md §4 "Giving up
-// a damaged entry", §5.4 Claim). Each test damages one word the way a stray
+// a cursor moved far behind, a subscriber's bit cleared from `subscribers`, the
+// state word of a live subscriber's entry overwritten, and a share set again
+// after its release (SPEC.md §4 "Giving up a damaged entry", §5.4 Claim and
+// "Stray shares"). Each test damages one word the way a stray
 // writer would, through the file, and checks that frames flow again.
 import { closeSync, openSync, readSync, writeSync } from 'node:fs';
 import test from 'ava';
@@ -12,6 +13,8 @@ import { withRing } from './helpers/ring.js';
 
 const SLOTS = 8;
 const ENTRY_BYTES = 128;
+const SLOT_BYTES = 128;
+const READY = 2n;
 const CURSOR = 80;
 const SUBSCRIBERS = 576;
 const SEQ_MASK = (1n << 48n) - 1n;
@@ -37,7 +40,8 @@ function segmentWords(name: string) {
     writeSync(f, b, 0, 8, at);
     closeSync(f);
   };
-  return { read, write, control: Number(header.readBigUInt64LE(48)), entry: (i: number) => Number(header.readBigUInt64LE(56)) + ENTRY_BYTES * i };
+  const slots = Number(header.readBigUInt64LE(64));
+  return { read, write, control: Number(header.readBigUInt64LE(48)), entry: (i: number) => Number(header.readBigUInt64LE(56)) + ENTRY_BYTES * i, slot: (i: number) => slots + SLOT_BYTES * i };
 }
 
 /** Publishes `count` tagged frames from `from`, and has `consumer` take them in order. */
@@ -91,5 +95,40 @@ test("a subscriber whose entry's state word was overwritten fails with DETACHED 
     await flows(t, producer, reader, 0, 3 * SLOTS);
     t.false(ring.inspect().participants.some((p) => p.index === lost.index && p.state === 'active'), 'the lost entry is no longer ACTIVE');
     lost.close();
+  });
+});
+
+test("a share set again after its subscriber released the frame is released by that subscriber's sweeps while it waits, and a frame it holds keeps its share", async (t) => {
+  await withRing('bc-stray', { slots: SLOTS, delivery: 'all' }, async (_ring, name) => {
+    using victim = Consumer.open(name);
+    using other = Consumer.open(name);
+    using producer = Producer.open(name);
+    const prepared = producer.prepare(emptyFrame());
+    await prepared.publish({ tag: 0n });
+    const first = await victim.next({ timeout: 5000 });
+    const kept = await other.next({ timeout: 5000 });
+    const words = segmentWords(name);
+    const ready = Array.from({ length: SLOTS }, (_, i) => i).find((i) => ((words.read(words.slot(i)) >> 13n) & 7n) === READY)!;
+    first.release();
+    const pending = words.slot(ready) + 8;
+    words.write(pending, words.read(pending) | (1n << BigInt(victim.index))); // the stray share
+    kept.release();
+    // The ring fills behind it: each frame read by both, the stray one by nobody.
+    for (let k = 1n; k < BigInt(SLOTS); k++) {
+      await prepared.publish({ tag: k });
+      for (const c of [victim, other]) (await c.next({ timeout: 5000 })).release();
+    }
+    await t.throwsAsync(prepared.publish({ timeout: 0 }), { code: 'RING_FULL' } as never);
+    // The victim waits (and sweeps, every 250 ms): its sweep finds the stray share.
+    const waiting = victim.next({ timeout: 5000 });
+    await prepared.publish({ tag: BigInt(SLOTS), timeout: 5000 });
+    const mine = await waiting;
+    t.is(mine.tag, BigInt(SLOTS));
+    // Held across its next sweeps, the frame keeps the victim's share.
+    await t.throwsAsync(victim.next({ timeout: 700 }), { code: 'TIMEOUT' } as never);
+    const carries = (i: number) => ((words.read(words.slot(i)) >> 13n) & 7n) === READY && (words.read(words.slot(i) + 8) & (1n << BigInt(victim.index))) !== 0n;
+    t.is(Array.from({ length: SLOTS }, (_, i) => i).filter(carries).length, 1, 'the frame the victim holds, and only it, still carries its share');
+    mine.release();
+    (await other.next({ timeout: 5000 })).release();
   });
 });

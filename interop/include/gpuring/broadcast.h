@@ -64,6 +64,8 @@ GPR_INLINE void gpr_bc_adopt_retained(gpr_segment *seg, uint32_t me) {
  * published since, still carry its bit). */
 GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow, int oldest) {
   gpr_participant *p = &seg->participants[me];
+  /* Without the record (out of memory) it only cannot release stray shares. */
+  if (me == seg->attached_index && !seg->held) seg->held = (uint64_t *)calloc(seg->slot_count, sizeof *seg->held);
   uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
   uint64_t c = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE), start;
   /* A CAS: while it says EVICTED, producers drop frames for it by moving its
@@ -103,9 +105,26 @@ GPR_INLINE void gpr_bc_retire(gpr_segment *seg, uint64_t pos, uint64_t w) {
   if (gpr_slot_cas(s, w, to)) gpr_notify_space(seg);
 }
 
-/* Ends subscriber `owner`'s share of the frame at `pos`: its own release, or
- * one made for it (it died, or the frame was dropped for it). */
-GPR_INLINE int gpr_bc_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos) {
+/* The record of this mapping's takes (gpr_segment.held), when `owner` is the
+ * subscriber it attached; NULL otherwise. Taken with gpr_bc_lock held. */
+GPR_INLINE uint64_t *gpr_bc_takes(gpr_segment *seg, uint32_t owner) {
+  return owner == seg->attached_index ? seg->held : NULL;
+}
+
+GPR_INLINE void gpr_bc_lock(gpr_segment *seg) {
+  while (__atomic_exchange_n(&seg->held_lock, 1u, __ATOMIC_ACQUIRE)) gpr_cpu_relax();
+}
+
+GPR_INLINE void gpr_bc_unlock(gpr_segment *seg) { __atomic_store_n(&seg->held_lock, 0u, __ATOMIC_RELEASE); }
+
+/* Forgets the take of `pos`, if recorded. */
+GPR_INLINE void gpr_bc_forget(uint64_t *takes, const gpr_segment *seg, uint64_t pos) {
+  if (takes[pos & seg->mask] == (pos & GPR_SEQ_MASK) + 1u) takes[pos & seg->mask] = 0;
+}
+
+/* Ends subscriber `owner`'s share of the frame at `pos`: the AND of its bit,
+ * and the move on of the slot when it was the last. */
+GPR_INLINE int gpr_bc_release_share(gpr_segment *seg, uint32_t owner, uint64_t pos) {
   gpr_slot *s = gpr_slot_at(seg, pos);
   uint64_t w = gpr_slot_load(s);
   if (owner >= 64u || gpr_word_seq(w) != (pos & GPR_SEQ_MASK) || gpr_word_state(w) != GPR_SLOT_READY)
@@ -115,6 +134,41 @@ GPR_INLINE int gpr_bc_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos)
   if (!(was & bit)) return -(int)GPR_E_FRAME_STATE;
   if ((was & ~bit) == 0) gpr_bc_retire(seg, pos, w);
   return 0;
+}
+
+/* Ends subscriber `owner`'s share of the frame at `pos`: its own release, or
+ * one made for it (it died, or the frame was dropped for it). */
+GPR_INLINE int gpr_bc_release_as(gpr_segment *seg, uint32_t owner, uint64_t pos) {
+  uint64_t *takes = gpr_bc_takes(seg, owner);
+  if (!takes) return gpr_bc_release_share(seg, owner, pos);
+  gpr_bc_lock(seg);
+  int rc = gpr_bc_release_share(seg, owner, pos);
+  gpr_bc_forget(takes, seg, pos);  /* a share a sweeper released for us is gone all the same */
+  gpr_bc_unlock(seg);
+  return rc;
+}
+
+/* SPEC.md §5.4, "Stray shares": releases `me`'s share of every READY frame its
+ * cursor has passed that carries its bit and that it does not hold. Only
+ * damage makes one (a pending bit set again after its release, a cursor moved
+ * forward), and nothing else would release it: producers wait for a frame a
+ * subscriber took (it is never taken back), so the ring would stop there.
+ * Returns how many it released. Run when this subscriber sweeps. */
+GPR_INLINE uint32_t gpr_bc_release_strays(gpr_segment *seg, uint32_t me) {
+  uint64_t *takes = gpr_bc_takes(seg, me);
+  if (!takes) return 0;
+  uint32_t released = 0;
+  gpr_bc_lock(seg);
+  uint64_t c = __atomic_load_n(&seg->participants[me].cursor, __ATOMIC_ACQUIRE);
+  for (uint32_t i = 0; i < seg->slot_count && !(c & (GPR_CURSOR_DROPPING | GPR_CURSOR_EVICTED)); i++) {
+    gpr_slot *s = &seg->slots[i];
+    uint64_t w = gpr_slot_load(s), pos = gpr_word_seq(w);
+    if (gpr_word_state(w) != GPR_SLOT_READY || gpr_seq_diff(c & GPR_SEQ_MASK, pos) <= 0 || takes[i] == pos + 1u) continue;
+    if ((__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(me)) && gpr_bc_release_share(seg, me, pos) == 0)
+      released++;
+  }
+  gpr_bc_unlock(seg);
+  return released;
 }
 
 /* Puts a subscriber's bit back into control.subscribers when it is missing.
@@ -157,8 +211,12 @@ GPR_INLINE int gpr_bc_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *ou
       if (d == 0 && st == GPR_SLOT_READY && (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & bit)) {
         /* The cursor CAS is the claim: a producer dropping frames for us moves
          * it too, so exactly one of us decides what becomes of this frame. */
+        uint64_t *takes = gpr_bc_takes(seg, me);
+        if (takes) gpr_bc_lock(seg);  /* the take and its record are one step for gpr_bc_release_strays */
         lost = !__atomic_compare_exchange_n(&p->cursor, &cur, (pos + 1) & GPR_SEQ_MASK, 0, __ATOMIC_ACQ_REL,
                                             __ATOMIC_ACQUIRE);
+        if (takes && !lost) takes[pos & seg->mask] = pos + 1u;
+        if (takes) gpr_bc_unlock(seg);
         if (lost) break;
         *out = s->ref;
         *out_pos = pos;
@@ -185,8 +243,12 @@ GPR_INLINE int gpr_bc_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *ou
  * counted as missed, so that its user still learns of it. */
 GPR_INLINE int gpr_bc_unclaim(gpr_segment *seg, uint32_t me, uint64_t pos) {
   gpr_participant *p = &seg->participants[me];
-  uint64_t next = (pos + 1) & GPR_SEQ_MASK;
-  if (__atomic_compare_exchange_n(&p->cursor, &next, pos & GPR_SEQ_MASK, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+  uint64_t next = (pos + 1) & GPR_SEQ_MASK, *takes = gpr_bc_takes(seg, me);
+  if (takes) gpr_bc_lock(seg);
+  int back = __atomic_compare_exchange_n(&p->cursor, &next, pos & GPR_SEQ_MASK, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  if (takes && back) gpr_bc_forget(takes, seg, pos);
+  if (takes) gpr_bc_unlock(seg);
+  if (back) {
     gpr_notify_data(seg);
     return 0;
   }

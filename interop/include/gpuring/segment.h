@@ -41,6 +41,12 @@ typedef struct gpr_segment {
    * (gpr_participant_give_up). */
   uint64_t attached_stamp;
   uint32_t attached_index;
+  /* A broadcast subscriber's takes, by slot: the position + 1 of the frame it
+   * took there and has not released, 0 for none; NULL until it subscribes.
+   * Guarded by held_lock, so that a take (cursor CAS) or a release and the
+   * scan for stray shares never interleave (gpr_bc_release_strays). */
+  uint64_t *held;
+  uint32_t held_lock;
 } gpr_segment;
 
 typedef struct gpr_layout {
@@ -317,6 +323,8 @@ GPR_INLINE int gpr_segment_open(gpr_segment *seg, const char *name,
 }
 
 GPR_INLINE void gpr_segment_close(gpr_segment *seg) {
+  free(seg->held);
+  seg->held = NULL;
   if (seg->base) munmap(seg->base, seg->size);
   if (seg->fd >= 0) close(seg->fd);
   if (seg->bell_fd >= 0) close(seg->bell_fd);

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import node_available, node_child, python_child
 from gpuring import Consumer, GpuringError, Producer, Ring
-from gpuring import layout as L
+from gpuring import broadcast, layout as L
 
 FRAMES = 3000
 
@@ -249,4 +249,81 @@ def test_a_subscriber_whose_entry_state_was_overwritten_gives_the_entry_up(ring_
         assert L.pword_state(ring.segment.participant_word(lost.index)) == L.P_DEAD
         _flows(producer, reader, range(24))  # three rings: the lost bit would stop the first
         lost.close()
+    ring.close()
+
+
+def test_a_share_set_again_after_its_release_is_released_by_its_subscriber_and_a_held_one_is_not(ring_name):
+    """SPEC.md §5.4, "Stray shares": damage sets a subscriber's bit again in the
+    ``pending`` of a frame it took and released. Nothing else would release it
+    (a taken frame is never taken back), so the ring stops a lap later unless the
+    subscriber's own sweep releases it; a frame it still holds keeps its share."""
+    ring = Ring.create(ring_name, slots=8, delivery="all")
+    seg = ring.segment
+    with Consumer.open(ring_name) as victim, Consumer.open(ring_name) as other, Producer.open(ring_name) as producer:
+        producer.publish(pa.table({"i": [0]}), user_tag=0)
+        held = victim.next(timeout=5)
+        kept = other.next(timeout=5)
+        slot = seg.slot(next(p for p in range(64) if seg.mem.load64(seg.slot(p)) >> 16 == p
+                             and (seg.mem.load64(seg.slot(p)) >> 13) & 7 == L.READY))
+        held.release()
+        seg.mem.or64(slot + 8, 1 << victim.index)  # the stray share
+        kept.release()
+        producer.publish(pa.table({"i": [1]}), user_tag=1)
+        mine = victim.next(timeout=5)  # held across the sweeps below
+        assert broadcast.release_strays(victim._seg, victim.index) == 1
+        assert broadcast.release_strays(victim._seg, victim.index) == 0
+        with pytest.raises(GpuringError):
+            victim.next(timeout=0.6)  # waits long enough to sweep twice
+        mine_slot = next(seg.slot(p) for p in range(64) if seg.mem.load64(seg.slot(p)) >> 16 == p
+                         and (seg.mem.load64(seg.slot(p)) >> 13) & 7 == L.READY)
+        assert seg.mem.load64(mine_slot + 8) & (1 << victim.index), "the frame it holds keeps its share"
+        assert mine.to_arrow().column("i").to_pylist() == [1]
+        mine.release()
+        other.next(timeout=5).release()
+        for k in range(2, 26):  # three rings
+            producer.publish(pa.table({"i": [k]}), user_tag=k, timeout=5)
+            for c in (victim, other):
+                with c.next(timeout=5) as f:
+                    assert f.user_tag == k
+    ring.close()
+
+
+def test_a_stray_share_is_released_by_the_sweeps_of_a_waiting_subscriber(ring_name):
+    """As above, with no call made for it: the subscriber waits (next) while the ring
+    is full behind the stray share, and its sweep releases it."""
+    ring = Ring.create(ring_name, slots=4, delivery="all")
+    seg = ring.segment
+    with Consumer.open(ring_name) as victim, Producer.open(ring_name) as producer:
+        producer.publish(pa.table({"i": [0]}), user_tag=0)
+        frame = victim.next(timeout=5)
+        slot = next(seg.slot(p) for p in range(64) if seg.mem.load64(seg.slot(p)) >> 16 == p
+                    and (seg.mem.load64(seg.slot(p)) >> 13) & 7 == L.READY)
+        frame.release()  # the last share: the slot went RELEASED, then reaped
+        producer.reap()
+        for k in range(1, 4):
+            producer.publish(pa.table({"i": [k]}), user_tag=k)
+            victim.next(timeout=5).release()
+        producer.publish(pa.table({"i": [4]}), user_tag=4)  # in frame 0's slot again
+        assert seg.mem.load64(slot) >> 16 == 4
+        taken = victim.next(timeout=5)
+        taken.release()
+        # The stray: frame 4's share set again after its release, and the slot put back READY.
+        producer_word = L.slot_word(4, L.READY, producer.index + 1)
+        seg.mem.store64(slot + 8, 1 << victim.index)
+        seg.mem.store64(slot, producer_word)
+        for k in range(5, 8):
+            producer.publish(pa.table({"i": [k]}), user_tag=k)
+        with pytest.raises(GpuringError) as full:
+            producer.publish(pa.table({"i": [8]}), block=False)
+        assert full.value.code == "RING_FULL"
+        tags = []
+        for _ in range(3):
+            with victim.next(timeout=5) as f:
+                tags.append(f.user_tag)
+        assert tags == [5, 6, 7]
+        with pytest.raises(GpuringError):
+            victim.next(timeout=0.6)  # asleep, it sweeps and finds the stray share
+        producer.publish(pa.table({"i": [8]}), user_tag=8, timeout=5)
+        with victim.next(timeout=5) as f:
+            assert f.user_tag == 8
     ring.close()

@@ -45,6 +45,8 @@ def subscribe(seg: Segment, me: int, on_slow: int, oldest: bool = False) -> None
     before every position a frame carrying the new bit can have. With
     ``oldest`` it also takes a share of the frames still in the ring."""
     mem = seg.mem
+    if me == seg.attached_index and seg.takes is None:
+        seg.takes = [0] * seg.slot_count
     tail = mem.load64(seg.control("tail")) & L.SEQ_MASK
     while True:  # a CAS: producers move an evicted cursor past the frames they drop (see gpr_bc_subscribe)
         c = mem.load64(seg.participant(me, "cursor"))
@@ -84,8 +86,57 @@ def _retire(seg: Segment, pos: int, w: int) -> None:
         notify_space(seg)
 
 
+def _takes(seg: Segment, owner: int) -> list[int] | None:
+    """The record of this view's takes (Segment.takes) when ``owner`` is the subscriber
+    it attached, else None. Read and written under Segment.takes_lock."""
+    return seg.takes if owner == seg.attached_index else None
+
+
 def release_as(seg: Segment, owner: int, pos: int) -> None:
     """Ends subscriber ``owner``'s share of the frame at ``pos`` (its own release, or one made for it)."""
+    takes = _takes(seg, owner)
+    if takes is None:
+        return _release_share(seg, owner, pos)
+    with seg.takes_lock:
+        try:
+            _release_share(seg, owner, pos)
+        finally:  # a share a sweeper released for us is gone all the same
+            _forget(seg, takes, pos)
+
+
+def _forget(seg: Segment, takes: list[int], pos: int) -> None:
+    if takes[pos & seg.mask] == (pos & L.SEQ_MASK) + 1:
+        takes[pos & seg.mask] = 0
+
+
+def release_strays(seg: Segment, me: int) -> int:
+    """SPEC.md §5.4, "Stray shares": releases ``me``'s share of every READY frame its
+    cursor passed that carries its bit and that it does not hold (see
+    gpr_bc_release_strays); returns how many. Run when this subscriber sweeps."""
+    takes = _takes(seg, me)
+    if takes is None:
+        return 0
+    released = 0
+    with seg.takes_lock:
+        c = seg.mem.load64(seg.participant(me, "cursor"))
+        if c & (L.CURSOR_DROPPING | L.CURSOR_EVICTED):
+            return 0
+        for i in range(seg.slot_count):
+            w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
+            pos = word_seq(w)
+            if word_state(w) != L.READY or seq_diff(c & L.SEQ_MASK, pos) <= 0 or takes[i] == pos + 1:
+                continue
+            if seg.mem.load64(_pending(seg, pos)) & _bit(me):
+                try:
+                    _release_share(seg, me, pos)
+                    released += 1
+                except GpuringError:
+                    pass  # released meanwhile, or the slot moved on
+    return released
+
+
+def _release_share(seg: Segment, owner: int, pos: int) -> None:
+    """The AND of ``owner``'s bit into the frame's ``pending``, and the slot moved on if it was the last."""
     w = seg.mem.load64(seg.slot(pos))
     if owner >= 64 or word_seq(w) != pos & L.SEQ_MASK or word_state(w) != L.READY:
         raise GpuringError("FRAME_STATE", f"slot {pos & seg.mask} holds no frame of subscriber {owner}")
@@ -127,7 +178,7 @@ def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
             if d < 0 or (d == 0 and st in (L.EMPTY, L.WRITING)):
                 break
             if d == 0 and st == L.READY and mem.load64(_pending(seg, pos)) & bit:
-                if not mem.cas64(cursor_at, cur, (pos + 1) & L.SEQ_MASK):
+                if not _take(seg, me, cur, pos):
                     lost = True
                     break
                 return pos, FrameRef.unpack(mem.read(seg.slot(pos) + L.SLOT["ref"], L.REF_BYTES))
@@ -146,10 +197,28 @@ def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
     return None
 
 
+def _take(seg: Segment, me: int, cur: int, pos: int) -> bool:
+    """The cursor CAS that takes the frame at ``pos``, recorded in the same step
+    for release_strays."""
+    takes = _takes(seg, me)
+    if takes is None:
+        return seg.mem.cas64(seg.participant(me, "cursor"), cur, (pos + 1) & L.SEQ_MASK)
+    with seg.takes_lock:
+        taken = seg.mem.cas64(seg.participant(me, "cursor"), cur, (pos + 1) & L.SEQ_MASK)
+        if taken:
+            takes[pos & seg.mask] = (pos & L.SEQ_MASK) + 1
+    return taken
+
+
 def unclaim(seg: Segment, me: int, pos: int) -> None:
     """Gives back a frame ``me`` took but never handed over: its cursor goes back
     to it if nothing was taken since, else it is released and counted as missed."""
-    if seg.mem.cas64(seg.participant(me, "cursor"), (pos + 1) & L.SEQ_MASK, pos & L.SEQ_MASK):
+    takes = _takes(seg, me)
+    with seg.takes_lock:
+        back = seg.mem.cas64(seg.participant(me, "cursor"), (pos + 1) & L.SEQ_MASK, pos & L.SEQ_MASK)
+        if back and takes is not None:
+            _forget(seg, takes, pos)
+    if back:
         notify_data(seg)
         return
     release_as(seg, me, pos)

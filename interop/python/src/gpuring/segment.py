@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import struct
+import threading
 import time
 
 from . import layout as L
@@ -118,6 +119,10 @@ class Segment:
         self.sweep_due = 0.0  # when this view's waits sweep next (slot_protocol.sweep_if_due); 0: not yet waited
         # The entry this view attached and the attached_unix_ns written there (_give_up).
         self._attached: tuple[int, int] | None = None
+        # A broadcast subscriber's takes, by slot: position + 1 of the frame it took there
+        # and has not released, else 0; None until it subscribes (broadcast.release_strays).
+        self.takes: list[int] | None = None
+        self.takes_lock = threading.Lock()
 
     @classmethod
     def create(cls, name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600,
@@ -239,6 +244,11 @@ class Segment:
             self._give_up()
             raise GpuringError("DETACHED", f"this participant no longer holds its entry in ring '{self.name}' (a sweep "
                                "judged it dead, or the segment was overwritten); close it and open a new one")
+
+    @property
+    def attached_index(self) -> int | None:
+        """The entry this view attached, if any."""
+        return None if self._attached is None else self._attached[0]
 
     def _give_up(self) -> None:
         """SPEC.md §4, "Giving up a damaged entry": our entry's state word changed.

@@ -278,6 +278,9 @@ def sweep_if_due(seg: Segment, now: float) -> float:
         seg.sweep_due = now + SWEEP_EVERY
     elif now >= seg.sweep_due:
         sweep(seg)
+        if seg.takes is not None and seg.attached_index is not None:  # a subscriber's own repair (SPEC.md §5.4)
+            from .broadcast import release_strays  # broadcast.py builds on this module
+            release_strays(seg, seg.attached_index)
         seg.sweep_due = now + SWEEP_EVERY
     return seg.sweep_due
 
