@@ -332,6 +332,48 @@ static void test_processes(const char *name, int32_t frames) {
   gpr_producer_close(p);
 }
 
+/* SPEC.md §5.4, "Stray shares": damage sets a subscriber's bit again in the
+ * pending word of a frame it took and released. Nothing else releases it, so
+ * the ring fills behind it; the subscriber's sweep while it waits (in
+ * gpr_consumer_next) does, and leaves the share of a frame it holds. */
+static void test_stray_share(const char *name) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  gpr_consumer *victim = subscribe(name, GPR_ON_SLOW_BLOCK), *other = subscribe(name, GPR_ON_SLOW_BLOCK);
+  CHECK(publish(p, 0, 0) == 0);
+  gpr_slot *s = NULL;
+  for (uint32_t i = 0; i < SLOTS; i++)
+    if (gpr_word_state(gpr_slot_load(&p->seg.slots[i])) == GPR_SLOT_READY) s = &p->seg.slots[i];
+  CHECK(s != NULL);
+  if (!s) return;
+  CHECK(take(victim, 0, NULL) == 0);
+  __atomic_fetch_or(&s->pending, gpr_bc_bit(victim->index), __ATOMIC_SEQ_CST); /* the stray share */
+  CHECK(take(other, 0, NULL) == 0);
+  for (int32_t i = 1; i < (int32_t)SLOTS; i++) {
+    CHECK(publish(p, i, 0) == 0);
+    CHECK(take(victim, 0, NULL) == i && take(other, 0, NULL) == i);
+  }
+  CHECK(publish(p, 99, 0) == -(int)GPR_E_RING_FULL);
+  gpr_frame *held = NULL;
+  int code = 0;
+  CHECK(take(victim, 250, &code) == -1 && code == GPR_E_TIMEOUT); /* waits, sweeps, finds it */
+  CHECK(publish(p, 8, 0) == 0);
+  CHECK(gpr_consumer_next(victim, 0, &held, &err) == 0 && held->user_tag == 8);
+  CHECK(take(victim, 250, &code) == -1 && code == GPR_E_TIMEOUT); /* sweeps again, holding frame 8 */
+  uint32_t carrying = 0;
+  for (uint32_t i = 0; i < SLOTS; i++)
+    carrying += gpr_word_state(gpr_slot_load(&p->seg.slots[i])) == GPR_SLOT_READY &&
+                (__atomic_load_n(&p->seg.slots[i].pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(victim->index));
+  CHECK(carrying == 1); /* the frame it holds keeps its share */
+  if (held) gpr_frame_release(held);
+  CHECK(take(other, 0, NULL) == 8);
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  gpr_consumer_close(victim);
+  gpr_consumer_close(other);
+  gpr_producer_close(p);
+}
+
 int main(int argc, char **argv) {
   char name[32];
   snprintf(name, sizeof name, "bcast-%d", (int)getpid());
@@ -342,6 +384,7 @@ int main(int argc, char **argv) {
   test_evict(name);
   test_leftover_bit(name);
   test_half_done_drop(name);
+  test_stray_share(name);
   test_processes(name, argc > 1 ? atoi(argv[1]) : 100000);
   gpr_segment_unlink(name, NULL);
   return CHECK_DONE();

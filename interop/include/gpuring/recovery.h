@@ -383,5 +383,6 @@ GPR_INLINE int gpr_wait_sweeping(gpr_segment *seg, uint32_t *seq, uint32_t *wait
                           left < GPR_SWEEP_INTERVAL_NS ? left : GPR_SWEEP_INTERVAL_NS, spins);
     if (rc != -(int)GPR_E_TIMEOUT || left <= GPR_SWEEP_INTERVAL_NS) return rc;
     gpr_sweep(seg, NULL, NULL);
+    gpr_bc_release_strays(seg, seg->attached_index);  /* a broadcast subscriber's own repair; else nothing */
   }
 }
