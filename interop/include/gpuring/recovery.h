@@ -369,20 +369,26 @@ GPR_INLINE int gpr_participant_detach(gpr_segment *seg, uint32_t index, uint32_t
 
 #define GPR_SWEEP_INTERVAL_NS 100000000ull
 
-/* gpr_wait_for for a whole timeout (< 0: forever), sweeping every 100 ms in
- * between: a peer that died holding what we wait for (a lease, a slot) is only
- * noticed by a sweep, and nobody else may be running one. */
+/* gpr_wait_for for a whole timeout (< 0: forever), sweeping every 100 ms of
+ * waiting: a peer that died holding what we wait for (a lease, a slot) is only
+ * noticed by a sweep, and nobody else may be running one. The 100 ms are
+ * counted across waits (gpr_segment.sweep_due_ns): a caller waiting 50 ms at a
+ * time, over and over, never swept when each wait counted its own. */
 GPR_INLINE int gpr_wait_sweeping(gpr_segment *seg, uint32_t *seq, uint32_t *waiters,
                                  int (*attempt)(void *), void *ctx, int again, int64_t timeout_ms) {
   uint64_t start = gpr_monotonic_ns();
   uint64_t total = timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
+  uint64_t due = __atomic_load_n(&seg->sweep_due_ns, __ATOMIC_RELAXED);
+  if (due == 0) __atomic_store_n(&seg->sweep_due_ns, due = start + GPR_SWEEP_INTERVAL_NS, __ATOMIC_RELAXED);
   for (uint32_t spins = 64u;; spins = 0) {
-    uint64_t waited = gpr_monotonic_ns() - start;
-    uint64_t left = waited >= total ? 0 : total - waited;
-    int rc = gpr_wait_for(seq, waiters, attempt, ctx, again,
-                          left < GPR_SWEEP_INTERVAL_NS ? left : GPR_SWEEP_INTERVAL_NS, spins);
-    if (rc != -(int)GPR_E_TIMEOUT || left <= GPR_SWEEP_INTERVAL_NS) return rc;
-    gpr_sweep(seg, NULL, NULL);
-    gpr_bc_release_strays(seg, seg->attached_index);  /* a broadcast subscriber's own repair; else nothing */
+    uint64_t now = gpr_monotonic_ns();
+    if (now >= due) {
+      gpr_sweep(seg, NULL, NULL);
+      gpr_bc_release_strays(seg, seg->attached_index);  /* a broadcast subscriber's own repair; else nothing */
+      __atomic_store_n(&seg->sweep_due_ns, due = now + GPR_SWEEP_INTERVAL_NS, __ATOMIC_RELAXED);
+    }
+    uint64_t waited = now - start, left = waited >= total ? 0 : total - waited, slice = due - now;
+    int rc = gpr_wait_for(seq, waiters, attempt, ctx, again, left < slice ? left : slice, spins);
+    if (rc != -(int)GPR_E_TIMEOUT || left <= slice) return rc;
   }
 }

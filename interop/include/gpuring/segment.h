@@ -47,6 +47,10 @@ typedef struct gpr_segment {
    * scan for stray shares never interleave (gpr_bc_release_strays). */
   uint64_t *held;
   uint32_t held_lock;
+  /* When this mapping's waits sweep next (gpr_wait_sweeping), monotonic ns; 0
+   * until it first waits. Kept across waits, so that short timeouts, over and
+   * over, still sweep. */
+  uint64_t sweep_due_ns;
 } gpr_segment;
 
 typedef struct gpr_layout {
