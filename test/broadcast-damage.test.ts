@@ -15,6 +15,7 @@ const SLOTS = 8;
 const ENTRY_BYTES = 128;
 const SLOT_BYTES = 128;
 const READY = 2n;
+const CLAIMED = 3n;
 const CURSOR = 80;
 const SUBSCRIBERS = 576;
 const SEQ_MASK = (1n << 48n) - 1n;
@@ -130,5 +131,22 @@ test("a share set again after its subscriber released the frame is released by t
     t.is(Array.from({ length: SLOTS }, (_, i) => i).filter(carries).length, 1, 'the frame the victim holds, and only it, still carries its share');
     mine.release();
     (await other.next({ timeout: 5000 })).release();
+  });
+});
+
+test('a CLAIMED word in a broadcast ring (subscribers never store one) is damage that a sweep repairs, and the ring goes on', async (t) => {
+  await withRing('bc-claimed', { slots: SLOTS, delivery: 'all' }, async (ring, name) => {
+    using consumer = Consumer.open(name);
+    using producer = Producer.open(name);
+    await flows(t, producer, consumer, 0, 1);
+    await producer.prepare(emptyFrame()).publish({ tag: 1n });
+    const words = segmentWords(name);
+    const i = Array.from({ length: SLOTS }, (_, k) => k).find((k) => ((words.read(words.slot(k)) >> 13n) & 7n) === READY)!;
+    const word = words.read(words.slot(i));
+    words.write(words.slot(i), ((word >> 16n) << 16n) | (CLAIMED << 13n) | BigInt(consumer.index + 1));
+    t.is(ring.sweep().corrupt, 1);
+    t.is((words.read(words.slot(i)) >> 13n) & 7n, 0n, 'EMPTY again');
+    t.is(consumer.tryNext(), null, 'the damaged frame is gone');
+    await flows(t, producer, consumer, 2, 3 * SLOTS);
   });
 });

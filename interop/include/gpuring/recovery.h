@@ -145,9 +145,12 @@ GPR_INLINE void gpr_sweep_leftovers(gpr_segment *seg, uint32_t index) {
 /* A word the protocol can write: its sequence congruent to the slot index, a
  * known state, an owner in the table, and an owner exactly when not EMPTY. */
 GPR_INLINE int gpr_word_consistent(const gpr_segment *seg, uint64_t i, uint64_t w) {
-  return (gpr_word_seq(w) & seg->mask) == i && gpr_word_state(w) <= GPR_SLOT_RELEASED &&
-         gpr_word_owner(w) <= seg->participant_capacity &&
-         (gpr_word_state(w) == GPR_SLOT_EMPTY) == (gpr_word_owner(w) == 0);
+  uint32_t st = gpr_word_state(w);
+  /* Subscribers never store CLAIMED or LEASED (their claim is the cursor): in a
+   * broadcast ring such a word is damage, and nobody would ever move it on. */
+  int claimed = st == GPR_SLOT_CLAIMED || st == GPR_SLOT_LEASED;
+  return (gpr_word_seq(w) & seg->mask) == i && st <= GPR_SLOT_RELEASED && !(seg->broadcast && claimed) &&
+         gpr_word_owner(w) <= seg->participant_capacity && (st == GPR_SLOT_EMPTY) == (gpr_word_owner(w) == 0);
 }
 
 /* A consistent word whose owner's entry is FREE or in a damaged state (5-7):

@@ -327,3 +327,22 @@ def test_a_stray_share_is_released_by_the_sweeps_of_a_waiting_subscriber(ring_na
         with victim.next(timeout=5) as f:
             assert f.user_tag == 8
     ring.close()
+
+
+def test_a_claimed_word_in_a_broadcast_ring_is_damage_that_a_sweep_repairs(ring_name):
+    """Subscribers never store CLAIMED or LEASED (SPEC.md §7 step 2, Consensus): such
+    a word naming a live subscriber would otherwise stay for good and fill the ring."""
+    ring = Ring.create(ring_name, slots=4, delivery="all")
+    seg = ring.segment
+    with Consumer.open(ring_name) as consumer, Producer.open(ring_name) as producer:
+        _flows(producer, consumer, range(1))
+        producer.publish(pa.table({"i": [1]}), user_tag=1)
+        at = next(seg.slot(p) for p in range(64) if seg.mem.load64(seg.slot(p)) >> 16 == p
+                  and (seg.mem.load64(seg.slot(p)) >> 13) & 7 == L.READY)
+        pos = seg.mem.load64(at) >> 16
+        seg.mem.store64(at, L.slot_word(pos, L.CLAIMED, consumer.index + 1))
+        assert ring.sweep().corrupt == 1
+        assert (seg.mem.load64(at) >> 13) & 7 == L.EMPTY
+        assert consumer.try_next() is None  # the damaged frame is gone
+        _flows(producer, consumer, range(2, 14))  # three rings more
+    ring.close()

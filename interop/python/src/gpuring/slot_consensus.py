@@ -19,9 +19,11 @@ from .slot_protocol import notify_data, notify_space
 
 def consistent(seg: Segment, i: int, w: int) -> bool:
     """A word the protocol can write: sequence congruent to the index, a known
-    state, an owner in the table, and an owner exactly when not EMPTY."""
-    return ((word_seq(w) & seg.mask) == i and word_state(w) <= L.RELEASED and word_owner(w) <= seg.participant_capacity
-            and (word_state(w) == L.EMPTY) == (word_owner(w) == 0))
+    state (in a broadcast ring never CLAIMED or LEASED: a subscriber's claim is
+    its cursor), an owner in the table, and an owner exactly when not EMPTY."""
+    st = word_state(w)
+    return ((word_seq(w) & seg.mask) == i and st <= L.RELEASED and not (seg.broadcast and st in (L.CLAIMED, L.LEASED))
+            and word_owner(w) <= seg.participant_capacity and (st == L.EMPTY) == (word_owner(w) == 0))
 
 
 def orphaned(seg: Segment, w: int) -> bool:
