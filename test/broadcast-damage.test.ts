@@ -7,7 +7,7 @@
 // writer would, through the file, and checks that frames flow again.
 import { closeSync, openSync, readSync, writeSync } from 'node:fs';
 import test from 'ava';
-import { Consumer, GpuringError, Producer } from '../lib/index.js';
+import { Consumer, GpuringError, Producer, type Ring } from '../lib/index.js';
 import { emptyFrame } from './helpers/empty-frame.js';
 import { withRing } from './helpers/ring.js';
 
@@ -56,29 +56,37 @@ async function flows(t: import('ava').ExecutionContext, producer: Producer, cons
   }
 }
 
-test("a subscriber whose cursor was moved 2^40 positions behind gets the next frames (a claim no longer crawls there one position at a time)", async (t) => {
-  await withRing('bc-cursor', { slots: SLOTS, delivery: 'all' }, async (_ring, name) => {
+type Words = ReturnType<typeof segmentWords>;
+
+/**
+ * A broadcast ring with one subscriber and a producer that moved `before`
+ * frames through it; then `damage` (which may check what it expects), then
+ * `after` more frames must flow, in order.
+ */
+async function afterDamage(t: import('ava').ExecutionContext, prefix: string, before: number, after: number,
+  damage: (words: Words, consumer: Consumer, producer: Producer, ring: Ring) => Promise<void> | void): Promise<void> {
+  await withRing(prefix, { slots: SLOTS, delivery: 'all' }, async (ring, name) => {
     using consumer = Consumer.open(name);
     using producer = Producer.open(name);
-    await flows(t, producer, consumer, 0, 3);
-    const words = segmentWords(name);
+    await flows(t, producer, consumer, 0, before);
+    await damage(segmentWords(name), consumer, producer, ring);
+    await flows(t, producer, consumer, SLOTS * 8, after);
+  });
+}
+
+test("a subscriber whose cursor was moved 2^40 positions behind gets the next frames (a claim no longer crawls there one position at a time)", async (t) => {
+  await afterDamage(t, 'bc-cursor', 3, 2 * SLOTS, (words, consumer) => {
     const at = words.entry(consumer.index) + CURSOR;
     words.write(at, (words.read(at) - (1n << 40n)) & SEQ_MASK);
-    await flows(t, producer, consumer, 3, 2 * SLOTS);
   });
 });
 
 test("a subscriber whose bit was cleared from `subscribers` is a subscriber again once it finds the ring empty", async (t) => {
-  await withRing('bc-bit', { slots: SLOTS, delivery: 'all' }, async (_ring, name) => {
-    using consumer = Consumer.open(name);
-    using producer = Producer.open(name);
-    await flows(t, producer, consumer, 0, 1);
-    const words = segmentWords(name);
+  await afterDamage(t, 'bc-bit', 1, 2 * SLOTS, async (words, consumer, producer) => {
     words.write(words.control + SUBSCRIBERS, 0n);
     t.is(producer.subscribers, 0);
     await t.throwsAsync(consumer.next({ timeout: 50 }), { code: 'TIMEOUT' } as never);
     t.is(producer.subscribers, 1);
-    await flows(t, producer, consumer, 1, 2 * SLOTS);
   });
 });
 
@@ -135,18 +143,13 @@ test("a share set again after its subscriber released the frame is released by t
 });
 
 test('a CLAIMED word in a broadcast ring (subscribers never store one) is damage that a sweep repairs, and the ring goes on', async (t) => {
-  await withRing('bc-claimed', { slots: SLOTS, delivery: 'all' }, async (ring, name) => {
-    using consumer = Consumer.open(name);
-    using producer = Producer.open(name);
-    await flows(t, producer, consumer, 0, 1);
+  await afterDamage(t, 'bc-claimed', 1, 3 * SLOTS, async (words, consumer, producer, ring) => {
     await producer.prepare(emptyFrame()).publish({ tag: 1n });
-    const words = segmentWords(name);
     const i = Array.from({ length: SLOTS }, (_, k) => k).find((k) => ((words.read(words.slot(k)) >> 13n) & 7n) === READY)!;
     const word = words.read(words.slot(i));
     words.write(words.slot(i), ((word >> 16n) << 16n) | (CLAIMED << 13n) | BigInt(consumer.index + 1));
     t.is(ring.sweep().corrupt, 1);
     t.is((words.read(words.slot(i)) >> 13n) & 7n, 0n, 'EMPTY again');
     t.is(consumer.tryNext(), null, 'the damaged frame is gone');
-    await flows(t, producer, consumer, 2, 3 * SLOTS);
   });
 });
