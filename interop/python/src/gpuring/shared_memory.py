@@ -5,6 +5,12 @@ runtime, ``libatomic.so.1``) and futex waits from libc's ``syscall``, both
 called through ctypes. Nothing is compiled: that is the "small native part" the
 package README explains. ctypes releases the GIL around every foreign call, so a
 futex wait blocks only the calling thread.
+
+Loads on x86-64 are plain reads of a ``memoryview``: there a sequentially
+consistent load is an ordinary aligned ``mov`` (the fences belong to stores and
+read-modify-writes), so the read CPython's memoryview makes is the same
+instruction at a twentieth of a ctypes call's cost, and a frame's dozen loads
+stop being a tenth of a Python publish. Elsewhere loads go through libatomic.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from .errors import GpuringError
 _SEQ_CST = 5
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+_PLAIN_LOADS = platform.machine() == "x86_64"
 
 
 def _load(names: list[str], what: str) -> ctypes.CDLL:
@@ -74,10 +81,14 @@ class SharedMemory:
         self._anchor = ctypes.c_char.from_buffer(self.map)
         self.base = ctypes.addressof(self._anchor)
         self.view = memoryview(self.map)
+        self._u64 = self.view[:size - size % 8].cast("Q")
+        self._u32 = self.view[:size - size % 4].cast("I")
 
     def close(self) -> None:
         if self.map is None:
             return
+        self._u64.release()
+        self._u32.release()
         self.view.release()
         del self._anchor
         try:
@@ -92,9 +103,13 @@ class SharedMemory:
         return self.base + offset
 
     def load64(self, offset: int) -> int:
+        if _PLAIN_LOADS and offset >= 0 and not offset & 7 and offset + 8 <= self.size:
+            return self._u64[offset >> 3]
         return int(_load64(self._addr(offset, 8), _SEQ_CST))
 
     def load32(self, offset: int) -> int:
+        if _PLAIN_LOADS and offset >= 0 and not offset & 3 and offset + 4 <= self.size:
+            return self._u32[offset >> 2]
         return int(_load32(self._addr(offset, 4), _SEQ_CST))
 
     def store64(self, offset: int, value: int) -> None:
