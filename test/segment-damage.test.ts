@@ -2,6 +2,8 @@
 // producer and a Node and a Python consumer run while another process writes
 // 1-8 random bytes every 2 ms into the segment's control block, its slots, the
 // participant entries they use, and their arenas (headers, bodies, buffers).
+// Meanwhile a participant is killed (SIGKILL) every 150-450 ms and started
+// again, so that damage meets the leases, claims and entries of the dead too.
 // Every failure must be a typed error (no crash, no other exception), and once
 // the writes stop frames must flow again faster than timeouts alone would move
 // them: sweeps repair what the damage left (§7 step 2), a participant whose
@@ -21,6 +23,8 @@ import { exitOf, root, withRing } from './helpers/ring.js';
 
 const SEED = Number(process.env.GPURING_DAMAGE_SEED ?? 20261127);
 const SETTLE_MS = 1500;
+/** After the last kill, time for the participants started last to open the ring and take their first frames. */
+const RESTART_MS = 1500;
 const DAMAGE_MS = 4000;
 const RECOVER_MS = 5000;
 const HEADER_BYTES = 256;
@@ -33,8 +37,8 @@ const ARENA_BYTES = 64 << 10;
 interface Counts { ok: number; codes: Record<string, number>; untyped?: string }
 
 /** A Node participant (test/helpers/damage-child.ts), or a Python one for a role `python ...` (tests/children/damage.py). */
-function participant(role: string, name: string): { proc: ChildProcess; last: () => Counts } {
-  const seconds = String((SETTLE_MS + DAMAGE_MS + RECOVER_MS) / 1000);
+function participant(role: string, name: string, ms: number): { proc: ChildProcess; last: () => Counts } {
+  const seconds = String(ms / 1000);
   const [python, plain] = role.startsWith('python ') ? [true, role.slice(7)] : [false, role];
   const proc = python
     ? spawn('python3', [join(root, 'interop/python/tests/children/damage.py'), plain, name, seconds], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, PYTHONPATH: join(root, 'interop/python/src') } })
@@ -91,17 +95,35 @@ async function damage(path: string, until: number): Promise<number> {
   return writes;
 }
 
+/** Kills one of `people` at random every 150-450 ms until `until` and starts a new one in its role, to run until `end`. */
+async function killAndRestart(people: ReturnType<typeof participant>[], roles: string[], name: string, until: number, end: number): Promise<number> {
+  let seed = SEED ^ 0x5555, kills = 0;
+  const random = () => ((seed = (Math.imul(seed, 1103515245) + 12345) & 0x7fffffff), seed / 0x80000000);
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 150 + random() * 300));
+    if (Date.now() >= until) return kills;
+    const k = Math.floor(random() * people.length);
+    people[k]!.proc.kill('SIGKILL');
+    await exitOf(people[k]!.proc);
+    people[k] = participant(roles[k]!, name, end - Date.now());
+    kills++;
+  }
+}
+
 for (const delivery of ['each', 'all'] as const) {
-  test(`random bytes in the segment and arenas of a ${delivery === 'all' ? 'broadcast' : 'work-queue'} ring (seed ${SEED}), Node and Python participants: typed errors only, and frames flow again once the writes stop`, async (t) => {
+  test(`random bytes in the segment and arenas of a ${delivery === 'all' ? 'broadcast' : 'work-queue'} ring (seed ${SEED}), Node and Python participants, some killed: typed errors only, and frames flow again once the writes and kills stop`, async (t) => {
     await withRing('damage', { slots: 16, delivery }, async (ring, name) => {
       const roles = ['producer', 'python producer', 'consumer', 'python consumer'];
-      const people = roles.map((role) => participant(role, name));
+      const end = Date.now() + SETTLE_MS + DAMAGE_MS + RESTART_MS + RECOVER_MS;
+      const people = roles.map((role) => participant(role, name, end - Date.now()));
       await new Promise((r) => setTimeout(r, SETTLE_MS));
-      const writes = await damage(`/dev/shm/gpuring.${name}`, Date.now() + DAMAGE_MS);
+      const until = Date.now() + DAMAGE_MS;
+      const [writes, kills] = await Promise.all([damage(`/dev/shm/gpuring.${name}`, until), killAndRestart(people, roles, name, until, end)]);
+      await new Promise((r) => setTimeout(r, RESTART_MS));
       const atStop = people.map((p) => p.last().ok);
       const exits = await Promise.all(people.map((p) => exitOf(p.proc)));
       const after = people.map((p, k) => p.last().ok - atStop[k]!);
-      t.log(`${writes} writes; frames after they stopped: ${roles.map((r, k) => `${r} ${after[k]}`).join(', ')}`);
+      t.log(`${writes} writes, ${kills} kills; frames after they stopped: ${roles.map((r, k) => `${r} ${after[k]}`).join(', ')}`);
       t.log(`errors: ${people.map((p) => JSON.stringify(p.last().codes)).join(' ')}`);
       for (const [k, p] of people.entries()) t.deepEqual(exits[k], { code: 0, signal: null }, `${roles[k]} ${k}: ${p.last().untyped ?? 'exited'}`);
       // A consumer woken only by its 200 ms timeouts takes at most a ring (16 frames) per wake-up.
