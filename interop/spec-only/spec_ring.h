@@ -822,7 +822,7 @@ static inline void ring_sweep(const ring *r) {
   for (uint32_t i = 0; i < r->capacity; i++) { /* step 1 */
     uint64_t e = entry(r, i), w = __atomic_load_n(w64(r, e + P_STATE), __ATOMIC_ACQUIRE);
     uint32_t pid = __atomic_load_n(w32(r, e + P_PID), __ATOMIC_ACQUIRE);
-    if ((pw_state(w) == P_ACTIVE && !process_alive(pid, *w64(r, e + P_START))) ||
+    if ((pw_state(w) == P_ACTIVE && (pw_pid(w) || !process_alive(pid, *w64(r, e + P_START)))) || /* pid bits: damage */
         (pw_state(w) == P_ATTACHING && !pid_running(pw_pid(w))) || pw_state(w) > P_FREEING) /* 5-7: damage */
       cas64(w64(r, e + P_STATE), w, pword(pw_gen(w), 0, P_DEAD));
     any |= entry_dead(r, i);

@@ -115,21 +115,27 @@ static uint32_t dead_pid(void) {
 static void test_orphaned_transients(void) {
   gpr_segment seg;
   gpr_error err;
-  gpr_segment_options o = {8, 3, 0600, 0, 0, GPR_DELIVERY_EACH};
+  gpr_segment_options o = {8, 4, 0600, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
   uint32_t gone = dead_pid();
   seg.participants[0].state = gpr_pword(5, gone, GPR_PARTICIPANT_ATTACHING);
   seg.participants[1].state = gpr_pword(7, gone, GPR_PARTICIPANT_FREEING);
   seg.participants[1].pid = 4242;
   seg.participants[2].state = gpr_pword(3, 0, 6); /* a damaged state: lost for good before */
+  /* ACTIVE with pid bits, naming a live process: damage, though the entry's
+   * pid and start time pass for alive. Before, it stayed taken while we ran. */
+  seg.participants[3].state = gpr_pword(9, (uint32_t)getpid(), GPR_PARTICIPANT_ACTIVE);
+  seg.participants[3].pid = (uint32_t)getpid();
+  seg.participants[3].start_time = gpr_self_start_time();
   uint32_t index, gen;
   CHECK_CODE(gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &index, &gen, &err), GPR_E_PARTICIPANTS_FULL);
   gpr_sweep_report rep;
   CHECK(gpr_sweep(&seg, &rep, &err) == 0);
-  CHECK(rep.found_dead == 2 && rep.freed == 3);
+  CHECK(rep.found_dead == 3 && rep.freed == 4);
   CHECK(gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &index, &gen, &err) == 0 && index == 0 && gen == 6);
   CHECK(gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &index, &gen, &err) == 0 && index == 1 && gen == 8);
   CHECK(gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &index, &gen, &err) == 0 && index == 2 && gen == 4);
+  CHECK(gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &index, &gen, &err) == 0 && index == 3 && gen == 10);
   gpr_segment_close(&seg);
   gpr_segment_unlink(name, &err);
 }

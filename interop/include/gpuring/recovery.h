@@ -39,15 +39,16 @@ GPR_INLINE int gpr_transient_orphaned(uint64_t w) {
 }
 
 /* Marks as DEAD the ACTIVE entries whose process is gone, the ATTACHING ones
- * whose attacher died half-way (they own no slot yet), and those in a damaged
- * state (5-7), whose occupant, if alive, fails with DETACHED from then on
+ * whose attacher died half-way (they own no slot yet), and damaged ones (state
+ * 5-7, or ACTIVE with pid bits, which an ACTIVE word never carries), whose
+ * occupant, if alive, fails with DETACHED from then on
  * (SPEC.md §4): no entry stays lost for good. dead[i] is set for DEAD entries
  * and for FREEING ones whose freer died: both are for freeing. */
 GPR_INLINE void gpr_sweep_mark(gpr_segment *seg, uint8_t *dead, gpr_sweep_report *rep) {
   for (uint32_t i = 0; i < seg->participant_capacity; i++) {
     uint64_t w = gpr_participant_word(seg, i);
     uint32_t st = gpr_pstate(w);
-    int gone = (st == GPR_PARTICIPANT_ACTIVE && !gpr_participant_alive(seg, i)) ||
+    int gone = (st == GPR_PARTICIPANT_ACTIVE && (gpr_pword_pid(w) != 0 || !gpr_participant_alive(seg, i))) ||
                (st == GPR_PARTICIPANT_ATTACHING && gpr_transient_orphaned(w)) || st > GPR_PARTICIPANT_FREEING;
     if (gone) {
       uint64_t dw = gpr_pword(gpr_pgen(w), 0, GPR_PARTICIPANT_DEAD);

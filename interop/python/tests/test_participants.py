@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from conftest import rewrite_entry
 from gpuring import Consumer, GpuringError, Producer, Ring
 from gpuring import layout as L
+from gpuring.process import self_start_time
 from gpuring.recovery import _free, arena_path, sweep
 from gpuring.segment import Segment
 
@@ -32,16 +33,22 @@ def _segment(name: str, participants: int):
 
 
 def test_entries_left_attaching_or_freeing_by_a_dead_process_or_damaged_are_reclaimed(ring_name):
-    with _segment(ring_name, 3) as seg:
+    with _segment(ring_name, 4) as seg:
         gone = _dead_pid()
         seg.mem.store64(seg.participant(0), L.pword(5, gone, L.P_ATTACHING))
         seg.mem.store64(seg.participant(1), L.pword(7, gone, L.P_FREEING))
         seg.mem.store64(seg.participant(2), L.pword(3, 0, 6))  # a damaged state: lost for good before
+        # ACTIVE with pid bits, naming a live process: damage, though the entry's pid
+        # and start time pass for alive. Before, it stayed taken while we ran.
+        seg.mem.store64(seg.participant(3), L.pword(9, os.getpid(), L.P_ACTIVE))
+        seg.mem.store32(seg.participant(3, "pid"), os.getpid())
+        seg.mem.store64(seg.participant(3, "start_time"), self_start_time())
         rep = sweep(seg)
-        assert (rep.found_dead, rep.freed) == (2, 3)
+        assert (rep.found_dead, rep.freed) == (3, 4)
         assert seg.attach(L.ROLE_CONSUMER) == (0, 6)
         assert seg.attach(L.ROLE_CONSUMER) == (1, 8)
         assert seg.attach(L.ROLE_CONSUMER) == (2, 4)
+        assert seg.attach(L.ROLE_CONSUMER) == (3, 10)
 
 
 def test_a_sweeper_that_loses_the_free_race_leaves_the_entry_alone(ring_name):

@@ -46,12 +46,13 @@ def _orphaned(w: int) -> bool:
 
 def _mark(seg: Segment, rep: SweepReport) -> list[bool]:
     """DEAD for gone ACTIVE entries, half-attached ones and damaged ones (states 5-7,
-    whose occupant, if alive, fails with DETACHED); True for entries to free."""
+    or ACTIVE with pid bits, which an ACTIVE word never carries; the occupant, if
+    alive, fails with DETACHED); True for entries to free."""
     dead = []
     for i in range(seg.participant_capacity):
         w = seg.participant_word(i)
         st = L.pword_state(w)
-        if ((st == L.P_ACTIVE and not seg.participant_alive(i)) or (st == L.P_ATTACHING and _orphaned(w))
+        if ((st == L.P_ACTIVE and (L.pword_pid(w) or not seg.participant_alive(i))) or (st == L.P_ATTACHING and _orphaned(w))
                 or st > L.P_FREEING):
             if seg.mem.cas64(seg.participant(i), w, L.pword(w >> 32, 0, L.P_DEAD)):
                 rep.found_dead += 1
