@@ -267,6 +267,29 @@ def test_a_consumer_keeps_up_with_a_producer_that_frees_and_reuses_device_memory
     assert child.returncode == 0, err
 
 
+def test_the_same_array_published_again_and_again_describes_its_memory_each_time(ring_name):
+    """A producer that publishes one array frame after frame (what a caching
+    allocator hands back) describes it from what it found out the first time,
+    checked by the allocation's buffer id: each frame shows the array's values
+    as they were when it was published, through the same IPC handle and offset."""
+    Ring.create(ring_name).close()
+    x = cupy.empty(1 << 20, dtype=cupy.float32)
+    handles = set()
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        for i in range(4):
+            x.fill(i + 0.25)
+            producer.publish({"x": x[1024:]})
+            with consumer.next(timeout=5) as frame:
+                data = frame.description.columns[0].buffers[1]
+                handles.add((data.handle, data.offset))
+                assert data.length == x[1024:].nbytes
+                got = frame.to_cupy()["x"]
+                assert got.shape == (x.size - 1024,) and bool((got == i + 0.25).all()), f"frame {i}"
+                del got
+            producer.drain(timeout=5)
+    assert len(handles) == 1
+
+
 def test_device_frames_published_and_read_in_one_process(ring_name):
     """CUDA refuses to open an IPC handle in the process that made it (memory and
     events alike): a consumer in the producer's process uses the producer's own

@@ -89,11 +89,18 @@ def device_count() -> int:
     return n.value
 
 
+_uuids: dict[int, bytes] = {}
+
+
 def device_uuid(ordinal: int) -> bytes:
-    dev, uuid = ctypes.c_int(), (ctypes.c_ubyte * 16)()
-    call("cuDeviceGet", ctypes.byref(dev), ordinal)
-    call("cuDeviceGetUuid_v2", uuid, dev)
-    return bytes(uuid)
+    """The device's UUID, asked of the driver once per process (every buffer descriptor names it)."""
+    known = _uuids.get(ordinal)
+    if known is None:
+        dev, uuid = ctypes.c_int(), (ctypes.c_ubyte * 16)()
+        call("cuDeviceGet", ctypes.byref(dev), ordinal)
+        call("cuDeviceGetUuid_v2", uuid, dev)
+        known = _uuids[ordinal] = bytes(uuid)
+    return known
 
 
 def ordinal_of_uuid(uuid: bytes) -> int:

@@ -75,6 +75,35 @@ def _contiguous(cai: dict[str, Any]) -> bool:
 # here uses the memory itself. A recycled address (same handle) replaces its entry.
 _own_exports: dict[bytes, tuple[int, int]] = {}
 
+# What publishing found out about a cuda-ipc pointer, by address: (buffer id, device
+# ordinal, allocation base, IPC handle). All of it belongs to the allocation, which
+# its process-unique buffer id names, so one driver call tells whether the address
+# still lies in it; a producer publishing the same arrays again (a caching
+# allocator's blocks) then skips the dozen driver calls that find them out. An
+# address freed and allocated again has a new buffer id and is found out afresh.
+_ipc_known: dict[int, tuple[int, int, int, bytes]] = {}
+_IPC_KNOWN_MAX = 4096
+
+
+def _known_ipc(ptr: int) -> tuple[int, int, int, bytes] | None:
+    known = _ipc_known.get(ptr)
+    if known is None:
+        return None
+    try:
+        same = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_BUFFER_ID, ctypes.c_uint64) == known[0]
+    except GpuringError:
+        same = False  # freed: the full path says what it is now
+    if not same:
+        _ipc_known.pop(ptr, None)
+        return None
+    return known
+
+
+def _remember_ipc(ptr: int, known: tuple[int, int, int, bytes]) -> None:
+    if len(_ipc_known) >= _IPC_KNOWN_MAX:
+        _ipc_known.pop(next(iter(_ipc_known)), None)  # the oldest
+    _ipc_known[ptr] = known
+
 
 class _Exporter:
     """Turns device pointers into buffer descriptors; remembers the streams to sync."""
@@ -100,6 +129,11 @@ class _Exporter:
         size = count * int(cai["typestr"][2:])
         if size == 0:
             return BufferDescriptor(), 0
+        known = _known_ipc(ptr)
+        if known is not None:
+            alloc_id, self.ordinal, base, handle = known
+            return BufferDescriptor("cuda-ipc", self.ordinal, cu.device_uuid(self.ordinal), ptr - base, size, alloc_id,
+                                    handle), count
         pool = pool_of(ptr)
         vmm = not pool and is_vmm(ptr)
         if not pool and not vmm:
@@ -122,6 +156,7 @@ class _Exporter:
             alloc_id = cu.pointer_attribute(ptr, cu.CU_POINTER_ATTRIBUTE_BUFFER_ID, ctypes.c_uint64)
             handle = cu.ipc_mem_handle(base)
         _own_exports[handle] = (alloc_id, base)
+        _remember_ipc(ptr, (alloc_id, ordinal, base, handle))
         return BufferDescriptor("cuda-ipc", ordinal, cu.device_uuid(ordinal), ptr - base, size, alloc_id, handle), count
 
     def column(self, name: str, obj: Any) -> ColumnDescriptor:
