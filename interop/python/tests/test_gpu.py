@@ -271,10 +271,12 @@ def test_the_same_array_published_again_and_again_describes_its_memory_each_time
     """A producer that publishes one array frame after frame (what a caching
     allocator hands back) describes it from what it found out the first time,
     checked by the allocation's buffer id: each frame shows the array's values
-    as they were when it was published, through the same IPC handle and offset."""
+    as they were when it was published, through the same IPC handle and offset.
+    Each frame's event is the one its reclaimed predecessor carried, recorded
+    again: consumers keep the events they open, one a frame would grow them."""
     Ring.create(ring_name).close()
     x = cupy.empty(1 << 20, dtype=cupy.float32)
-    handles = set()
+    handles, events = set(), set()
     with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
         for i in range(4):
             x.fill(i + 0.25)
@@ -282,12 +284,13 @@ def test_the_same_array_published_again_and_again_describes_its_memory_each_time
             with consumer.next(timeout=5) as frame:
                 data = frame.description.columns[0].buffers[1]
                 handles.add((data.handle, data.offset))
+                events.add(frame.description.sync_handle)
                 assert data.length == x[1024:].nbytes
                 got = frame.to_cupy()["x"]
                 assert got.shape == (x.size - 1024,) and bool((got == i + 0.25).all()), f"frame {i}"
                 del got
             producer.drain(timeout=5)
-    assert len(handles) == 1
+    assert len(handles) == 1 and len(events) == 1
 
 
 def test_device_frames_published_and_read_in_one_process(ring_name):

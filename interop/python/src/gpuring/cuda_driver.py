@@ -205,14 +205,40 @@ _own_events: dict[bytes, int] = {}
 _own_event_handles: dict[int, bytes] = {}
 
 
-def record_ipc_event(stream: int) -> tuple[ctypes.c_void_p, bytes]:
-    """An interprocess event recorded on ``stream``, and its 64-byte handle."""
-    event, handle = ctypes.c_void_p(), (ctypes.c_ubyte * 64)()
-    call("cuEventCreate", ctypes.byref(event), CU_EVENT_DISABLE_TIMING_INTERPROCESS)
-    call("cuEventRecord", event, ctypes.c_void_p(stream))
-    call("cuIpcGetEventHandle", handle, event)
-    _own_events[bytes(handle)], _own_event_handles[event.value or 0] = event.value or 0, bytes(handle)
-    return event, bytes(handle)
+# Interprocess events whose frames were reclaimed, by device ordinal, to be
+# recorded again. Consumers keep an event they opened under its handle (the Node
+# core opens each once per process), so an event per frame would grow every
+# consumer by one opened event a frame; reused, a producer's events number at
+# most its frames in flight ever, and a handle never comes back naming another
+# event. (Reuse is safe: a frame is reclaimed only when no consumer holds it, and
+# a wait enqueued earlier waits for the recording it saw.)
+_idle_events: dict[int, list[tuple[ctypes.c_void_p, bytes]]] = {}
+
+
+def record_ipc_event(stream: int, ordinal: int) -> tuple[ctypes.c_void_p, bytes]:
+    """An interprocess event of device ``ordinal`` (whose primary context is
+    current) recorded on ``stream``, and its 64-byte handle; give it back with
+    recycle_ipc_event once its frame is reclaimed."""
+    idle = _idle_events.setdefault(ordinal, [])
+    try:
+        event, handle = idle.pop()
+    except IndexError:
+        event, raw = ctypes.c_void_p(), (ctypes.c_ubyte * 64)()
+        call("cuEventCreate", ctypes.byref(event), CU_EVENT_DISABLE_TIMING_INTERPROCESS)
+        call("cuIpcGetEventHandle", raw, event)
+        handle = bytes(raw)
+        _own_events[handle], _own_event_handles[event.value or 0] = event.value or 0, handle
+    try:
+        call("cuEventRecord", event, ctypes.c_void_p(stream))
+    except GpuringError:
+        idle.append((event, handle))
+        raise
+    return event, handle
+
+
+def recycle_ipc_event(ordinal: int, event: ctypes.c_void_p) -> None:
+    """Gives back an event of record_ipc_event whose frame was reclaimed."""
+    _idle_events.setdefault(ordinal, []).append((event, _own_event_handles[event.value or 0]))
 
 
 def record_event(stream: int) -> ctypes.c_void_p:

@@ -208,24 +208,25 @@ def describe_device(data: object, stream: object = None) -> tuple[FrameDescripti
         with cu.primary_context(ex.ordinal):
             streams = sorted(ex.streams) or [1]
             for s in streams[:-1]:
-                events.append(cu.record_ipc_event(s)[0])
+                events.append(cu.record_ipc_event(s, ex.ordinal)[0])
                 cu.call("cuStreamWaitEvent", ctypes.c_void_p(streams[-1]), events[-1], 0)
-            event, handle = cu.record_ipc_event(streams[-1])
+            event, handle = cu.record_ipc_event(streams[-1], ex.ordinal)
             events.append(event)
         description.sync_kind, description.sync_handle = SYNC_CUDA_EVENT, handle
-    return description, _KeepAlive(list(data.values()), events, ex.spans)
+    return description, _KeepAlive(list(data.values()), ex.ordinal, events, ex.spans)
 
 
 class _KeepAlive:
     """What a frame's producer holds until the frame is reclaimed: the arrays,
-    the ordering events and the exported VMM spans (their descriptors)."""
+    the ordering events (then recorded again for later frames) and the exported
+    VMM spans (their descriptors)."""
 
-    def __init__(self, arrays: list[Any], events: list[ctypes.c_void_p], spans: list[int]) -> None:
-        self.arrays, self.events, self.spans = arrays, events, spans
+    def __init__(self, arrays: list[Any], ordinal: int | None, events: list[ctypes.c_void_p], spans: list[int]) -> None:
+        self.arrays, self.ordinal, self.events, self.spans = arrays, ordinal, events, spans
 
     def __del__(self) -> None:
         for e in self.events:
-            cu.destroy_event(e)
+            cu.recycle_ipc_event(self.ordinal or 0, e)
         for span in self.spans:
             SPANS.release(span)
 
