@@ -28,6 +28,16 @@ pytestmark = pytest.mark.skipif(_gpu_reason() is not None, reason=f"needs an NVI
 ROWS = 1000
 
 
+def _stall(ms):
+    """Queues a kernel that spins ``ms`` ms on the current stream: work still
+    running when the next call publishes, however fast the GPU."""
+    kernel = cupy.RawKernel(r'''extern "C" __global__ void stall(long long cycles) {
+        long long t0 = clock64();
+        while (clock64() - t0 < cycles) {}
+    }''', "stall")
+    kernel((1,), (1,), (cupy.int64(ms * cupy.cuda.Device().attributes["ClockRate"]),))
+
+
 def _expected():
     return [i * 0.5 for i in range(ROWS)], [[10 * i + j for j in range(3)] for i in range(ROWS)]
 
@@ -272,40 +282,48 @@ def test_the_same_array_published_again_and_again_describes_its_memory_each_time
     allocator hands back) describes it from what it found out the first time,
     checked by the allocation's buffer id: each frame shows the array's values
     as they were when it was published, through the same IPC handle and offset.
-    Each frame's event is the one its reclaimed predecessor carried, recorded
-    again: consumers keep the events they open, one a frame would grow them."""
+    Events are reused once their frames are reclaimed: consumers keep the events
+    they open, and one event a frame would grow them by one a frame."""
     Ring.create(ring_name).close()
     x = cupy.empty(1 << 20, dtype=cupy.float32)
     handles, events = set(), set()
     with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
-        for i in range(4):
-            x.fill(i + 0.25)
+        for i in range(8):
+            _stall(20)
+            x.fill(i + 0.25)  # behind the stall: every frame carries an event
             producer.publish({"x": x[1024:]})
             with consumer.next(timeout=5) as frame:
                 data = frame.description.columns[0].buffers[1]
                 handles.add((data.handle, data.offset))
+                assert frame.description.sync_kind == 2, f"frame {i}"
                 events.add(frame.description.sync_handle)
                 assert data.length == x[1024:].nbytes
                 got = frame.to_cupy()["x"]
                 assert got.shape == (x.size - 1024,) and bool((got == i + 0.25).all()), f"frame {i}"
                 del got
             producer.drain(timeout=5)
-    assert len(handles) == 1 and len(events) == 1
+    assert len(handles) == 1
+    assert len(events) <= 2, f"{len(events)} events for 8 frames, one in flight at a time"
 
 
 def test_device_frames_published_and_read_in_one_process(ring_name):
     """CUDA refuses to open an IPC handle in the process that made it (memory and
     events alike): a consumer in the producer's process uses the producer's own
     memory and waits on its own event. Each frame a new allocation, written by a
-    kernel still queued when it is published."""
+    kernel still queued when it is published; then one whose stream is idle,
+    which needs no event."""
     Ring.create(ring_name).close()
     with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
-        for i in range(4):
+        for i in range(5):
             x = cupy.empty(1 << 22, dtype=cupy.float32)
-            x.fill(i + 0.5)  # queued on the default stream: the frame carries an event after it
+            if i < 4:
+                _stall(50)
+            x.fill(i + 0.5)  # queued on the default stream behind the stall: the frame carries an event after it
+            if i == 4:
+                cupy.cuda.Device().synchronize()
             producer.publish({"x": x})
             with consumer.next(timeout=5) as frame:
-                assert frame.description.sync_kind == 2
+                assert frame.description.sync_kind == (2 if i < 4 else 0), f"frame {i}"
                 got = frame.to_cupy()["x"]
                 assert got.shape == x.shape and bool((got == i + 0.5).all()), f"frame {i}"
                 del got

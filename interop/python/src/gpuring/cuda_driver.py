@@ -253,6 +253,15 @@ def record_event(stream: int) -> ctypes.c_void_p:
     return event
 
 
+def stream_idle(stream: int) -> bool:
+    """Whether ``stream`` (of the current context) has no work left to do."""
+    rc = driver().cuStreamQuery(ctypes.c_void_p(stream))
+    if rc == CUDA_ERROR_NOT_READY:
+        return False
+    check(rc, "cuStreamQuery")
+    return True
+
+
 def event_complete(event: ctypes.c_void_p) -> bool:
     rc = driver().cuEventQuery(event)
     if rc == CUDA_ERROR_NOT_READY:

@@ -203,16 +203,19 @@ def describe_device(data: object, stream: object = None) -> tuple[FrameDescripti
     description = FrameDescription(rows.pop(), columns)
     events: list[ctypes.c_void_p] = []
     if ex.ordinal is not None:
-        # Readers wait on one event that follows the work queued on every stream
-        # the data came from (the legacy default stream, 1, when none was named).
+        # Readers wait on one event that follows the work still queued on the
+        # streams the data came from (the legacy default stream, 1, when none was
+        # named). When none has any, the data is complete: no event (SPEC.md §9a),
+        # and readers have nothing to open or wait on.
         with cu.primary_context(ex.ordinal):
-            streams = sorted(ex.streams) or [1]
-            for s in streams[:-1]:
-                events.append(cu.record_ipc_event(s, ex.ordinal)[0])
-                cu.call("cuStreamWaitEvent", ctypes.c_void_p(streams[-1]), events[-1], 0)
-            event, handle = cu.record_ipc_event(streams[-1], ex.ordinal)
-            events.append(event)
-        description.sync_kind, description.sync_handle = SYNC_CUDA_EVENT, handle
+            busy = [s for s in sorted(ex.streams) or [1] if not cu.stream_idle(s)]
+            if busy:
+                for s in busy[:-1]:
+                    events.append(cu.record_ipc_event(s, ex.ordinal)[0])
+                    cu.call("cuStreamWaitEvent", ctypes.c_void_p(busy[-1]), events[-1], 0)
+                event, handle = cu.record_ipc_event(busy[-1], ex.ordinal)
+                events.append(event)
+                description.sync_kind, description.sync_handle = SYNC_CUDA_EVENT, handle
     return description, _KeepAlive(list(data.values()), ex.ordinal, events, ex.spans)
 
 
