@@ -289,7 +289,7 @@ def test_the_same_array_published_again_and_again_describes_its_memory_each_time
     handles, events = set(), set()
     with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
         for i in range(8):
-            _stall(20)
+            _stall(200)  # longer than a first publish's one-time work (driver calls, mappings) before it looks
             x.fill(i + 0.25)  # behind the stall: every frame carries an event
             producer.publish({"x": x[1024:]})
             with consumer.next(timeout=5) as frame:
