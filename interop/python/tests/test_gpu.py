@@ -38,6 +38,15 @@ def _stall(ms):
     kernel((1,), (1,), (cupy.int64(ms * cupy.cuda.Device().attributes["ClockRate"]),))
 
 
+def _load_stall_and_fill():
+    """Loads the stall kernel and CuPy's float32 fill now: the first launch of a
+    kernel loads its module, which waits for the device to go idle, so a first
+    fill queued behind a stall would wait the stall out and leave nothing queued."""
+    _stall(0)
+    cupy.empty(1, dtype=cupy.float32).fill(0.5)
+    cupy.cuda.Device().synchronize()
+
+
 def _expected():
     return [i * 0.5 for i in range(ROWS)], [[10 * i + j for j in range(3)] for i in range(ROWS)]
 
@@ -287,9 +296,10 @@ def test_the_same_array_published_again_and_again_describes_its_memory_each_time
     Ring.create(ring_name).close()
     x = cupy.empty(1 << 20, dtype=cupy.float32)
     handles, events = set(), set()
+    _load_stall_and_fill()
     with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
         for i in range(8):
-            _stall(200)  # longer than a first publish's one-time work (driver calls, mappings) before it looks
+            _stall(20)
             x.fill(i + 0.25)  # behind the stall: every frame carries an event
             producer.publish({"x": x[1024:]})
             with consumer.next(timeout=5) as frame:
@@ -313,6 +323,7 @@ def test_device_frames_published_and_read_in_one_process(ring_name):
     kernel still queued when it is published; then one whose stream is idle,
     which needs no event."""
     Ring.create(ring_name).close()
+    _load_stall_and_fill()
     with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
         for i in range(5):
             x = cupy.empty(1 << 22, dtype=cupy.float32)
