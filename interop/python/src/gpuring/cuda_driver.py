@@ -238,7 +238,9 @@ def record_ipc_event(stream: int, ordinal: int) -> tuple[ctypes.c_void_p, bytes]
 
 def recycle_ipc_event(ordinal: int, event: ctypes.c_void_p) -> None:
     """Gives back an event of record_ipc_event whose frame was reclaimed."""
-    _idle_events.setdefault(ordinal, []).append((event, _own_event_handles[event.value or 0]))
+    handle = _own_event_handles.get(event.value or 0)
+    if handle is not None:
+        _idle_events.setdefault(ordinal, []).append((event, handle))
 
 
 def record_event(stream: int) -> ctypes.c_void_p:
