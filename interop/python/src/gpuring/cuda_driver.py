@@ -90,6 +90,7 @@ def device_count() -> int:
 
 
 _uuids: dict[int, bytes] = {}
+_ordinals: dict[bytes, int] = {}
 
 
 def device_uuid(ordinal: int) -> bytes:
@@ -104,8 +105,15 @@ def device_uuid(ordinal: int) -> bytes:
 
 
 def ordinal_of_uuid(uuid: bytes) -> int:
+    """The ordinal of the visible device with this UUID (ordinals differ between
+    processes). The devices a process sees do not change while it runs, so the
+    scan is once per UUID, not once per frame."""
+    known = _ordinals.get(uuid)
+    if known is not None:
+        return known
     for i in range(device_count()):
         if device_uuid(i) == uuid:
+            _ordinals[uuid] = i
             return i
     raise GpuringError("DEVICE_NOT_FOUND", f"no visible CUDA device has UUID {uuid.hex()}; "
                        "the producer's GPU must be visible here too (CUDA_VISIBLE_DEVICES)")
