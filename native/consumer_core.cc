@@ -321,7 +321,10 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   double spin_us = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : 0;
   gpr_frame_ref ref{};
   uint64_t pos = 0;
-  if (s_->ClaimWithin(env, &ref, &pos, static_cast<uint64_t>(spin_us > 0 ? spin_us * 1e3 : 0)) != 0) return env.Null();
+  if (s_->ClaimWithin(env, &ref, &pos, static_cast<uint64_t>(spin_us > 0 ? spin_us * 1e3 : 0)) != 0) {
+    s_->SweepIfDue();
+    return env.Null();
+  }
   return s_->Receive(env, pos, ref);
 }
 
@@ -361,6 +364,7 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
     claims.push_back(c);
     total += ConsumerState::kRecordBytes + ((c.ref.body_length + 7u) & ~size_t{7});
   }
+  if (claims.empty() && err.code == GPR_E_OK) s_->SweepIfDue();  // a poll that found nothing (see TryNext)
   // Locate again before copying: mapping a new arena may have evicted earlier views.
   Napi::ArrayBuffer out = Napi::ArrayBuffer::New(env, total);
   auto *at = static_cast<uint8_t *>(out.Data());

@@ -15,15 +15,19 @@ void LoopParticipant::Woken(const std::function<void(Napi::Env)> &serve) {
     Napi::Env e(env);
     Napi::HandleScope handles(e);
     Napi::CallbackScope scope(e, *async);
-    if (gpr_monotonic_ns() - last_sweep_ns >= tick_ms * 1000000ull) {
-      last_sweep_ns = gpr_monotonic_ns();
-      gpr_sweep(&seg, nullptr, nullptr);
-      gpr_bc_release_strays(&seg, me);  // a broadcast subscriber's own repair (SPEC.md §5.4); else nothing
-      sweeps++;
-    }
+    SweepIfDue();
     serve(e);
   } catch (...) {
   }
+}
+
+void LoopParticipant::SweepIfDue() {
+  uint64_t now = gpr_monotonic_ns();
+  if (now - last_sweep_ns < tick_ms * 1000000ull) return;
+  last_sweep_ns = now;
+  gpr_sweep(&seg, nullptr, nullptr);
+  gpr_bc_release_strays(&seg, me);  // a broadcast subscriber's own repair (SPEC.md §5.4); else nothing
+  sweeps++;
 }
 
 bool LoopParticipant::SpareCores() {

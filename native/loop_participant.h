@@ -29,6 +29,11 @@ struct LoopParticipant : Attachment {
   // environment down it still runs the loop once (before our cleanup hook stops
   // these handles), and then JS cannot be called; waits die with the process.
   void Woken(const std::function<void(Napi::Env)> &serve);
+  // Sweeps (and releases a subscriber's stray shares) when a tick has passed
+  // since the last sweep. Wake-ups call it, and so does a poll that found
+  // nothing: a caller that only polls never sleeps, so without it nobody in
+  // its process would repair the dead producer's slot it is stuck behind.
+  void SweepIfDue();
   // Whether this process may run on 4 or more CPUs, so that a core polling
   // or waking early leaves a CPU to the process it waits for.
   static bool SpareCores();

@@ -162,6 +162,28 @@ test('a producer killed between claiming a slot and publishing: the slot is skip
   });
 });
 
+test('a consumer that only polls with tryNext() gets past a slot a killed producer left claimed: its polls sweep when due', async (t) => {
+  await withRing('kill-poll', { slots: 8 }, async (ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const { proc } = await cHolder(name, 'write');
+    await publish(producer, 0, 2); // behind the stuck slot; the ring has room, so nobody waits
+    producer.close(); // its detach sweeps while the writer still lives: from here on only the consumer could
+    proc.kill('SIGKILL');
+    await exitOf(proc);
+    const got: number[] = [];
+    const until = Date.now() + 5000;
+    while (got.length < 2 && Date.now() < until) {
+      const f = consumer.tryNext();
+      if (f) (got.push(Number(f.tag)), f.release());
+      else await new Promise((r) => setTimeout(r, 5));
+    }
+    t.deepEqual(got, [0, 1], 'both frames behind the dead producer\'s slot, polled only');
+    t.is(ring.inspect().slots.writing, 0);
+    consumer.close();
+  });
+});
+
 test('a process that forgets to close exits promptly, and its entries are reclaimed', async (t) => {
   await withRing('forget', { slots: 8 }, async (ring, name) => {
     const started = Date.now();

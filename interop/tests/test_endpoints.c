@@ -477,12 +477,13 @@ static void test_arena_header_restored(void) {
   endpoints_close(&e);
 }
 
-/* A producer waiting for space in waits shorter than the sweep interval, over
- * and over: the interval is counted across waits, so it still sweeps and finds
- * the killed consumer that held every slot (SPEC.md §7: waiters sweep). */
-static void test_short_waits_still_sweep(void) {
+/* A producer publishing with `timeout_ms` (30 ms waits, or 0: tries 30 ms
+ * apart), over and over, into a ring whose every slot a killed consumer held:
+ * the sweep interval is counted across calls, so it still sweeps, finds the
+ * dead consumer and publishes (SPEC.md §7). */
+static void publish_behind_a_dead_consumer(int64_t timeout_ms) {
   endpoints e;
-  endpoints_open(&e, "w-", 2u);
+  endpoints_open(&e, timeout_ms ? "w-" : "t-", 2u);
   gpr_consumer_close(e.c);
   e.c = NULL;
   gpr_error err;
@@ -500,12 +501,20 @@ static void test_short_waits_still_sweep(void) {
   CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
   int tries = 0, rc = -1;
   for (; tries < 60 && rc != 0; tries++) {
-    rc = publish_ints(e.p, 1, 30, &err);
-    CHECK(rc == 0 || rc == -(int)GPR_E_TIMEOUT);
+    rc = publish_ints(e.p, 1, timeout_ms, &err);
+    CHECK(rc == 0 || rc == -(int)(timeout_ms ? GPR_E_TIMEOUT : GPR_E_RING_FULL));
+    if (rc != 0 && timeout_ms == 0) usleep(30000);
   }
   CHECK(rc == 0);
   endpoints_close(&e);
 }
+
+/* Waits shorter than the sweep interval: each wait counted its own before. */
+static void test_short_waits_still_sweep(void) { publish_behind_a_dead_consumer(30); }
+
+/* A producer that only tries (timeout 0) never waits: its tries sweep when a
+ * sweep is due. Before, it found the ring full for as long as nobody else swept. */
+static void test_tries_alone_still_sweep(void) { publish_behind_a_dead_consumer(0); }
 
 int main(void) {
   endpoints e;
@@ -527,6 +536,7 @@ int main(void) {
   test_released_frames_of_a_lost_producer();
   test_arena_header_restored();
   test_short_waits_still_sweep();
+  test_tries_alone_still_sweep();
   endpoints_close(&e);
   return CHECK_DONE();
 }

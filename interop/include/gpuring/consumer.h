@@ -189,7 +189,7 @@ GPR_INLINE int gpr_consumer_next(gpr_consumer *c, int64_t timeout_ms, gpr_frame 
   gpr_claim_attempt a;
   memset(&a, 0, sizeof a);
   a.c = c;
-  int rc = timeout_ms == 0 ? gpr_consumer_try_claim(&a)
+  int rc = timeout_ms == 0 ? gpr_try_sweeping(&c->seg, gpr_consumer_try_claim, &a, -(int)GPR_E_RING_EMPTY)
                            : gpr_wait_sweeping(&c->seg, &c->seg.control->data_seq,
                                                &c->seg.control->data_waiters,
                                                gpr_consumer_try_claim, &a,

@@ -322,7 +322,7 @@ GPR_INLINE int gpr_producer_publish(gpr_producer *p, const gpr_frame_desc *d,
   ref.user_tag = o ? o->user_tag : 0u;
   gpr_publish_attempt a = {p, &ref, 0};
   int64_t timeout = o ? o->timeout_ms : -1;
-  rc = timeout == 0 ? gpr_producer_try_publish(&a)
+  rc = timeout == 0 ? gpr_try_sweeping(&p->seg, gpr_producer_try_publish, &a, -(int)GPR_E_RING_FULL)
                     : gpr_wait_sweeping(&p->seg, &p->seg.control->space_seq,
                                         &p->seg.control->space_waiters, gpr_producer_try_publish,
                                         &a, -(int)GPR_E_RING_FULL, timeout);

@@ -373,24 +373,42 @@ GPR_INLINE int gpr_participant_detach(gpr_segment *seg, uint32_t index, uint32_t
 
 #define GPR_SWEEP_INTERVAL_NS 100000000ull
 
-/* gpr_wait_for for a whole timeout (< 0: forever), sweeping every 100 ms of
- * waiting: a peer that died holding what we wait for (a lease, a slot) is only
- * noticed by a sweep, and nobody else may be running one. The 100 ms are
- * counted across waits (gpr_segment.sweep_due_ns): a caller waiting 50 ms at a
- * time, over and over, never swept when each wait counted its own. */
+/* Sweeps, and releases a broadcast subscriber's stray shares, when this
+ * mapping's sweep is due: every 100 ms, counted across calls
+ * (gpr_segment.sweep_due_ns), so that a caller waiting 50 ms at a time, over
+ * and over, still sweeps (it never did when each wait counted its own).
+ * Returns when the next sweep is due. */
+GPR_INLINE uint64_t gpr_sweep_if_due(gpr_segment *seg, uint64_t now) {
+  uint64_t due = __atomic_load_n(&seg->sweep_due_ns, __ATOMIC_RELAXED);
+  if (due == 0) __atomic_store_n(&seg->sweep_due_ns, due = now + GPR_SWEEP_INTERVAL_NS, __ATOMIC_RELAXED);
+  if (now >= due) {
+    gpr_sweep(seg, NULL, NULL);
+    gpr_bc_release_strays(seg, seg->attached_index);  /* a broadcast subscriber's own repair; else nothing */
+    __atomic_store_n(&seg->sweep_due_ns, due = now + GPR_SWEEP_INTERVAL_NS, __ATOMIC_RELAXED);
+  }
+  return due;
+}
+
+/* One attempt, with no wait (a timeout of 0): when it finds nothing (`again`),
+ * a sweep if one is due. A caller that only ever tries never waits, so without
+ * this nobody in its process would repair the dead peer's slot it is stuck
+ * behind. */
+GPR_INLINE int gpr_try_sweeping(gpr_segment *seg, int (*attempt)(void *), void *ctx, int again) {
+  int rc = attempt(ctx);
+  if (rc == again) gpr_sweep_if_due(seg, gpr_monotonic_ns());
+  return rc;
+}
+
+/* gpr_wait_for for a whole timeout (< 0: forever), sweeping when due
+ * (gpr_sweep_if_due): a peer that died holding what we wait for (a lease, a
+ * slot) is only noticed by a sweep, and nobody else may be running one. */
 GPR_INLINE int gpr_wait_sweeping(gpr_segment *seg, uint32_t *seq, uint32_t *waiters,
                                  int (*attempt)(void *), void *ctx, int again, int64_t timeout_ms) {
   uint64_t start = gpr_monotonic_ns();
   uint64_t total = timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
-  uint64_t due = __atomic_load_n(&seg->sweep_due_ns, __ATOMIC_RELAXED);
-  if (due == 0) __atomic_store_n(&seg->sweep_due_ns, due = start + GPR_SWEEP_INTERVAL_NS, __ATOMIC_RELAXED);
   for (uint32_t spins = 64u;; spins = 0) {
     uint64_t now = gpr_monotonic_ns();
-    if (now >= due) {
-      gpr_sweep(seg, NULL, NULL);
-      gpr_bc_release_strays(seg, seg->attached_index);  /* a broadcast subscriber's own repair; else nothing */
-      __atomic_store_n(&seg->sweep_due_ns, due = now + GPR_SWEEP_INTERVAL_NS, __ATOMIC_RELAXED);
-    }
+    uint64_t due = gpr_sweep_if_due(seg, now);
     uint64_t waited = now - start, left = waited >= total ? 0 : total - waited, slice = due - now;
     int rc = gpr_wait_for(seq, waiters, attempt, ctx, again, left < slice ? left : slice, spins);
     if (rc != -(int)GPR_E_TIMEOUT || left <= slice) return rc;

@@ -5,6 +5,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 
 import pyarrow as pa
 import pytest
@@ -99,9 +100,11 @@ def test_a_producer_waiting_for_space_held_by_a_killed_consumer_sweeps_and_goes_
                 assert frame.to_arrow().column("i").to_pylist() == [2]
 
 
-def test_a_producer_waiting_in_short_timeouts_over_and_over_still_sweeps(ring_name):
+@pytest.mark.parametrize("block", [True, False], ids=["waits-of-0.1-s", "tries-0.1-s-apart"])
+def test_a_producer_waiting_in_short_timeouts_over_and_over_still_sweeps(ring_name, block):
     """Waits of 0.1 s, each shorter than the sweep interval (0.25 s): the interval
-    is counted across waits, so the dead holder is found within a few."""
+    is counted across waits, so the dead holder is found within a few. A producer
+    that only tries (block=False) never waits: its tries sweep when one is due."""
     Ring.create(ring_name, slots=2).close()
     with Producer.open(ring_name) as producer:
         child = python_child("hold", ring_name, "2")
@@ -113,11 +116,13 @@ def test_a_producer_waiting_in_short_timeouts_over_and_over_still_sweeps(ring_na
         codes = []
         for _ in range(30):
             try:
-                producer.publish(pa.table({"i": [2]}), timeout=0.1)
+                producer.publish(pa.table({"i": [2]}), timeout=0.1, block=block)
                 break
             except GpuringError as e:
                 codes.append(e.code)
-        assert set(codes) <= {"TIMEOUT"} and len(codes) < 30, codes
+                if not block:
+                    time.sleep(0.1)
+        assert set(codes) <= {"TIMEOUT" if block else "RING_FULL"} and len(codes) < 30, codes
 
 
 def _write_segment(name: str, data: bytes) -> None:

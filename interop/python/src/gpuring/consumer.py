@@ -82,7 +82,7 @@ class Consumer:
     def try_next(self) -> Frame | None:
         """A frame if one is ready now, else None."""
         self._check_open()
-        claimed = self._claim()
+        claimed = ring.try_sweeping(self._seg, self._claim)
         return None if claimed is None else self._hand_over(*claimed)
 
     def next(self, timeout: float | None = None) -> Frame:
@@ -127,7 +127,7 @@ class Consumer:
     def try_next_held(self) -> Frame | None:
         """``next_held`` if a frame is ready now, else None."""
         self._check_holdable()
-        claimed = self._claim()
+        claimed = ring.try_sweeping(self._seg, self._claim)
         return None if claimed is None else self._hand_over(*claimed, held=True)
 
     def _check_holdable(self) -> None:

@@ -285,6 +285,16 @@ def sweep_if_due(seg: Segment, now: float) -> float:
     return seg.sweep_due
 
 
+def try_sweeping(seg: Segment, attempt: Callable[[], T | None]) -> T | None:
+    """One attempt, with no wait; when it finds nothing, a sweep if one is due
+    (sweep_if_due). A caller that only ever tries never waits, so without this
+    nobody in its process would repair the dead peer's slot it is stuck behind."""
+    result = attempt()
+    if result is None:
+        sweep_if_due(seg, time.monotonic())
+    return result
+
+
 def wait_for(seg: Segment, which: str, attempt: Callable[[], T | None], timeout: float | None) -> T:
     """Runs attempt() until it returns something, polling for up to SPIN_S first,
     then sleeping on the futex word ``{which}_seq``. Raise the waiter count, read
