@@ -292,9 +292,7 @@ def stream_handle(stream: object) -> int:
 
 
 def destroy_event(event: ctypes.c_void_p) -> None:
-    handle = _own_event_handles.pop(event.value or 0, None)
-    if handle is not None:
-        _own_events.pop(handle, None)
+    """Destroys a process-local event (record_event); interprocess ones are recycled."""
     driver().cuEventDestroy_v2(event)
 
 

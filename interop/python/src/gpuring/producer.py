@@ -226,7 +226,10 @@ class Producer:
                     pos = ring.try_publish(self._seg, self.index, ref)
                 return pos
 
-            pos = ring.try_sweeping(self._seg, attempt) if not block else ring.wait_for(self._seg, "space", attempt, _left(deadline))
+            if block:
+                pos = ring.wait_for(self._seg, "space", attempt, _left(deadline))
+            else:
+                pos = ring.try_sweeping(self._seg, attempt)
             if pos is None:
                 raise GpuringError("RING_FULL", ring.describe_full(self._seg))
         except BaseException:
