@@ -14,6 +14,7 @@
     "native/cuda_driver.cc",
     "native/cuda_ipc.cc",
     "native/ipc_handle_cache.cc",
+    "native/opened_events.cc",
     "native/parallel_copy.cc",
     "native/huge_pages.cc",
     "native/pinned_host_pool.cc",

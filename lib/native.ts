@@ -274,6 +274,16 @@ export interface IpcStats {
   hits: number;
 }
 
+/** Interprocess events of this process (pooled by producers) and of others (opened by consumers). */
+export interface EventStats {
+  /** Events this process made for its frames. */
+  pooled: number;
+  /** Of those, the ones free for the next frame. */
+  idle: number;
+  /** Other processes' events held open, at most OpenedEvents::kPerDevice per device. */
+  opened: number;
+}
+
 /** What the CUDA driver reports (see lib/cuda.ts). */
 export interface CudaInfo {
   /** libcuda.so.1 loaded and cuInit succeeded. */
@@ -355,6 +365,7 @@ export interface NativeAddon {
   deviceAllocPool(device: number, bytes: number): bigint;
   deviceAllocVmm(device: number, bytes: number): bigint;
   ipcStats(): IpcStats;
+  eventStats(): EventStats;
   pinnedHostStats(): PinnedHostStats;
   reservePinnedHost(device: number, bytes: number): boolean;
   ipcSetLimits(entries: number, bytes: number): void;

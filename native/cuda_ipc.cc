@@ -14,6 +14,7 @@
 #include "js_values.h"
 #include "descriptor_channels.h"
 #include "ipc_handle_cache.h"
+#include "opened_events.h"
 #include "pool_memory.h"
 #include "vmm_memory.h"
 #include "parallel_copy.h"
@@ -374,8 +375,8 @@ struct EventPool {
   };
   std::vector<Pooled> events;  // by id
   std::vector<uint32_t> idle;
-  std::map<std::pair<int, std::string>, CUevent> opened;  // consumer side, by (device, handle)
-  std::map<int, CUstream> streams;                        // one copy stream per device
+  OpenedEvents opened;                // consumer side
+  std::map<int, CUstream> streams;    // one copy stream per device
 };
 
 EventPool &Events() {
@@ -414,7 +415,7 @@ Napi::Value RecordEvent(const Napi::CallbackInfo &info) {
     Check(env, ctx.driver().cuIpcGetEventHandle(&e.handle, e.event), "cuIpcGetEventHandle");
     // CUDA will not open a handle in the process that made it: a consumer in
     // this process finds the event itself under its handle.
-    pool.opened[{device, std::string(e.handle.reserved, sizeof e.handle.reserved)}] = e.event;
+    pool.opened.AddOwn(device, std::string(e.handle.reserved, sizeof e.handle.reserved), e.event);
     id = static_cast<uint32_t>(pool.events.size());
     pool.events.push_back(e);
   }
@@ -429,6 +430,19 @@ Napi::Value RecycleEvent(const Napi::CallbackInfo &info) {
   uint32_t id = info[0].As<Napi::Number>().Uint32Value();
   if (id < pool.events.size() && std::find(pool.idle.begin(), pool.idle.end(), id) == pool.idle.end()) pool.idle.push_back(id);
   return info.Env().Undefined();
+}
+
+// eventStats() -> { pooled, idle, opened }: this process's interprocess
+// events, those of them free for the next frame, and other processes' events
+// it holds open.
+Napi::Value EventStats(const Napi::CallbackInfo &info) {
+  EventPool &pool = Events();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  Napi::Object out = Napi::Object::New(info.Env());
+  out.Set("pooled", static_cast<double>(pool.events.size()));
+  out.Set("idle", static_cast<double>(pool.idle.size()));
+  out.Set("opened", static_cast<double>(pool.opened.Count()));
+  return out;
 }
 
 CUstream CopyStream(Napi::Env env, const Driver &d, EventPool &pool, int device) {
@@ -471,15 +485,12 @@ void StagedCopy(Napi::Env env, const Driver &d, Staging &s, CUstream stream, uin
   drain(static_cast<int>((chunks + 1) & 1));
 }
 
-// A producer's interprocess event, opened once per device (or this process's own).
+// A producer's interprocess event (or this process's own), opened once while
+// it is in use (OpenedEvents).
 CUevent OpenedEvent(Napi::Env env, const Driver &d, EventPool &pool, int device, const Napi::Uint8Array &bytes) {
-  std::string key(reinterpret_cast<const char *>(bytes.Data()), bytes.ByteLength());
-  CUevent &ev = pool.opened[{device, key}];
-  if (!ev) {
-    CUipcEventHandle h{};
-    memcpy(h.reserved, bytes.Data(), std::min<size_t>(bytes.ByteLength(), sizeof h.reserved));
-    Check(env, d.cuIpcOpenEventHandle(&ev, h), "cuIpcOpenEventHandle");
-  }
+  CUevent ev = nullptr;
+  std::string handle(reinterpret_cast<const char *>(bytes.Data()), bytes.ByteLength());
+  Check(env, pool.opened.Find(d, device, handle, &ev), "cuIpcOpenEventHandle");
   return ev;
 }
 
@@ -622,6 +633,7 @@ void DefineCudaIpc(Napi::Env env, Napi::Object exports) {
   exports.Set("ipcSetLimits", Napi::Function::New(env, IpcSetLimits));
   exports.Set("recordEvent", Napi::Function::New(env, RecordEvent));
   exports.Set("recycleEvent", Napi::Function::New(env, RecycleEvent));
+  exports.Set("eventStats", Napi::Function::New(env, EventStats));
   exports.Set("copyToHost", Napi::Function::New(env, CopyToHost));
   exports.Set("copyDeviceToDevice", Napi::Function::New(env, CopyDeviceToDevice));
   exports.Set("synchronizeEvent", Napi::Function::New(env, SynchronizeEvent));

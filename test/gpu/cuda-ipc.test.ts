@@ -281,6 +281,25 @@ gpuTest('the same allocation in many frames is opened once', async (t) => {
   t.true(after.hits - before.hits >= 49);
 });
 
+gpuTest('a producer that makes a new event per frame: each frame is read after its own event, and the consumer holds a bounded number of them open', async (t) => {
+  const frames = 700;
+  const before = native().eventStats();
+  await fromDeviceProducer('fresh-events', [frames], async (consumer) => {
+    let wrong = 0;
+    for (let i = 0; i < frames; i++) {
+      const f = await consumer.next({ timeout: 30_000 });
+      const bytes = f.toTable().getChild('x')!.toArray() as Uint8Array;
+      if (f.tag !== BigInt(i) || bytes.length !== 1 << 16 || bytes.some((b) => b !== (i & 0xff))) wrong++;
+      f.release();
+    }
+    t.is(wrong, 0, 'every frame in order, with the bytes its event ordered it after');
+  });
+  const opened = native().eventStats().opened;
+  t.log(`other processes' events held open: ${before.opened} before, ${opened} after ${frames} frames`);
+  t.true(opened <= 256, `${opened} events held open: at most 256 per device, not one per frame`);
+  t.true(opened > before.opened, 'the events were opened and cached');
+});
+
 gpuTest('release({ stream }): the lease lasts until the consumer\'s queued reads finish, so the producer\'s reuse cannot corrupt them', async (t) => {
   const bytes = 256 << 20;
   await withRing('gpu-stream-release', { slots: 8 }, async (_ring, name) => {

@@ -10,6 +10,9 @@
  *                           then a prepared frame published with { stream: CUstream bigint }
  *                           of one written 0x6b
  *   same NAME FRAMES        one allocation published in FRAMES frames
+ *   fresh-events NAME FRAMES  one allocation published in FRAMES frames, frame i all bytes i & 0xff,
+ *                           each written by a memset still queued and carrying an interprocess
+ *                           event of its own, a new one per frame (against SPEC.md §9a's pooling)
  *   many NAME FRAMES        FRAMES small tables uploaded to the device, frame i all i
  *   recycled NAME FRAMES    FRAMES int32 columns, each a new cuMemAlloc freed once released, frame i all i
  *   on-device NAME ORDINAL  the every-type table (13 rows) uploaded to device ORDINAL
@@ -183,6 +186,18 @@ async function main(): Promise<number> {
       const buf = DeviceBuffer.alloc(1 << 16);
       buf.upload(Int32Array.from({ length: 16 }, (_, i) => i));
       for (let i = 0; i < Number(arg); i++) await producer.publishFrame(column('i', 16, [absentBuffer(), deviceBufferDescriptor(buf.ptr, 64)]));
+      return Number(arg);
+    }
+    case 'fresh-events': {
+      const bytes = 1 << 16;
+      const buf = zeroed(bytes);
+      for (let i = 0; i < Number(arg); i++) {
+        native().deviceMemsetAsync(0, buf.ptr, i & 0xff, bytes, 1, undefined, 1);
+        const desc = column('C', bytes, [absentBuffer(), deviceBufferDescriptor(buf.ptr, bytes)]);
+        native().recordEvent(0, false, undefined, desc.syncHandle); // never recycled: a new event every frame
+        await producer.publishFrame({ ...desc, syncKind: 2 }, { tag: BigInt(i) });
+        await producer.drain();
+      }
       return Number(arg);
     }
     case 'on-device': {
