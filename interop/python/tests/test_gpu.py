@@ -14,6 +14,7 @@ from conftest import REPO, node_available, node_child, python_child
 from gpuring import Consumer, GpuringError, Producer, Ring
 
 cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+from cuda_stall import load_stall_and_fill, stall  # noqa: E402 (imports CuPy)
 
 
 def _gpu_reason():
@@ -26,25 +27,6 @@ def _gpu_reason():
 
 pytestmark = pytest.mark.skipif(_gpu_reason() is not None, reason=f"needs an NVIDIA GPU: {_gpu_reason()}")
 ROWS = 1000
-
-
-def _stall(ms):
-    """Queues a kernel that spins ``ms`` ms on the current stream: work still
-    running when the next call publishes, however fast the GPU."""
-    kernel = cupy.RawKernel(r'''extern "C" __global__ void stall(long long cycles) {
-        long long t0 = clock64();
-        while (clock64() - t0 < cycles) {}
-    }''', "stall")
-    kernel((1,), (1,), (cupy.int64(ms * cupy.cuda.Device().attributes["ClockRate"]),))
-
-
-def _load_stall_and_fill():
-    """Loads the stall kernel and CuPy's float32 fill now: the first launch of a
-    kernel loads its module, which waits for the device to go idle, so a first
-    fill queued behind a stall would wait the stall out and leave nothing queued."""
-    _stall(0)
-    cupy.empty(1, dtype=cupy.float32).fill(0.5)
-    cupy.cuda.Device().synchronize()
 
 
 def _expected():
@@ -296,10 +278,10 @@ def test_the_same_array_published_again_and_again_describes_its_memory_each_time
     Ring.create(ring_name).close()
     x = cupy.empty(1 << 20, dtype=cupy.float32)
     handles, events = set(), set()
-    _load_stall_and_fill()
+    load_stall_and_fill()
     with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
         for i in range(8):
-            _stall(20)
+            stall(20)
             x.fill(i + 0.25)  # behind the stall: every frame carries an event
             producer.publish({"x": x[1024:]})
             with consumer.next(timeout=5) as frame:
@@ -316,6 +298,31 @@ def test_the_same_array_published_again_and_again_describes_its_memory_each_time
     assert len(events) <= 2, f"{len(events)} events for 8 frames, one in flight at a time"
 
 
+def test_a_producer_making_a_new_event_per_frame_is_read_in_order_through_a_bounded_set_of_opened_events(ring_name):
+    """A producer that makes a new interprocess event for every frame (SPEC.md
+    §9a says to pool them; a program written without gpuring may not): each
+    frame is read after its own event, and the consumer keeps at most
+    _OPENED_EVENTS_MAX of them open, where one a frame would grow it for good."""
+    frames = 300
+    Ring.create(ring_name).close()
+    child = python_child("device_produce", ring_name, "fresh-events", str(frames))
+    assert json.loads(child.stdout.readline())["published"] == 1
+    handles = set()
+    with Consumer.open(ring_name) as consumer:
+        for i in range(frames):
+            with consumer.next(timeout=30) as frame:
+                assert frame.description.sync_kind == 2, f"frame {i}"
+                handles.add(frame.description.sync_handle)
+                got = frame.to_cupy()["x"]
+                assert bool((got == i + 0.5).all()), f"frame {i}"
+                del got
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert len(handles) == frames, "the child made a new event for every frame"
+    from gpuring import cuda_driver
+    assert 0 < len(cuda_driver._opened_events[0]) <= cuda_driver._OPENED_EVENTS_MAX
+
+
 def test_device_frames_published_and_read_in_one_process(ring_name):
     """CUDA refuses to open an IPC handle in the process that made it (memory and
     events alike): a consumer in the producer's process uses the producer's own
@@ -323,12 +330,12 @@ def test_device_frames_published_and_read_in_one_process(ring_name):
     kernel still queued when it is published; then one whose stream is idle,
     which needs no event."""
     Ring.create(ring_name).close()
-    _load_stall_and_fill()
+    load_stall_and_fill()
     with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
         for i in range(5):
             x = cupy.empty(1 << 22, dtype=cupy.float32)
             if i < 4:
-                _stall(50)
+                stall(50)
             x.fill(i + 0.5)  # queued on the default stream behind the stall: the frame carries an event after it
             if i == 4:
                 cupy.cuda.Device().synchronize()

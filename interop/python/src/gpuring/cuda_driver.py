@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+from collections import OrderedDict
 from typing import Any, Iterator, NoReturn
 
 from .errors import GpuringError
@@ -214,11 +215,10 @@ _own_event_handles: dict[int, bytes] = {}
 
 
 # Interprocess events whose frames were reclaimed, by device ordinal, to be
-# recorded again. Consumers keep an event they opened under its handle (the Node
-# core opens each once per process), so an event per frame would grow every
-# consumer by one opened event a frame; reused, a producer's events number at
-# most its frames in flight ever, and a handle never comes back naming another
-# event. (Reuse is safe: a frame is reclaimed only when no consumer holds it, and
+# recorded again. Consumers keep the events they opened by handle (up to a
+# bound), so an event per frame would have them open one per frame; reused, a
+# producer's events number at most its frames in flight ever, and a handle never
+# comes back naming another event. (Reuse is safe: a frame is reclaimed only when no consumer holds it, and
 # a wait enqueued earlier waits for the recording it saw.)
 _idle_events: dict[int, list[tuple[ctypes.c_void_p, bytes]]] = {}
 
@@ -296,15 +296,34 @@ def destroy_event(event: ctypes.c_void_p) -> None:
     driver().cuEventDestroy_v2(event)
 
 
-def wait_ipc_event(handle: bytes) -> None:
-    """Blocks until the producer's work before its event is done."""
+# Other processes' events opened here, by device ordinal, least recently used
+# first: a producer's pooled events come round again, and each open costs a
+# driver call. At most _OPENED_EVENTS_MAX per device (as the Node core keeps),
+# so a producer that makes an event per frame, or producers coming and going,
+# cannot grow a consumer for good.
+_OPENED_EVENTS_MAX = 256
+_opened_events: dict[int, OrderedDict[bytes, ctypes.c_void_p]] = {}
+
+
+def wait_ipc_event(handle: bytes, ordinal: int) -> None:
+    """Blocks until the producer's work before its event is done; device
+    ``ordinal``'s primary context is current."""
     own = _own_events.get(handle)
     if own is not None:  # made here: the frame holding it is held, so the event lives
         call("cuEventSynchronize", ctypes.c_void_p(own))
         return
+    call("cuEventSynchronize", _opened_event(handle, ordinal))
+
+
+def _opened_event(handle: bytes, ordinal: int) -> ctypes.c_void_p:
+    opened = _opened_events.setdefault(ordinal, OrderedDict())
+    event = opened.get(handle)
+    if event is not None:
+        opened.move_to_end(handle)
+        return event
     event = ctypes.c_void_p()
     call("cuIpcOpenEventHandle", ctypes.byref(event), _IpcHandle(handle))
-    try:
-        call("cuEventSynchronize", event)
-    finally:
-        driver().cuEventDestroy_v2(event)
+    opened[handle] = event
+    if len(opened) > _OPENED_EVENTS_MAX:  # no wait holds one: each ends before its call returns
+        driver().cuEventDestroy_v2(opened.popitem(last=False)[1])
+    return event

@@ -15,14 +15,35 @@ LIBRARY torch-async-pool: the torch columns from PyTorch's cudaMallocAsync backe
 LIBRARY recycled: ROWS frames, frame i a fresh int32 column of 1000 + 4096 * (i % 7)
   values all i, allocated with cudaMalloc (no CuPy pool) and freed once released, so
   later allocations reuse the memory of frames consumers have seen (many in flight).
+LIBRARY fresh-events: ROWS frames of one float32 column "x", frame i all i + 0.5, each
+  written behind a stall kernel (so it carries an event) and with a new interprocess
+  event of its own: this producer never reuses one (SPEC.md §9a says to pool them).
 LIBRARY cudf-style: DeviceColumns the way cuDF holds them, ROWS rows:
   id: int32 i, null where i % 3 == 1 (LSB-first null mask)   name: utf8 "n{i}" (offsets + characters)"""
 import json
 import sys
+from pathlib import Path
 
 from gpuring import Producer
 
 name, library, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if library == "fresh-events":
+    import cupy as xp
+    from gpuring import cuda_driver
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from cuda_stall import load_stall_and_fill, stall
+    cuda_driver.recycle_ipc_event = lambda ordinal, event: None  # a new event every frame
+    load_stall_and_fill()
+    x = xp.zeros(1 << 16, dtype=xp.float32)
+    with Producer.open(name) as producer:
+        for i in range(rows):
+            stall(2)
+            x.fill(i + 0.5)
+            producer.publish({"x": x})
+            if i == 0:
+                print(json.dumps({"published": 1}), flush=True)
+            producer.drain(timeout=60)
+    sys.exit(0)
 if library == "recycled":
     import cupy as xp
     xp.cuda.set_allocator(None)
