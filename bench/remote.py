@@ -149,9 +149,17 @@ IDLE_S = 2.0
 
 
 def cpu_seconds(pid: int) -> float:
-    """The CPU a running process has used, user and system (clock ticks: 10 ms)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    """The CPU a running process's threads have used, in ns from each one's
+    schedstat: /proc/PID/stat counts clock ticks (10 ms), and a quick run's
+    bridges may use less than one. A thread that ended takes its time with it;
+    a bridge's threads live as long as it does."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(open(f"/proc/{pid}/task/{task}/schedstat").read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # ended meanwhile
+    return total / 1e9
 
 
 def idle_cpu(pids: list[int]) -> float:
