@@ -3,7 +3,7 @@ import type { BufferDescriptor, FrameDescription } from './codec/description.js'
 import { bufferIndex, forEachBuffer, handleName, isDeviceKind } from './codec/description.js';
 import { decodeValidatedFrame } from './codec/decode.js';
 import { columnView, type ColumnView } from './column-view.js';
-import { Header } from './codec/layout.js';
+import { HANDLE_BYTES, Header } from './codec/layout.js';
 import { schemaOfFrame, tableFromFrame } from './arrow/table-reader.js';
 import { DeviceBuffer, deviceOrdinalOf } from './device-buffer.js';
 import { copyLayout, DeviceFrameCopy } from './device-frame-copy.js';
@@ -87,6 +87,7 @@ export class Frame implements Disposable {
   #description: FrameDescription | undefined;
   #views: (DeviceView | null)[] | undefined;
   #index: Map<BufferDescriptor, number> | undefined;
+  #eventKey: Uint8Array | undefined;
 
   /** @internal The frame whose record is at `at` of `records` (see RECORD_BYTES). */
   constructor(records: DataView, at: number, source: FrameSource) {
@@ -338,9 +339,20 @@ export class Frame implements Disposable {
     this.#source.handBack(this.#pos);
   }
 
-  /** The producer's event, when the frame carries one. */
+  /**
+   * The producer's event, when the frame carries one: its 64-byte handle, then
+   * the producer's entry and generation (u32 each). The native core keeps the
+   * events it opens under all 72 bytes: a handle names its event only while
+   * that producer lives, and a later process may be given the same bytes.
+   */
   #event(): Uint8Array | null {
-    return this.description.syncKind === 2 ? this.description.syncHandle : null;
+    if (this.description.syncKind !== 2) return null;
+    if (!this.#eventKey) {
+      this.#eventKey = new Uint8Array(HANDLE_BYTES + 8);
+      this.#eventKey.set(this.description.syncHandle);
+      this.#eventKey.set(new Uint8Array(this.#records.buffer, this.#records.byteOffset + this.#at + 16, 8), HANDLE_BYTES);
+    }
+    return this.#eventKey;
   }
 
   #resolve(b: BufferDescriptor): Uint8Array {

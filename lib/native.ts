@@ -372,6 +372,11 @@ export interface NativeAddon {
   /** The event's id with its 64-byte IPC handle written into `handle`; -1 (nothing written) when `onlyIfBusy` and the stream is idle. */
   recordEvent(device: number, onlyIfBusy: boolean, stream: bigint | undefined, handle: Uint8Array): number;
   recycleEvent(id: number): void;
+  /**
+   * `event` in the calls below: the producer's event to order after, its 64-byte
+   * handle, optionally followed by the key bytes it is kept open under (a Frame
+   * adds its producer's entry and generation; see Frame's #event()).
+   */
   copyToHost(device: number, ptr: bigint, bytes: number, event: Uint8Array | null): ArrayBuffer;
   copyDeviceToDevice(device: number, dsts: BigUint64Array, srcs: BigUint64Array, lengths: Float64Array, event: Uint8Array | null, stream?: bigint): void;
   streamCreate(device: number): bigint;

@@ -6,32 +6,32 @@ namespace gpuring::cuda {
 
 void OpenedEvents::AddOwn(int device, const std::string &handle, CUevent event) { own_[{device, handle}] = event; }
 
-CUresult OpenedEvents::Find(const Driver &d, int device, const std::string &handle, CUevent *out) {
-  auto own = own_.find({device, handle});
+CUresult OpenedEvents::Find(const Driver &d, int device, const std::string &key, CUevent *out) {
+  CUipcEventHandle h{};
+  memcpy(h.reserved, key.data(), std::min(key.size(), sizeof h.reserved));
+  auto own = own_.find({device, std::string(h.reserved, sizeof h.reserved)});
   if (own != own_.end()) return *out = own->second, CUDA_SUCCESS;
   Foreign &f = foreign_[device];
-  auto hit = f.by_handle.find(handle);
-  if (hit != f.by_handle.end()) {
+  auto hit = f.by_key.find(key);
+  if (hit != f.by_key.end()) {
     f.order.splice(f.order.begin(), f.order, hit->second.second);
     return *out = hit->second.first, CUDA_SUCCESS;
   }
-  CUipcEventHandle h{};
-  memcpy(h.reserved, handle.data(), std::min(handle.size(), sizeof h.reserved));
   CUresult rc = d.cuIpcOpenEventHandle(out, h);
   if (rc != CUDA_SUCCESS) return rc;
-  if (f.by_handle.size() >= kPerDevice) {
-    d.cuEventDestroy(f.by_handle[f.order.back()].first);
-    f.by_handle.erase(f.order.back());
+  if (f.by_key.size() >= kPerDevice) {
+    d.cuEventDestroy(f.by_key[f.order.back()].first);
+    f.by_key.erase(f.order.back());
     f.order.pop_back();
   }
-  f.order.push_front(handle);
-  f.by_handle[handle] = {*out, f.order.begin()};
+  f.order.push_front(key);
+  f.by_key[key] = {*out, f.order.begin()};
   return CUDA_SUCCESS;
 }
 
 size_t OpenedEvents::Count() const {
   size_t n = 0;
-  for (const auto &[device, f] : foreign_) n += f.by_handle.size();
+  for (const auto &[device, f] : foreign_) n += f.by_key.size();
   return n;
 }
 

@@ -1,6 +1,9 @@
 // OpenedEvents: the interprocess events this process waits on, by device and
-// 64-byte handle, so that a frame's wait opens nothing when its producer's
-// event was opened before. Producers pool their events (SPEC.md §9a), so a
+// key, so that a frame's wait opens nothing when its producer's event was
+// opened before. A key is the event's 64-byte handle, which the caller may
+// follow with the producer's identity (Frame: its entry and generation): a
+// handle names its event only while that producer lives, and a later process
+// may be given the same bytes, which must not find the dead one's event. Producers pool their events (SPEC.md §9a), so a
 // handful per producer come round again and again. A producer that makes a
 // new event per frame, against §9a, or a long run of producers that come and
 // go, would otherwise grow the process by one opened event per frame: each
@@ -24,18 +27,18 @@ class OpenedEvents {
 
   // Files an event this process made under its own handle.
   void AddOwn(int device, const std::string &handle, CUevent event);
-  // The event `handle` names on `device`, whose context is current: this
-  // process's own, or one opened before, or opened now (the device's least
-  // recently used foreign event destroyed when past kPerDevice). On failure
-  // the driver's result, and nothing cached.
-  CUresult Find(const Driver &d, int device, const std::string &handle, CUevent *out);
+  // The event `key` (its handle first) names on `device`, whose context is
+  // current: this process's own, or one opened before, or opened now (the
+  // device's least recently used foreign event destroyed when past
+  // kPerDevice). On failure the driver's result, and nothing cached.
+  CUresult Find(const Driver &d, int device, const std::string &key, CUevent *out);
   // Foreign events held open now, on every device.
   size_t Count() const;
 
  private:
   struct Foreign {
-    std::list<std::string> order;  // most recently used first
-    std::map<std::string, std::pair<CUevent, std::list<std::string>::iterator>> by_handle;
+    std::list<std::string> order;  // keys, most recently used first
+    std::map<std::string, std::pair<CUevent, std::list<std::string>::iterator>> by_key;
   };
   std::map<std::pair<int, std::string>, CUevent> own_;
   std::map<int, Foreign> foreign_;
