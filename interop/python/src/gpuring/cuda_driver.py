@@ -297,30 +297,41 @@ def destroy_event(event: ctypes.c_void_p) -> None:
 
 
 # Other processes' events opened here, by device ordinal, least recently used
-# first: a producer's pooled events come round again, and each open costs a
-# driver call. At most _OPENED_EVENTS_MAX per device (as the Node core keeps),
-# so a producer that makes an event per frame, or producers coming and going,
-# cannot grow a consumer for good.
+# first, each under its handle and the producer (participant index, generation)
+# whose frame carried it: a handle names its event only while that producer
+# lives, and a later process may be given the same bytes. A producer's pooled
+# events come round again, and each open costs a driver call. At most
+# _OPENED_EVENTS_MAX per device (as the Node core keeps), so a producer that
+# makes an event per frame, or producers coming and going, cannot grow a
+# consumer for good.
 _OPENED_EVENTS_MAX = 256
-_opened_events: dict[int, OrderedDict[bytes, ctypes.c_void_p]] = {}
+_opened_events: dict[int, OrderedDict[tuple[bytes, tuple[int, int]], ctypes.c_void_p]] = {}
 
 
-def wait_ipc_event(handle: bytes, ordinal: int) -> None:
+def wait_ipc_event(handle: bytes, ordinal: int, producer: tuple[int, int]) -> None:
     """Blocks until the producer's work before its event is done; device
-    ``ordinal``'s primary context is current."""
+    ``ordinal``'s primary context is current, ``producer`` is the frame's
+    (participant index, generation)."""
     own = _own_events.get(handle)
     if own is not None:  # made here: the frame holding it is held, so the event lives
         call("cuEventSynchronize", ctypes.c_void_p(own))
         return
-    call("cuEventSynchronize", _opened_event(handle, ordinal))
+    call("cuEventSynchronize", _opened_event(handle, ordinal, producer))
 
 
-def _opened_event(handle: bytes, ordinal: int) -> ctypes.c_void_p:
+def _opened_event(handle: bytes, ordinal: int, producer: tuple[int, int]) -> ctypes.c_void_p:
     opened = _opened_events.setdefault(ordinal, OrderedDict())
-    event = opened.get(handle)
+    key = (handle, producer)
+    event = opened.get(key)
     if event is not None:
-        opened.move_to_end(handle)
+        opened.move_to_end(key)
         return event
+    event = ctypes.c_void_p()
+    call("cuIpcOpenEventHandle", ctypes.byref(event), _IpcHandle(handle))
+    opened[key] = event
+    if len(opened) > _OPENED_EVENTS_MAX:  # no wait holds one: each ends before its call returns
+        driver().cuEventDestroy_v2(opened.popitem(last=False)[1])
+    return event
     event = ctypes.c_void_p()
     call("cuIpcOpenEventHandle", ctypes.byref(event), _IpcHandle(handle))
     opened[handle] = event
