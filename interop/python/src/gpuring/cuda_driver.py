@@ -332,9 +332,3 @@ def _opened_event(handle: bytes, ordinal: int, producer: tuple[int, int]) -> cty
     if len(opened) > _OPENED_EVENTS_MAX:  # no wait holds one: each ends before its call returns
         driver().cuEventDestroy_v2(opened.popitem(last=False)[1])
     return event
-    event = ctypes.c_void_p()
-    call("cuIpcOpenEventHandle", ctypes.byref(event), _IpcHandle(handle))
-    opened[handle] = event
-    if len(opened) > _OPENED_EVENTS_MAX:  # no wait holds one: each ends before its call returns
-        driver().cuEventDestroy_v2(opened.popitem(last=False)[1])
-    return event
