@@ -18,15 +18,18 @@ CUresult OpenedEvents::Find(const Driver &d, int device, const std::string &key,
     return *out = hit->second.first, CUDA_SUCCESS;
   }
   CUresult rc = d.cuIpcOpenEventHandle(out, h);
-  if (rc != CUDA_SUCCESS) return rc;
+  if (rc == CUDA_SUCCESS) Keep(d, f, key, *out);
+  return rc;
+}
+
+void OpenedEvents::Keep(const Driver &d, Foreign &f, const std::string &key, CUevent event) {
   if (f.by_key.size() >= kPerDevice) {
     d.cuEventDestroy(f.by_key[f.order.back()].first);
     f.by_key.erase(f.order.back());
     f.order.pop_back();
   }
   f.order.push_front(key);
-  f.by_key[key] = {*out, f.order.begin()};
-  return CUDA_SUCCESS;
+  f.by_key[key] = {event, f.order.begin()};
 }
 
 size_t OpenedEvents::Count() const {
