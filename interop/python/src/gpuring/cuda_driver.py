@@ -215,11 +215,11 @@ _own_event_handles: dict[int, bytes] = {}
 
 
 # Interprocess events whose frames were reclaimed, by device ordinal, to be
-# recorded again. Consumers keep the events they opened by handle (up to a
-# bound), so an event per frame would have them open one per frame; reused, a
-# producer's events number at most its frames in flight ever, and a handle never
-# comes back naming another event. (Reuse is safe: a frame is reclaimed only when no consumer holds it, and
-# a wait enqueued earlier waits for the recording it saw.)
+# recorded again. Consumers keep the events they opened (up to a bound), so an
+# event per frame would have them open one per frame; reused, a producer's events
+# number at most its frames in flight ever, and a handle never comes back naming
+# another event. (Reuse is safe: a frame is reclaimed only when no consumer holds
+# it, and a wait enqueued earlier waits for the recording it saw.)
 _idle_events: dict[int, list[tuple[ctypes.c_void_p, bytes]]] = {}
 
 
