@@ -96,7 +96,7 @@ export class Consumer implements AsyncIterable<Frame> {
       arena: (arenaName) => this.#arena(arenaName),
       release: (pos) => this.#release(pos),
       handBack: (pos) => callNative(() => this.#core.handBack(pos)),
-      fastTable: (body, describe) => this.#layouts.of(body, describe).table(body, (handle) => this.#arena(handleName(handle))),
+      fastTable: (body, describe) => this.#layouts.of(body, describe).table(body, this.#arenaOfHandle),
       settle: (frame, lease) => lease.watched && this.#unreleased.unregister(frame),
       releaseAfter: (pos, device, stream, mappings) => callNative(() => this.#core.releaseAfter(pos, device, stream, mappings)),
     };
@@ -284,6 +284,9 @@ export class Consumer implements AsyncIterable<Frame> {
     }
     return arena;
   }
+
+  /** #arena() by a buffer's 64-byte handle (FrameLayout's ArenaResolver), made once rather than per toTable(). */
+  readonly #arenaOfHandle = (handle: Uint8Array): ArrayBuffer => this.#arena(handleName(handle));
 
   /** A record the native core wrote into its chunk: at an offset in the one we hold, or first in a new one. */
   #received(record: ReceivedRecord): Frame {

@@ -12,12 +12,13 @@
  * Table from the description as before. Both give the same Table, with the
  * same checks (buffers inside their arena, value offsets: table-reader.ts).
  */
-import type { DataType, Table } from 'apache-arrow';
+import type { Data, DataType, Table } from 'apache-arrow';
 import type { FrameDescription } from '../codec/description.js';
 import { parseFormat, type FormatInfo } from '../codec/format.js';
 import { Buffer_, BUFFER_BYTES, Header, HEADER_BYTES, HANDLE_BYTES, Node, NODE_BYTES } from '../codec/layout.js';
 import { GpuringError } from '../errors.js';
-import { flatData, isFlat, schemaOfFrame } from './table-reader.js';
+import type { NodeSlice } from '../codec/value-offsets.js';
+import { type ByteRange, fixedData, flatData, isFlat, schemaOfFrame } from './table-reader.js';
 import { TableTemplate } from './table-template.js';
 
 /** Maps a buffer's handle (64 bytes, the arena's name) to the arena's memory. */
@@ -25,12 +26,15 @@ export type ArenaResolver = (handle: Uint8Array) => ArrayBuffer;
 
 /** Where one flat column's node and first buffer lie in the body. */
 interface ColumnPlan {
-  name: string;
   type: DataType;
   format: FormatInfo;
   nodeAt: number;
   buffersAt: number;
   buffers: number;
+  /** Filled for each frame (toTable() runs to its end before another starts): this column's slice... */
+  node: NodeSlice;
+  /** ...and, for a fixed-width column, where its values lie. */
+  values: ByteRange;
 }
 
 const KIND_ABSENT = 0;
@@ -40,6 +44,7 @@ const HEADER_WORDS: [number, number][] = [[Header.nodeCount, Header.rowCount], [
 /** Layout words of a node: everything before its length. */
 const NODE_WORDS = Node.length;
 
+const noBytes = (): ByteRange => ({ buffer: new ArrayBuffer(0), byteOffset: 0, length: 0 });
 const u64 = (v: DataView, at: number) => v.getUint32(at, true) + v.getUint32(at + 4, true) * 2 ** 32;
 const i64 = (v: DataView, at: number) => v.getUint32(at, true) + v.getInt32(at + 4, true) * 2 ** 32;
 
@@ -56,6 +61,8 @@ export class FrameLayout {
   /** The arena of the last host buffer resolved, by its handle: a stream's frames mostly share one. */
   readonly #lastHandle = new Uint32Array(HANDLE_BYTES / 4);
   #lastArena: ArrayBuffer | undefined;
+  /** #hostBuffer()'s scratch (see ColumnPlan). */
+  readonly #bytes = noBytes();
 
   private constructor(body: Uint8Array, tables: TableTemplate, columns: ColumnPlan[] | null) {
     const words: number[] = [];
@@ -72,7 +79,7 @@ export class FrameLayout {
     const schema = schemaOfFrame(frame);
     let buffersAt = HEADER_BYTES + frame.columns.length * NODE_BYTES;
     const columns = frame.columns.map((c, i) => {
-      const plan = { name: c.name, type: schema.fields[i]!.type, format: parseFormat(c.format)!, nodeAt: HEADER_BYTES + i * NODE_BYTES, buffersAt, buffers: c.buffers.length };
+      const plan = { type: schema.fields[i]!.type, format: parseFormat(c.format)!, nodeAt: HEADER_BYTES + i * NODE_BYTES, buffersAt, buffers: c.buffers.length, node: { name: c.name, offset: 0, length: 0 }, values: noBytes() };
       buffersAt += c.buffers.length * BUFFER_BYTES;
       return plan;
     });
@@ -97,28 +104,47 @@ export class FrameLayout {
 
   /** The frame as a Table, or null when it must be built from its description (not flat, or device buffers). */
   table(body: Uint8Array, arena: ArenaResolver): Table | null {
-    if (!this.#columns) return null;
+    const columns = this.#columns;
+    if (!columns) return null;
     const v = new DataView(body.buffer, body.byteOffset, body.byteLength);
-    for (const c of this.#columns)
+    for (const c of columns)
       for (let i = 0, at = c.buffersAt; i < c.buffers; i++, at += BUFFER_BYTES) {
         const kind = v.getUint16(at + Buffer_.kind, true);
         if (kind !== KIND_HOST && kind !== KIND_ABSENT) return null;
       }
-    const children = this.#columns.map((c) => {
-      const node = { name: c.name, offset: u64(v, c.nodeAt + Node.offset), length: u64(v, c.nodeAt + Node.length) };
-      return flatData(c.type, c.format, node, i64(v, c.nodeAt + Node.nullCount), (i) => this.#hostBuffer(v, c.buffersAt + i * BUFFER_BYTES, arena));
-    });
+    const children: Data[] = [];
+    for (const c of columns) children.push(this.#data(v, c, arena));
     return this.#tables.table(u64(v, Header.rowCount), children);
+  }
+
+  /** One column's Data; a fixed-width column's values become one typed array (no byte view first). */
+  #data(v: DataView, c: ColumnPlan, arena: ArenaResolver): Data {
+    const node = c.node;
+    node.offset = u64(v, c.nodeAt + Node.offset);
+    node.length = u64(v, c.nodeAt + Node.length);
+    const nullCount = i64(v, c.nodeAt + Node.nullCount);
+    if (c.format.layout === 'fixed')
+      return fixedData(c.type, c.format, node, nullCount, this.#hostBuffer(v, c.buffersAt, arena), this.#hostBytes(v, c.buffersAt + BUFFER_BYTES, arena, c.values));
+    return flatData(c.type, c.format, node, nullCount, (i) => this.#hostBuffer(v, c.buffersAt + i * BUFFER_BYTES, arena));
   }
 
   /** The bytes of the host buffer described at `at` in the body, or undefined if it is absent. */
   #hostBuffer(v: DataView, at: number, arena: ArenaResolver): Uint8Array | undefined {
+    const bytes = this.#hostBytes(v, at, arena, this.#bytes);
+    return bytes && new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length);
+  }
+
+  /** #hostBuffer() written into `into` (no view made), or undefined if the buffer is absent. */
+  #hostBytes(v: DataView, at: number, arena: ArenaResolver, into: ByteRange): ByteRange | undefined {
     if (v.getUint16(at + Buffer_.kind, true) === KIND_ABSENT) return undefined;
     const memory = this.#arenaOf(v, at + Buffer_.handle, arena);
     const offset = u64(v, at + Buffer_.offset);
     const length = u64(v, at + Buffer_.length);
     if (offset + length > memory.byteLength) throw new GpuringError('FRAME_BOUNDS', `a buffer [${offset}, +${length}) lies outside its ${memory.byteLength}-byte arena`);
-    return new Uint8Array(memory, offset, length);
+    into.buffer = memory;
+    into.byteOffset = offset;
+    into.length = length;
+    return into;
   }
 
   /** The arena whose handle is at `at`: the last one when the 64 bytes are the same, else from `arena`. */

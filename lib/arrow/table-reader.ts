@@ -89,14 +89,39 @@ export function flatData(type: DataType, f: FormatInfo, node: NodeSlice, nullCou
   // option objects (a third of a small frame's toTable()): values as the
   // type's array over the slice, validity as given (offset applies to it alone).
   const bitmap = buffer(0);
-  const nulls = nullCount >= 0 ? nullCount : bitmap ? -1 : 0;
+  if (f.layout === 'fixed') return fixedData(type, f, node, nullCount, bitmap, buffer(1));
+  const nulls = nullsOf(nullCount, bitmap);
   const validity = bitmap ?? EMPTY;
   const values = buffer(1) ?? EMPTY;
-  if (f.layout === 'bool') return new Data(type, node.offset, node.length, nulls, [undefined, values, validity]);
-  if (f.layout === 'fixed') return new Data(type, node.offset, node.length, nulls, [undefined, fixedValues(type, f.bitWidth / 8, node, values), validity] as never);
+  if (f.layout === 'bool') return new Data(type, node.offset, node.length, nulls, [undefined, values, validity], LEAF, undefined, LEAF);
   const chars = buffer(2) ?? EMPTY;
-  return new Data(type, node.offset, node.length, nulls, [checkedOffsets(node, values, f.offsetBytes, chars.length), chars, validity] as never);
+  return new Data(type, node.offset, node.length, nulls, [checkedOffsets(node, values, f.offsetBytes, chars.length), chars, validity] as never, LEAF, undefined, LEAF);
 }
+
+/**
+ * Bytes of a buffer: a Uint8Array is one. FrameLayout passes a reused
+ * object instead, so that a fixed-width column costs one typed array, not two.
+ */
+export interface ByteRange {
+  buffer: ArrayBufferLike;
+  byteOffset: number;
+  length: number;
+}
+
+/** flatData() of a fixed-width node, its values given as bytes (see ByteRange). */
+export function fixedData(type: DataType, f: FormatInfo, node: NodeSlice, nullCount: number, bitmap: Uint8Array | undefined, values: ByteRange | undefined): Data {
+  const array = fixedValues(type, f.bitWidth / 8, node, values ?? EMPTY);
+  return new Data(type, node.offset, node.length, nullsOf(nullCount, bitmap), [undefined, array, bitmap ?? EMPTY] as never, LEAF, undefined, LEAF);
+}
+
+/** Data's null count: as given, else unknown (-1) where there is a bitmap to count, else none. */
+const nullsOf = (nullCount: number, bitmap: Uint8Array | undefined) => (nullCount >= 0 ? nullCount : bitmap ? -1 : 0);
+
+/**
+ * A leaf's children and variadic buffers, shared: Data's defaults allocate two
+ * empty arrays per column per frame, and apache-arrow appends to neither.
+ */
+const LEAF: never[] = [];
 
 const EMPTY = new Uint8Array(0);
 
@@ -104,14 +129,14 @@ const EMPTY = new Uint8Array(0);
 export type ValuesArray = { new (buffer: ArrayBufferLike, byteOffset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number };
 
 /** The node's slice of a fixed-width values buffer as the type's array: in place when aligned, else copied. */
-function fixedValues(type: DataType, width: number, node: NodeSlice, values: Uint8Array): ArrayBufferView {
+function fixedValues(type: DataType, width: number, node: NodeSlice, values: ByteRange): ArrayBufferView {
   const Values = type.ArrayType as ValuesArray;
   const size = Values.BYTES_PER_ELEMENT;
   const end = Math.min(values.length, (node.offset + node.length) * width);
   const start = Math.min(node.offset * width, end);
   const count = Math.floor((end - start) / size);
   if ((values.byteOffset + start) % size === 0) return new Values(values.buffer, values.byteOffset + start, count);
-  return new Values(values.slice(start, end).buffer, 0, count);
+  return new Values(new Uint8Array(values.buffer, values.byteOffset + start, end - start).slice().buffer, 0, count);
 }
 
 export function tableFromFrame(frame: FrameDescription, resolve: BufferResolver): Table {
