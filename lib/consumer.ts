@@ -2,6 +2,7 @@ import { Frame, type FrameSource, type Lease, recordLength } from './frame.js';
 import { handleName } from './codec/description.js';
 import { warmUpReceivePath } from './code-warm-up.js';
 import { FrameLayouts } from './arrow/frame-layout.js';
+import { neverDelivered, SpareFrame } from './spare-frame.js';
 import { callNative, fromNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
 import { batchOptions, consumerOptions, nextOptions, onSlowPolicy, openFlags, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
@@ -83,8 +84,10 @@ export class Consumer implements AsyncIterable<Frame> {
   readonly #unreleased = new FinalizationRegistry<Lease>((lost) => this.#rescue(lost));
   readonly #unwatched: Frame[] = [];
   #watchPass: NodeJS.Timeout | undefined;
-  /** The chunk the native core writes single records into (ReceivedRecord), and a view of it. */
-  #chunk: DataView | undefined;
+  /** The chunk the native core writes single records into (ReceivedRecord), as a view. */
+  #chunk: DataView;
+  /** What a sleeping wait() resolves to when its record lands where expected. */
+  readonly #spare: SpareFrame;
   #closed = false;
 
   private constructor(name: string, core: NativeConsumerCore, received: (record: ReceivedRecord) => Frame) {
@@ -100,6 +103,9 @@ export class Consumer implements AsyncIterable<Frame> {
       settle: (frame, lease) => lease.watched && this.#unreleased.unregister(frame),
       releaseAfter: (pos, device, stream, mappings) => callNative(() => this.#core.releaseAfter(pos, device, stream, mappings)),
     };
+    this.#spare = new SpareFrame(core.recordCursor, this.#source, this.#unreleased);
+    this.#chunk = new DataView(core.recordChunk);
+    this.#spare.chunkReceived(this.#chunk);
   }
 
   /** Joins ring `name` as a consumer; like Producer.open(), compiles the decoder on a sample frame held in memory. */
@@ -168,14 +174,21 @@ export class Consumer implements AsyncIterable<Frame> {
     if (o.signal) return this.#nextAbortable(o, o.signal);
     const ready = this.#ready(o);
     if (ready) return Promise.resolve(ready);
-    return callNative(() => this.#core.wait(toNativeTimeout(o.timeout)))[1] as Promise<Frame>;
+    return this.#wait(o)[1] as Promise<Frame>;
+  }
+
+  /** A native wait (request id, promise), offered the spare Frame (SpareFrame). */
+  #wait(o: NextParsed): [number, Promise<unknown>] {
+    const spare = this.#spare.forWait();
+    const timeout = toNativeTimeout(o.timeout);
+    return callNative(() => (spare ? this.#core.wait(timeout, ...spare) : this.#core.wait(timeout)));
   }
 
   async #nextAbortable(o: NextParsed, signal: AbortSignal): Promise<Frame> {
     if (signal.aborted) throw new GpuringError('ABORTED', 'the wait for a frame was aborted', { cause: signal.reason });
     const ready = this.#ready(o);
     if (ready) return ready;
-    const [request, promise] = callNative(() => this.#core.wait(toNativeTimeout(o.timeout)));
+    const [request, promise] = this.#wait(o);
     const abort = () => this.#core.cancel(request);
     signal.addEventListener('abort', abort, { once: true });
     try {
@@ -291,8 +304,10 @@ export class Consumer implements AsyncIterable<Frame> {
   /** A record the native core wrote into its chunk: at an offset in the one we hold, or first in a new one. */
   #received(record: ReceivedRecord): Frame {
     this.#watchIfDue();
-    if (typeof record === 'number') return this.#frame(this.#chunk!, record);
+    if (typeof record === 'number') return this.#frame(this.#chunk, record);
+    if (!(record instanceof ArrayBuffer)) return record as Frame; // a spare, made before the wait (SpareFrame)
     this.#chunk = new DataView(record);
+    this.#spare.chunkReceived(this.#chunk);
     return this.#frame(this.#chunk, 0);
   }
 
@@ -337,8 +352,10 @@ export class Consumer implements AsyncIterable<Frame> {
     if (this.#core.spaceOwed[0] !== 0 && !this.#closed) this.#core.notifySpace();
   };
 
-  #rescue({ pos, devices }: Lease): void {
-    if (this.#closed) return; // closing released every lease already
+  #rescue(lease: Lease): void {
+    // Closing released every lease already; a spare frame's record may never have come.
+    if (this.#closed || neverDelivered(lease)) return;
+    const { pos, devices } = lease;
     try {
       devices?.releaseAll();
       this.#release(pos);

@@ -89,11 +89,12 @@ export class Frame implements Disposable {
   #index: Map<BufferDescriptor, number> | undefined;
   #eventKey: Uint8Array | undefined;
 
-  /** @internal The frame whose record is at `at` of `records` (see RECORD_BYTES). */
-  constructor(records: DataView, at: number, source: FrameSource) {
+  /** @internal The frame whose record is at `at` of `records` (see RECORD_BYTES); `lease` if it is watched from the start. */
+  constructor(records: DataView, at: number, source: FrameSource, lease?: Lease) {
     this.#records = records;
     this.#at = at;
     this.#source = source;
+    this.#lease = lease;
   }
 
   /** Producer-assigned id, unique per producer. */

@@ -208,7 +208,9 @@ export interface ProducerStats {
  * the record's offset in the chunk last handed over, or a new chunk that
  * starts with the record.
  */
-export type ReceivedRecord = number | ArrayBuffer;
+export type ReceivedRecord = number | ArrayBuffer | SpareFrameObject;
+/** A Frame JS offered the core with wait() (lib/spare-frame.ts), handed back as the record's Frame. */
+export type SpareFrameObject = object;
 
 export interface NativeConsumerCore {
   readonly index: number;
@@ -216,8 +218,13 @@ export interface NativeConsumerCore {
   tryNext(spinMicros?: number): ReceivedRecord | null;
   /** Every frame ready now, up to `max`, as records back to back in one buffer (`used` bytes of it); never waits. */
   tryNextMany(max: number): [records: ArrayBuffer, used: number] | null;
-  /** A request id and its promise: the record, or received(record) (see the constructor). */
-  wait(timeoutMs: number): [number, Promise<unknown>];
+  /**
+   * A request id and its promise: the record, or received(record) (see the
+   * constructor); or `spare`, a Frame over offset `at` of the chunk last handed
+   * over, when the record is written there (see recordCursor), with its pos
+   * written to pos[0]. tryNext() hands the spare over alike.
+   */
+  wait(timeoutMs: number, spare?: object, at?: number, pos?: Float64Array): [number, Promise<unknown>];
   cancel(request: number): void;
   /** CLOCK_MONOTONIC ns of the last wake-up of the event loop for this consumer (doorbell or timer); 0n before the first. */
   wokenAt(): bigint;
@@ -227,6 +234,10 @@ export interface NativeConsumerCore {
   notifySpace(): void;
   /** [0] is non-zero while a space notification is owed (shared with the native core). */
   readonly spaceOwed: Uint32Array;
+  /** Where the next record goes (shared with the native core): [0] its chunk's serial, [1] the offset in it. */
+  readonly recordCursor: Float64Array;
+  /** The chunk single records go to first (later ones come as a ReceivedRecord). */
+  readonly recordChunk: ArrayBuffer;
   /** Gives a leased frame its user never saw back to the ring, for redelivery. */
   handBack(pos: number): void;
   releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;

@@ -28,7 +28,40 @@ Napi::Value ConsumerState::Receive(Napi::Env env, uint64_t pos, const gpr_frame_
   if (!Accept(pos, ref, record, &err)) throw MakeError(env, err);
   Taken();
   double at = static_cast<double>(records.Commit(bytes));
-  return fresh.IsEmpty() ? Napi::Number::New(env, at) : fresh;
+  if (!fresh.IsEmpty()) return fresh;
+  Napi::Value spare_frame = TakeSpare(at, pos);
+  return spare_frame.IsEmpty() ? Napi::Number::New(env, at) : spare_frame;
+}
+
+void ConsumerState::OfferSpare(Napi::Object frame, double at, Napi::Float64Array pos) {
+  if (at != records.Used()) return;  // JS's view of the cursor is stale: no spare this time
+  Napi::Object held = spare.IsEmpty() ? Napi::Object() : spare.Value();  // empty if collected
+  if (held.IsEmpty() || held != frame) {
+    spare = Napi::Reference<Napi::Object>::New(frame, 0);
+    spare_held = false;
+    spare_pos = Napi::Persistent(pos);
+    spare_at = at;
+    spare_serial = records.Serial();
+  }
+  if (!spare_held) spare.Ref(), spare_held = true;
+}
+
+Napi::Value ConsumerState::TakeSpare(double at, uint64_t pos) {
+  if (spare.IsEmpty() || at != spare_at || records.Serial() != spare_serial) return Napi::Value();
+  Napi::Object frame = spare.Value();
+  Napi::Float64Array cell = spare_pos.Value();
+  spare.Reset();
+  spare_pos.Reset();
+  spare_held = false;
+  if (frame.IsEmpty()) return Napi::Value();  // collected unused: JS makes the Frame
+  cell[0] = static_cast<double>(pos);
+  return frame;
+}
+
+void ConsumerState::StopWaiting() {
+  bell->Disarm();
+  bell->Stop();
+  if (spare_held) spare.Unref(), spare_held = false;
 }
 
 Napi::Value RecordChunks::Reserve(Napi::Env env, size_t bytes) {
@@ -39,15 +72,24 @@ Napi::Value RecordChunks::Reserve(Napi::Env env, size_t bytes) {
     data_ = static_cast<uint8_t *>(fresh.Data());
     used_ = 0;
     handed_ = false;
+    serial_++;
+    Publish();
   }
   // A chunk whose first record was dropped (malformed) has not reached JS yet.
   return handed_ ? Napi::Value() : chunk_.Value();
+}
+
+Napi::ArrayBuffer RecordChunks::First(Napi::Env env) {
+  Reserve(env, 0);
+  handed_ = true;
+  return chunk_.Value();
 }
 
 size_t RecordChunks::Commit(size_t bytes) {
   handed_ = true;
   size_t at = used_;
   used_ += bytes;
+  Publish();
   return at;
 }
 
@@ -146,11 +188,7 @@ uint64_t ConsumerState::BusySpinNs() const {
 void ConsumerState::Service(Napi::Env env) {
   NotifySpaceOwed();
   for (;;) {
-    if (pending.empty()) {
-      bell->Disarm();
-      bell->Stop();
-      return;
-    }
+    if (pending.empty()) return StopWaiting();
     gpr_frame_ref ref{};
     uint64_t pos = 0;
     Request r = pending.front();
@@ -191,7 +229,8 @@ Napi::Function Live(const Napi::FunctionReference &ref) {
 
 void ConsumerState::Resolve(Request &r, Napi::Value record) {
   Napi::Function make = Live(received);
-  r.deferred.Resolve(make.IsEmpty() ? record : make.Call({record}));
+  bool spare_frame = record.IsObject() && !record.IsArrayBuffer();  // made already (see spare)
+  r.deferred.Resolve(make.IsEmpty() || spare_frame ? record : make.Call({record}));
 }
 
 void ConsumerState::Reject(Request &r, const Napi::Error &e) {
@@ -230,6 +269,8 @@ void ConsumerState::Shutdown() {
   shut = true;
   NotifySpaceOwed();
   bell.reset();  // disarmed: nobody rings a participant that left
+  spare.Reset();
+  spare_pos.Reset();
   bodies.reset();
   records = RecordChunks();
   stream_releases.WaitAll();
@@ -282,6 +323,11 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   s.space_owed = owed.Data();
   s.space_owed_view = Napi::Persistent(owed);
   Value().Set("spaceOwed", owed);
+  Napi::Float64Array cursor = Napi::Float64Array::New(env, 2);
+  s.records.Share(cursor.Data());
+  s.record_cursor_view = Napi::Persistent(cursor);
+  Value().Set("recordCursor", cursor);
+  Value().Set("recordChunk", s.records.First(env));
   std::shared_ptr<ConsumerState> state = s_;
   env.AddCleanupHook([state] { state->Shutdown(); });  // process exit without close()
   Value().Set("index", Napi::Number::New(env, s.me));
@@ -398,12 +444,17 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
   return result;
 }
 
-// wait(timeoutMs: number, -1 = forever) -> [requestId, Promise]
+// wait(timeoutMs: number, -1 = forever[, spare, at, pos]) -> [requestId, Promise]. `spare`,
+// a Frame over offset `at` of the current record chunk, is what the promise
+// resolves to if its record is written there; pos[0] then gets the frame's pos
+// (ConsumerState::spare).
 Napi::Value ConsumerCore::Wait(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
   double timeout_ms = info[0].As<Napi::Number>().DoubleValue();
   uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : gpr_monotonic_ns() + static_cast<uint64_t>(timeout_ms * 1e6);
+  if (info.Length() > 3 && info[1].IsObject())
+    s_->OfferSpare(info[1].As<Napi::Object>(), info[2].As<Napi::Number>().DoubleValue(), info[3].As<Napi::Float64Array>());
   uint64_t id = s_->next_request++;
   auto deferred = Napi::Promise::Deferred::New(env);
   s_->pending.push_back(ConsumerState::Request{id, deadline, deferred});
@@ -425,10 +476,7 @@ Napi::Value ConsumerCore::Cancel(const Napi::CallbackInfo &info) {
       pending.erase(it);
       break;
     }
-  if (pending.empty() && s_->bell) {
-    s_->bell->Disarm();
-    s_->bell->Stop();
-  }
+  if (pending.empty() && s_->bell) s_->StopWaiting();
   return env.Undefined();
 }
 

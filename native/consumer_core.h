@@ -32,15 +32,29 @@ class RecordChunks {
   // else an empty value.
   Napi::Value Reserve(Napi::Env env, size_t bytes);
   uint8_t *Next() const { return data_ + used_; }
+  // A first chunk, held by JS from the start (ConsumerCore.recordChunk), so
+  // that even the consumer's first wait can offer a spare Frame.
+  Napi::ArrayBuffer First(Napi::Env env);
   // Takes the reserved bytes; returns their offset in the chunk, which JS now holds.
   size_t Commit(size_t bytes);
+  // Where the next record goes, shared with JS (ConsumerCore.recordCursor):
+  // [0] the chunk's serial (1 for the first; a new chunk gets the next),
+  // [1] the offset in it. JS makes a wait()'s spare Frame there (see spare).
+  void Share(double *cursor) { cursor_ = cursor; }
+  double Serial() const { return static_cast<double>(serial_); }
+  double Used() const { return static_cast<double>(used_); }
 
  private:
+  void Publish() const {
+    if (cursor_) cursor_[0] = Serial(), cursor_[1] = Used();
+  }
   Napi::Reference<Napi::ArrayBuffer> chunk_;
   uint8_t *data_ = nullptr;
   size_t used_ = 0;
   size_t size_ = 0;
   bool handed_ = false;
+  uint64_t serial_ = 0;
+  double *cursor_ = nullptr;
 };
 
 struct ConsumerState : LoopParticipant {
@@ -62,6 +76,22 @@ struct ConsumerState : LoopParticipant {
   // caller then awaits the promise itself, one microtask after the wake-up
   // instead of one per layer of async functions that would convert it.
   Napi::FunctionReference received, failed;
+  // A Frame JS made before it waited (lib/spare-frame.ts), over the place in
+  // its record chunk where the next record goes: the record written exactly
+  // there (same chunk, same offset) becomes that Frame, handed over with no
+  // call into JS, and its pos goes to the Frame's lease (spare_pos, -1 until
+  // then). Held strongly while a request waits, weakly otherwise: a consumer
+  // dropped without close() can still be collected.
+  Napi::ObjectReference spare;
+  Napi::Reference<Napi::Float64Array> spare_pos;
+  double spare_at = -1, spare_serial = -1;
+  bool spare_held = false;
+  void OfferSpare(Napi::Object frame, double at, Napi::Float64Array pos);
+  // The spare, now the frame at `pos`, if the record just committed at `at` is its; else empty.
+  Napi::Value TakeSpare(double at, uint64_t pos);
+  // No request waits: the doorbell stops and the spare is held weakly.
+  void StopWaiting();
+  Napi::Reference<Napi::Float64Array> record_cursor_view;
   uint64_t woken_ns = 0;  // CLOCK_MONOTONIC of the last wake-up (latency breakdowns)
   uint64_t forgotten_at_sweep = 0;
   uint32_t on_slow = GPR_ON_SLOW_BLOCK;  // broadcast rings: what producers do when it lags

@@ -174,30 +174,42 @@ test('garbage in a published slot reference: a typed error for that frame, then 
   });
 });
 
-test('a damaged frame body: FRAME_INVALID or FRAME_BOUNDS, and the next frame is fine', async (t) => {
-  await withRing('garbage-body', { slots: 8 }, async (_ring, name) => {
-    const producer = Producer.open(name);
-    const consumer = Consumer.open(name);
-    const damages: [string, string, (arena: string, body: number) => void][] = [
-      ['FRAME_INVALID', 'bad magic', (a, b) => patch(a, b, u32(0x12345678))],
-      ['FRAME_INVALID', 'bad format string', (a, b) => patch(a, b + HEADER_BYTES + Node.formatLength, u32(0))],
-      ['FRAME_BOUNDS', 'column longer than its buffer', (a, b) => (patch(a, b + HEADER_BYTES + Node.length, u64(1000n)), patch(a, b + 32, u64(1000n)))],
-      ['FRAME_BOUNDS', 'null count above length', (a, b) => patch(a, b + HEADER_BYTES + Node.nullCount, u64(3n))],
-    ];
-    for (const [i, [code, what, damage]] of damages.entries()) {
-      await producer.publish(frame(i));
-      const { arena, body } = locate(name, 2 * i);
-      damage(arena, body);
-      await expectCode(t, consumer.next({ timeout: 2000 }), [code]);
-      await producer.publish(frame(50 + i));
-      const good = await consumer.next({ timeout: 2000 });
-      t.is(good.toTable().getChild('i')!.get(1), 51 + i, `after ${what}`);
-      good.release();
-    }
-    consumer.close();
-    producer.close();
+// Asleep: the consumer waits before each frame is published, so the damaged
+// body is copied where its wait's spare Frame lies (lib/spare-frame.ts), and the
+// good frame after it must still become that Frame, whole.
+for (const mode of ['ready', 'asleep'] as const)
+  test(`a damaged frame body: FRAME_INVALID or FRAME_BOUNDS, and the next frame is fine (consumer ${mode})`, async (t) => {
+    await withRing(`garbage-body-${mode}`, { slots: 8 }, async (_ring, name) => {
+      const producer = Producer.open(name);
+      const consumer = Consumer.open(name);
+      const damages: [string, string, (arena: string, body: number) => void][] = [
+        ['FRAME_INVALID', 'bad magic', (a, b) => patch(a, b, u32(0x12345678))],
+        ['FRAME_INVALID', 'bad format string', (a, b) => patch(a, b + HEADER_BYTES + Node.formatLength, u32(0))],
+        ['FRAME_BOUNDS', 'column longer than its buffer', (a, b) => (patch(a, b + HEADER_BYTES + Node.length, u64(1000n)), patch(a, b + 32, u64(1000n)))],
+        ['FRAME_BOUNDS', 'null count above length', (a, b) => patch(a, b + HEADER_BYTES + Node.nullCount, u64(3n))],
+      ];
+      // A frame, published before next() is called or while it waits (the damage lands before the consumer's event loop runs).
+      const take = async (publish: () => Promise<unknown>) => {
+        if (mode === 'ready') return (await publish(), consumer.next({ timeout: 2000 }));
+        const taken = consumer.next({ timeout: 2000 });
+        await publish();
+        return taken;
+      };
+      for (const [i, [code, what, damage]] of damages.entries()) {
+        const bad = take(async () => {
+          await producer.publish(frame(i));
+          const { arena, body } = locate(name, 2 * i);
+          damage(arena, body);
+        });
+        await expectCode(t, bad, [code]);
+        const good = await take(() => producer.publish(frame(50 + i)));
+        t.is(good.toTable().getChild('i')!.get(1), 51 + i, `after ${what}`);
+        good.release();
+      }
+      consumer.close();
+      producer.close();
+    });
   });
-});
 
 test('a buffer offset past the end of its arena: decoding succeeds, toTable() refuses with FRAME_BOUNDS', async (t) => {
   await withRing('oob', { slots: 8 }, async (_ring, name) => {

@@ -43,19 +43,27 @@ async function cHolder(name: string, mode: 'claim' | 'write') {
   return { proc, pos: Number(line.split(' ')[1]) };
 }
 
-test('a frame garbage-collected without release(): its lease is ended for it, with a warning, and the producer gets its memory back', async (t) => {
-  await withRing('leak', { slots: 2 }, async (_ring, name) => {
-    const producer = Producer.open(name);
-    const leaker = child('leak-frame', name);
-    await producer.publish(frame(1));
-    t.deepEqual(await nextLine(leaker), { warned: true });
-    await producer.drain();
-    t.is(producer.inFlight, 0);
-    leaker.kill('SIGKILL');
-    await exitOf(leaker);
-    producer.close();
+// Ready: the frame waits in the ring when next() is called. Asleep: it is
+// published while next() waits, and the core hands over the Frame made before
+// the wait (lib/spare-frame.ts), with no JS run then to watch it.
+for (const mode of ['ready', 'asleep'] as const)
+  test(`a frame garbage-collected without release(): its lease is ended for it, with a warning, and the producer gets its memory back (consumer ${mode})`, async (t) => {
+    await withRing(`leak-${mode}`, { slots: 2 }, async (ring, name) => {
+      const producer = Producer.open(name);
+      if (mode === 'ready') await producer.publish(frame(1));
+      const leaker = child('leak-frame', name);
+      if (mode === 'asleep') {
+        t.true(await eventually(() => ring.inspect().doorbells.data > 0), 'the leaker sleeps in next()');
+        await producer.publish(frame(1));
+      }
+      t.deepEqual(await nextLine(leaker), { warned: true });
+      await producer.drain();
+      t.is(producer.inFlight, 0);
+      leaker.kill('SIGKILL');
+      await exitOf(leaker);
+      producer.close();
+    });
   });
-});
 
 test('one frame never released fills the ring; RING_FULL names its slot, state and holder', async (t) => {
   await withRing('held', { slots: 4 }, async (_ring, name) => {

@@ -1,0 +1,84 @@
+/**
+ * SpareFrame: the Frame a sleeping next() resolves to, made before the
+ * consumer sleeps.
+ *
+ * Why: after milliseconds of sleep every step of a wake-up runs on cold
+ * caches, and calling from the native core into JS to make the Frame was the
+ * largest step between the wake-up and next() resolving. The core writes each
+ * record it hands over singly at the next offset of its current chunk, which it
+ * shares (ConsumerCore.recordCursor); so JS makes the Frame over that offset
+ * ahead of time and passes it to wait(). The core hands that Frame over (to a
+ * wait, or to tryNext()) when the record lands exactly there (same chunk,
+ * same offset), and otherwise (a new chunk) has JS make one as before. One
+ * record never gets two Frames: only the core decides.
+ *
+ * Ownership: the core holds the spare strongly while a request waits and
+ * weakly otherwise; JS only weakly. So a Frame the core handed over is its
+ * user's alone (collected when they drop it), and a spare nobody used may be
+ * collected between waits. No JS runs when the core hands a spare over, so
+ * its lease is watched for collection from the start rather than from the next
+ * turn of the event loop, as other frames' are; its pos lives in a cell the
+ * core writes when it hands the Frame over (-1 until then), so a spare
+ * collected unused releases nothing, whatever record later lands where it was.
+ */
+import type { DeviceMappings } from './device-mappings.js';
+import { Frame, type FrameSource, type Lease } from './frame.js';
+
+class SpareLease implements Lease {
+  watched = true;
+  devices?: DeviceMappings;
+  /** [0]: the frame's pos, written by the core when it hands the Frame over; -1 until then. */
+  readonly cell = Float64Array.of(-1);
+
+  get pos(): number {
+    return this.cell[0]!;
+  }
+}
+
+/** Whether a lease's frame never got its record (a spare Frame the core did not hand over): nothing to release. */
+export const neverDelivered = (lease: Lease): boolean => lease.pos < 0;
+
+/** What wait() is offered: the Frame, its offset in the chunk, its pos cell. */
+export type Spare = [frame: Frame, at: number, pos: Float64Array];
+
+export class SpareFrame {
+  readonly #cursor: Float64Array;
+  readonly #source: FrameSource;
+  readonly #watch: FinalizationRegistry<Lease>;
+  /** The chunk JS holds (the last one the core handed over), and its serial. */
+  #chunk: DataView | undefined;
+  #serial = -1;
+  /** The last spare made, at #at, unless the core handed it over or it was collected. */
+  #last: WeakRef<Frame> | undefined;
+  #lastLease: SpareLease | undefined;
+  #at = -1;
+
+  constructor(cursor: Float64Array, source: FrameSource, watch: FinalizationRegistry<Lease>) {
+    this.#cursor = cursor;
+    this.#source = source;
+    this.#watch = watch;
+  }
+
+  /** The core handed over a new chunk (records it gives as offsets are in it from now on). */
+  chunkReceived(chunk: DataView): void {
+    this.#chunk = chunk;
+    this.#serial = this.#cursor[0]!;
+    this.#last = undefined;
+  }
+
+  /** The spare for a wait: the last one if still unused where the next record goes, else a new one; undefined where JS holds no chunk the core writes to. */
+  forWait(): Spare | undefined {
+    const chunk = this.#chunk;
+    const at = this.#cursor[1]!;
+    if (!chunk || this.#cursor[0] !== this.#serial || at >= chunk.byteLength) return undefined;
+    const last = this.#at === at && neverDelivered(this.#lastLease!) ? this.#last?.deref() : undefined;
+    if (last) return [last, at, this.#lastLease!.cell];
+    const lease = new SpareLease();
+    const frame = new Frame(chunk, at, this.#source, lease);
+    this.#watch.register(frame, lease, frame);
+    this.#last = new WeakRef(frame);
+    this.#lastLease = lease;
+    this.#at = at;
+    return [frame, at, lease.cell];
+  }
+}
