@@ -133,7 +133,7 @@ const aside = (name: string, metric: string, unit: string, value: number): Bench
 const hop = (name: string, samples: number[]) => aside(name, 'p50', 'µs', percentile(samples, 50));
 
 async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]> {
-  // A prepared frame every `gapUs` (the producer busy-waits between frames), the consumer busy-polling.
+  // A prepared frame every `gapUs` (the producer sleeps between frames, in a futex wait: host-child.ts, pacing 'asleep'), the consumer busy-polling.
   const ours = await gpuringHandOff(n, gapUs, 1_000_000, 'prepared');
   const ring = cRingLatency();
   const name = `hand-off, consumer spinning, prepared frame ${gapUs} µs apart (publish call to JS)`;
