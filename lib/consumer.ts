@@ -79,7 +79,9 @@ export class Consumer implements AsyncIterable<Frame> {
    * leases are ended for them, with a warning: the bug is the missing release().
    * Registering costs more than the rest of a frame's hand-over, so frames are
    * watched from the next turn of the event loop: most are released by then
-   * and never need it.
+   * and never need it. Spare frames (SpareFrame) are the exception: no JS runs
+   * when the core hands one over, so each is registered when made, before the
+   * consumer sleeps.
    */
   readonly #unreleased = new FinalizationRegistry<Lease>((lost) => this.#rescue(lost));
   readonly #unwatched: Frame[] = [];
