@@ -1,6 +1,8 @@
 """Host B of a bridge test: creates RING (SLOTS slots), says "created", sleeps
 DELAY seconds if given, takes
-frames until COUNT distinct ones arrived or WAIT seconds pass without one, checks each
+frames until COUNT distinct ones arrived or WAIT seconds pass without one (the
+first may take up to a minute: processes starting and bridges connecting on a
+loaded 2-core machine took more than 5 s once), checks each
 against what the producer published for its user tag (device frames: on this
 host's device, read with CuPy), says "progress N" every
 500 frames, and prints one JSON line at the end: the tags in arrival order and
@@ -15,6 +17,7 @@ import pyarrow.compute as pc
 import gpuring
 from all_types import all_types_table
 
+FIRST_FRAME_WAIT = 60.0
 ring, count, kind, slots, wait = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
 gpuring.Ring.create(ring, slots=slots, exist_ok=True).close()  # a test may have made it (broadcast)
 print("created", flush=True)
@@ -24,7 +27,7 @@ tags, wrong, distinct = [], [], set()
 with gpuring.Consumer.open(ring) as c:
     while len(distinct) < count:  # a repeat (after a killed sink) does not count
         try:
-            frame = c.next(timeout=wait)
+            frame = c.next(timeout=wait if tags else max(wait, FIRST_FRAME_WAIT))
         except gpuring.GpuringError as e:
             if e.code != "TIMEOUT":
                 raise
