@@ -2,6 +2,7 @@ import { Frame, type FrameSource, type Lease, recordLength } from './frame.js';
 import { handleName } from './codec/description.js';
 import { warmUpReceivePath } from './code-warm-up.js';
 import { FrameLayouts } from './arrow/frame-layout.js';
+import { LeakWatch } from './leak-watch.js';
 import { neverDelivered, SpareFrame } from './spare-frame.js';
 import { callNative, fromNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
@@ -81,9 +82,9 @@ export class Consumer implements AsyncIterable<Frame> {
    * watched from the next turn of the event loop: most are released by then
    * and never need it. Spare frames (SpareFrame) are the exception: no JS runs
    * when the core hands one over, so each is registered when made, before the
-   * consumer sleeps.
+   * consumer sleeps. LeakWatch says why leases are registered by number.
    */
-  readonly #unreleased = new FinalizationRegistry<Lease>((lost) => this.#rescue(lost));
+  readonly #unreleased = new LeakWatch((lost) => this.#rescue(lost));
   readonly #unwatched: Frame[] = [];
   #watchPass: NodeJS.Timeout | undefined;
   /** The chunk the native core writes single records into (ReceivedRecord), as a view. */
@@ -102,7 +103,7 @@ export class Consumer implements AsyncIterable<Frame> {
       release: (pos) => this.#release(pos),
       handBack: (pos) => callNative(() => this.#core.handBack(pos)),
       fastTable: (body, describe) => this.#layouts.of(body, describe).table(body, this.#arenaOfHandle),
-      settle: (frame, lease) => lease.watched && this.#unreleased.unregister(frame),
+      settle: (frame, lease) => this.#unreleased.settle(frame, lease),
       releaseAfter: (pos, device, stream, mappings) => callNative(() => this.#core.releaseAfter(pos, device, stream, mappings)),
     };
     this.#spare = new SpareFrame(core.recordCursor, this.#source, this.#unreleased);
@@ -336,7 +337,7 @@ export class Consumer implements AsyncIterable<Frame> {
     if (this.#watchPass) (clearTimeout(this.#watchPass), (this.#watchPass = undefined));
     for (const frame of this.#unwatched) {
       const lease = frame.heldLease();
-      if (lease) (lease.watched = true, this.#unreleased.register(frame, lease, frame));
+      if (lease) this.#unreleased.watch(frame, lease);
     }
     this.#unwatched.length = 0;
   }

@@ -20,8 +20,8 @@ export interface Lease {
   readonly pos: number;
   /** Device allocations the frame mapped, made on first use (host frames map none). */
   devices?: DeviceMappings;
-  /** Registered for collection while leased (see Consumer: frames released at once never are). */
-  watched: boolean;
+  /** Its number in the consumer's LeakWatch while watched for collection, else -1 (frames released at once never are). */
+  watchId: number;
 }
 
 /** What a Frame needs from its consumer: mapped arenas and the release call. */
@@ -122,7 +122,7 @@ export class Frame implements Disposable {
   }
 
   #leased(): Lease {
-    return (this.#lease ??= { pos: this.#pos, watched: false });
+    return (this.#lease ??= { pos: this.#pos, watchId: -1 });
   }
 
   /** @internal The lease while it lasts, for the consumer's leak watch; null once released. */

@@ -23,9 +23,10 @@
  */
 import type { DeviceMappings } from './device-mappings.js';
 import { Frame, type FrameSource, type Lease } from './frame.js';
+import type { LeakWatch } from './leak-watch.js';
 
 class SpareLease implements Lease {
-  watched = true;
+  watchId = -1;
   devices?: DeviceMappings;
   /** [0]: the frame's pos, written by the core when it hands the Frame over; -1 until then. */
   readonly cell = Float64Array.of(-1);
@@ -44,7 +45,7 @@ export type Spare = [frame: Frame, at: number, pos: Float64Array];
 export class SpareFrame {
   readonly #cursor: Float64Array;
   readonly #source: FrameSource;
-  readonly #watch: FinalizationRegistry<Lease>;
+  readonly #watch: LeakWatch;
   /** The chunk JS holds (the last one the core handed over), and its serial. */
   #chunk: DataView | undefined;
   #serial = -1;
@@ -53,7 +54,7 @@ export class SpareFrame {
   #lastLease: SpareLease | undefined;
   #at = -1;
 
-  constructor(cursor: Float64Array, source: FrameSource, watch: FinalizationRegistry<Lease>) {
+  constructor(cursor: Float64Array, source: FrameSource, watch: LeakWatch) {
     this.#cursor = cursor;
     this.#source = source;
     this.#watch = watch;
@@ -75,7 +76,7 @@ export class SpareFrame {
     if (last) return [last, at, this.#lastLease!.cell];
     const lease = new SpareLease();
     const frame = new Frame(chunk, at, this.#source, lease);
-    this.#watch.register(frame, lease, frame);
+    this.#watch.watch(frame, lease);
     this.#last = new WeakRef(frame);
     this.#lastLease = lease;
     this.#at = at;
