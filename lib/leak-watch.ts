@@ -10,18 +10,17 @@
  * (dev box, frames 50 µs apart: 520-580 KB survived per scavenge against
  * 48-65 KB, pauses 1.9-2.6 ms against 0.85-1.06 ms). A small integer is no
  * object, so a dead cell keeps nothing alive: the cell holds the lease's
- * number, and the lease itself sits in a Map only until it ends.
+ * number (a small integer: far fewer leases are watched at once than 2^30),
+ * and the lease itself sits in an array only until it ends.
  */
 import type { Frame, Lease } from './frame.js';
 
-/** Numbers stay below 2^30, V8's small-integer range, so that none is a heap object. */
-const NUMBERS = 2 ** 30;
-
 export class LeakWatch {
   readonly #registry = new FinalizationRegistry<number>((id) => this.#collected(id));
-  readonly #leases = new Map<number, Lease>();
+  /** Leases by number; a number is reused once its lease ended (free), so neither array grows past the most watched at once. */
+  readonly #leases: (Lease | undefined)[] = [];
+  readonly #free: number[] = [];
   readonly #rescue: (lease: Lease) => void;
-  #next = 0;
 
   /** `rescue` ends the lease of a frame collected while watched. */
   constructor(rescue: (lease: Lease) => void) {
@@ -30,26 +29,29 @@ export class LeakWatch {
 
   /** Watches `frame`, whose lease is `lease`, until settle(). */
   watch(frame: Frame, lease: Lease): void {
-    let id = this.#next;
-    while (this.#leases.has(id)) id = (id + 1) % NUMBERS; // a lease that outlived 2^30 others
-    this.#next = (id + 1) % NUMBERS;
+    const id = this.#free.pop() ?? this.#leases.length;
+    this.#leases[id] = lease;
     lease.watchId = id;
-    this.#leases.set(id, lease);
     this.#registry.register(frame, id, frame);
   }
 
   /** The frame's lease ended: stops watching it, if watched. */
   settle(frame: Frame, lease: Lease): void {
     if (lease.watchId < 0) return;
-    this.#leases.delete(lease.watchId);
-    lease.watchId = -1;
     this.#registry.unregister(frame);
+    this.#forget(lease.watchId);
+    lease.watchId = -1;
   }
 
   #collected(id: number): void {
-    const lease = this.#leases.get(id);
+    const lease = this.#leases[id];
     if (!lease) return;
-    this.#leases.delete(id);
+    this.#forget(id);
     this.#rescue(lease);
+  }
+
+  #forget(id: number): void {
+    this.#leases[id] = undefined;
+    this.#free.push(id);
   }
 }
