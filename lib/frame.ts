@@ -4,6 +4,7 @@ import { bufferIndex, forEachBuffer, handleName, isDeviceKind } from './codec/de
 import { decodeValidatedFrame } from './codec/decode.js';
 import { columnView, type ColumnView } from './column-view.js';
 import { HANDLE_BYTES, Header } from './codec/layout.js';
+import { utf8 } from './codec/utf8.js';
 import { schemaOfFrame, tableFromFrame } from './arrow/table-reader.js';
 import { DeviceBuffer, deviceOrdinalOf } from './device-buffer.js';
 import { copyLayout, DeviceFrameCopy } from './device-frame-copy.js';
@@ -342,16 +343,20 @@ export class Frame implements Disposable {
 
   /**
    * The producer's event, when the frame carries one: its 64-byte handle, then
-   * the producer's entry and generation (u32 each). The native core keeps the
-   * events it opens under all 72 bytes: a handle names its event only while
-   * that producer lives, and a later process may be given the same bytes.
+   * the producer's entry and generation (u32 each), then the ring's name
+   * (UTF-8). The native core keeps the events it opens under all those bytes:
+   * a handle names its event only while that producer lives, a later process
+   * may be given the same bytes, and the producers of two rings may share an
+   * entry and a generation.
    */
   #event(): Uint8Array | null {
     if (this.description.syncKind !== 2) return null;
     if (!this.#eventKey) {
-      this.#eventKey = new Uint8Array(HANDLE_BYTES + 8);
+      const ring = utf8(this.#source.segment);
+      this.#eventKey = new Uint8Array(HANDLE_BYTES + 8 + ring.byteLength);
       this.#eventKey.set(this.description.syncHandle);
       this.#eventKey.set(new Uint8Array(this.#records.buffer, this.#records.byteOffset + this.#at + 16, 8), HANDLE_BYTES);
+      this.#eventKey.set(ring, HANDLE_BYTES + 8);
     }
     return this.#eventKey;
   }

@@ -487,7 +487,7 @@ void StagedCopy(Napi::Env env, const Driver &d, Staging &s, CUstream stream, uin
 
 // A producer's interprocess event (or this process's own), opened once while
 // it is in use (OpenedEvents). `bytes`: its handle, then (from a Frame) the
-// producer's entry and generation.
+// producer's entry and generation and the ring's name.
 CUevent OpenedEvent(Napi::Env env, const Driver &d, EventPool &pool, int device, const Napi::Uint8Array &bytes) {
   CUevent ev = nullptr;
   std::string key(reinterpret_cast<const char *>(bytes.Data()), bytes.ByteLength());

@@ -4,9 +4,9 @@
 // producer come round again and again.
 //
 // A key is the event's 64-byte handle, which the caller may follow with the
-// producer's identity (a Frame adds its entry and generation): a handle names
-// its event only while that producer lives, and a later process may be given
-// the same bytes, which must not find the dead one's event.
+// producer's identity (a Frame adds its entry, generation and ring): a handle
+// names its event only while that producer lives, and a later process may be
+// given the same bytes, which must not find the dead one's event.
 //
 // A producer that makes a new event per frame, against §9a, or a long run of
 // producers that come and go, would otherwise grow the process by one opened

@@ -32,25 +32,27 @@ def _handle(i: int) -> bytes:
     return i.to_bytes(4, "little") * 16
 
 
-def test_a_producers_event_is_opened_once_and_a_later_producer_with_the_same_handle_gets_its_own(driver):
+def test_a_producers_event_is_opened_once_and_a_later_or_another_rings_producer_with_the_same_handle_gets_its_own(driver):
     opened, destroyed = driver
-    first = cu._opened_event(_handle(1), 0, (3, 7))
-    assert cu._opened_event(_handle(1), 0, (3, 7)) is first
+    first = cu._opened_event(_handle(1), 0, ("a", 3, 7))
+    assert cu._opened_event(_handle(1), 0, ("a", 3, 7)) is first
     assert len(opened) == 1, "a pooled event coming round again is not opened again"
-    again = cu._opened_event(_handle(1), 0, (3, 8))  # the same bytes from the entry's next producer
+    again = cu._opened_event(_handle(1), 0, ("a", 3, 8))  # the same bytes from the entry's next producer
     assert again.value != first.value and len(opened) == 2
-    assert cu._opened_event(_handle(1), 1, (3, 7)).value == 3, "each device keeps its own"
+    elsewhere = cu._opened_event(_handle(1), 0, ("b", 3, 7))  # the same bytes from another ring's entry 3, generation 7
+    assert elsewhere.value not in (first.value, again.value) and len(opened) == 3
+    assert cu._opened_event(_handle(1), 1, ("a", 3, 7)).value == 4, "each device keeps its own"
     assert destroyed == []
 
 
 def test_past_the_bound_the_least_recently_used_event_is_destroyed(driver):
     opened, destroyed = driver
     for i in range(cu._OPENED_EVENTS_MAX):
-        cu._opened_event(_handle(i), 0, (0, 1))
-    cu._opened_event(_handle(0), 0, (0, 1))  # used again: now the most recent
+        cu._opened_event(_handle(i), 0, ("a", 0, 1))
+    cu._opened_event(_handle(0), 0, ("a", 0, 1))  # used again: now the most recent
     for i in range(cu._OPENED_EVENTS_MAX, cu._OPENED_EVENTS_MAX + 3):
-        cu._opened_event(_handle(i), 0, (0, 1))
+        cu._opened_event(_handle(i), 0, ("a", 0, 1))
     assert len(cu._opened_events[0]) == cu._OPENED_EVENTS_MAX
     assert destroyed == [2, 3, 4], "handles 1, 2 and 3 were the least recently used (0 was used again)"
-    assert cu._opened_event(_handle(0), 0, (0, 1)).value == 1
+    assert cu._opened_event(_handle(0), 0, ("a", 0, 1)).value == 1
     assert len(opened) == cu._OPENED_EVENTS_MAX + 3

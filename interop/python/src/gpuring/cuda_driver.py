@@ -305,13 +305,14 @@ def destroy_event(event: ctypes.c_void_p) -> None:
 # makes an event per frame, or producers coming and going, cannot grow a
 # consumer for good.
 _OPENED_EVENTS_MAX = 256
-_opened_events: dict[int, OrderedDict[tuple[bytes, tuple[int, int]], ctypes.c_void_p]] = {}
+_opened_events: dict[int, OrderedDict[tuple[bytes, tuple[str, int, int]], ctypes.c_void_p]] = {}
 
 
-def wait_ipc_event(handle: bytes, ordinal: int, producer: tuple[int, int]) -> None:
+def wait_ipc_event(handle: bytes, ordinal: int, producer: tuple[str, int, int]) -> None:
     """Blocks until the producer's work before its event is done; device
     ``ordinal``'s primary context is current, ``producer`` is the frame's
-    (participant index, generation)."""
+    (ring, participant index, generation): producers of two rings may share an
+    index and a generation."""
     own = _own_events.get(handle)
     if own is not None:  # made here: the frame holding it is held, so the event lives
         call("cuEventSynchronize", ctypes.c_void_p(own))
@@ -319,7 +320,7 @@ def wait_ipc_event(handle: bytes, ordinal: int, producer: tuple[int, int]) -> No
     call("cuEventSynchronize", _opened_event(handle, ordinal, producer))
 
 
-def _opened_event(handle: bytes, ordinal: int, producer: tuple[int, int]) -> ctypes.c_void_p:
+def _opened_event(handle: bytes, ordinal: int, producer: tuple[str, int, int]) -> ctypes.c_void_p:
     opened = _opened_events.setdefault(ordinal, OrderedDict())
     key = (handle, producer)
     event = opened.get(key)

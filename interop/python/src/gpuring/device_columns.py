@@ -252,7 +252,7 @@ def wait_for_writes(frame: Frame) -> int:
     ordinal = cu.ordinal_of_uuid(device.device_uuid) if device else 0
     if d.sync_kind == SYNC_CUDA_EVENT:
         with cu.primary_context(ordinal):
-            cu.wait_ipc_event(d.sync_handle, ordinal, frame.producer)
+            cu.wait_ipc_event(d.sync_handle, ordinal, (frame._consumer._seg.name, *frame.producer))
     return ordinal
 
 
