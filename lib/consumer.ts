@@ -9,6 +9,8 @@ import { native, type NativeConsumerCore, type ReceivedRecord } from './native.j
 import { batchOptions, consumerOptions, nextOptions, onSlowPolicy, openFlags, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
 
 const MAX_CACHED_ARENAS = 256;
+/** Where #release() queues the end of its job (see there). */
+const SETTLED = Promise.resolve();
 /** Frames handed out since the last leak-watch pass; a loop that never yields to the event loop passes here. */
 const MAX_UNWATCHED = 1024;
 /**
@@ -346,9 +348,13 @@ export class Consumer implements AsyncIterable<Frame> {
    * Ends a lease. A producer waiting for space is woken once for the releases
    * of this job, when it ends (SPEC.md §6, Coalescing), not at the first of a
    * batch: woken there, it found one free slot, filled it and slept again.
+   * The end of the job is a microtask on a settled promise, not queueMicrotask(),
+   * which makes an AsyncResource per call: a consumer taking one frame per job
+   * (asleep between frames) made 320 B of garbage per frame there, of about 3.8 KB
+   * in all (dev box, sampled heap profile).
    */
   #release(pos: number): void {
-    if (callNative(() => this.#core.release(pos))) queueMicrotask(this.#notifySpace);
+    if (callNative(() => this.#core.release(pos))) SETTLED.then(this.#notifySpace);
   }
 
   readonly #notifySpace = (): void => {
