@@ -8,7 +8,7 @@
  * scavenge and was promoted: with one registered per sleeping wait (SpareFrame),
  * a consumer's scavenges copied ten times more and paused about twice as long
  * (dev box, frames 50 µs apart: 520-580 KB survived per scavenge against
- * 48-65 KB, pauses 1.9-2.6 ms against 0.85-1.06 ms). A small integer is no
+ * 16-24 KB now, pauses 1.9-2.6 ms against 0.7-0.9 ms). A small integer is no
  * object, so a dead cell keeps nothing alive: the cell holds the lease's
  * number (a small integer: far fewer leases are watched at once than 2^30),
  * and the lease itself sits in an array only until it ends.
