@@ -108,7 +108,7 @@ export class Consumer implements AsyncIterable<Frame> {
       settle: (frame, lease) => this.#unreleased.settle(frame, lease),
       releaseAfter: (pos, device, stream, mappings) => callNative(() => this.#core.releaseAfter(pos, device, stream, mappings)),
     };
-    this.#spare = new SpareFrame(core.recordCursor, this.#source, this.#unreleased);
+    this.#spare = new SpareFrame(core.recordCursor, this.#source, this.#unreleased, (cells) => core.spareCells(cells));
     this.#chunk = new DataView(core.recordChunk);
     this.#spare.chunkReceived(this.#chunk);
   }

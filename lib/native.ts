@@ -222,9 +222,12 @@ export interface NativeConsumerCore {
    * A request id and its promise: the record, or received(record) (see the
    * constructor); or `spare`, a Frame over offset `at` of the chunk last handed
    * over, when the record is written there (see recordCursor), with its pos
-   * written to pos[0]. tryNext() hands the spare over alike.
+   * written to element `cell` of the array given to spareCells(). tryNext()
+   * hands the spare over alike.
    */
-  wait(timeoutMs: number, spare?: object, at?: number, pos?: Float64Array): [number, Promise<unknown>];
+  wait(timeoutMs: number, spare?: object, at?: number, cell?: number): [number, Promise<unknown>];
+  /** Where spares' pos go from now on (lib/spare-frame.ts); a spare whose cell lies beyond it is not handed over. */
+  spareCells(cells: Float64Array): void;
   cancel(request: number): void;
   /** CLOCK_MONOTONIC ns of the last wake-up of the event loop for this consumer (doorbell or timer); 0n before the first. */
   wokenAt(): bigint;

@@ -20,44 +20,80 @@
  * turn of the event loop, as other frames' are; its pos lives in a cell the
  * core writes when it hands the Frame over (-1 until then), so a spare
  * collected unused releases nothing, whatever record later lands where it was.
+ * The cells are one array shared with the core (SpareCells), indexed by the
+ * lease's number in the LeakWatch: no typed array per spare, and a hand-over
+ * writes a number instead of calling into V8 for one.
  */
 import type { DeviceMappings } from './device-mappings.js';
 import { Frame, type FrameSource, type Lease } from './frame.js';
 import type { LeakWatch } from './leak-watch.js';
 
-class SpareLease implements Lease {
-  watchId = -1;
-  devices?: DeviceMappings;
-  /** [0]: the frame's pos, written by the core when it hands the Frame over; -1 until then. */
-  readonly cell = Float64Array.of(-1);
+/** The spares' pos cells, shared with the native core: element i belongs to the lease watched as number i. */
+class SpareCells {
+  #cells = new Float64Array(0);
+  readonly #share: (cells: Float64Array) => void;
 
-  get pos(): number {
-    return this.cell[0]!;
+  constructor(share: (cells: Float64Array) => void) {
+    this.#share = share;
+  }
+
+  /** Cell `id` set to -1 (not handed over), the cells grown (and shared again) first if too few. */
+  clear(id: number): void {
+    if (id >= this.#cells.length) {
+      // An ArrayBuffer of its own: the core keeps a pointer to its memory, which V8 never moves.
+      const grown = new Float64Array(new ArrayBuffer(8 * Math.max(16, 2 * this.#cells.length, id + 1)));
+      grown.set(this.#cells);
+      this.#cells = grown;
+      this.#share(grown);
+    }
+    this.#cells[id] = -1;
+  }
+
+  pos(id: number): number {
+    return id < 0 ? -1 : this.#cells[id]!;
   }
 }
 
-/** Whether a lease's frame never got its record (a spare Frame the core did not hand over): nothing to release. */
+class SpareLease implements Lease {
+  watchId = -1;
+  devices?: DeviceMappings;
+  readonly #cells: SpareCells;
+
+  constructor(cells: SpareCells) {
+    this.#cells = cells;
+  }
+
+  /** The frame's pos while its lease is watched: written by the core when it hands the Frame over; -1 until then. */
+  get pos(): number {
+    return this.#cells.pos(this.watchId);
+  }
+}
+
+/** Whether a watched lease's frame never got its record (a spare Frame the core did not hand over): nothing to release. */
 export const neverDelivered = (lease: Lease): boolean => lease.pos < 0;
 
 /** What wait() is offered: the Frame, its offset in the chunk, its pos cell. */
-export type Spare = [frame: Frame, at: number, pos: Float64Array];
+export type Spare = [frame: Frame, at: number, cell: number];
 
 export class SpareFrame {
   readonly #cursor: Float64Array;
   readonly #source: FrameSource;
   readonly #watch: LeakWatch;
+  readonly #cells: SpareCells;
   /** The chunk JS holds (the last one the core handed over), and its serial. */
   #chunk: DataView | undefined;
   #serial = -1;
-  /** The last spare made, at #at, unless the core handed it over or it was collected. */
+  /** The last spare made, at #at, unless it was collected. */
   #last: WeakRef<Frame> | undefined;
   #lastLease: SpareLease | undefined;
   #at = -1;
 
-  constructor(cursor: Float64Array, source: FrameSource, watch: LeakWatch) {
+  /** `shareCells` gives the core the array of pos cells (ConsumerCore.spareCells). */
+  constructor(cursor: Float64Array, source: FrameSource, watch: LeakWatch, shareCells: (cells: Float64Array) => void) {
     this.#cursor = cursor;
     this.#source = source;
     this.#watch = watch;
+    this.#cells = new SpareCells(shareCells);
   }
 
   /** The core handed over a new chunk (records it gives as offsets are in it from now on). */
@@ -67,19 +103,22 @@ export class SpareFrame {
     this.#last = undefined;
   }
 
-  /** The spare for a wait: the last one if still unused where the next record goes, else a new one; undefined where JS holds no chunk the core writes to. */
+  /** The spare for a wait: the last one if still where the next record goes, else a new one; undefined where JS holds no chunk the core writes to. */
   forWait(): Spare | undefined {
     const chunk = this.#chunk;
     const at = this.#cursor[1]!;
     if (!chunk || this.#cursor[0] !== this.#serial || at >= chunk.byteLength) return undefined;
-    const last = this.#at === at && neverDelivered(this.#lastLease!) ? this.#last?.deref() : undefined;
-    if (last) return [last, at, this.#lastLease!.cell];
-    const lease = new SpareLease();
+    // A record written at #at moves the cursor past it: a spare still at the
+    // cursor was never handed over (its lease is watched, its cell -1).
+    const last = this.#at === at ? this.#last?.deref() : undefined;
+    if (last) return [last, at, this.#lastLease!.watchId];
+    const lease = new SpareLease(this.#cells);
     const frame = new Frame(chunk, at, this.#source, lease);
     this.#watch.watch(frame, lease);
+    this.#cells.clear(lease.watchId);
     this.#last = new WeakRef(frame);
     this.#lastLease = lease;
     this.#at = at;
-    return [frame, at, lease.cell];
+    return [frame, at, lease.watchId];
   }
 }

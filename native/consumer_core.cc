@@ -33,13 +33,14 @@ Napi::Value ConsumerState::Receive(Napi::Env env, uint64_t pos, const gpr_frame_
   return spare_frame.IsEmpty() ? Napi::Number::New(env, at) : spare_frame;
 }
 
-void ConsumerState::OfferSpare(Napi::Object frame, double at, Napi::Float64Array pos) {
+void ConsumerState::OfferSpare(Napi::Object frame, double at, uint32_t cell) {
   if (at != records.Used()) return;  // JS's view of the cursor is stale: no spare this time
+  if (cell >= spare_cells_length) return;  // nowhere to say it was handed over: no spare
   Napi::Object held = spare.IsEmpty() ? Napi::Object() : spare.Value();  // empty if collected
   if (held.IsEmpty() || held != frame) {
     spare = Napi::Reference<Napi::Object>::New(frame, 0);
     spare_held = false;
-    spare_pos = Napi::Persistent(pos);
+    spare_cell = cell;
     spare_at = at;
     spare_serial = records.Serial();
   }
@@ -49,12 +50,11 @@ void ConsumerState::OfferSpare(Napi::Object frame, double at, Napi::Float64Array
 Napi::Value ConsumerState::TakeSpare(double at, uint64_t pos) {
   if (spare.IsEmpty() || at != spare_at || records.Serial() != spare_serial) return Napi::Value();
   Napi::Object frame = spare.Value();
-  Napi::Float64Array cell = spare_pos.Value();
   spare.Reset();
-  spare_pos.Reset();
   spare_held = false;
-  if (frame.IsEmpty()) return Napi::Value();  // collected unused: JS makes the Frame
-  cell[0] = static_cast<double>(pos);
+  // Collected unused, or its cells replaced by fewer (JS only grows them): JS makes the Frame.
+  if (frame.IsEmpty() || spare_cell >= spare_cells_length) return Napi::Value();
+  spare_cells_data[spare_cell] = static_cast<double>(pos);
   return frame;
 }
 
@@ -270,7 +270,9 @@ void ConsumerState::Shutdown() {
   NotifySpaceOwed();
   bell.reset();  // disarmed: nobody rings a participant that left
   spare.Reset();
-  spare_pos.Reset();
+  spare_cells.Reset();
+  spare_cells_data = nullptr;
+  spare_cells_length = 0;
   bodies.reset();
   records = RecordChunks();
   stream_releases.WaitAll();
@@ -289,7 +291,8 @@ Napi::Function ConsumerCore::Define(Napi::Env env) {
                       InstanceMethod<&ConsumerCore::HandBack>("handBack"),
                       InstanceMethod<&ConsumerCore::OpenArena>("openArena"),
                       InstanceMethod<&ConsumerCore::Close>("close"),
-                      InstanceMethod<&ConsumerCore::WokenAt>("wokenAt")});
+                      InstanceMethod<&ConsumerCore::WokenAt>("wokenAt"),
+                      InstanceMethod<&ConsumerCore::SpareCells>("spareCells")});
 }
 
 // new ConsumerCore(segmentName, openTimeoutMs, sweepIntervalMs, openFlags[, received, failed])
@@ -444,17 +447,17 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
   return result;
 }
 
-// wait(timeoutMs: number, -1 = forever[, spare, at, pos]) -> [requestId, Promise]. `spare`,
+// wait(timeoutMs: number, -1 = forever[, spare, at, cell]) -> [requestId, Promise]. `spare`,
 // a Frame over offset `at` of the current record chunk, is what the promise
-// resolves to if its record is written there; pos[0] then gets the frame's pos
-// (ConsumerState::spare).
+// resolves to if its record is written there; element `cell` of the shared
+// spare cells (spareCells) then gets the frame's pos (ConsumerState::spare).
 Napi::Value ConsumerCore::Wait(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
   double timeout_ms = info[0].As<Napi::Number>().DoubleValue();
   uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : gpr_monotonic_ns() + static_cast<uint64_t>(timeout_ms * 1e6);
   if (info.Length() > 3 && info[1].IsObject())
-    s_->OfferSpare(info[1].As<Napi::Object>(), info[2].As<Napi::Number>().DoubleValue(), info[3].As<Napi::Float64Array>());
+    s_->OfferSpare(info[1].As<Napi::Object>(), info[2].As<Napi::Number>().DoubleValue(), info[3].As<Napi::Number>().Uint32Value());
   uint64_t id = s_->next_request++;
   auto deferred = Napi::Promise::Deferred::New(env);
   s_->pending.push_back(ConsumerState::Request{id, deadline, deferred});
@@ -547,6 +550,16 @@ Napi::Value ConsumerCore::ReleaseAfter(const Napi::CallbackInfo &info) {
   s_->stream_releases.Queue(env, &s_->seg, s_->me, pos, info[1].As<Napi::Number>().Int32Value(), cuda::StreamOf(info[2]),
                             std::move(mappings));
   return env.Undefined();
+}
+
+// spareCells(cells: Float64Array): where spares' pos go from now on (see
+// ConsumerState::spare); JS keeps it, and passes a larger one when it grows.
+Napi::Value ConsumerCore::SpareCells(const Napi::CallbackInfo &info) {
+  auto cells = info[0].As<Napi::Float64Array>();
+  s_->spare_cells = Napi::Persistent(cells);
+  s_->spare_cells_data = cells.Data();
+  s_->spare_cells_length = cells.ElementLength();
+  return info.Env().Undefined();
 }
 
 Napi::Value ConsumerCore::WokenAt(const Napi::CallbackInfo &info) {

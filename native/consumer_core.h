@@ -79,14 +79,20 @@ struct ConsumerState : LoopParticipant {
   // A Frame JS made before it waited (lib/spare-frame.ts), over the place in
   // its record chunk where the next record goes: the record written exactly
   // there (same chunk, same offset) becomes that Frame, handed over with no
-  // call into JS, and its pos goes to the Frame's lease (spare_pos, -1 until
-  // then). Held strongly while a request waits, weakly otherwise: a consumer
-  // dropped without close() can still be collected.
+  // call into JS, and its pos goes to the Frame's lease: into element
+  // `spare_cell` of the cells JS shares (spare_cells, -1 until then). Held
+  // strongly while a request waits, weakly otherwise: a consumer dropped
+  // without close() can still be collected.
   Napi::ObjectReference spare;
-  Napi::Reference<Napi::Float64Array> spare_pos;
+  uint32_t spare_cell = 0;
   double spare_at = -1, spare_serial = -1;
   bool spare_held = false;
-  void OfferSpare(Napi::Object frame, double at, Napi::Float64Array pos);
+  void OfferSpare(Napi::Object frame, double at, uint32_t cell);
+  // The spares' pos cells (lib/spare-frame.ts), shared once (and again when JS
+  // grows them): writing one at a hand-over is a store, not a call.
+  Napi::Reference<Napi::Float64Array> spare_cells;
+  double *spare_cells_data = nullptr;
+  size_t spare_cells_length = 0;
   // The spare, now the frame at `pos`, if the record just committed at `at` is its; else empty.
   Napi::Value TakeSpare(double at, uint64_t pos);
   // No request waits: the doorbell stops and the spare is held weakly.
@@ -171,6 +177,7 @@ class ConsumerCore : public Napi::ObjectWrap<ConsumerCore> {
   Napi::Value OpenArena(const Napi::CallbackInfo &info);
   Napi::Value Close(const Napi::CallbackInfo &info);
   Napi::Value WokenAt(const Napi::CallbackInfo &info);
+  Napi::Value SpareCells(const Napi::CallbackInfo &info);
   void RequireOpen(Napi::Env env) const;
   void ThrowHeldError(Napi::Env env);
 
