@@ -52,7 +52,7 @@ Napi::Value ConsumerState::TakeSpare(double at, uint64_t pos) {
   Napi::Object frame = spare.Value();
   spare.Reset();
   spare_held = false;
-  // Collected unused, or its cells replaced by fewer (JS only grows them): JS makes the Frame.
+  // Collected unused: JS makes the Frame. The bound guards the raw store (OfferSpare checked it).
   if (frame.IsEmpty() || spare_cell >= spare_cells_length) return Napi::Value();
   spare_cells_data[spare_cell] = static_cast<double>(pos);
   return frame;
