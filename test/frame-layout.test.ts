@@ -2,7 +2,9 @@
 // frames' Tables straight from their bodies (lib/arrow/frame-layout.ts). The
 // Tables must be those the description gives, whatever changes from frame to
 // frame: row counts, slices (offsets), null counts, absent buffers, and
-// layouts that alternate or differ only in a type.
+// layouts that alternate or differ only in a type, and the arena each buffer
+// lies in (the consumer reuses the last arena while handles name it).
+import { readdirSync } from 'node:fs';
 import test from 'ava';
 import { Bool, Float32, Int32, Table, Utf8, vectorFromArray } from 'apache-arrow';
 import { tableDifference } from '../lib/arrow/compare.js';
@@ -42,5 +44,29 @@ test('Tables from the learned layout equal the description path frame after fram
     }
     consumer.close();
     producer.close();
+  });
+});
+
+/** About 20 KB of int32 values: three fill a producer's 64 KiB arena. */
+const wide = (seed: number) => new Table({ id: vectorFromArray(Array.from({ length: 5000 }, (_, i) => seed * 10_000 + i), new Int32()) });
+
+test('frames whose buffers lie in different arenas (two producers, each spilling into arenas a1, a2, ...) each read their own arena', async (t) => {
+  await withRing('layout-arenas', { slots: 64 }, async (_ring, name) => {
+    const producers = [Producer.open(name, { arenaBytes: 1 << 16 }), Producer.open(name, { arenaBytes: 1 << 16 })];
+    const consumer = Consumer.open(name);
+    const held = [];
+    // Unreleased frames keep their arena space, so each producer's later frames go into new arenas.
+    for (let seed = 0; seed < 16; seed++) {
+      await producers[seed % 2]!.publish(wide(seed));
+      const f = consumer.tryNext()!;
+      t.is(tableDifference(wide(seed), f.toTable()), null, `frame ${seed}`);
+      held.push(f);
+    }
+    const arenas = readdirSync('/dev/shm').filter((f) => f.startsWith(`gpuring.${name}.p`));
+    t.true(arenas.length >= 6, `buffers spread over ${arenas.length} arenas`);
+    for (const [seed, f] of held.entries()) t.is(tableDifference(wide(seed), f.toTable()), null, `frame ${seed}, built again after the others`);
+    for (const f of held) f.release();
+    consumer.close();
+    for (const p of producers) p.close();
   });
 });

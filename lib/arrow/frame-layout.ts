@@ -61,6 +61,13 @@ export class FrameLayout {
   /** The arena of the last host buffer resolved, by its handle: a stream's frames mostly share one. */
   readonly #lastHandle = new Uint32Array(HANDLE_BYTES / 4);
   #lastArena: ArrayBuffer | undefined;
+  /**
+   * The words of #lastHandle that hold its arena's name, through its NUL: what
+   * follows the NUL is not part of the name (handleName()), so a handle equal
+   * in these words names the same arena. A name of 20-odd bytes is 6 words of 16,
+   * compared for every buffer of every frame.
+   */
+  #lastNameWords = 0;
   /** #hostBuffer()'s scratch (see ColumnPlan). */
   readonly #bytes = noBytes();
 
@@ -151,11 +158,13 @@ export class FrameLayout {
   #arenaOf(v: DataView, at: number, arena: ArenaResolver): ArrayBuffer {
     const last = this.#lastHandle;
     let same = this.#lastArena !== undefined;
-    for (let k = 0; same && k < last.length; k++) same = v.getUint32(at + 4 * k, true) === last[k];
+    for (let k = 0; same && k < this.#lastNameWords; k++) same = v.getUint32(at + 4 * k, true) === last[k];
     if (same) return this.#lastArena!;
     const handle = new Uint8Array(v.buffer, v.byteOffset + at, HANDLE_BYTES);
     this.#lastArena = arena(handle);
     for (let k = 0; k < last.length; k++) last[k] = v.getUint32(at + 4 * k, true);
+    const nul = handle.indexOf(0);
+    this.#lastNameWords = nul < 0 ? last.length : (nul >> 2) + 1;
     return this.#lastArena;
   }
 }
