@@ -93,9 +93,33 @@ export function flatData(type: DataType, f: FormatInfo, node: NodeSlice, nullCou
   const nulls = nullsOf(nullCount, bitmap);
   const validity = bitmap ?? EMPTY;
   const values = buffer(1) ?? EMPTY;
-  if (f.layout === 'bool') return new Data(type, node.offset, node.length, nulls, [undefined, values, validity], LEAF, undefined, LEAF);
+  if (f.layout === 'bool') return dataOver(type, node.offset, node.length, nulls, undefined, values, validity);
   const chars = buffer(2) ?? EMPTY;
-  return new Data(type, node.offset, node.length, nulls, [checkedOffsets(node, values, f.offsetBytes, chars.length), chars, validity] as never, LEAF, undefined, LEAF);
+  return dataOver(type, node.offset, node.length, nulls, checkedOffsets(node, values, f.offsetBytes, chars.length), chars, validity);
+}
+
+/** The buffers dataOver() sets, which apache-arrow declares read-only. */
+type DataBuffers = { valueOffsets?: unknown; values?: unknown; nullBitmap?: unknown };
+
+/**
+ * `new Data(type, offset, length, nullCount, [valueOffsets, values, nullBitmap], children)`,
+ * its buffers set after the constructor rather than passed to it. The
+ * constructor first asks whether its buffers argument is itself a Data
+ * (`instanceof Data`), and Data's Symbol.hasInstance then reads a symbol-keyed
+ * property of the array at one site shared by every `instanceof Data` in the
+ * process: megamorphic, a generic property load per column per frame. Without
+ * the array it stops at once. Same fields and values (the constructor sets
+ * each buffer only where given), added in another order. A consumer taking
+ * publish(table) frames with toTable() (H100 host, five alternated pairs): CPU
+ * 8.83 -> 8.11 µs per frame (means).
+ */
+export function dataOver(type: DataType, offset: number, length: number, nullCount: number, valueOffsets: ArrayBufferView | undefined, values: ArrayBufferView | undefined, nullBitmap: Uint8Array, children: Data[] = LEAF): Data {
+  const data = new Data(type, offset, length, nullCount, undefined, children, undefined, LEAF);
+  const buffers = data as unknown as DataBuffers;
+  if (valueOffsets) buffers.valueOffsets = valueOffsets;
+  if (values) buffers.values = values;
+  buffers.nullBitmap = nullBitmap;
+  return data;
 }
 
 /**
@@ -111,7 +135,7 @@ export interface ByteRange {
 /** flatData() of a fixed-width node, its values given as bytes (see ByteRange). */
 export function fixedData(type: DataType, f: FormatInfo, node: NodeSlice, nullCount: number, bitmap: Uint8Array | undefined, values: ByteRange | undefined): Data {
   const array = fixedValues(type, f.bitWidth / 8, node, values ?? EMPTY);
-  return new Data(type, node.offset, node.length, nullsOf(nullCount, bitmap), [undefined, array, bitmap ?? EMPTY] as never, LEAF, undefined, LEAF);
+  return dataOver(type, node.offset, node.length, nullsOf(nullCount, bitmap), undefined, array, bitmap ?? EMPTY);
 }
 
 /** Data's null count: as given, else unknown (-1) where there is a bitmap to count, else none. */

@@ -15,7 +15,8 @@
  * the own properties this file sets (apache-arrow 21's), else it keeps calling
  * the constructors. Either way the Table is the same (test/table-template.test.ts).
  */
-import { Data, makeData, RecordBatch, type Schema, Struct, Table } from 'apache-arrow';
+import { type Data, makeData, RecordBatch, type Schema, Struct, Table } from 'apache-arrow';
+import { dataOver } from './table-reader.js';
 
 const TABLE_KEYS = 'schema,batches,_offsets';
 const BATCH_KEYS = 'schema,data,_metadata';
@@ -37,7 +38,7 @@ export class TableTemplate {
   /** A Table of one batch of `rows` rows; each of `children` (the columns' Data, in schema order) must have `rows` rows. */
   table(rows: number, children: Data[]): Table {
     if (!this.#assemble) return this.#construct(rows, children);
-    const data = new Data(this.#struct, 0, rows, 0, [undefined, undefined, NO_NULLS], children);
+    const data = dataOver(this.#struct, 0, rows, 0, undefined, undefined, NO_NULLS, children);
     const batch = Object.assign(Object.create(RecordBatch.prototype) as RecordBatch, { schema: this.#schema, data, _metadata: new Map() });
     // Chunk offsets as a plain array, as apache-arrow's own empty Table has them
     // (its Uint32Array made about 200 B of a sleeping consumer's 3.5 KB of
