@@ -14,7 +14,11 @@ void LoopParticipant::Woken(const std::function<void(Napi::Env)> &serve) {
   try {
     Napi::Env e(env);
     Napi::HandleScope handles(e);
-    Napi::CallbackScope scope(e, *async);
+    // Node ignores a callback scope's resource object (the async context keeps
+    // its own); Napi::CallbackScope would make a JS object for it per wake-up.
+    napi_callback_scope opened = nullptr;
+    if (napi_open_callback_scope(e, nullptr, *async, &opened) != napi_ok) return;
+    Napi::CallbackScope scope(e, opened);
     SweepIfDue();
     serve(e);
   } catch (...) {
