@@ -24,9 +24,10 @@
  *     and every 100 µs (by a producer asleep between frames, and at 100 µs
  *     also by one busy) to a consumer asleep in next(), timestamped at publish
  *     call, publish return (the frame in the ring), consumer wake-up (lastWake), JS
- *     callback and toTable(); anchor:
+ *     callback and toTable(); anchors, measured in the same run:
  *     the one-wake floor, a C process woken from epoll_wait on a socket by
- *     another paced alike (bench/wake_floor.c), measured in the same run
+ *     another paced alike (bench/wake_floor.c), and Node's own wake-up, a
+ *     socket 'data' handler in this process woken by the same C sender
  *  6. fan-out: a broadcast ring to 1, 2, 4, 8 subscriber processes against the
  *     same frame published once per consumer into work-queue rings
  *     (bench/fan-out.ts): throughput and p50/p99 latency
@@ -46,7 +47,7 @@ import { Consumer } from '../dist/index.js';
 import { withRing } from '../test/helpers/ring.js';
 import { compare, LATENCY_WARMUP, median, microsSince, percentile, report, type BenchRecord } from './harness.js';
 import { fanOutRecords } from './fan-out.js';
-import { cProgramBuilt, type Pacing, wakeFloor } from './wake-floor.js';
+import { cProgramBuilt, nodeWakeUp, type Pacing, wakeFloor } from './wake-floor.js';
 import { WARMUP_FRAMES } from './frames.js';
 import type { Chart, Series } from './plot.js';
 
@@ -186,12 +187,14 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing) {
 
 async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket: number[]): Promise<BenchRecord[]> {
   const floor = wakeFloor(n, gapUs, pacing, LATENCY_WARMUP);
+  const nodeWake = await nodeWakeUp(n, gapUs, pacing, LATENCY_WARMUP);
   const hops = await sleepingHandOff(n, gapUs, pacing);
   const gap = `${gapUs >= 1000 ? `${gapUs / 1000} ms` : `${gapUs} µs`} apart, producer ${pacing}`;
   const name = `hand-off, consumer asleep, prepared frame ${gap} between frames (publish call to JS callback)`;
   const records = (['p50', 'p99', 'p99.9'] as const).map((p) =>
     compare(name, p, 'µs', percentile(hops.total, p === 'p50' ? 50 : p === 'p99' ? 99 : 99.9), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor[p], false));
   records.push(compare(name, 'p99.9', 'µs', percentile(hops.total, 99.9), `JSON over a Unix socket (${gap})`, percentile(socket, 99.9), false));
+  records.push(compare(name, 'p50', 'µs', percentile(hops.total, 50), `Node's own wake-up: a socket 'data' handler woken by the floor's C sender (${pacing} alike)`, nodeWake.p50, false));
   records.push(hop(`  hop: publish call until it returns (the frame went into the ring before it, and any yield to the consumer it woke, ${gap})`, hops.publish));
   records.push(hop(`  hop: publish call until the consumer's event loop wakes (publish + doorbell + wake-up, ${gap})`, hops.wake));
   records.push(hop(`  hop: wake-up until next() resolves in JS (claim, copy, Frame, promise, ${gap})`, hops.receive));

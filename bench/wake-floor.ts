@@ -5,11 +5,14 @@
  * consumer's doorbell, with nothing else on the path. A sleeping consumer's
  * hand-off is reported as a ratio to it, measured in the same run.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { percentile } from './harness.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'gpuring-bench-c-'));
@@ -34,4 +37,43 @@ export type Pacing = 'asleep' | 'busy';
 export function wakeFloor(n: number, gapUs: number, pacing: Pacing, warmUp: number): Record<'p50' | 'p99' | 'p99.9' | 'sameCpu', number> {
   const ns = JSON.parse(execFileSync(cProgramBuilt('wake_floor'), [String(n), String(Math.max(1, Math.round(gapUs))), String(warmUp), pacing], { encoding: 'utf8' })) as Record<string, number>;
   return { p50: ns.p50! / 1000, p99: ns.p99! / 1000, 'p99.9': ns['p99.9']! / 1000, sameCpu: ns.same_cpu! };
+}
+
+/**
+ * Node's own wake-up, for scale: the floor's C sender, paced alike, writes its
+ * stamps down a Unix stream socket to a 'data' handler in this process, which
+ * times each as it runs. It is what any Node code woken from sleep by a socket
+ * pays before its first line of JS, with no ring, frame or producer's JS on
+ * the path; a sleeping consumer's hand-off holds a wake-up of the same kind.
+ * Resolves to p50/p99/p99.9 in µs over the last `n` of `warmUp + n` stamps.
+ */
+export async function nodeWakeUp(n: number, gapUs: number, pacing: Pacing, warmUp: number): Promise<Record<'p50' | 'p99' | 'p99.9', number>> {
+  const path = join(dir, `node-wake-${process.pid}.sock`);
+  const server = createServer();
+  await new Promise<void>((listening) => server.listen(path, listening));
+  const sender = spawn(cProgramBuilt('wake_floor'), [String(n), String(Math.max(1, Math.round(gapUs))), String(warmUp), pacing, path], { stdio: 'ignore' });
+  const [socket] = (await once(server, 'connection')) as [Socket];
+  const latencies = await stampsTimed(socket, n + warmUp);
+  server.close();
+  if (latencies.length < n + warmUp) throw new Error(`the C sender stopped after ${latencies.length} of ${n + warmUp} stamps (exit ${sender.exitCode})`);
+  const kept = latencies.slice(warmUp);
+  return { p50: percentile(kept, 50), p99: percentile(kept, 99), 'p99.9': percentile(kept, 99.9) };
+}
+
+/** Latencies in µs of the 16-byte stamps (CLOCK_MONOTONIC ns, CPU) read from `socket` until it ends, each taken as its 'data' handler runs. */
+function stampsTimed(socket: Socket, expected: number): Promise<number[]> {
+  const latencies = new Float64Array(expected);
+  let count = 0;
+  let rest = Buffer.alloc(0);
+  return new Promise((resolve, reject) => {
+    socket.on('data', (chunk: Buffer) => {
+      const now = process.hrtime.bigint();
+      const bytes = rest.length > 0 ? Buffer.concat([rest, chunk]) : chunk;
+      let at = 0;
+      for (; at + 16 <= bytes.length; at += 16) if (count < expected) latencies[count++] = Number(now - bytes.readBigUInt64LE(at)) / 1000;
+      rest = bytes.subarray(at);
+    });
+    socket.on('end', () => resolve(Array.from(latencies.subarray(0, count))));
+    socket.on('error', reject);
+  });
 }

@@ -9,7 +9,11 @@
  * two pacings measure different wake-ups). Prints the wake latencies'
  * p50/p99/p99.9 in ns as JSON, of the last N (the first SKIP warm up, as the
  * Node runs it is compared with do), and `same_cpu`: the percentage of those
- * wake-ups that ran on the CPU the datagram was sent from. */
+ * wake-ups that ran on the CPU the datagram was sent from.
+ *   wake_floor N GAP_US SKIP PACING PATH
+ * sends the same stamps, paced the same way, down a Unix stream socket
+ * listening at PATH instead, and prints nothing: the receiver (a Node process,
+ * bench/wake-floor.ts) times its own wake-ups. */
 #include "gpuring.h" /* defines _GNU_SOURCE, for sched_getcpu */
 #include <sched.h>
 #include <sys/epoll.h>
@@ -20,12 +24,37 @@ static int cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+static void pace(uint64_t gap_us, int busy) {
+  struct timespec pause = {0, (long)(gap_us * 1000)};
+  if (!busy) {
+    nanosleep(&pause, NULL);
+    return;
+  }
+  for (uint64_t until = gpr_monotonic_ns() + gap_us * 1000; gpr_monotonic_ns() < until;) {
+  }
+}
+
+static int stream_to(const char *path, uint64_t n, uint64_t gap_us, int busy) {
+  struct sockaddr_un addr = {.sun_family = AF_UNIX};
+  snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+  int tx = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (tx < 0 || connect(tx, (struct sockaddr *)&addr, sizeof addr) != 0) return 1;
+  for (uint64_t i = 0; i < n; i++) {
+    pace(gap_us, busy);
+    uint64_t sent[2] = {gpr_monotonic_ns(), (uint64_t)sched_getcpu()};
+    if (write(tx, sent, sizeof sent) != sizeof sent) return 1;
+  }
+  close(tx);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000;
   uint64_t gap_us = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000;
   uint64_t skip = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
   int busy = argc > 4 && strcmp(argv[4], "busy") == 0;
   n += skip;
+  if (argc > 5) return stream_to(argv[5], n, gap_us, busy);
   struct sockaddr_un addr;
   char name[32];
   snprintf(name, sizeof name, "wake-floor-%d", (int)getpid());
@@ -50,13 +79,8 @@ int main(int argc, char **argv) {
     _exit(0);
   }
   int tx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  struct timespec pause = {0, (long)(gap_us * 1000)};
   for (uint64_t i = 0; i < n; i++) {
-    if (busy)
-      for (uint64_t until = gpr_monotonic_ns() + gap_us * 1000; gpr_monotonic_ns() < until;) {
-      }
-    else
-      nanosleep(&pause, NULL);
+    pace(gap_us, busy);
     uint64_t sent[2] = {gpr_monotonic_ns(), (uint64_t)sched_getcpu()};
     sendto(tx, sent, sizeof sent, 0, (struct sockaddr *)&addr, len);
   }
