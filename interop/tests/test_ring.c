@@ -249,6 +249,25 @@ static void test_heads_up(const char *base) {
   bell_ring_close(&b);
 }
 
+/* SPEC.md §6.1: a doorbell is "\0gpuring.NAME.KEY", KEY 16 lowercase hex
+ * digits, the length covering the leading NUL and the name, no terminator. */
+static void check_address(const char *name, uint64_t key, const char *expected) {
+  struct sockaddr_un addr;
+  memset(&addr, 0x5a, sizeof addr);
+  socklen_t len = gpr_doorbell_address(name, key, &addr);
+  size_t n = strlen(expected);
+  CHECK(addr.sun_family == AF_UNIX);
+  CHECK(len == offsetof(struct sockaddr_un, sun_path) + 1 + n);
+  CHECK(addr.sun_path[0] == '\0' && memcmp(addr.sun_path + 1, expected, n) == 0);
+}
+
+static void test_doorbell_address(void) {
+  check_address("ring", 0x5eed0001u, "gpuring.ring.000000005eed0001");
+  check_address("a", UINT64_MAX, "gpuring.a.ffffffffffffffff");
+  check_address("abcdefghijklmnopqrstuvwxyz_-0123", 0x0123456789abcdefull,
+                "gpuring.abcdefghijklmnopqrstuvwxyz_-0123.0123456789abcdef");
+}
+
 int main(void) {
   char name[32];
   snprintf(name, sizeof name, "ctest-ring-%d", (int)getpid());
@@ -266,6 +285,7 @@ int main(void) {
   test_hostile_hints(&seg, p, pg, c);
   test_publish_rings_one_sleeper(name);
   test_heads_up(name);
+  test_doorbell_address();
   gpr_segment_close(&seg);
   gpr_segment_unlink(name, &err);
   return CHECK_DONE();

@@ -34,13 +34,24 @@
 
 enum { GPR_BELL_DATA = 1u, GPR_BELL_SPACE = 2u };
 
-/* Abstract socket address of a doorbell: "\0gpuring.NAME.KEY". */
+/* Abstract socket address of a doorbell: "\0gpuring.NAME.KEY", KEY in 16
+ * lowercase hex digits. Written by hand rather than with snprintf: every ring
+ * formats it, often on a CPU just woken, where printf's machinery runs cold
+ * (2 ms asleep, dev box: 3.0 us against 0.37 us by hand, p50). NAME is a valid
+ * segment name (at most GPR_NAME_MAX characters), so it always fits. */
 GPR_INLINE socklen_t gpr_doorbell_address(const char *segment, uint64_t key, struct sockaddr_un *addr) {
+  static const char hex[] = "0123456789abcdef";
   memset(addr, 0, sizeof *addr);
   addr->sun_family = AF_UNIX;
-  int n = snprintf(addr->sun_path + 1, sizeof addr->sun_path - 1, "gpuring.%s.%016llx", segment,
-                   (unsigned long long)key);
-  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+  char *p = addr->sun_path + 1;
+  memcpy(p, "gpuring.", 8);
+  p += 8;
+  size_t n = strnlen(segment, GPR_NAME_MAX);
+  memcpy(p, segment, n);
+  p += n;
+  *p++ = '.';
+  for (int shift = 60; shift >= 0; shift -= 4) *p++ = hex[(key >> shift) & 15u];
+  return (socklen_t)(p - (char *)addr);
 }
 
 /* One unbound datagram socket per segment view for ringing, made on first use. */
