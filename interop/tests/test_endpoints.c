@@ -86,6 +86,30 @@ static void test_full_and_empty(gpr_producer *p, gpr_consumer *c, uint32_t slots
   CHECK(gpr_arena_pool_free_bytes(&p->pool) == free_before); /* bodies and owned columns freed */
 }
 
+/* Handles that name no arena of this producer: each publish is refused; the
+ * buffer's own handle is put back after each. */
+static void refuse_foreign_names(gpr_producer *p, const gpr_frame_desc *d, gpr_body_buffer *buf) {
+  gpr_error err;
+  uint8_t good[GPR_HANDLE_BYTES];
+  memcpy(good, buf->handle, sizeof good);
+  char names[9][GPR_SHM_NAME_MAX];
+  gpr_arena_shm_name(p->seg.name, p->index + 1, p->gen, 0, names[0]); /* another participant's */
+  gpr_arena_shm_name(p->seg.name, p->index, p->gen + 1, 0, names[1]); /* an earlier life's */
+  gpr_arena_shm_name("other", p->index, p->gen, 0, names[2]);          /* another segment's */
+  gpr_arena_shm_name(p->seg.name, p->index, p->gen, 99, names[3]);     /* an arena it never made */
+  snprintf(names[4], sizeof names[4], "%s0", (const char *)good);     /* a leading zero */
+  snprintf(names[5], sizeof names[5], "%sx", (const char *)good);     /* trailing bytes */
+  snprintf(names[6], sizeof names[6], "/gpuring.%s.p%ug%u.a", p->seg.name, p->index, p->gen); /* no number */
+  snprintf(names[7], sizeof names[7], "/gpuring.%s.p%ug%u.a4294967296", p->seg.name, p->index, p->gen);
+  memset(names[8], 'a', sizeof names[8]); /* no NUL in the handle */
+  for (int i = 0; i < 9; i++) {
+    memset(buf->handle, 0, GPR_HANDLE_BYTES);
+    memcpy(buf->handle, names[i], i == 8 ? GPR_HANDLE_BYTES : strlen(names[i]));
+    CHECK_CODE(gpr_producer_publish(p, d, NULL, NULL, &err), GPR_E_INVALID_ARGUMENT);
+  }
+  memcpy(buf->handle, good, sizeof good);
+}
+
 static void test_refused_buffers(gpr_producer *p) {
   gpr_error err;
   gpr_allocation a;
@@ -99,6 +123,7 @@ static void test_refused_buffers(gpr_producer *p) {
   gpr_frame_desc d = one_column_frame(&n, b, 2, 16);
   CHECK_CODE(gpr_producer_publish(p, &d, NULL, NULL, &err), GPR_E_INVALID_ARGUMENT);
   b[1].offset = a.offset;
+  refuse_foreign_names(p, &d, &b[1]);
   n.length = 17; /* longer than row_count: the consumer's rule, checked here first */
   CHECK_CODE(gpr_producer_publish(p, &d, NULL, NULL, &err), GPR_E_FRAME_BOUNDS);
   gpr_producer_free(p, &a);
