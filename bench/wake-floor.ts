@@ -18,10 +18,13 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'gpuring-bench-c-'));
 process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
 
+const built = new Set<string>();
+
 /** A C program of bench/ compiled against the header (once per process). */
 export function cProgramBuilt(name: string): string {
   const bin = join(dir, name);
-  execFileSync('cc', ['-std=c11', '-O2', `-I${join(root, 'interop/include')}`, join(root, `bench/${name}.c`), '-o', bin, '-lrt']);
+  if (!built.has(name)) execFileSync('cc', ['-std=c11', '-O2', `-I${join(root, 'interop/include')}`, join(root, `bench/${name}.c`), '-o', bin, '-lrt']);
+  built.add(name);
   return bin;
 }
 
@@ -52,7 +55,10 @@ export async function nodeWakeUp(n: number, gapUs: number, pacing: Pacing, warmU
   const server = createServer();
   await new Promise<void>((listening) => server.listen(path, listening));
   const sender = spawn(cProgramBuilt('wake_floor'), [String(n), String(Math.max(1, Math.round(gapUs))), String(warmUp), pacing, path], { stdio: 'ignore' });
-  const [socket] = (await once(server, 'connection')) as [Socket];
+  // A sender that cannot connect exits at once: fail rather than wait for a connection forever.
+  const stopped = once(sender, 'exit').then(([code]) => Promise.reject(new Error(`the C sender exited (${code}) before connecting to ${path}`)));
+  const [socket] = (await Promise.race([once(server, 'connection'), stopped])) as [Socket];
+  stopped.catch(() => {});
   const latencies = await stampsTimed(socket, n + warmUp);
   server.close();
   if (latencies.length < n + warmUp) throw new Error(`the C sender stopped after ${latencies.length} of ${n + warmUp} stamps (exit ${sender.exitCode})`);

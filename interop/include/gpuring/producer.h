@@ -217,8 +217,10 @@ GPR_INLINE int gpr_producer_check_buffers(const gpr_producer *p, const gpr_frame
   for (uint32_t b = 0; b < d->buffer_count; b++) {
     const gpr_body_buffer *buf = &d->buffers[b];
     if (buf->kind != GPR_MEM_HOST) continue;
-    if (prefix_len < 0)
-      prefix_len = snprintf(prefix, sizeof prefix, "/gpuring.%s.p%ug%u.a", p->seg.name, p->index, p->gen);
+    if (prefix_len < 0) { /* arena 0's name without its "0" */
+      gpr_arena_shm_name(p->seg.name, p->index, p->gen, 0, prefix);
+      prefix_len = (int)strlen(prefix) - 1;
+    }
     uint32_t arena;
     if (gpr_producer_arena_of(prefix, (size_t)prefix_len, buf->handle, &arena) != 0 ||
         arena >= p->pool.count || !gpr_range_ok(buf->offset, buf->length, p->pool.arenas[arena].size))
