@@ -10,8 +10,10 @@
  *   flood-prepared NAME N     publishes a prepared frame N times, 256 per publishMany(), as fast as
  *                             backpressure allows; prints {"seconds", "cpuUs"} from first publish to last release,
  *                             with its main thread's CPU time in µs (after WARMUP_FRAMES more, untimed, each released)
- *   socket PATH N GAP_MS      sends the same frame's description as a JSON line (serialized per frame,
- *                             as each frame's differs), waits for an ack
+ *   socket PATH N GAP_US PACING  sends the same frame's description as a JSON line (serialized per frame,
+ *                             as each frame's differs), waits for an ack, then GAP_US (paced as prepared)
+ *   socket-paced PATH N GAP_US PACING  as socket, but sends a line every GAP_US whether or not the last
+ *                             was read, as prepared publishes: the baseline of its sleeping rows
  *   big NAME BYTES            writes a BYTES float64 column into arena memory, then publishes it once
  *   ipc PATH BYTES            builds the same table, sends it with tableToIPC over a Unix socket
  *   flood-loan NAME N         as flood, each frame written in place into producer.loan() memory
@@ -173,6 +175,24 @@ async function socket(): Promise<void> {
   s.end();
 }
 
+/**
+ * The socket's lines on prepared()'s clock: one every GAP_US, not waiting for the
+ * reader. A reader held up (a garbage collection) then finds every line sent
+ * meanwhile waiting and each is timed from its own send, as a gpuring consumer
+ * held up finds the frames published meanwhile: waiting for an answer first
+ * would let a pause delay one line only.
+ */
+async function socketPaced(): Promise<void> {
+  const s = connect(target!);
+  await new Promise((r) => s.once('connect', r));
+  const frame = smallFrameDescription();
+  for (let i = 0; i < n; i++) {
+    await paceFor(Number(gap));
+    s.write(`${toJson({ t: process.hrtime.bigint(), frame })}\n`);
+  }
+  s.end();
+}
+
 function bigColumn(values: Float64Array): Table {
   for (let i = 0; i < values.length; i += 4096) values[i] = i;
   return new Table({ x: makeVector(makeData({ type: new Float64(), length: values.length, nullCount: 0, data: values })) });
@@ -247,4 +267,4 @@ async function stream(): Promise<void> {
   await new Promise((r) => s.on('close', r));
 }
 
-await { gpuring, prepared, 'flood-prepared': floodPrepared, 'flood-loan': floodLoan, socket, big, ipc, flood, sink, stream, 'fan-flood': fanFlood, 'fan-paced': fanPaced, 'latency-sink': latencySink }[role as 'gpuring']();
+await { gpuring, prepared, 'flood-prepared': floodPrepared, 'flood-loan': floodLoan, socket, 'socket-paced': socketPaced, big, ipc, flood, sink, stream, 'fan-flood': fanFlood, 'fan-paced': fanPaced, 'latency-sink': latencySink }[role as 'gpuring']();
