@@ -45,7 +45,7 @@ import { Worker } from 'node:worker_threads';
 import { tableFromIPC } from 'apache-arrow';
 import { Consumer } from '../dist/index.js';
 import { withRing } from '../test/helpers/ring.js';
-import { compare, LATENCY_WARMUP, median, microsSince, percentile, report, type BenchRecord } from './harness.js';
+import { collectGarbage, compare, LATENCY_WARMUP, median, microsSince, percentile, report, type BenchRecord } from './harness.js';
 import { fanOutRecords } from './fan-out.js';
 import { cProgramBuilt, nodeWakeUp, type Pacing, wakeFloor } from './wake-floor.js';
 import { WARMUP_FRAMES } from './frames.js';
@@ -73,6 +73,7 @@ const exited = (p: ReturnType<typeof child>) => new Promise((r) => p.on('exit', 
  * child role's unit (see host-child.ts): ms for gpuring, µs for prepared.
  */
 async function gpuringHandOff(n: number, gap: number, spin: number, role = 'gpuring'): Promise<number[]> {
+  collectGarbage();
   return withRing('bench-ho', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
     const producer = child(role, name, n + LATENCY_WARMUP, gap);
@@ -95,6 +96,7 @@ async function gpuringHandOff(n: number, gap: number, spin: number, role = 'gpur
  * read or not, as the sleeping rows' producer publishes (host-child.ts, socket-paced).
  */
 async function socketHandOff(n: number, gapUs: number, pacing: Pacing = 'asleep', paced = false): Promise<number[]> {
+  collectGarbage();
   const path = join(dir, `handoff-${gapUs}-${pacing}.sock`);
   const latencies: number[] = [];
   const server = createServer((s: Socket) => {
@@ -111,6 +113,7 @@ async function socketHandOff(n: number, gapUs: number, pacing: Pacing = 'asleep'
 }
 
 async function messagePortHandOff(n: number): Promise<number[]> {
+  collectGarbage();
   const code = `
     const { parentPort, workerData } = require('node:worker_threads');
     let i = 0;
@@ -150,6 +153,7 @@ async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]>
 
 /** A consumer asleep in next(), a prepared frame every `gapUs`: each hop's time, µs. */
 async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing) {
+  collectGarbage();
   return withRing('bench-sleep', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
     const producer = child('prepared', name, n + LATENCY_WARMUP, gapUs, pacing);

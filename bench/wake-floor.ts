@@ -12,7 +12,7 @@ import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { percentile } from './harness.js';
+import { collectGarbage, percentile } from './harness.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'gpuring-bench-c-'));
@@ -51,6 +51,7 @@ export function wakeFloor(n: number, gapUs: number, pacing: Pacing, warmUp: numb
  * Resolves to p50/p99/p99.9 in µs over the last `n` of `warmUp + n` stamps.
  */
 export async function nodeWakeUp(n: number, gapUs: number, pacing: Pacing, warmUp: number): Promise<Record<'p50' | 'p99' | 'p99.9', number>> {
+  collectGarbage();
   const path = join(dir, `node-wake-${process.pid}.sock`);
   const server = createServer();
   await new Promise<void>((listening) => server.listen(path, listening));
