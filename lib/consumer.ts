@@ -104,7 +104,7 @@ export class Consumer implements AsyncIterable<Frame> {
       arena: (arenaName) => this.#arena(arenaName),
       release: (pos) => this.#release(pos),
       handBack: (pos) => callNative(() => this.#core.handBack(pos)),
-      fastTable: (body, describe) => this.#layouts.of(body, describe).table(body, this.#arenaOfHandle),
+      fastTable: (body, frame) => this.#layouts.table(body, frame, this.#arenaOfHandle),
       settle: (frame, lease) => this.#unreleased.settle(frame, lease),
       releaseAfter: (pos, device, stream, mappings) => callNative(() => this.#core.releaseAfter(pos, device, stream, mappings)),
     };

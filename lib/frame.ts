@@ -33,8 +33,8 @@ export interface FrameSource {
   handBack(pos: number): void;
   /** The frame's lease ended (any of the ways above): it needs no rescue if collected. */
   settle(frame: Frame, lease: Lease): void;
-  /** The frame as a Table straight from its body when its layout allows (FrameLayout), else null. */
-  fastTable(body: Uint8Array, describe: () => FrameDescription): Table | null;
+  /** The frame as a Table straight from its body when its layout allows (FrameLayout), else null; `frame` gives the description the first time. */
+  fastTable(body: Uint8Array, frame: Frame): Table | null;
   /** The ring's name, which with the frame's producer names where pool memory comes from. */
   readonly segment: string;
   /** Ends the lease once `stream` completes the work queued so far; drops `mappings` (64-byte handles) then. */
@@ -163,7 +163,7 @@ export class Frame implements Disposable {
   /** The frame as an apache-arrow Table whose buffers are the producer's memory (no copy). */
   toTable(): Table {
     this.#requireLeased();
-    return this.#source.fastTable(this.#bytes, () => this.description) ?? tableFromFrame(this.description, (b) => this.#resolve(b));
+    return this.#source.fastTable(this.#bytes, this) ?? tableFromFrame(this.description, (b) => this.#resolve(b));
   }
 
   /**

@@ -95,13 +95,12 @@ export class FrameLayout {
   }
 
   /**
-   * Whether `body` (validated) has this layout. The header's words come first
+   * Whether the body `v` views (validated) has this layout. The header's words come first
    * and hold the counts that place the rest, so a body that gets past them
    * has its nodes and strings where this layout's are.
    */
-  matches(body: Uint8Array): boolean {
-    if (body.byteLength < this.#end) return false;
-    const v = new DataView(body.buffer, body.byteOffset, body.byteLength);
+  matches(v: DataView): boolean {
+    if (v.byteLength < this.#end) return false;
     const words = this.#words;
     const at = this.#at;
     const end = this.#end;
@@ -109,11 +108,10 @@ export class FrameLayout {
     return true;
   }
 
-  /** The frame as a Table, or null when it must be built from its description (not flat, or device buffers). */
-  table(body: Uint8Array, arena: ArenaResolver): Table | null {
+  /** The frame whose body `v` views as a Table, or null when it must be built from its description (not flat, or device buffers). */
+  table(v: DataView, arena: ArenaResolver): Table | null {
     const columns = this.#columns;
     if (!columns) return null;
-    const v = new DataView(body.buffer, body.byteOffset, body.byteLength);
     for (const c of columns)
       for (let i = 0, at = c.buffersAt; i < c.buffers; i++, at += BUFFER_BYTES) {
         const kind = v.getUint16(at + Buffer_.kind, true);
@@ -189,17 +187,33 @@ function wordAt(v: DataView, at: number, end: number): number {
   return word >>> 0;
 }
 
+/** What a layout is learned from the first time: the frame's description. */
+export interface Described {
+  readonly description: FrameDescription;
+}
+
 /** The layouts a consumer has met, most recent first; bounded, as producers and streams come and go. */
 export class FrameLayouts {
   static readonly MAX = 32;
   readonly #known: FrameLayout[] = [];
 
-  /** The layout of a validated body, learned from `describe()` the first time. */
-  of(body: Uint8Array, describe: () => FrameDescription): FrameLayout {
+  /**
+   * A validated body as a Table straight from it when its layout allows, else
+   * null (FrameLayout.table); its layout is learned from `frame` the first time.
+   * One view of the body serves every comparison and the Table: a frame's
+   * toTable() makes no other object to read it.
+   */
+  table(body: Uint8Array, frame: Described, arena: ArenaResolver): Table | null {
+    const v = new DataView(body.buffer, body.byteOffset, body.byteLength);
+    return this.#of(v, body, frame).table(v, arena);
+  }
+
+  #of(v: DataView, body: Uint8Array, frame: Described): FrameLayout {
     const known = this.#known;
-    const i = known.findIndex((l) => l.matches(body));
-    if (i === 0) return known[0]!;
-    const layout = i > 0 ? known.splice(i, 1)[0]! : FrameLayout.of(body, describe());
+    let i = 0;
+    while (i < known.length && !known[i]!.matches(v)) i++;
+    if (i === 0 && known.length) return known[0]!;
+    const layout = i < known.length ? known.splice(i, 1)[0]! : FrameLayout.of(body, frame.description);
     known.unshift(layout);
     if (known.length > FrameLayouts.MAX) known.pop();
     return layout;
