@@ -21,6 +21,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { finished } from 'node:stream/promises';
 import test, { type ExecutionContext } from 'ava';
 import { Consumer, GpuringError, type Ring, type RingInspection } from '../lib/index.js';
 import { exitOf, root, withRing } from './helpers/ring.js';
@@ -38,22 +39,26 @@ interface Incarnation {
   id: number;
   log: string;
   proc: ChildProcess;
+  /** The last of what it wrote to stderr: why, if it exits by itself. */
+  stderr: string;
 }
 
 function start(role: Role, name: string, id: number, dir: string): Incarnation {
   const log = join(dir, `${role}-${id}.log`);
   const python = (...args: string[]) =>
     spawn('python3', [join(root, 'interop/python/tests/children/torture.py'), ...args], {
-      stdio: ['ignore', 'pipe', 'ignore'],
+      stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, PYTHONPATH: join(root, 'interop/python/src') },
     });
-  const node = (...args: string[]) => spawn(process.execPath, [join(root, 'test/helpers/torture-child.mjs'), ...args], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const node = (...args: string[]) => spawn(process.execPath, [join(root, 'test/helpers/torture-child.mjs'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   const proc =
     role === 'node-producer' ? node('produce', name, String(id), log)
     : role === 'node-consumer' ? node('consume', name, log)
     : role === 'python-producer' ? python('produce', name, String(id), log)
     : python('consume', name, log);
-  return { role, id, log, proc };
+  const inc = { role, id, log, proc, stderr: '' };
+  proc.stderr!.on('data', (d: Buffer) => (inc.stderr = (inc.stderr + d.toString()).slice(-2000)));
+  return inc;
 }
 
 const lines = (file: string): string[] => {
@@ -64,13 +69,18 @@ const lines = (file: string): string[] => {
   }
 };
 
-/** Runs the seats, killing and replacing one process at a time, until `kills` kills. */
+/**
+ * Runs the seats, killing and replacing one process at a time, until `kills`
+ * kills. A process that exits by itself fails the run, once every seat has
+ * stopped: no process is left writing into `dir` when the test removes it.
+ */
 async function torture(name: string, dir: string, kills: number): Promise<Incarnation[]> {
   const all: Incarnation[] = [];
   let nextId = 1;
   let killed = 0;
+  let failure: Error | undefined;
   const seat = async (role: Role): Promise<void> => {
-    while (killed < kills) {
+    while (killed < kills && !failure) {
       const inc = start(role, name, nextId++, dir);
       all.push(inc);
       const exited = exitOf(inc.proc);
@@ -78,13 +88,17 @@ async function torture(name: string, dir: string, kills: number): Promise<Incarn
       const ready = new Promise<void>((r) => createInterface({ input: inc.proc.stdout! }).once('line', () => r()));
       const killAt = Math.random() < 0.25 ? sleep(Math.random() * STARTUP_KILL_MS) : ready.then(() => sleep(Math.random() * LIFETIME_MS));
       const early = await Promise.race([exited, killAt]);
-      if (early) throw new Error(`${role} ${inc.id} exited by itself (${JSON.stringify(early)})`);
+      if (early) {
+        await finished(inc.proc.stderr!).catch(() => undefined); // all it said
+        failure ??= new Error(`${role} ${inc.id} exited by itself (${JSON.stringify(early)}) after ${killed} kills: ${inc.stderr}`);
+      }
       inc.proc.kill('SIGKILL');
       await exited;
-      killed++;
+      if (!early) killed++;
     }
   };
   await Promise.all(SEATS.map(seat));
+  if (failure) throw failure;
   return all;
 }
 
