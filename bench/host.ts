@@ -27,11 +27,13 @@
  *     callback and toTable(); anchors, measured in the same run:
  *     the one-wake floor, a C process woken from epoll_wait on a socket by
  *     another paced alike (bench/wake_floor.c), and Node's own wake-up, a
- *     socket 'data' handler in this process woken by the same C sender
+ *     socket 'data' handler in this process woken by the same C sender; and
+ *     for the p99.9, JSON lines over a Unix socket sent on the producer's clock
  *  6. fan-out: a broadcast ring to 1, 2, 4, 8 subscriber processes against the
  *     same frame published once per consumer into work-queue rings
  *     (bench/fan-out.ts): throughput and p50/p99 latency
- * Every latency series leaves its first LATENCY_WARMUP frames out.
+ * Every latency series leaves its first LATENCY_WARMUP frames out, and starts
+ * from a collected heap (collectGarbage()).
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
