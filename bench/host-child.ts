@@ -163,32 +163,24 @@ async function latencySink(): Promise<void> {
   process.stdout.write(`${JSON.stringify(latencies)}\n`);
 }
 
-async function socket(): Promise<void> {
-  const s = connect(target!);
-  const acks = createInterface({ input: s })[Symbol.asyncIterator]();
-  const frame = smallFrameDescription();
-  for (let i = 0; i < n; i++) {
-    s.write(`${toJson({ t: process.hrtime.bigint(), frame })}\n`);
-    await acks.next();
-    if (Number(gap)) await paceFor(Number(gap));
-  }
-  s.end();
-}
-
 /**
- * The socket's lines on prepared()'s clock: one every GAP_US, not waiting for the
- * reader. A reader held up (a garbage collection) then finds every line sent
- * meanwhile waiting and each is timed from its own send, as a gpuring consumer
- * held up finds the frames published meanwhile: waiting for an answer first
- * would let a pause delay one line only.
+ * The frame's description as JSON lines, one every GAP_US (paced as prepared).
+ * `answered` (role socket): each line waits for the reader's answer before the
+ * pause and the next. Otherwise (socket-paced) the lines keep prepared()'s
+ * clock: a reader held up (a garbage collection) then finds every line sent
+ * meanwhile waiting, each timed from its own send, as a gpuring consumer held
+ * up finds the frames published meanwhile; waiting for an answer would let a
+ * pause delay one line only.
  */
-async function socketPaced(): Promise<void> {
+async function socketLines(answered: boolean): Promise<void> {
   const s = connect(target!);
   await new Promise((r) => s.once('connect', r));
+  const acks = answered ? createInterface({ input: s })[Symbol.asyncIterator]() : undefined;
   const frame = smallFrameDescription();
   for (let i = 0; i < n; i++) {
-    await paceFor(Number(gap));
+    if (Number(gap)) await paceFor(Number(gap));
     s.write(`${toJson({ t: process.hrtime.bigint(), frame })}\n`);
+    await acks?.next();
   }
   s.end();
 }
@@ -267,4 +259,4 @@ async function stream(): Promise<void> {
   await new Promise((r) => s.on('close', r));
 }
 
-await { gpuring, prepared, 'flood-prepared': floodPrepared, 'flood-loan': floodLoan, socket, 'socket-paced': socketPaced, big, ipc, flood, sink, stream, 'fan-flood': fanFlood, 'fan-paced': fanPaced, 'latency-sink': latencySink }[role as 'gpuring']();
+await { gpuring, prepared, 'flood-prepared': floodPrepared, 'flood-loan': floodLoan, socket: () => socketLines(true), 'socket-paced': () => socketLines(false), big, ipc, flood, sink, stream, 'fan-flood': fanFlood, 'fan-paced': fanPaced, 'latency-sink': latencySink }[role as 'gpuring']();
