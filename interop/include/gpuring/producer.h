@@ -63,6 +63,8 @@ typedef struct gpr_producer {
   gpr_channel_lookup channel_lookup;
   void *channel_context;
   uint32_t heads_up;             /* entry the pending heads-up reached, or GPR_RUNG_NOBODY */
+  char arena_prefix[GPR_SHM_NAME_MAX]; /* "/gpuring.SEG.pIgG.a": its arenas' names without the number */
+  uint32_t arena_prefix_len;
 } gpr_producer;
 
 /* Attaches to ring NAME (created beforehand with gpr_segment_create) and sweeps
@@ -80,6 +82,9 @@ GPR_INLINE int gpr_producer_open(const char *name, const gpr_producer_options *o
   p->next_frame_id = 1;
   p->channel_fd = -1;
   p->heads_up = GPR_RUNG_NOBODY;
+  /* Made once: every publish with host buffers compares against it. */
+  gpr_arena_shm_name(p->seg.name, p->index, p->gen, 0, p->arena_prefix);
+  p->arena_prefix_len = (uint32_t)strlen(p->arena_prefix) - 1u; /* without arena 0's "0" */
   gpr_sweep(&p->seg, NULL, NULL);
   *out = p;
   return 0;
@@ -212,17 +217,11 @@ GPR_INLINE int gpr_producer_arena_of(const char *prefix, size_t prefix_len, cons
  * would refuse anything else, so the mistake is reported here, to its author. */
 GPR_INLINE int gpr_producer_check_buffers(const gpr_producer *p, const gpr_frame_desc *d,
                                           gpr_error *err) {
-  char prefix[GPR_SHM_NAME_MAX];
-  int prefix_len = -1; /* made at the first host buffer */
   for (uint32_t b = 0; b < d->buffer_count; b++) {
     const gpr_body_buffer *buf = &d->buffers[b];
     if (buf->kind != GPR_MEM_HOST) continue;
-    if (prefix_len < 0) { /* arena 0's name without its "0" */
-      gpr_arena_shm_name(p->seg.name, p->index, p->gen, 0, prefix);
-      prefix_len = (int)strlen(prefix) - 1;
-    }
     uint32_t arena;
-    if (gpr_producer_arena_of(prefix, (size_t)prefix_len, buf->handle, &arena) != 0 ||
+    if (gpr_producer_arena_of(p->arena_prefix, p->arena_prefix_len, buf->handle, &arena) != 0 ||
         arena >= p->pool.count || !gpr_range_ok(buf->offset, buf->length, p->pool.arenas[arena].size))
       return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0,
                       "buffer %u is not inside an arena of this producer (use gpr_producer_host_buffer)",
