@@ -9,7 +9,7 @@
  *     baselines: its description as JSON over a Unix socket, and a MessagePort
  *     between worker threads (the in-process reference); and a prepared frame
  *     every 20 µs to a consumer spinning in next({ spin }), against the C ring
- *     alone and the 3 µs target
+ *     alone and the 3 µs target, with the producer's publish call as its hop
  *  2. the C ring alone across two processes: one-way latency and records/s
  *  3. a 1 GiB table made visible in another process, against tableToIPC over
  *     a Unix socket and tableFromIPC
