@@ -28,7 +28,9 @@
  *     the one-wake floor, a C process woken from epoll_wait on a socket by
  *     another paced alike (bench/wake_floor.c), and Node's own wake-up, a
  *     socket 'data' handler in this process woken by the same C sender; and
- *     for the p99.9, JSON lines over a Unix socket sent on the producer's clock
+ *     for the p99.9, JSON lines over a Unix socket sent on the producer's clock;
+ *     and the same consumer fed by that C sender publishing with
+ *     gpr_producer_publish, to tell the consumer's part from the Node producer's
  *  6. fan-out: a broadcast ring to 1, 2, 4, 8 subscriber processes against the
  *     same frame published once per consumer into work-queue rings
  *     (bench/fan-out.ts): throughput and p50/p99 latency
@@ -157,12 +159,22 @@ async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]>
   ];
 }
 
-/** A consumer asleep in next(), a prepared frame every `gapUs`: each hop's time, µs. */
-async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing) {
+/**
+ * The sleeping rows' producer: a Node process publishing a prepared frame (it
+ * prints each publish call's µs), or with `c` the floor's C sender publishing
+ * with gpr_producer_publish (bench/wake_floor.c, ring:NAME), paced alike.
+ */
+function sleepingProducer(producer: 'node' | 'c', name: string, frames: number, gapUs: number, pacing: Pacing) {
+  if (producer === 'node') return child('prepared', name, frames, gapUs, pacing);
+  return spawn(cProgramBuilt('wake_floor'), [String(frames), String(gapUs), '0', pacing, `ring:${name}`], { stdio: ['ignore', 'pipe', 'inherit'] });
+}
+
+/** A consumer asleep in next(), a prepared frame every `gapUs` from a Node (or C) producer: each hop's time, µs. */
+async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: 'node' | 'c' = 'node') {
   collectGarbage();
   return withRing('bench-sleep', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const producer = child('prepared', name, n + LATENCY_WARMUP, gapUs, pacing);
+    const producer = sleepingProducer(from, name, n + LATENCY_WARMUP, gapUs, pacing);
     const out: Buffer[] = [];
     producer.stdout!.on('data', (d: Buffer) => out.push(d));
     // Hops go into preallocated arrays as numbers, not kept as BigInt stamps: thousands
@@ -194,7 +206,7 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing) {
     gc.disconnect();
     consumer.close();
     await exited(producer);
-    const publish = (JSON.parse(Buffer.concat(out).toString()) as number[]).slice(LATENCY_WARMUP);
+    const publish = from === 'node' ? (JSON.parse(Buffer.concat(out).toString()) as number[]).slice(LATENCY_WARMUP) : [];
     return { ...Object.fromEntries(Object.entries(hops).map(([k, a]) => [k, Array.from(a)])) as Record<keyof typeof hops, number[]>, publish, pauses };
   });
 }
@@ -209,6 +221,9 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
     compare(name, p, 'µs', percentile(hops.total, p === 'p50' ? 50 : p === 'p99' ? 99 : 99.9), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor[p], false));
   records.push(compare(name, 'p99.9', 'µs', percentile(hops.total, 99.9), `JSON over a Unix socket, a line sent on the same clock (${gap})`, percentile(socket, 99.9), false));
   records.push(compare(name, 'p50', 'µs', percentile(hops.total, 50), `Node's own wake-up: a socket 'data' handler woken by the floor's C sender (${pacing} alike)`, nodeWake.p50, false));
+  // The same consumer fed by the floor's C sender itself: the hand-off without a Node producer's cold start in it.
+  const fromC = await sleepingHandOff(n, gapUs, pacing, 'c');
+  records.push(compare(`  the same, frames from a C producer (gpr_producer_publish, paced as the floor's sender; ${gap})`, 'p50', 'µs', percentile(fromC.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
   records.push(hop(`  hop: publish call until it returns (the frame went into the ring before it, and any yield to the consumer it woke, ${gap})`, hops.publish));
   records.push(hop(`  hop: publish call until the consumer's event loop wakes (publish + doorbell + wake-up, ${gap})`, hops.wake));
   records.push(hop(`  hop: wake-up until next() resolves in JS (claim, copy, Frame, promise, ${gap})`, hops.receive));

@@ -13,7 +13,12 @@
  *   wake_floor N GAP_US SKIP PACING PATH
  * sends the same stamps, paced the same way, down a Unix stream socket
  * listening at PATH instead, and prints nothing: the receiver (a Node process,
- * bench/wake-floor.ts) times its own wake-ups. */
+ * bench/wake-floor.ts) times its own wake-ups.
+ *   wake_floor N GAP_US SKIP PACING ring:NAME
+ * publishes SKIP + N frames into gpuring ring NAME instead, paced the same way,
+ * each tagged with CLOCK_MONOTONIC at its gpr_producer_publish call, then waits
+ * until they are released: a C producer, for a Node consumer (bench/host.ts)
+ * to time its hand-off from without a Node producer's own wake-up in it. */
 #include "gpuring.h" /* defines _GNU_SOURCE, for sched_getcpu */
 #include <sched.h>
 #include <sys/epoll.h>
@@ -48,12 +53,43 @@ static int stream_to(const char *path, uint64_t n, uint64_t gap_us, int busy) {
   return 0;
 }
 
+/* Frames of one int32 column of no rows (no buffers): the ring and the
+ * wake-up, nothing else, as the Node rows' prepared frame. */
+static int publish_to(const char *ring, uint64_t n, uint64_t gap_us, int busy) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  if (gpr_producer_open(ring, NULL, &p, &err) != 0) return 1;
+  gpr_node_desc column = {"c0", 2, "i", 1, NULL, 0, 0, 0, -1, 2, 0, 0, 0};
+  gpr_body_buffer absent[2];
+  memset(absent, 0, sizeof absent);
+  gpr_frame_desc d;
+  memset(&d, 0, sizeof d);
+  d.root_count = d.node_count = 1;
+  d.buffer_count = 2;
+  d.nodes = &column;
+  d.buffers = absent;
+  gpr_publish_options o;
+  memset(&o, 0, sizeof o);
+  o.timeout_ms = 30000;
+  int rc = 0;
+  for (uint64_t i = 0; i < n && rc == 0; i++) {
+    pace(gap_us, busy);
+    o.user_tag = gpr_monotonic_ns();
+    rc = gpr_producer_publish(p, &d, &o, NULL, &err);
+  }
+  if (rc == 0) rc = gpr_producer_drain(p, 30000, &err);
+  if (rc != 0) fprintf(stderr, "wake_floor: %s: %s\n", gpr_code_name(err.code), err.message);
+  gpr_producer_close(p);
+  return rc != 0;
+}
+
 int main(int argc, char **argv) {
   uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000;
   uint64_t gap_us = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000;
   uint64_t skip = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
   int busy = argc > 4 && strcmp(argv[4], "busy") == 0;
   n += skip;
+  if (argc > 5 && strncmp(argv[5], "ring:", 5) == 0) return publish_to(argv[5] + 5, n, gap_us, busy);
   if (argc > 5) return stream_to(argv[5], n, gap_us, busy);
   struct sockaddr_un addr;
   char name[32];
