@@ -58,7 +58,11 @@ static int stream_to(const char *path, uint64_t n, uint64_t gap_us, int busy) {
 static int publish_to(const char *ring, uint64_t n, uint64_t gap_us, int busy) {
   gpr_error err;
   gpr_producer *p = NULL;
-  if (gpr_producer_open(ring, NULL, &p, &err) != 0) return 1;
+  int rc = gpr_producer_open(ring, NULL, &p, &err);
+  if (rc != 0) {
+    fprintf(stderr, "wake_floor: %s: %s\n", gpr_code_name(err.code), err.message);
+    return 1;
+  }
   gpr_node_desc column = {"c0", 2, "i", 1, NULL, 0, 0, 0, -1, 2, 0, 0, 0};
   gpr_body_buffer absent[2];
   memset(absent, 0, sizeof absent);
@@ -71,7 +75,6 @@ static int publish_to(const char *ring, uint64_t n, uint64_t gap_us, int busy) {
   gpr_publish_options o;
   memset(&o, 0, sizeof o);
   o.timeout_ms = 30000;
-  int rc = 0;
   for (uint64_t i = 0; i < n && rc == 0; i++) {
     pace(gap_us, busy);
     o.user_tag = gpr_monotonic_ns();
