@@ -129,6 +129,34 @@ static void test_refused_buffers(gpr_producer *p) {
   gpr_producer_free(p, &a);
 }
 
+/* gpr_producer_arena_name writes what gpr_arena_shm_name does for every
+ * arena number, and truncates as it does where a 32-character segment name,
+ * a four-digit index and a ten-digit generation leave no room. */
+static void expect_arena_names(const char *segment, uint32_t index, uint32_t gen) {
+  gpr_producer *p = calloc(1, sizeof *p);
+  CHECK(p != NULL);
+  snprintf(p->seg.name, sizeof p->seg.name, "%s", segment);
+  p->index = index;
+  p->gen = gen;
+  gpr_arena_shm_name(p->seg.name, index, gen, 0, p->arena_prefix);
+  p->arena_prefix_len = (uint32_t)strlen(p->arena_prefix) - 1u;
+  const uint32_t arenas[] = {0, 1, 9, 10, 99, 100, 4095, UINT32_MAX};
+  for (size_t i = 0; i < sizeof arenas / sizeof arenas[0]; i++) {
+    uint8_t got[GPR_HANDLE_BYTES];
+    char want[GPR_SHM_NAME_MAX];
+    memset(got, 0xAB, sizeof got);
+    gpr_producer_arena_name(p, arenas[i], got);
+    gpr_arena_shm_name(segment, index, gen, arenas[i], want);
+    CHECK(strcmp((const char *)got, want) == 0);
+  }
+  free(p);
+}
+
+static void test_arena_names(void) {
+  expect_arena_names("endpoints", 3, 1);
+  expect_arena_names("abcdefghijklmnopqrstuvwxyz012345", 8189, UINT32_MAX);
+}
+
 static void test_damaged_frame_is_dropped(gpr_producer *p, gpr_consumer *c) {
   gpr_error err;
   gpr_frame *f = NULL;
@@ -547,6 +575,7 @@ int main(void) {
   test_ownership_and_release(e.p, e.c);
   test_full_and_empty(e.p, e.c, 4);
   test_refused_buffers(e.p);
+  test_arena_names();
   test_damaged_frame_is_dropped(e.p, e.c);
   test_export_holds_the_lease(e.p, e.c);
   test_export_offsets_are_private(e.p, e.c);

@@ -175,6 +175,24 @@ GPR_INLINE void gpr_producer_free(gpr_producer *p, const gpr_allocation *alloc) 
   gpr_arena_free(&p->pool, alloc);
 }
 
+/* The name gpr_arena_shm_name gives arena `arena` of this producer, built from
+ * the prefix made once at open: its snprintf cost more than the rest of
+ * describing a buffer on every publish. */
+GPR_INLINE void gpr_producer_arena_name(const gpr_producer *p, uint32_t arena,
+                                        uint8_t out[GPR_HANDLE_BYTES]) {
+  char digits[10];
+  uint32_t n = 0, number = arena;
+  do digits[n++] = (char)('0' + arena % 10u);
+  while ((arena /= 10u) != 0);
+  if (p->arena_prefix_len + n >= GPR_HANDLE_BYTES) { /* only the longest names: truncate as it does */
+    gpr_arena_shm_name(p->seg.name, p->index, p->gen, number, (char *)out);
+    return;
+  }
+  memcpy(out, p->arena_prefix, p->arena_prefix_len);
+  for (uint32_t i = 0; i < n; i++) out[p->arena_prefix_len + i] = (uint8_t)digits[n - 1 - i];
+  out[p->arena_prefix_len + n] = 0;
+}
+
 /* Describes bytes [offset, offset + length) of `alloc` as a host buffer. */
 GPR_INLINE int gpr_producer_host_buffer(const gpr_producer *p, const gpr_allocation *alloc,
                                         uint64_t offset, uint64_t length, gpr_body_buffer *out,
@@ -189,7 +207,7 @@ GPR_INLINE int gpr_producer_host_buffer(const gpr_producer *p, const gpr_allocat
   out->device_ordinal = -1;
   out->offset = alloc->offset + offset;
   out->length = length;
-  gpr_arena_shm_name(p->seg.name, p->index, p->gen, alloc->arena, (char *)out->handle);
+  gpr_producer_arena_name(p, alloc->arena, out->handle);
   return 0;
 }
 
