@@ -228,6 +228,8 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
   records.push(hop(`  hop: publish call until the consumer's event loop wakes (publish + doorbell + wake-up, ${gap})`, hops.wake));
   records.push(hop(`  hop: wake-up until next() resolves in JS (claim, copy, Frame, promise, ${gap})`, hops.receive));
   records.push(aside(`  the floor's sleeper woke on its sender's CPU (${gap}): where Linux wakes it decides what a wake-up costs`, 'share', '%', floor.sameCpu));
+  // Work done just after a wake-up runs on caches the sleep emptied; the floor does none, a JS consumer's next() does.
+  records.push(compare(`  the floor's sleeper reading 256 KiB it read before it slept, just after it wakes (${gap})`, 'p50', 'µs', floor.coldRead, 'the same read again at once', floor.warmRead, false));
   records.push(hop(`  hop: toTable() of the received frame (${gap})`, hops.table));
   records.push(aside(`  the consumer's garbage-collection pauses while its ${n} timed frames came (${gap})`, 'count', '', hops.pauses.length));
   records.push(aside(`  the longest of them (${gap})`, 'max', 'µs', Math.max(0, ...hops.pauses)));

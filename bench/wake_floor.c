@@ -9,7 +9,11 @@
  * two pacings measure different wake-ups). Prints the wake latencies'
  * p50/p99/p99.9 in ns as JSON, of the last N (the first SKIP warm up, as the
  * Node runs it is compared with do), and `same_cpu`: the percentage of those
- * wake-ups that ran on the CPU the datagram was sent from.
+ * wake-ups that ran on the CPU the datagram was sent from. After each
+ * wake-up it reads a 256 KiB buffer it read after the last one, twice:
+ * `cold_read` and `warm_read` (p50, ns) say what the sleep cost the caches,
+ * so what any work done just after a wake-up pays (a Node consumer's claim,
+ * Frame and promise; the floor itself does none).
  *   wake_floor N GAP_US SKIP PACING PATH
  * sends the same stamps, paced the same way, down a Unix stream socket
  * listening at PATH instead, and prints nothing: the receiver (a Node process,
@@ -27,6 +31,16 @@
 static int cmp(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
+}
+
+static volatile uint64_t probe_sum; /* keeps read_ns's loads */
+
+/* Reads one byte per cache line of `probe`: how long says how much of it the caches kept. */
+static uint64_t read_ns(const uint8_t *probe, size_t bytes) {
+  uint64_t t0 = gpr_monotonic_ns(), sum = 0;
+  for (size_t i = 0; i < bytes; i += 64) sum += probe[i];
+  probe_sum = sum;
+  return gpr_monotonic_ns() - t0;
 }
 
 static void pace(uint64_t gap_us, int busy) {
@@ -100,19 +114,24 @@ int main(int argc, char **argv) {
   socklen_t len = gpr_doorbell_address(name, 1, &addr);
   int rx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (rx < 0 || bind(rx, (struct sockaddr *)&addr, len) != 0) return 1;
-  uint64_t *lat = (uint64_t *)mmap(NULL, 2 * n * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  uint64_t *lat = (uint64_t *)mmap(NULL, 4 * n * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   uint64_t *same = lat + n; /* 1 where the wake-up ran on the sender's CPU */
+  uint64_t *cold = lat + 2 * n, *warm = lat + 3 * n; /* read_ns just after the wake-up, and again */
   pid_t child = fork();
   if (child == 0) {
     int ep = epoll_create1(0);
     struct epoll_event ev = {.events = EPOLLIN};
     epoll_ctl(ep, EPOLL_CTL_ADD, rx, &ev);
+    static uint8_t probe[256 * 1024];
+    memset(probe, 1, sizeof probe);
     for (uint64_t i = 0; i < n; i++) {
       epoll_wait(ep, &ev, 1, -1);
       uint64_t sent[2] = {0, 0}; /* CLOCK_MONOTONIC, the sender's CPU */
       if (recv(rx, sent, sizeof sent, 0) == sizeof sent) {
         lat[i] = gpr_monotonic_ns() - sent[0];
         same[i] = (uint64_t)sched_getcpu() == sent[1];
+        cold[i] = read_ns(probe, sizeof probe);
+        warm[i] = read_ns(probe, sizeof probe);
       }
     }
     _exit(0);
@@ -128,7 +147,10 @@ int main(int argc, char **argv) {
   n -= skip;
   for (uint64_t i = skip; i < skip + n; i++) on_sender += same[i];
   qsort(kept, n, sizeof *kept, cmp);
-  printf("{\"p50\": %llu, \"p99\": %llu, \"p99.9\": %llu, \"same_cpu\": %.1f}\n", (unsigned long long)kept[n / 2],
-         (unsigned long long)kept[n * 99 / 100], (unsigned long long)kept[n * 999 / 1000], 100.0 * on_sender / n);
+  qsort(cold + skip, n, sizeof *cold, cmp);
+  qsort(warm + skip, n, sizeof *warm, cmp);
+  printf("{\"p50\": %llu, \"p99\": %llu, \"p99.9\": %llu, \"same_cpu\": %.1f, \"cold_read\": %llu, \"warm_read\": %llu}\n",
+         (unsigned long long)kept[n / 2], (unsigned long long)kept[n * 99 / 100], (unsigned long long)kept[n * 999 / 1000],
+         100.0 * on_sender / n, (unsigned long long)cold[skip + n / 2], (unsigned long long)warm[skip + n / 2]);
   return 0;
 }
