@@ -454,19 +454,36 @@ export class Producer {
 
   /**
    * Resolves once every frame published so far has been released (its memory
-   * is free again). Keeps the process alive while it waits.
+   * is free again). Keeps the process alive while it waits. Rejects with
+   * TIMEOUT after `timeout` ms (default: no limit), saying how many frames are
+   * still out; with ABORTED when `signal` aborts; with CLOSED when the
+   * producer closes meanwhile. A frame that stays out keeps its memory: a
+   * wait that ends does not release anything.
    */
-  async drain(): Promise<void> {
+  async drain(options?: WaitOptions): Promise<void> {
+    const o = parseOptions(waitOptions, options, 'drain() options');
     this.#requireOpen();
     if (this.#inFlight === 0) return;
+    if (o.signal?.aborted) throw new GpuringError('ABORTED', 'drain() was aborted', { cause: o.signal.reason });
     this.#core.keepAlive(true);
     this.#draining++;
     this.#watchReleases();
     try {
       await new Promise<void>((resolve, reject) => {
-        const onClose = () => reject(new GpuringError('CLOSED', 'the producer closed while draining'));
-        this.#events.once('close', onClose);
-        this.#events.once('drained', () => (this.#events.off('close', onClose), resolve()));
+        const settle = (error?: GpuringError) => {
+          this.#events.off('close', onClose).off('drained', onDrained);
+          o.signal?.removeEventListener('abort', onAbort);
+          clearTimeout(timer);
+          error ? reject(error) : resolve();
+        };
+        const onClose = () => settle(new GpuringError('CLOSED', 'the producer closed while draining'));
+        const onDrained = () => settle();
+        const onAbort = () => settle(new GpuringError('ABORTED', 'drain() was aborted', { cause: o.signal!.reason }));
+        const late = () => settle(new GpuringError('TIMEOUT', `${this.#inFlight} frames still in flight after ${o.timeout} ms`));
+        // setTimeout fires at once past 2^31 - 1 ms; a wait of over 24 days is a wait without limit.
+        const timer = o.timeout <= 0x7fffffff ? setTimeout(late, o.timeout) : undefined;
+        this.#events.once('close', onClose).once('drained', onDrained);
+        o.signal?.addEventListener('abort', onAbort, { once: true });
       });
     } finally {
       this.#draining--;

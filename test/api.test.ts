@@ -244,6 +244,32 @@ test('releases() and drain() report frames as their memory comes back', async (t
   });
 });
 
+test('drain() gives up with TIMEOUT or ABORTED and leaves the frame out, then resolves once it is released', async (t) => {
+  await withRing('drain-wait', {}, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    await producer.publish(frame(0));
+    const held = await consumer.next();
+    const late = await t.throwsAsync(producer.drain({ timeout: 50 }), { instanceOf: GpuringError });
+    t.is(late!.code, 'TIMEOUT');
+    t.regex(late!.message, /1 frames still in flight after 50 ms/);
+    const abort = new AbortController();
+    const aborted = producer.drain({ signal: abort.signal });
+    setTimeout(() => abort.abort(), 20);
+    t.is((await t.throwsAsync(aborted, { instanceOf: GpuringError }))!.code, 'ABORTED');
+    t.is((await t.throwsAsync(producer.drain({ signal: AbortSignal.abort() }), { instanceOf: GpuringError }))!.code, 'ABORTED');
+    t.is((await t.throwsAsync(producer.drain({ timeout: -1 }), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
+    t.is(producer.inFlight, 1, 'a wait that ended released nothing');
+    t.deepEqual(held.toTable().getChild('i')!.toArray(), frame(0).getChild('i')!.toArray(), 'the held frame is intact');
+    const draining = producer.drain({ timeout: 20_000 });
+    held.release();
+    await draining;
+    t.is(producer.inFlight, 0);
+    consumer.close();
+    producer.close();
+  });
+});
+
 test('frames released behind one still held are reclaimed again and again while publishing goes on, with no wake-up: within about 128 publishes each time', async (t) => {
   await withRing('held-behind', { slots: 512 }, async (_ring, name) => {
     const producer = Producer.open(name);
