@@ -259,4 +259,7 @@ async function stream(): Promise<void> {
   await new Promise((r) => s.on('close', r));
 }
 
-await { gpuring, prepared, 'flood-prepared': floodPrepared, 'flood-loan': floodLoan, socket: () => socketLines(true), 'socket-paced': () => socketLines(false), big, ipc, flood, sink, stream, 'fan-flood': fanFlood, 'fan-paced': fanPaced, 'latency-sink': latencySink }[role as 'gpuring']();
+const roles: Record<string, () => Promise<void>> = { gpuring, prepared, 'flood-prepared': floodPrepared, 'flood-loan': floodLoan, socket: () => socketLines(true), 'socket-paced': () => socketLines(false), big, ipc, flood, sink, stream, 'fan-flood': fanFlood, 'fan-paced': fanPaced, 'latency-sink': latencySink };
+const run = roles[role ?? ''];
+if (!run) throw new Error(`host-child: no role ${String(role)} (see the comment at the top)`);
+await run();

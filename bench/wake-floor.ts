@@ -76,7 +76,7 @@ export async function nodeWakeUp(n: number, gapUs: number, pacing: Pacing, warmU
 function stampsTimed(socket: Socket, expected: number): Promise<number[]> {
   const latencies = new Float64Array(expected);
   let count = 0;
-  let rest = Buffer.alloc(0);
+  let rest: Buffer = Buffer.alloc(0);
   return new Promise((resolve, reject) => {
     socket.on('data', (chunk: Buffer) => {
       const now = process.hrtime.bigint();

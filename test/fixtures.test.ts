@@ -39,7 +39,7 @@ test('every corrupted variant is rejected with its recorded code', (t) => {
   for (const [name, { code }] of Object.entries(corrupt)) {
     const bytes = new Uint8Array(readFileSync(join(root, 'corrupt', `${name}.bin`)));
     const e = t.throws(() => decodeFrame(bytes), { instanceOf: GpuringError }, name);
-    t.is(e?.code, code, name);
+    t.is(e?.code as string | undefined, code, name);
   }
 });
 

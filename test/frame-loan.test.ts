@@ -121,7 +121,7 @@ test('publish({ rows }) sends the first rows only, null counts from the bits; ze
     const [x, s] = loan.columns;
     (x!.values as Float64Array).set([1.5, 2.5, 3.5, 4.5]);
     x!.validity![0] = 0b1101; // row 1 is null
-    s!.offsets!.set([0, 1, 3, 3, 6]);
+    (s!.offsets as Int32Array).set([0, 1, 3, 3, 6]);
     (s!.values as Uint8Array).set(new TextEncoder().encode('abbccc'));
     await loan.publish({ rows: 4 });
     const frame = await consumer.next({ timeout: 5000 });
@@ -144,10 +144,10 @@ test('offsets outside the lent bytes are refused and the loan stays open; abando
     const producer = Producer.open(name);
     const schema = new A.Schema([new A.Field('s', new A.Utf8(), false)]);
     const loan = producer.loan(schema, 2, { bytes: { s: 4 } });
-    loan.column('s').offsets!.set([0, 2, 9]);
+    (loan.column('s').offsets as Int32Array).set([0, 2, 9]);
     await t.throwsAsync(loan.publish(), { instanceOf: GpuringError, code: 'INVALID_ARGUMENT', message: /outside the 4 bytes lent/ });
     await t.throwsAsync(loan.publish({ rows: 3 }), { code: 'INVALID_ARGUMENT' });
-    loan.column('s').offsets!.set([0, 2, 4]);
+    (loan.column('s').offsets as Int32Array).set([0, 2, 4]);
     for (const bad of [{ tag: 1 }, { tag: -1n }, { timeout: -1 }, { rows: 1.5 }, { nope: 1 }]) {
       await t.throwsAsync(loan.publish(bad as never), { instanceOf: GpuringError, code: 'INVALID_ARGUMENT' }, JSON.stringify(bad, (_k, v) => (typeof v === 'bigint' ? `${v}n` : v)));
     }

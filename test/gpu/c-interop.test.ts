@@ -35,7 +35,7 @@ for (const [memory, mode] of Object.entries(modes)) {
           const f = await Promise.race([consumer.next({ timeout: 60_000 }), died]);
           const [tensor] = f.description.columns;
           t.is(tensor!.format, `+w:${cols}`);
-          t.is(tensor!.children[0]!.buffers[1]!.kind, memory);
+          t.is(tensor!.children[0]!.buffers[1]!.kind as string, memory);
           t.is(f.description.syncKind, 2, 'an event orders the reads after the kernel');
           const items = f.toTable().getChild('tensor')!.getChildAt(0)!.toArray() as Float32Array;
           t.is(items.length, rows * cols);

@@ -43,7 +43,7 @@ export class BodyMutator {
 
   /** One to three mutations of one seed body (a fresh copy). */
   next(): Uint8Array {
-    let body = this.seeds[this.rand(this.seeds.length)]!.slice();
+    let body: Uint8Array = this.seeds[this.rand(this.seeds.length)]!.slice();
     for (let k = 1 + this.rand(3); k > 0; k--) body = this.mutate(body);
     return body;
   }
