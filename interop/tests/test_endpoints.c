@@ -138,8 +138,7 @@ static void expect_arena_names(const char *segment, uint32_t index, uint32_t gen
   snprintf(p->seg.name, sizeof p->seg.name, "%s", segment);
   p->index = index;
   p->gen = gen;
-  gpr_arena_shm_name(p->seg.name, index, gen, 0, p->arena_prefix);
-  p->arena_prefix_len = (uint32_t)strlen(p->arena_prefix) - 1u;
+  gpr_producer_make_arena_prefix(p);
   const uint32_t arenas[] = {0, 1, 9, 10, 99, 100, 4095, UINT32_MAX};
   for (size_t i = 0; i < sizeof arenas / sizeof arenas[0]; i++) {
     uint8_t got[GPR_HANDLE_BYTES];

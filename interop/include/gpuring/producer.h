@@ -67,6 +67,13 @@ typedef struct gpr_producer {
   uint32_t arena_prefix_len;
 } gpr_producer;
 
+/* Arena 0's name without its "0": every arena name of the producer starts
+ * with it. Made once, at open. */
+GPR_INLINE void gpr_producer_make_arena_prefix(gpr_producer *p) {
+  gpr_arena_shm_name(p->seg.name, p->index, p->gen, 0, p->arena_prefix);
+  p->arena_prefix_len = (uint32_t)strlen(p->arena_prefix) - 1u;
+}
+
 /* Attaches to ring NAME (created beforehand with gpr_segment_create) and sweeps
  * away what crashed participants left. */
 GPR_INLINE int gpr_producer_open(const char *name, const gpr_producer_options *opt,
@@ -82,9 +89,7 @@ GPR_INLINE int gpr_producer_open(const char *name, const gpr_producer_options *o
   p->next_frame_id = 1;
   p->channel_fd = -1;
   p->heads_up = GPR_RUNG_NOBODY;
-  /* Made once: every publish with host buffers compares against it. */
-  gpr_arena_shm_name(p->seg.name, p->index, p->gen, 0, p->arena_prefix);
-  p->arena_prefix_len = (uint32_t)strlen(p->arena_prefix) - 1u; /* without arena 0's "0" */
+  gpr_producer_make_arena_prefix(p); /* every publish with host buffers uses it */
   gpr_sweep(&p->seg, NULL, NULL);
   *out = p;
   return 0;
