@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import { type RecordBatch, Schema, Table } from 'apache-arrow';
 import { describeBatch, toBatch, type BufferPlacer } from './arrow/table-writer.js';
 import { FlatBatchWriter } from './arrow/flat-batch-writer.js';
+import { ByteSink } from './arrow/byte-sink.js';
 import { forEachBuffer, handleName, hostBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
 import { decodeFrame } from './codec/decode.js';
 import { BodyScratch } from './codec/body-scratch.js';
@@ -93,12 +94,13 @@ export class Producer {
   /** Per arena, a descriptor whose handle and UUID arrays every buffer in that arena shares (read only). */
   readonly #arenaDescriptors: BufferDescriptor[] = [];
   readonly #arenaIndex = new Map<ArrayBuffer, number>();
-  readonly #arenaBytes: Uint8Array[] = [];
+  /** Per arena, its bytes, which the flat path copies frames into. */
+  readonly #arenaSinks: ByteSink[] = [];
   /** Allocations not yet published, by looseKey(). */
   readonly #loose = new Map<number, Loose>();
   readonly #oneAllocation = new Float64Array(3);
   /** Column bytes of a small flat frame on their way to publishStaged(), which copies them with the body into one allocation. */
-  readonly #staged = new Uint8Array(STAGED_BYTES);
+  readonly #staged = new ByteSink(new Uint8Array(STAGED_BYTES));
   readonly #events = new EventEmitter();
   /** Frames published and not yet reported released: a count, as each release is reported exactly once. */
   #inFlight = 0;
@@ -566,14 +568,15 @@ export class Producer {
    */
   #sendFlat(flat: FlatBatchWriter, batch: RecordBatch, timeout: number, tag: bigint): number | Promise<number> | null {
     const total = flat.gather(batch);
-    for (const part of flat.parts) if (part && this.#arenaIndex.has(part.buffer as ArrayBuffer)) return null;
+    // Only an unpublished allocation can hold a buffer to publish in place.
+    if (this.#loose.size > 0) for (const part of flat.parts) if (part && this.#arenaIndex.has(part.buffer as ArrayBuffer)) return null;
     if (total === 0) return this.#sendBody(flat.body(0), [], timeout, tag);
     if (total <= STAGED_BYTES) {
-      copyParts(flat.parts, this.#staged, 0);
-      return this.#sent([], () => this.#core.publishStaged(flat.body(0), this.#staged, total, tag, toNativeTimeout(timeout)));
+      flat.copyTo(this.#staged, 0);
+      return this.#sent([], () => this.#core.publishStaged(flat.body(0), this.#staged.bytes, total, tag, toNativeTimeout(timeout)));
     }
     const a = this.#allocate(total, true);
-    copyParts(flat.parts, (this.#arenaBytes[a.arena] ??= new Uint8Array(this.#arenaBuffer(a.arena))), a.offset);
+    flat.copyTo((this.#arenaSinks[a.arena] ??= new ByteSink(new Uint8Array(this.#arenaBuffer(a.arena)))), a.offset);
     return this.#sendBody(flat.body(a.offset, this.#arenaDescriptor(a.arena).handle), [a], timeout, tag);
   }
 
@@ -814,14 +817,6 @@ const NOTHING_USED: Loose[] = [];
 const STAGED_BYTES = 8192;
 
 /** Copies gathered column bytes one after another from `at`, each at a 64-byte boundary (as FlatBatchWriter.body() places them). */
-function copyParts(parts: readonly (Uint8Array | null)[], into: Uint8Array, at: number): void {
-  for (const part of parts) {
-    if (!part) continue;
-    into.set(part, at);
-    at += align64(part.length);
-  }
-}
-
 /** An allocation's key among the loose ones: arena indexes stay far below 2^12 and offsets below 2^40, so the number is exact. */
 const looseKey = (a: { arena: number; offset: number }): number => a.arena * 2 ** 40 + a.offset;
 

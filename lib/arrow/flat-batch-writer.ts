@@ -20,12 +20,15 @@ import { absentBuffer } from '../codec/description.js';
 import { encodeFrame } from '../codec/encode.js';
 import { align64, Buffer_, BUFFER_BYTES, Header, HANDLE_BYTES, HEADER_BYTES, Node, NODE_BYTES } from '../codec/layout.js';
 import { sliceBits } from './bits.js';
-import { byteView, describeBatch, layoutOf } from './table-writer.js';
+import type { ByteSink } from './byte-sink.js';
+import { describeBatch, layoutOf } from './table-writer.js';
 
 export type ColumnPlan = { layout: 'fixed'; bits: number } | { layout: 'bool' } | { layout: 'varbin'; offsetBytes: number };
 
 const ABSENT = absentBuffer();
 const NO_HANDLE = new Uint8Array(HANDLE_BYTES);
+/** A column of rows whose array apache-arrow left out: a present buffer of 0 bytes, as describeBatch() places it. */
+const EMPTY = new Uint8Array(0);
 
 function planOf(type: Data['type']): ColumnPlan | null {
   if (type.typeId === Type.Dictionary) return null;
@@ -55,7 +58,7 @@ export class FlatBatchWriter {
    * its bytes (-1: absent), and each node's length and null count. A schema's
    * batches have as many of each, so the arrays are made once.
    */
-  readonly #parts: (Uint8Array | null)[];
+  readonly #parts: (ArrayBufferView | null)[];
   readonly #at: Float64Array;
   readonly #sizes: Float64Array;
   readonly #lengths: Float64Array;
@@ -69,7 +72,7 @@ export class FlatBatchWriter {
     this.#view = new DataView(template.buffer, template.byteOffset, template.byteLength);
     this.#buffersAt = HEADER_BYTES + plans.length * NODE_BYTES;
     const buffers = plans.reduce((n, plan) => n + buffersOf(plan), 0);
-    this.#parts = new Array<Uint8Array | null>(buffers).fill(null);
+    this.#parts = new Array<ArrayBufferView | null>(buffers).fill(null);
     this.#at = new Float64Array(buffers);
     this.#sizes = new Float64Array(buffers);
     this.#lengths = new Float64Array(plans.length);
@@ -89,9 +92,9 @@ export class FlatBatchWriter {
   }
 
   /**
-   * Gathers `batch`'s buffers (views, or re-based bit slices) in wire order;
-   * returns the bytes they take, each at a 64-byte boundary. Then parts()
-   * lists them for copying and body() writes the frame.
+   * Gathers `batch`'s buffers (the columns' arrays, or re-based bit slices)
+   * in wire order; returns the bytes they take, each at a 64-byte boundary.
+   * Then copyTo() copies them and body() writes the frame.
    */
   gather(batch: RecordBatch): number {
     this.#rows = batch.numRows;
@@ -102,26 +105,32 @@ export class FlatBatchWriter {
       const plan = this.#plans[i]!;
       const n = data.length;
       const validity = data.nullCount === 0 || !data.nullBitmap || data.nullBitmap.length === 0 ? null : sliceBits(data.nullBitmap, data.offset, n);
-      total = this.#add(b++, validity, total);
+      total = this.#add(b++, validity, validity?.length ?? 0, total);
       this.#lengths[i] = n;
       this.#nulls[i] = validity ? data.nullCount : 0;
-      if (plan.layout === 'fixed') total = this.#add(b++, n > 0 ? byteView(data.values as ArrayBufferView, (n * plan.bits) / 8) : null, total);
-      else if (plan.layout === 'bool') total = this.#add(b++, n > 0 ? sliceBits(data.values as Uint8Array, data.offset, n) : null, total);
+      if (plan.layout === 'fixed') total = this.#add(b++, n > 0 ? (data.values ?? EMPTY) : null, (n * plan.bits) / 8, total);
+      else if (plan.layout === 'bool') total = this.#add(b++, n > 0 ? sliceBits(data.values as Uint8Array, data.offset, n) : null, Math.ceil(n / 8), total);
       else {
         const end = n ? Number((data.valueOffsets as Int32Array | BigInt64Array)[n]!) : 0;
-        total = this.#add(b++, n > 0 ? byteView(data.valueOffsets as ArrayBufferView, (n + 1) * plan.offsetBytes) : null, total);
-        total = this.#add(b++, n > 0 ? byteView(data.values as Uint8Array, end) : null, total);
+        total = this.#add(b++, n > 0 ? (data.valueOffsets ?? EMPTY) : null, (n + 1) * plan.offsetBytes, total);
+        total = this.#add(b++, n > 0 ? (data.values ?? EMPTY) : null, end, total);
       }
     }
     return total;
   }
 
-  /** Buffer `b` of the batch is `part`, placed at `total` if present; returns the bytes taken so far. */
-  #add(b: number, part: Uint8Array | null, total: number): number {
+  /**
+   * Buffer `b` of the batch is the first `bytes` bytes of `part` (all of it
+   * when shorter), placed at `total` if present; returns the bytes taken so
+   * far. The part is the column's own array, no view of it: copyTo() copies
+   * it without one.
+   */
+  #add(b: number, part: ArrayBufferView | null, bytes: number, total: number): number {
+    const size = part ? Math.min(part.byteLength, bytes) : -1;
     this.#parts[b] = part;
     this.#at[b] = total;
-    this.#sizes[b] = part ? part.length : -1;
-    return part ? total + align64(part.length) : total;
+    this.#sizes[b] = size;
+    return part ? total + align64(size) : total;
   }
 
   /** Each column's layout, in schema order (what a FrameLoan lays out). */
@@ -140,9 +149,17 @@ export class FlatBatchWriter {
     buffers.forEach((b, i) => ((this.#parts[i] = null), (this.#at[i] = b ? b.at : 0), (this.#sizes[i] = b ? b.length : -1)));
   }
 
-  /** The buffers gather() found, in wire order; null for an absent one. */
-  get parts(): readonly (Uint8Array | null)[] {
+  /** The arrays gather() found each buffer in, in wire order; null for an absent one (the buffer is a prefix of the array). */
+  get parts(): readonly (ArrayBufferView | null)[] {
     return this.#parts;
+  }
+
+  /** Copies the gathered buffers to `sink`, each at its place from byte `base` (what body() says). */
+  copyTo(sink: ByteSink, base: number): void {
+    for (let b = 0; b < this.#parts.length; b++) {
+      const part = this.#parts[b];
+      if (part) sink.copy(part, this.#sizes[b]!, base + this.#at[b]!);
+    }
   }
 
   /**
