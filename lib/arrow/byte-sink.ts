@@ -17,32 +17,42 @@ const BUILT_IN: ReadonlySet<unknown> = new Set<TypedArrayType>([
   Float32Array, Float64Array, BigInt64Array, BigUint64Array,
 ]);
 
+/** A view of a sink's whole buffer with one element type, and that type's width in bytes less one (alignment mask). */
+type View = { view: TypedArray; width: number; mask: number };
+
 export class ByteSink {
   readonly bytes: Uint8Array;
-  readonly #views = new Map<unknown, TypedArray>();
+  /** bytes' place in its buffer and length, read once: typed-array getters cost several ns each, and a copy is ~20 ns. */
+  readonly #offset: number;
+  readonly #length: number;
+  /** Per element type, its view, or null for a type copied through a Uint8Array view per copy. */
+  readonly #views = new Map<unknown, View | null>();
 
   constructor(bytes: Uint8Array) {
     this.bytes = bytes;
+    this.#offset = bytes.byteOffset;
+    this.#length = bytes.length;
   }
 
   /** Copies the first `length` bytes of `src` to byte `at` of this sink's bytes (RangeError past their end). */
   copy(src: ArrayBufferView, length: number, at: number): void {
-    if (at < 0 || at + length > this.bytes.length) throw new RangeError(`ByteSink.copy(): ${length} bytes at ${at} do not fit in ${this.bytes.length}`);
-    const view = length === src.byteLength ? this.#viewFor(src, at) : undefined;
-    if (view) view.set(src as never, (this.bytes.byteOffset + at) / view.BYTES_PER_ELEMENT);
+    if (!(at >= 0 && at + length <= this.#length)) throw new RangeError(`ByteSink.copy(): ${length} bytes at ${at} do not fit in ${this.#length}`);
+    const to = this.#offset + at;
+    const v = length === src.byteLength ? this.#viewOf(src.constructor) : null;
+    // `&` sees the low 32 bits of any integer below 2^53: enough for an alignment check.
+    if (v && (to & v.mask) === 0) v.view.set(src as never, to / v.width);
     else this.bytes.set(new Uint8Array(src.buffer, src.byteOffset, length), at);
   }
 
-  /** A view of the whole underlying buffer with `src`'s element type, when byte `at` lies on an element boundary of it. */
-  #viewFor(src: ArrayBufferView, at: number): TypedArray | undefined {
-    const type = src.constructor as TypedArrayType;
-    let view = this.#views.get(type);
-    if (!view) {
-      if (!BUILT_IN.has(type)) return undefined;
+  #viewOf(type: unknown): View | null {
+    let v = this.#views.get(type);
+    if (v === undefined) {
+      const t = type as TypedArrayType;
       const { buffer } = this.bytes;
-      view = new type(buffer, 0, Math.floor(buffer.byteLength / type.BYTES_PER_ELEMENT));
-      this.#views.set(type, view);
+      const width = t.BYTES_PER_ELEMENT;
+      v = BUILT_IN.has(t) ? { view: new t(buffer, 0, Math.floor(buffer.byteLength / width)), width, mask: width - 1 } : null;
+      this.#views.set(type, v);
     }
-    return (this.bytes.byteOffset + at) % type.BYTES_PER_ELEMENT === 0 ? view : undefined;
+    return v;
   }
 }
