@@ -59,7 +59,9 @@ GPR_INLINE int gpr_body_check_buffers(const gpr_body_view *v, uint32_t i, uint32
     }
     if (buf->length > GPR_MAX_COUNT || buf->offset > GPR_MAX_COUNT - buf->length)
       return gpr_body_bad(err, GPR_E_FRAME_BOUNDS, i, "buffer offset + length out of range");
-    if (buf->kind == GPR_MEM_HOST && !memchr(buf->handle, 0, GPR_HANDLE_BYTES))
+    /* A zero last byte settles it without a scan: names are zero-padded. */
+    if (buf->kind == GPR_MEM_HOST && buf->handle[GPR_HANDLE_BYTES - 1] != 0 &&
+        !memchr(buf->handle, 0, GPR_HANDLE_BYTES))
       return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "host handle is not NUL-terminated");
     if (buf->kind == GPR_MEM_CUDA_POOL && buf->pool_id == 0)
       return gpr_body_bad(err, GPR_E_FRAME_INVALID, i, "cuda-pool buffer without a pool id");
@@ -103,6 +105,10 @@ GPR_INLINE int gpr_body_check_children(const gpr_body_view *v, uint32_t i,
 GPR_INLINE int gpr_utf8_ok(const uint8_t *p, uint64_t n) {
   for (uint64_t i = 0; i < n;) {
     uint8_t c = p[i];
+    if (c < 0x80) { /* names and formats are mostly ASCII */
+      i++;
+      continue;
+    }
     uint32_t need = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : 4;
     if (need == 4 || n - i <= need) return 0; /* bad lead byte, or truncated */
     uint32_t cp = need == 0 ? c : need == 1 ? (c & 0x1Fu) : need == 2 ? (c & 0x0Fu) : (c & 0x07u);
@@ -140,7 +146,10 @@ GPR_INLINE int gpr_metadata_ok(const uint8_t *p, uint64_t len) {
  * zone short in C while other languages keep it whole. */
 GPR_INLINE int gpr_format_text_ok(const gpr_body_view *v, const gpr_body_node *n) {
   const uint8_t *s = (const uint8_t *)v->strings + n->format_offset;
-  return !memchr(s, 0, n->format_length) && gpr_utf8_ok(s, n->format_length);
+  /* A loop, not memchr: formats are a few bytes, shorter than a call costs. */
+  for (uint32_t k = 0; k < n->format_length; k++)
+    if (s[k] == 0) return 0;
+  return gpr_utf8_ok(s, n->format_length);
 }
 
 GPR_INLINE int gpr_body_check_strings(const gpr_body_view *v, const gpr_body_node *n) {
@@ -155,8 +164,7 @@ GPR_INLINE int gpr_body_check_strings(const gpr_body_view *v, const gpr_body_nod
  * (1 = column, 2 = dictionary). */
 GPR_INLINE int gpr_body_check_trees(const gpr_body_view *v, uint8_t *is_root, gpr_error *err) {
   const gpr_body_header *h = v->header;
-  uint32_t *stack = (uint32_t *)malloc((GPR_MAX_DEPTH + 1u) * sizeof(uint32_t));
-  if (!stack) return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "out of memory");
+  uint32_t stack[GPR_MAX_DEPTH + 1u]; /* 260 bytes: no heap allocation per frame */
   uint32_t depth = 0, trees = 0;
   int rc = 0;
   for (uint32_t i = 0; i < h->node_count && rc == 0; i++) {
@@ -172,7 +180,6 @@ GPR_INLINE int gpr_body_check_trees(const gpr_body_view *v, uint8_t *is_root, gp
       while (depth && --stack[depth - 1] == 0) depth--;
     }
   }
-  free(stack);
   if (rc == 0 && (depth != 0 || trees != h->root_count + h->dictionary_count))
     rc = gpr_fail(err, GPR_E_FRAME_INVALID, 0, "frame body: node trees do not match the counts");
   return rc;

@@ -111,17 +111,20 @@ GPR_INLINE int gpr_format_nested(const char *s, size_t n, gpr_format_info *f) {
 }
 
 /* Parses a format string (not NUL-terminated, n bytes). 0 if supported. */
+GPR_INLINE int gpr_format_integer(gpr_format_info *f, uint32_t bits) {
+  gpr_format_set(f, GPR_LAYOUT_FIXED, bits, 2, 0);
+  f->is_integer = 1;
+  return 0;
+}
+
 GPR_INLINE int gpr_format_parse(const char *s, size_t n, gpr_format_info *f) {
   if (n == 0) return -1;
   if (n == 1) {
-    static const char ints[] = "cCsSiIlL";
-    const char *p = strchr(ints, s[0]);
-    if (p && s[0]) {
-      gpr_format_set(f, GPR_LAYOUT_FIXED, 8u << ((p - ints) / 2), 2, 0);
-      f->is_integer = 1;
-      return 0;
-    }
     switch (s[0]) {
+      case 'c': case 'C': return gpr_format_integer(f, 8);
+      case 's': case 'S': return gpr_format_integer(f, 16);
+      case 'i': case 'I': return gpr_format_integer(f, 32);
+      case 'l': case 'L': return gpr_format_integer(f, 64);
       case 'e': gpr_format_set(f, GPR_LAYOUT_FIXED, 16, 2, 0); return 0;
       case 'f': gpr_format_set(f, GPR_LAYOUT_FIXED, 32, 2, 0); return 0;
       case 'g': gpr_format_set(f, GPR_LAYOUT_FIXED, 64, 2, 0); return 0;
