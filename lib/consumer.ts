@@ -39,7 +39,7 @@ export type NextOptions = {
 };
 /** Options of nextBatch(): next()'s, and `max`. */
 export type BatchOptions = NextOptions & {
-  /** Frames to take at most (default: every frame that is ready). */
+  /** Frames to take at most (default 1024: every frame a ring of the default 1024 slots can hold). */
   max?: number;
 };
 type NextParsed = { timeout: number; signal?: AbortSignal | undefined; spin: number };
