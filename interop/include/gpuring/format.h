@@ -110,13 +110,14 @@ GPR_INLINE int gpr_format_nested(const char *s, size_t n, gpr_format_info *f) {
   return -1;
 }
 
-/* Parses a format string (not NUL-terminated, n bytes). 0 if supported. */
+/* An integer type of `bits` bits (usable as dictionary indices). */
 GPR_INLINE int gpr_format_integer(gpr_format_info *f, uint32_t bits) {
   gpr_format_set(f, GPR_LAYOUT_FIXED, bits, 2, 0);
   f->is_integer = 1;
   return 0;
 }
 
+/* Parses a format string (not NUL-terminated, n bytes). 0 if supported. */
 GPR_INLINE int gpr_format_parse(const char *s, size_t n, gpr_format_info *f) {
   if (n == 0) return -1;
   if (n == 1) {
