@@ -156,6 +156,8 @@ export interface NativeProducerCore {
   readonly generation: number;
   /** The ring's count of consumers asleep on a DATA doorbell (shared memory; 1 when it cannot be read): headsUp() is worth a call only when it is not 0. */
   readonly sleepers: Uint32Array;
+  /** How many released frame ids takeReleased() would give now (the core's own cell): a publish takes them only when there are some. */
+  readonly releasedCount: Float64Array;
   allocate(bytes: number): [number, number, number];
   free(arena: number, offset: number): void;
   arenaBuffer(arena: number): ArrayBuffer;

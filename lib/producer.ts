@@ -237,7 +237,7 @@ export class Producer {
     if (device === undefined) this.#headsUp();
     // A loop of publishes that never waits leaves the event loop no turn for
     // release callbacks: collect releases here too before using more memory.
-    this.#released(this.#core.takeReleased());
+    this.#takeReleased();
     if (device === undefined) {
       const batch = toBatch(source);
       try {
@@ -548,6 +548,11 @@ export class Producer {
     this.#core.onRelease((ids) => this.#released(ids));
   }
 
+  /** Reports the frames the core reaped since the last report, asking it only when it has some. */
+  #takeReleased(): void {
+    if (this.#core.releasedCount[0] !== 0) this.#released(this.#core.takeReleased());
+  }
+
   /** Bookkeeping for frames whose memory came back: device memory, events, listeners. */
   #released(ids: Float64Array): void {
     const devices = this.#deviceFrames.size > 0;
@@ -682,7 +687,7 @@ export class Producer {
    * (and are tracked); the error is thrown once all have settled.
    */
   async #sendMany(body: Uint8Array, owned: DeviceOwned, count: number, tags: BigUint64Array | null, timeout: number): Promise<number[]> {
-    this.#released(this.#core.takeReleased());
+    this.#takeReleased();
     let results: [number, number, ...Promise<number>[]];
     try {
       results = callNative(() => this.#core.publishMany(body, count, tags, toNativeTimeout(timeout)));

@@ -41,6 +41,24 @@ Napi::Uint32Array SleepersView(Napi::Env env, const gpr_segment &seg) {
   auto buffer = Napi::ArrayBuffer::New(env, copy, page, [page](Napi::Env, void *p) { munmap(p, page); });
   return Napi::Uint32Array::New(env, 1, buffer, GPR_CONTROL_OFFSET + offsetof(gpr_control, data_doorbells));
 }
+
+// How many released frame ids wait for takeReleased(), as JS sees it: a
+// publish asks for them only when there are some (takeReleased() makes a
+// Float64Array per call, about 0.13 µs of a 2.3 µs publish(table), dev box).
+// The view is the state's own cell, and holds the state alive while JS holds
+// the view.
+Napi::Float64Array ReleasedCountView(Napi::Env env, const std::shared_ptr<ProducerState> &state) {
+  using Hold = std::shared_ptr<ProducerState>;
+  auto *hold = new Hold(state);
+  Napi::ArrayBuffer buffer;
+  try {
+    buffer = Napi::ArrayBuffer::New(env, &state->released_count, sizeof(double), [](Napi::Env, void *, Hold *h) { delete h; }, hold);
+  } catch (...) {
+    delete hold;
+    throw;
+  }
+  return Napi::Float64Array::New(env, 1, buffer, 0);
+}
 }  // namespace
 
 // Frees the memory of in-flight frames whose slots were released: the oldest
@@ -72,6 +90,7 @@ void ProducerState::Retire(const Frame &f) {
   gpr_arena_free(&pool, &f.allocs.body);
   for (const auto &a : f.allocs.columns) gpr_arena_free(&pool, &a);
   released.push_back(f.id);
+  released_count = static_cast<double>(released.size());
 }
 
 // The publish and wait paths' reap. A full pass costs a slot load per frame
@@ -169,6 +188,7 @@ Napi::Float64Array ProducerState::TakeReleased(Napi::Env env) {
   Napi::Float64Array ids = Napi::Float64Array::New(env, released.size());
   for (size_t i = 0; i < released.size(); i++) ids[i] = static_cast<double>(released[i]);
   released.clear();
+  released_count = 0;
   return ids;
 }
 
@@ -293,6 +313,7 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
   Value().Set("index", Napi::Number::New(env, s.me));
   Value().Set("generation", Napi::Number::New(env, s.gen));
   Value().Set("sleepers", SleepersView(env, s.seg));
+  Value().Set("releasedCount", ReleasedCountView(env, s_));
   direct_.Define<&ProducerCore::Publish>(Value(), "publish");
   direct_.Define<&ProducerCore::PublishPrepared>(Value(), "publishPrepared");
   direct_.Define<&ProducerCore::PublishMany>(Value(), "publishMany");

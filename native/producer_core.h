@@ -47,6 +47,7 @@ struct ProducerState : LoopParticipant {
   std::deque<Frame> inflight;
   std::deque<Pending> pending;
   std::vector<uint64_t> released;      // frame ids not yet reported to JS
+  double released_count = 0;           // released.size(), as JS reads it (ReleasedCountView)
   std::map<uint64_t, Napi::Promise::Deferred> deferred;
   Napi::FunctionReference on_release;
   uint64_t next_request = 1;
