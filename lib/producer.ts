@@ -20,6 +20,7 @@ import { awaitNative, callNative, GpuringError, isCudaOutOfMemory } from './erro
 import { native, type NativeProducerCore, type ProducerStats } from './native.js';
 import { openFlags, parseOptions, parseSegmentName, prepareOptions, producerOptions, publishOptions, toNativeTimeout, waitOptions } from './options.js';
 import { pollUntil } from './poll-until.js';
+import { waitTimer } from './wait-timer.js';
 import type { WaitOptions } from './ring.js';
 
 /** Options of Producer.open(): arenaBytes, openTimeout, anyOwner, sweepInterval. */
@@ -321,7 +322,7 @@ export class Producer {
       };
       const onRelease = () => done(true);
       const onClose = () => done(false);
-      const timer = Number.isFinite(deadline) ? setTimeout(() => done(false), Math.max(deadline - performance.now(), 0)) : undefined;
+      const timer = waitTimer(deadline - performance.now(), () => done(false));
       this.on('release', onRelease);
       this.#events.on('close', onClose);
     });
@@ -482,8 +483,7 @@ export class Producer {
         const onDrained = () => settle();
         const onAbort = () => settle(new GpuringError('ABORTED', 'drain() was aborted', { cause: o.signal!.reason }));
         const late = () => settle(new GpuringError('TIMEOUT', `${this.#inFlight} frames still in flight after ${o.timeout} ms`));
-        // setTimeout fires at once past 2^31 - 1 ms; a wait of over 24 days is a wait without limit.
-        const timer = o.timeout <= 0x7fffffff ? setTimeout(late, o.timeout) : undefined;
+        const timer = waitTimer(o.timeout, late);
         this.#events.once('close', onClose).once('drained', onDrained);
         o.signal?.addEventListener('abort', onAbort, { once: true });
       });
