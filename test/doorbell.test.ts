@@ -10,6 +10,7 @@ import { Int32, Table, vectorFromArray } from 'apache-arrow';
 import { Consumer, Producer, type Ring } from '../lib/index.js';
 import { describeBatch } from '../lib/arrow/table-writer.js';
 import { absentBuffer } from '../lib/codec/description.js';
+import { cReport } from './helpers/c-consumer.js';
 import { child, cProgram, eventually, exitOf, nextLine, root, SPEC_ONLY, withRing } from './helpers/ring.js';
 
 const NEVER_SWEEP = 600_000;
@@ -60,6 +61,41 @@ for (const [language, start] of Object.entries(producers)) {
     });
   });
 }
+
+/**
+ * interop/spec-only's consumer sleeping on its own doorbell (SPEC.md §6.1's
+ * sleeper, written from the text) for its whole 20 s timeout, with no futex and
+ * no sweep tick: only a ring wakes it in time. Resolves with the frame ids it took.
+ */
+function specSleeper(name: string, frames: number): { proc: ChildProcess; ids: Promise<number[]> } {
+  const proc = spawn(cProgram('spec_consumer', SPEC_ONLY), [name, String(frames), '20000', '--doorbell'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const ids = cReport(proc).then((lines) => lines.map((l) => l.frame));
+  return { proc, ids };
+}
+
+for (const [language, start] of Object.entries(producers)) {
+  test(`a spec-only C consumer asleep on its doorbell is woken by a ${language} producer's publish, and takes every frame in order`, async (t) => {
+    await withRing(`sbell-${language.replace(/\W/g, '')}`, { slots: 16 }, async (ring, name) => {
+      const sleeper = specSleeper(name, 20);
+      t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the spec-only consumer declares itself asleep');
+      const producer = start(name, 20);
+      const ids = await sleeper.ids;
+      t.deepEqual(ids, run(ids, 20));
+      t.is((await exitOf(producer)).code, 0);
+      t.is(ring.inspect().doorbells.data, 0, 'it cleared its bit as it left');
+    });
+  });
+}
+
+test('a spec-only C consumer on its doorbell, a Node producer publishing only while it sleeps (each frame needs a ring, heads-ups included): every frame in order', async (t) => {
+  await withRing('sbell-lockstep', { slots: 16 }, async (_ring, name) => {
+    const sleeper = specSleeper(name, 30);
+    const producer = child('publish-to-sleeper', name, 30);
+    const ids = await sleeper.ids;
+    t.deepEqual(ids, run(ids, 30));
+    t.is((await exitOf(producer)).code, 0);
+  });
+});
 
 test('a consumer that goes back to sleep right after each wake-up misses no ring (each frame published only once it sleeps)', async (t) => {
   await withRing('bell-lockstep', { slots: 16 }, async (_ring, name) => {

@@ -267,32 +267,40 @@ static int try_claim(void *ctx) {
   return rc == RING_OK || t->detached;
 }
 
-/* Claims the next frame within timeout_ms, sweeping every 250 ms while it waits (§7). */
-static int next_frame(const ring *r, take *t, uint32_t timeout_ms) {
+/* Claims the next frame within timeout_ms (§6). On the futex it sweeps every
+ * 250 ms while it waits (§7); on a doorbell (`bell`) it sleeps for the whole
+ * timeout, so that nothing but a ring wakes it in time: the proof, in tests,
+ * that producers ring it (a long-lived sleeper would sweep at a tick). */
+static int next_frame(const ring *r, take *t, uint32_t timeout_ms, const doorbell *bell) {
   uint64_t start = now_ns(CLOCK_MONOTONIC);
   for (;;) {
     uint64_t waited = (now_ns(CLOCK_MONOTONIC) - start) / 1000000u;
     if (waited >= timeout_ms) return -1;
-    uint32_t slice = timeout_ms - waited < 250u ? (uint32_t)(timeout_ms - waited) : 250u;
-    if (ring_wait(r, BELL_DATA, try_claim, t, slice)) return t->detached ? spec_fail("DETACHED: our entry in the ring was taken (§4)") : 0;
-    ring_sweep(r);
+    uint32_t left = (uint32_t)(timeout_ms - waited);
+    int got = bell ? doorbell_wait(r, bell, BELL_DATA, try_claim, t, left) : ring_wait(r, BELL_DATA, try_claim, t, left < 250u ? left : 250u);
+    if (got) return t->detached ? spec_fail("DETACHED: our entry in the ring was taken (§4)") : 0;
+    if (!bell) ring_sweep(r);
   }
 }
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: spec_consumer RING FRAMES [TIMEOUT_MS] [--die-holding]\n");
+    fprintf(stderr, "usage: spec_consumer RING FRAMES [TIMEOUT_MS] [--die-holding | --doorbell]\n");
     return 2;
   }
   int die = argc > 4 && strcmp(argv[4], "--die-holding") == 0;
+  int sleep_on_bell = argc > 4 && strcmp(argv[4], "--doorbell") == 0;
   uint32_t frames = (uint32_t)strtoul(argv[2], NULL, 10);
   uint32_t timeout = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 30000u;
   ring r;
   if (ring_open(&r, argv[1], timeout) != 0 || ring_attach(&r, ROLE_CONSUMER) != 0) return 1;
   if (r.broadcast) bc_subscribe(&r, ON_SLOW_BLOCK); /* §5.4: a subscriber; producers wait for it */
+  doorbell bell;
+  if (sleep_on_bell && doorbell_open(&r, &bell) != 0) return 1;
+  const doorbell *waits_on = sleep_on_bell ? &bell : NULL;
   take t = {&r, 0, {0}, 0};
   for (uint32_t k = 0; k < frames; k++) {
-    if (next_frame(&r, &t, timeout) != 0) {
+    if (next_frame(&r, &t, timeout, waits_on) != 0) {
       fprintf(stderr, "spec_consumer: no frame within %u ms\n", timeout);
       return 1;
     }
@@ -302,13 +310,14 @@ int main(int argc, char **argv) {
     fflush(stdout);
     if (die) {
       uint64_t first = t.f.user_tag;
-      if (next_frame(&r, &t, timeout) != 0) return 1;
+      if (next_frame(&r, &t, timeout, waits_on) != 0) return 1;
       printf("{\"holding\":[%" PRIu64 ",%" PRIu64 "]}\n", first, t.f.user_tag);
       fflush(stdout);
       kill(getpid(), SIGKILL);
     }
     if (ring_release(&r, t.pos, &t.f) != 0) return 1;
   }
-  ring_detach(&r);
+  ring_detach(&r); /* clears our bits (§4) before the socket goes */
+  if (sleep_on_bell) close(bell.fd);
   return 0;
 }

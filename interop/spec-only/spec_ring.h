@@ -2,7 +2,7 @@
  * alone (no gpuring.h), for spec_producer.c and spec_consumer.c. Each function
  * names the section it implements. It is the proof that SPEC.md suffices, not a
  * library: errors print and return -1, and only what the two programs need is
- * here (host memory only; the futex for waiting, doorbells only rung). Both
+ * here (host memory only; waiting on the futex or on a doorbell). Both
  * kinds of ring: work queues (§5.2, §5.3) and broadcast rings (§5.4).
  *
  * Shared memory is read through the helpers below: every word at a fixed
@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -337,15 +339,21 @@ static inline void count_up(const ring *r, uint32_t counter) {
 }
 
 /* ---- §6 notifying: futex, then doorbells ---- */
+/* §6.1 the abstract address "\0gpuring.NAME.KEY": its length covers the NUL and the name, no terminator. */
+static inline socklen_t doorbell_address(const ring *r, uint64_t key, struct sockaddr_un *a) {
+  memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1u, "gpuring.%s.%016" PRIx64, r->name, key);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1u + (unsigned)n);
+}
+
 static inline void ring_doorbell(const ring *r, uint64_t key) {
   struct sockaddr_un a;
-  memset(&a, 0, sizeof a);
-  a.sun_family = AF_UNIX;
-  int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1u, "gpuring.%s.%016" PRIx64, r->name, key);
+  socklen_t length = doorbell_address(r, key, &a);
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
   char byte = 1;
-  sendto(fd, &byte, 1, MSG_DONTWAIT, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1u + (unsigned)n));
+  sendto(fd, &byte, 1, MSG_DONTWAIT, (struct sockaddr *)&a, length);
   close(fd);
 }
 
@@ -397,6 +405,48 @@ static inline int ring_wait(const ring *r, uint32_t bell, int (*attempt)(void *)
   }
   __atomic_fetch_sub(waiters, 1u, __ATOMIC_SEQ_CST);
   return done;
+}
+
+/* ---- §6.1 sleeping on a doorbell ---- */
+typedef struct doorbell {
+  int fd;
+  uint64_t key;
+} doorbell;
+
+/* §6.1 words: a random non-zero key, its socket bound, stored (release) in our entry before any bit is set. */
+static inline int doorbell_open(const ring *r, doorbell *d) {
+  d->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (d->fd < 0) return spec_fail("doorbell socket: %s", strerror(errno));
+  for (;;) {
+    if (getrandom(&d->key, sizeof d->key, 0) != (ssize_t)sizeof d->key) return spec_fail("getrandom: %s", strerror(errno));
+    if (d->key == 0) continue;
+    struct sockaddr_un a;
+    socklen_t length = doorbell_address(r, d->key, &a);
+    if (bind(d->fd, (struct sockaddr *)&a, length) == 0) break;
+    if (errno != EADDRINUSE) return spec_fail("doorbell bind: %s", strerror(errno)); /* in use: another key */
+  }
+  __atomic_store_n(w64(r, entry(r, r->me) + P_KEY), d->key, __ATOMIC_RELEASE);
+  return 0;
+}
+
+/* §6.1 sleeper: returns 1 when `attempt` succeeded, else 0 after sleeping on the
+ * socket until a datagram comes or timeout_ms pass. A notifier that rings us
+ * clears our bit; one we find work after setting, we clear. */
+static inline int doorbell_wait(const ring *r, const doorbell *d, uint32_t bell, int (*attempt)(void *), void *ctx, uint32_t timeout_ms) {
+  uint64_t *key = w64(r, entry(r, r->me) + P_KEY);
+  if (__atomic_load_n(key, __ATOMIC_ACQUIRE) != d->key) __atomic_store_n(key, d->key, __ATOMIC_RELEASE); /* damage */
+  char datagram[64];
+  while (recv(d->fd, datagram, sizeof datagram, MSG_DONTWAIT) >= 0) { /* before the bit, never after */
+  }
+  uint32_t was = __atomic_fetch_or(w32(r, entry(r, r->me) + P_BELL), bell, __ATOMIC_SEQ_CST);
+  if (!(was & bell)) __atomic_fetch_add(w32(r, bell == BELL_DATA ? C_DATA_BELLS : C_SPACE_BELLS), 1u, __ATOMIC_SEQ_CST);
+  if (attempt(ctx)) {
+    bells_clear(r, r->me, bell);
+    return 1;
+  }
+  struct pollfd p = {d->fd, POLLIN, 0};
+  poll(&p, 1, (int)(timeout_ms > INT_MAX ? INT_MAX : timeout_ms));
+  return 0;
 }
 
 /* ---- §5.2 scans ---- */

@@ -1,5 +1,5 @@
 /** Runs interop/c/consumer (or interop/spec-only/spec_consumer) and computes, in Node, the report it must print. */
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import * as A from 'apache-arrow';
 import { createInterface } from 'node:readline';
 import { cProgram } from './ring.js';
@@ -25,10 +25,14 @@ export interface FrameReport {
  * report) on RING and resolves with its FRAMES report lines once it exited 0.
  */
 export function cConsumerReport(ring: string, frames: number, program = cProgram('consumer', 'interop/c')): Promise<FrameReport[]> {
-  const proc = spawn(program, [ring, String(frames), '30000'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  return cReport(spawn(program, [ring, String(frames), '30000'], { stdio: ['ignore', 'pipe', 'pipe'] }));
+}
+
+/** The report lines of a C consumer started with its stdout piped, once it exited 0. */
+export function cReport(proc: ChildProcess): Promise<FrameReport[]> {
   const lines: FrameReport[] = [];
   let stderr = '';
-  proc.stderr!.on('data', (d) => (stderr += d));
+  proc.stderr?.on('data', (d) => (stderr += d));
   createInterface({ input: proc.stdout! }).on('line', (l) => lines.push(JSON.parse(l) as FrameReport));
   // 'close', not 'exit': the process can exit before its last lines are read from the pipe.
   return new Promise((resolve, reject) =>
