@@ -97,6 +97,18 @@ test('a spec-only C consumer on its doorbell, a Node producer publishing only wh
   });
 });
 
+test('two spec-only C subscribers of a broadcast ring asleep on their doorbells: a Node publish rings both, and each takes every frame in order', async (t) => {
+  await withRing('sbell-broadcast', { slots: 16, delivery: 'all' }, async (ring, name) => {
+    const sleepers = [specSleeper(name, 20), specSleeper(name, 20)];
+    t.true(await eventually(() => ring.inspect().doorbells.data === 2), 'both subscribers declare themselves asleep');
+    const producer = child('stress-produce', name, 7, 20);
+    const [a, b] = await Promise.all(sleepers.map((s) => s.ids));
+    t.deepEqual(a, run(a!, 20));
+    t.deepEqual(b, a, 'each subscriber got every frame');
+    t.is((await exitOf(producer)).code, 0);
+  });
+});
+
 test('a consumer that goes back to sleep right after each wake-up misses no ring (each frame published only once it sleeps)', async (t) => {
   await withRing('bell-lockstep', { slots: 16 }, async (_ring, name) => {
     const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });
