@@ -281,6 +281,21 @@ for (const [language, start] of Object.entries(consumers)) {
   });
 }
 
+for (const [language, start] of Object.entries(consumers)) {
+  test(`a spec-only C producer asleep on its doorbell for space is woken by a ${language} consumer's releases`, async (t) => {
+    await withRing(`sspace-${language.replace(/\W/g, '')}`, { slots: 16 }, async (ring, name) => {
+      // Its arena holds 8 frames: the 9th waits for a release, asleep on the doorbell alone (no futex, no sweep tick).
+      const producer = spawn(cProgram('spec_producer', SPEC_ONLY), [name, '40', '3', '--doorbell'], { stdio: ['ignore', 'pipe', 'inherit'] });
+      t.true(await eventually(() => ring.inspect().doorbells.space === 1), 'the spec-only producer declares itself asleep');
+      const consumer = start(name, 40);
+      t.deepEqual(await nextLine(producer), { published: 40 });
+      t.is((await exitOf(consumer)).code, 0);
+      t.is((await exitOf(producer)).code, 0);
+      t.is(ring.inspect().doorbells.space, 0);
+    });
+  });
+}
+
 test('a Node consumer that releases a batch and then does nothing more still wakes the producer waiting for space (the end of its job notifies)', async (t) => {
   // A Node consumer sends one space notification for the releases of a job,
   // at its end (SPEC.md §6, Coalescing). This one takes nothing afterwards,

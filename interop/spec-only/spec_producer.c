@@ -123,6 +123,7 @@ typedef struct producer {
   uint64_t pos[REGIONS];
   int used[REGIONS];
   uint64_t frame_id;
+  const doorbell *bell; /* --doorbell: waits for space asleep on it (§6.1), else on the futex */
 } producer;
 
 /* Reaps every released frame of ours (§5.2); returns a free region, or -1. */
@@ -154,11 +155,15 @@ static int can_claim(void *ctx) {
   return c->rc != RING_NONE;
 }
 
-/* Waits on SPACE until `ready` holds, sweeping every 250 ms (a dead consumer's leases come back so). */
+/* Waits on SPACE until `ready` holds. On the futex it sweeps every 250 ms (a
+ * dead consumer's leases come back so); on a doorbell it sleeps for the whole
+ * timeout, so that in the tests nothing but a ring wakes it in time. */
 static int wait_space(producer *pr, int (*ready)(void *), void *ctx) {
-  for (uint32_t waited = 0; waited < TIMEOUT_MS; waited += 250u) {
-    if (ring_wait(&pr->r, BELL_SPACE, ready, ctx, 250u)) return 0;
-    ring_sweep(&pr->r);
+  uint64_t start = now_ns(CLOCK_MONOTONIC);
+  for (uint64_t waited = 0; waited < TIMEOUT_MS; waited = (now_ns(CLOCK_MONOTONIC) - start) / 1000000u) {
+    uint32_t left = (uint32_t)(TIMEOUT_MS - waited);
+    if (pr->bell ? doorbell_wait(&pr->r, pr->bell, BELL_SPACE, ready, ctx, left) : ring_wait(&pr->r, BELL_SPACE, ready, ctx, left < 250u ? left : 250u)) return 0;
+    if (!pr->bell) ring_sweep(&pr->r);
   }
   return spec_fail("TIMEOUT: no space or releases within %u ms", TIMEOUT_MS);
 }
@@ -187,7 +192,7 @@ static int write_frame(producer *pr, uint32_t k, uint32_t rows, uint64_t *pos, f
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: spec_producer RING FRAMES ROWS [--die-writing | --broadcast]\n");
+    fprintf(stderr, "usage: spec_producer RING FRAMES ROWS [--die-writing | --broadcast | --doorbell]\n");
     return 2;
   }
   uint32_t frames = (uint32_t)strtoul(argv[2], NULL, 10), rows = (uint32_t)strtoul(argv[3], NULL, 10);
@@ -197,6 +202,11 @@ int main(int argc, char **argv) {
   if (created < 0 || ring_open(&pr.r, argv[1], TIMEOUT_MS) != 0 ||
       ring_attach(&pr.r, ROLE_PRODUCER) != 0)
     return 1;
+  doorbell bell;
+  if (argc > 4 && strcmp(argv[4], "--doorbell") == 0) {
+    if (doorbell_open(&pr.r, &bell) != 0) return 1;
+    pr.bell = &bell;
+  }
   pr.p = plan_for(rows);
   if (arena_create(&pr.r, ARENA_HEADER + REGIONS * pr.p.region, &pr.arena) != 0) return 1;
   uint64_t pos;
@@ -209,6 +219,7 @@ int main(int argc, char **argv) {
   }
   if (wait_space(&pr, all_reaped, &pr) != 0) return 1;
   if (!ring_detach(&pr.r)) shm_unlink(pr.arena.shm); /* §4: nobody else knows our arena now */
+  if (pr.bell) close(bell.fd);                            /* after detach cleared our bits */
   if (created == 0) ring_unlink(argv[1]);
   printf("{\"published\":%u}\n", frames);
   return 0;
