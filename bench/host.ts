@@ -26,7 +26,8 @@
  *     call, publish return (the frame in the ring), consumer wake-up (lastWake), JS
  *     callback and toTable(); anchors, measured in the same run:
  *     the one-wake floor, a C process woken from epoll_wait on a socket by
- *     another paced alike (bench/wake_floor.c), and Node's own wake-up, a
+ *     another paced alike (bench/wake_floor.c), the same on an eventfd (the
+ *     floor issue 12 names; a doorbell is a socket), and Node's own wake-up, a
  *     socket 'data' handler in this process woken by the same C sender; and
  *     for the p99.9, JSON lines over a Unix socket sent on the producer's clock;
  *     and the same consumer fed by that C sender publishing with
@@ -213,6 +214,8 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: '
 
 async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket: number[]): Promise<BenchRecord[]> {
   const floor = wakeFloor(n, gapUs, pacing, LATENCY_WARMUP);
+  // An eventfd needs its descriptor passed to every waker; a doorbell's socket any process can name. Both floors, for scale.
+  const eventfdFloor = wakeFloor(n, gapUs, pacing, LATENCY_WARMUP, 'eventfd');
   const nodeWake = await nodeWakeUp(n, gapUs, pacing, LATENCY_WARMUP);
   const hops = await sleepingHandOff(n, gapUs, pacing);
   const gap = `${gapUs >= 1000 ? `${gapUs / 1000} ms` : `${gapUs} µs`} apart, producer ${pacing}`;
@@ -221,6 +224,7 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
     compare(name, p, 'µs', percentile(hops.total, p === 'p50' ? 50 : p === 'p99' ? 99 : 99.9), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor[p], false));
   records.push(compare(name, 'p99.9', 'µs', percentile(hops.total, 99.9), `JSON over a Unix socket, a line sent on the same clock (${gap})`, percentile(socket, 99.9), false));
   records.push(compare(name, 'p50', 'µs', percentile(hops.total, 50), `Node's own wake-up: a socket 'data' handler woken by the floor's C sender (${pacing} alike)`, nodeWake.p50, false));
+  records.push(compare(name, 'p50', 'µs', percentile(hops.total, 50), `C one-wake floor on an eventfd (epoll_wait; sender ${pacing} alike)`, eventfdFloor.p50, false));
   // The same consumer fed by the floor's C sender itself: the hand-off without a Node producer's cold start in it.
   const fromC = await sleepingHandOff(n, gapUs, pacing, 'c');
   records.push(compare(`  the same, frames from a C producer (gpr_producer_publish, paced as the floor's sender; ${gap})`, 'p50', 'µs', percentile(fromC.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));

@@ -40,10 +40,12 @@ export type Pacing = 'asleep' | 'busy';
  * The floor's p50/p99/p99.9 in µs over `n` wake-ups `gapUs` apart (after
  * `warmUp` more), the share woken on the sender's CPU, and the p50 µs the
  * sleeper took to read 256 KiB it had read before sleeping, just after waking
- * (`coldRead`) and again at once (`warmRead`).
+ * (`coldRead`) and again at once (`warmRead`). The sleeper waits in epoll_wait
+ * on a datagram socket, as a doorbell is, or on an `eventfd`.
  */
-export function wakeFloor(n: number, gapUs: number, pacing: Pacing, warmUp: number): Record<'p50' | 'p99' | 'p99.9' | 'sameCpu' | 'coldRead' | 'warmRead', number> {
-  const ns = JSON.parse(execFileSync(cProgramBuilt('wake_floor'), [String(n), String(Math.max(1, Math.round(gapUs))), String(warmUp), pacing], { encoding: 'utf8' })) as Record<string, number>;
+export function wakeFloor(n: number, gapUs: number, pacing: Pacing, warmUp: number, on: 'socket' | 'eventfd' = 'socket'): Record<'p50' | 'p99' | 'p99.9' | 'sameCpu' | 'coldRead' | 'warmRead', number> {
+  const args = [String(n), String(Math.max(1, Math.round(gapUs))), String(warmUp), pacing, ...(on === 'eventfd' ? ['eventfd'] : [])];
+  const ns = JSON.parse(execFileSync(cProgramBuilt('wake_floor'), args, { encoding: 'utf8' })) as Record<string, number>;
   return { p50: ns.p50! / 1000, p99: ns.p99! / 1000, 'p99.9': ns['p99.9']! / 1000, sameCpu: ns.same_cpu!, coldRead: ns.cold_read! / 1000, warmRead: ns.warm_read! / 1000 };
 }
 

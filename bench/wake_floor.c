@@ -14,6 +14,10 @@
  * `cold_read` and `warm_read` (p50, ns) say what the sleep cost the caches,
  * so what any work done just after a wake-up pays (a Node consumer's claim,
  * Frame and promise; the floor itself does none).
+ *   wake_floor N GAP_US SKIP PACING eventfd
+ * the same sleeper in epoll_wait on an eventfd (the sender posts its stamps in
+ * shared memory and adds 1): the one-wake floor as issue 12 names it, for
+ * scale beside the socket's.
  *   wake_floor N GAP_US SKIP PACING PATH
  * sends the same stamps, paced the same way, down a Unix stream socket
  * listening at PATH instead, and prints nothing: the receiver (a Node process,
@@ -26,6 +30,7 @@
 #include "gpuring.h" /* defines _GNU_SOURCE, for sched_getcpu */
 #include <sched.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/wait.h>
 
 static int cmp(const void *a, const void *b) {
@@ -100,47 +105,64 @@ static int publish_to(const char *ring, uint64_t n, uint64_t gap_us, int busy) {
   return rc != 0;
 }
 
+/* The sleeper: wakes from epoll_wait on `rx` n times, timing each stamp that
+ * came (a datagram carries its own; an eventfd counts those the sender posted). */
+static void sleep_and_time(int rx, int use_eventfd, const uint64_t *posted, uint64_t n, uint64_t *lat) {
+  uint64_t *same = lat + n; /* 1 where the wake-up ran on the sender's CPU */
+  uint64_t *cold = lat + 2 * n, *warm = lat + 3 * n; /* read_ns just after the wake-up, and again */
+  int ep = epoll_create1(0);
+  struct epoll_event ev = {.events = EPOLLIN};
+  epoll_ctl(ep, EPOLL_CTL_ADD, rx, &ev);
+  static uint8_t probe[256 * 1024];
+  memset(probe, 1, sizeof probe);
+  for (uint64_t i = 0; i < n;) {
+    epoll_wait(ep, &ev, 1, -1);
+    uint64_t came = 1, sent[2] = {0, 0}; /* CLOCK_MONOTONIC, the sender's CPU */
+    if (use_eventfd ? read(rx, &came, sizeof came) != sizeof came : recv(rx, sent, sizeof sent, 0) != sizeof sent) continue;
+    uint64_t woke = gpr_monotonic_ns(), cpu = (uint64_t)sched_getcpu();
+    for (uint64_t k = 0; k < came && i < n; k++, i++) {
+      const uint64_t *stamp = use_eventfd ? posted + 2 * i : sent;
+      lat[i] = woke - stamp[0];
+      same[i] = cpu == stamp[1];
+      cold[i] = read_ns(probe, sizeof probe);
+      warm[i] = read_ns(probe, sizeof probe);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000;
   uint64_t gap_us = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000;
   uint64_t skip = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
   int busy = argc > 4 && strcmp(argv[4], "busy") == 0;
   n += skip;
+  int use_eventfd = argc > 5 && strcmp(argv[5], "eventfd") == 0;
   if (argc > 5 && strncmp(argv[5], "ring:", 5) == 0) return publish_to(argv[5] + 5, n, gap_us, busy);
-  if (argc > 5) return stream_to(argv[5], n, gap_us, busy);
+  if (argc > 5 && !use_eventfd) return stream_to(argv[5], n, gap_us, busy);
   struct sockaddr_un addr;
   char name[32];
   snprintf(name, sizeof name, "wake-floor-%d", (int)getpid());
   socklen_t len = gpr_doorbell_address(name, 1, &addr);
-  int rx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (rx < 0 || bind(rx, (struct sockaddr *)&addr, len) != 0) return 1;
-  uint64_t *lat = (uint64_t *)mmap(NULL, 4 * n * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  uint64_t *same = lat + n; /* 1 where the wake-up ran on the sender's CPU */
-  uint64_t *cold = lat + 2 * n, *warm = lat + 3 * n; /* read_ns just after the wake-up, and again */
+  int rx = use_eventfd ? eventfd(0, EFD_CLOEXEC) : socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (rx < 0 || (!use_eventfd && bind(rx, (struct sockaddr *)&addr, len) != 0)) return 1;
+  /* latencies, same CPU, cold and warm reads (n each), then the stamps an eventfd's sender posts (2n) */
+  uint64_t *lat = (uint64_t *)mmap(NULL, 6 * n * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  uint64_t *same = lat + n, *cold = lat + 2 * n, *warm = lat + 3 * n, *posted = lat + 4 * n;
   pid_t child = fork();
   if (child == 0) {
-    int ep = epoll_create1(0);
-    struct epoll_event ev = {.events = EPOLLIN};
-    epoll_ctl(ep, EPOLL_CTL_ADD, rx, &ev);
-    static uint8_t probe[256 * 1024];
-    memset(probe, 1, sizeof probe);
-    for (uint64_t i = 0; i < n; i++) {
-      epoll_wait(ep, &ev, 1, -1);
-      uint64_t sent[2] = {0, 0}; /* CLOCK_MONOTONIC, the sender's CPU */
-      if (recv(rx, sent, sizeof sent, 0) == sizeof sent) {
-        lat[i] = gpr_monotonic_ns() - sent[0];
-        same[i] = (uint64_t)sched_getcpu() == sent[1];
-        cold[i] = read_ns(probe, sizeof probe);
-        warm[i] = read_ns(probe, sizeof probe);
-      }
-    }
+    sleep_and_time(rx, use_eventfd, posted, n, lat);
     _exit(0);
   }
   int tx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   for (uint64_t i = 0; i < n; i++) {
     pace(gap_us, busy);
-    uint64_t sent[2] = {gpr_monotonic_ns(), (uint64_t)sched_getcpu()};
-    sendto(tx, sent, sizeof sent, 0, (struct sockaddr *)&addr, len);
+    uint64_t sent[2] = {gpr_monotonic_ns(), (uint64_t)sched_getcpu()}, one = 1;
+    if (!use_eventfd) {
+      sendto(tx, sent, sizeof sent, 0, (struct sockaddr *)&addr, len);
+      continue;
+    }
+    memcpy(posted + 2 * i, sent, sizeof sent); /* before the write: the sleeper reads it after its read */
+    if (write(rx, &one, sizeof one) != sizeof one) return 1;
   }
   waitpid(child, NULL, 0);
   uint64_t *kept = lat + skip, on_sender = 0;
