@@ -97,6 +97,8 @@ async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
   // the floor is paced alike, its sender asleep for the median gap between our frames.
   const floor = wakeFloor(200, asleep.gapUs, 'asleep', WARM_UP);
   const floorName = `C one-wake floor (epoll_wait on a socket; sender asleep, ${Math.round(asleep.gapUs)} µs apart alike)`;
+  const eventfdFloor = wakeFloor(200, asleep.gapUs, 'asleep', WARM_UP, 'eventfd');
+  const eventfdName = `C one-wake floor on an eventfd (epoll_wait; sender asleep, ${Math.round(asleep.gapUs)} µs apart alike)`;
   const label = `publish-to-visible ${bytes / MiB} MiB`;
   const base = 'host staging (pinned DtoH + HtoD)';
   return [
@@ -108,6 +110,7 @@ async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
     compare(label, 'cached p50, consumer asleep', 'µs', median(asleep.latencies.slice(1)), base, staging, false),
     compare(label, 'cached p50, consumer asleep', 'µs', median(asleep.latencies.slice(1)), floorName, floor.p50, false),
     compare(label, 'cached p50, prepared frame, consumer asleep', 'µs', median(preparedAsleep.latencies.slice(1)), floorName, floor.p50, false),
+    compare(label, 'cached p50, prepared frame, consumer asleep', 'µs', median(preparedAsleep.latencies.slice(1)), eventfdName, eventfdFloor.p50, false),
     compare(label, 'cached p50, consumer spinning', 'µs', median(spinning.latencies.slice(1)), base, staging, false),
     compare(label, 'cached p99, consumer spinning', 'µs', percentile(spinning.latencies.slice(1), 99), base, staging, false),
     compare(label, 'cached p50, prepared frame, consumer spinning', 'µs', median(prepared.latencies.slice(1)), base, staging, false),
