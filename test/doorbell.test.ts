@@ -216,9 +216,19 @@ test('an iteration stopped with frames still batched hands them back: another co
   });
 });
 
-test('a sleeper killed while registered costs nothing: its doorbell is cleared, producers publish on, the next consumer gets every frame', async (t) => {
-  await withRing('bell-kill', { slots: 16 }, async (ring, name) => {
-    const sleeper = child('hold', name, 1); // waits in next() for a frame that never comes
+/** A sleeper that waits on its doorbell for one frame that never comes. */
+const sleepers: Record<string, (name: string) => ChildProcess> = {
+  Node: (name) => child('hold', name, 1),
+  'spec-only C': (name) => {
+    const sleeper = specSleeper(name, 1);
+    sleeper.ids.catch(() => undefined); // killed: it reports nothing
+    return sleeper.proc;
+  },
+};
+
+for (const [language, start] of Object.entries(sleepers)) test(`a ${language} sleeper killed while registered costs nothing: its doorbell is cleared, producers publish on, the next consumer gets every frame`, async (t) => {
+  await withRing(`bell-kill-${language.replace(/\W/g, '')}`, { slots: 16 }, async (ring, name) => {
+    const sleeper = start(name);
     t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the child sleeps on its doorbell');
     sleeper.kill('SIGKILL');
     await exitOf(sleeper);
