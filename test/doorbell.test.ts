@@ -226,29 +226,31 @@ const sleepers: Record<string, (name: string) => ChildProcess> = {
   },
 };
 
-for (const [language, start] of Object.entries(sleepers)) test(`a ${language} sleeper killed while registered costs nothing: its doorbell is cleared, producers publish on, the next consumer gets every frame`, async (t) => {
-  await withRing(`bell-kill-${language.replace(/\W/g, '')}`, { slots: 16 }, async (ring, name) => {
-    const sleeper = start(name);
-    t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the child sleeps on its doorbell');
-    sleeper.kill('SIGKILL');
-    await exitOf(sleeper);
-    const producer = child('stress-produce', name, 9, 10);
-    const consumer = Consumer.open(name);
-    const ids: number[] = [];
-    for (let i = 0; i < 10; i++) {
-      const f = await consumer.next(WAIT);
-      ids.push(f.id);
-      f.release();
-    }
-    t.deepEqual(ids, run(ids, 10));
-    t.is((await exitOf(producer)).code, 0);
-    ring.sweep();
-    const info = ring.inspect();
-    t.is(info.doorbells.data, 0, 'the dead sleeper no longer counts as asleep');
-    t.deepEqual(info.participants.map((p) => p.index), [consumer.index], 'its entry was freed');
-    consumer.close();
+for (const [language, start] of Object.entries(sleepers)) {
+  test(`a ${language} sleeper killed while registered costs nothing: its doorbell is cleared, producers publish on, the next consumer gets every frame`, async (t) => {
+    await withRing(`bell-kill-${language.replace(/\W/g, '')}`, { slots: 16 }, async (ring, name) => {
+      const sleeper = start(name);
+      t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the child sleeps on its doorbell');
+      sleeper.kill('SIGKILL');
+      await exitOf(sleeper);
+      const producer = child('stress-produce', name, 9, 10);
+      const consumer = Consumer.open(name);
+      const ids: number[] = [];
+      for (let i = 0; i < 10; i++) {
+        const f = await consumer.next(WAIT);
+        ids.push(f.id);
+        f.release();
+      }
+      t.deepEqual(ids, run(ids, 10));
+      t.is((await exitOf(producer)).code, 0);
+      ring.sweep();
+      const info = ring.inspect();
+      t.is(info.doorbells.data, 0, 'the dead sleeper no longer counts as asleep');
+      t.deepEqual(info.participants.map((p) => p.index), [consumer.index], 'its entry was freed');
+      consumer.close();
+    });
   });
-});
+}
 
 const pythonConsumer = (name: string, frames: number) =>
   spawn('python3', ['-c', `
