@@ -219,7 +219,7 @@ int main(int argc, char **argv) {
   }
   if (wait_space(&pr, all_reaped, &pr) != 0) return 1;
   if (!ring_detach(&pr.r)) shm_unlink(pr.arena.shm); /* §4: nobody else knows our arena now */
-  if (pr.bell) close(bell.fd);                            /* after detach cleared our bits */
+  if (pr.bell) close(bell.fd); /* after detach cleared our bits */
   if (created == 0) ring_unlink(argv[1]);
   printf("{\"published\":%u}\n", frames);
   return 0;
