@@ -15,6 +15,11 @@ With none in flight nothing can come back, and it raises NO_SPACE at once.
 
 Ordering: frames from one producer are claimed in publication order; with
 several consumers each frame goes to exactly one of them.
+
+Waiting: ``publish`` and ``drain`` sleep a thread on the ring's futex;
+``publish_async`` and ``drain_async`` sleep the asyncio event loop on this
+producer's doorbell (SPEC.md §6.1) instead, so other tasks run while the ring is
+full, and the consumers' releases wake it.
 """
 from __future__ import annotations
 
@@ -27,9 +32,11 @@ from . import broadcast
 from . import layout as L
 from . import slot_protocol as ring
 from .arena import Allocation, ArenaPool
+from .async_wait import wait_async
 from .codec import encode_frame
 from .deadline import deadline_after
 from .description import FrameDescription
+from .doorbell import Bell
 from .errors import GpuringError
 from .host_templates import HostTemplates
 from .recovery import detach, sweep
@@ -84,6 +91,7 @@ class Producer:
         self._reaps_since_full = 0
         self._next_id = 1
         self._channel: DescriptorChannel | None = None
+        self._bell: Bell | None = None  # made by the first asyncio wait
         sweep(seg)  # frames a crashed predecessor left behind
 
     @classmethod
@@ -120,12 +128,52 @@ class Producer:
         """
         self._check_open()
         deadline = deadline_after(timeout)
+        body, allocs, keep, description = self._encode(data, device, stream, lambda n: self._alloc(n, deadline, block))
+        return self._publish(body, allocs, keep, deadline, block, user_tag, description)
+
+    async def publish_async(self, data: object, *, timeout: float | None = None, user_tag: int = 0,
+                            device: int | None = None, stream: object = None) -> int:
+        """``publish`` for asyncio: where ``publish`` would block (a full ring,
+        shared memory short while frames are in flight), the event loop sleeps
+        on this producer's doorbell (SPEC.md §6.1) until releases come, so
+        other tasks run meanwhile. The frame is encoded and copied once. TIMEOUT
+        after ``timeout`` seconds (None: no limit); a task cancelled while it
+        waits publishes nothing. One task at a time."""
+        self._check_open()
+        deadline = deadline_after(timeout)
+        while True:
+            try:
+                body, allocs, keep, description = self._encode(data, device, stream, lambda n: self._alloc(n, None, False))
+                ref, attempt = self._stage(body, allocs, None, False, user_tag, description)
+                break
+            except GpuringError as e:
+                if e.code not in MEMORY_SHORT or not self._in_flight:
+                    raise
+                short = e
+            try:
+                await wait_async(self._seg, self._doorbell(), "space", lambda: self.reap() or None, _left(deadline))
+            except GpuringError as e:
+                if e.code != "TIMEOUT":
+                    raise
+                raise _short_at_timeout(short, len(self._in_flight)) from None
+        try:
+            pos = await wait_async(self._seg, self._doorbell(), "space", attempt, _left(deadline))
+        except BaseException:
+            self._free(allocs)
+            raise
+        return self._enqueue(pos, ref.frame_id, allocs, keep)
+
+    def _encode(self, data: object, device: int | None, stream: object,
+                alloc: Callable[[int], Allocation]) -> tuple[bytes, list[Allocation], object, FrameDescription | None]:
+        """``data``'s body, the allocations its host columns were copied into
+        (``alloc``), what device data to keep alive, and its description where
+        it names device memory."""
         if device is not None or _is_device(data):
             from .device_columns import describe_device
             description, keep = describe_device(data, stream)
-            return self._publish(encode_frame(description), [], keep, deadline, block, user_tag, description)
-        body, alloc = self._templates.body(data, lambda n: self._alloc(n, deadline, block))
-        return self._publish(body, [alloc], None, deadline, block, user_tag)
+            return encode_frame(description), [], keep, description
+        body, columns = self._templates.body(data, alloc)
+        return body, [columns], None, None
 
     def publish_description(self, description: FrameDescription, *, keep_alive: object = None,
                             timeout: float | None = None, block: bool = True, user_tag: int = 0,
@@ -191,9 +239,7 @@ class Producer:
         except GpuringError as e:
             if e.code != "TIMEOUT" or not short:
                 raise
-            why = str(short[-1]).partition(": ")[2]
-            raise GpuringError(short[-1].code, f"{why}; {len(self._in_flight)} frames of this producer "
-                               "were still unreleased at the timeout") from None
+            raise _short_at_timeout(short[-1], len(self._in_flight)) from None
 
     def _publish(self, body: bytes, allocs: list[Allocation], keep: object, deadline: float | None,
                  block: bool, user_tag: int, description: FrameDescription | None = None,
@@ -201,6 +247,26 @@ class Producer:
         """Publishes an encoded ``body``; ``description`` is given where it may name
         device memory. ``allocs`` are freed if the publish fails, ``lent`` stay the
         caller's then; both are freed when the frame is reclaimed."""
+        ref, attempt = self._stage(body, allocs, deadline, block, user_tag, description)
+        pos: int | None
+        try:
+            if block:
+                pos = ring.wait_for(self._seg, "space", attempt, _left(deadline))
+            else:
+                pos = ring.try_sweeping(self._seg, attempt)
+            if pos is None:
+                raise GpuringError("RING_FULL", ring.describe_full(self._seg))
+        except BaseException:
+            self._free(allocs)
+            raise
+        return self._enqueue(pos, ref.frame_id, allocs + (lent or []), keep, on_reclaim)
+
+    def _stage(self, body: bytes, allocs: list[Allocation], deadline: float | None, block: bool, user_tag: int,
+               description: FrameDescription | None) -> tuple[ring.FrameRef, Callable[[], int | None]]:
+        """Writes ``body`` into this producer's shared memory (appending its
+        allocation to ``allocs``): the frame's reference, and one attempt to
+        publish it (its position, or None when the ring is full). ``allocs``
+        are freed if this fails."""
         if (self._channel is None and description is not None
                 and any(b.kind in ("cuda-pool", "cuda-vmm") for b in description.buffers())):
             # Consumers fetch the pool's descriptor here (SPEC.md §9c).
@@ -212,33 +278,34 @@ class Producer:
             body_alloc = self._alloc(len(body), deadline, block)
             allocs.append(body_alloc)
             self._pool.memory(body_alloc).write(body_alloc.offset, body)
-            frame_id = self._next_id
-            ref = ring.FrameRef(frame_id, self.index, self.generation, body_alloc.arena, len(body),
-                                body_alloc.offset, user_tag)
-
-            def attempt() -> int | None:
-                self._reap_oldest()
-                pos = ring.try_publish(self._seg, self.index, ref)
-                # A broadcast ring may just have dropped its oldest frame for slow
-                # subscribers (SPEC.md §5.4): if it was ours, reaping frees the slot now.
-                # (A work queue's next slot is its oldest frame's, which _reap_oldest took.)
-                if pos is None and self._seg.broadcast and self.reap():
-                    pos = ring.try_publish(self._seg, self.index, ref)
-                return pos
-
-            if block:
-                pos = ring.wait_for(self._seg, "space", attempt, _left(deadline))
-            else:
-                pos = ring.try_sweeping(self._seg, attempt)
-            if pos is None:
-                raise GpuringError("RING_FULL", ring.describe_full(self._seg))
         except BaseException:
-            for a in allocs:
-                self._pool.free(a)
+            self._free(allocs)
             raise
+        ref = ring.FrameRef(self._next_id, self.index, self.generation, body_alloc.arena, len(body),
+                            body_alloc.offset, user_tag)
+
+        def attempt() -> int | None:
+            self._reap_oldest()
+            pos = ring.try_publish(self._seg, self.index, ref)
+            # A broadcast ring may just have dropped its oldest frame for slow
+            # subscribers (SPEC.md §5.4): if it was ours, reaping frees the slot now.
+            # (A work queue's next slot is its oldest frame's, which _reap_oldest took.)
+            if pos is None and self._seg.broadcast and self.reap():
+                pos = ring.try_publish(self._seg, self.index, ref)
+            return pos
+
+        return ref, attempt
+
+    def _enqueue(self, pos: int, frame_id: int, allocs: list[Allocation], keep: object,
+                 on_reclaim: Callable[[], None] | None = None) -> int:
+        """The frame published at ``pos`` is in flight until its release is reaped."""
         self._next_id += 1
-        self._in_flight[pos] = (allocs + (lent or []), keep, on_reclaim)
+        self._in_flight[pos] = (allocs, keep, on_reclaim)
         return frame_id
+
+    def _free(self, allocs: list[Allocation]) -> None:
+        for a in allocs:
+            self._pool.free(a)
 
     def reap(self) -> int:
         """Reclaims the memory of released frames; returns how many."""
@@ -272,12 +339,23 @@ class Producer:
     def drain(self, timeout: float | None = None) -> None:
         """Waits until every published frame was released (TIMEOUT otherwise)."""
         self._check_open()
+        ring.wait_for(self._seg, "space", self._drained, timeout)
 
-        def attempt() -> bool | None:
-            self.reap()
-            return None if self._in_flight else True
+    async def drain_async(self, timeout: float | None = None) -> None:
+        """``drain`` for asyncio: the event loop sleeps on this producer's doorbell
+        until the releases come (TIMEOUT after ``timeout`` seconds)."""
+        self._check_open()
+        await wait_async(self._seg, self._doorbell(), "space", self._drained, timeout)
 
-        ring.wait_for(self._seg, "space", attempt, timeout)
+    def _drained(self) -> bool | None:
+        """True once every frame in flight was released and reclaimed, else None."""
+        self.reap()
+        return None if self._in_flight else True
+
+    def _doorbell(self) -> Bell:
+        if self._bell is None:
+            self._bell = Bell(self._seg, self.index)
+        return self._bell
 
     @property
     def subscribers(self) -> int:
@@ -314,8 +392,10 @@ class Producer:
         seg, self._closed = self._seg, True
         if self._channel is not None:
             self._channel.close()
-        if not detach(seg, self.index, self.generation):
+        if not detach(seg, self.index, self.generation):  # clears the doorbell bits first
             self._pool.unlink()  # our entry was taken: nobody else will unlink our arenas
+        if self._bell is not None:
+            self._bell.close()
         self._pool.close()
         seg.close()
 
@@ -329,3 +409,9 @@ class Producer:
 def _left(deadline: float | None) -> float | None:
     """Seconds until ``deadline`` (None: no limit), never below 0."""
     return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+
+def _short_at_timeout(short: GpuringError, in_flight: int) -> GpuringError:
+    """Shared memory was still short when a wait for releases timed out: its own code, and why."""
+    why = str(short).partition(": ")[2]
+    return GpuringError(short.code, f"{why}; {in_flight} frames of this producer were still unreleased at the timeout")
