@@ -48,8 +48,9 @@ async def _until(check, seconds: float = 10.0) -> bool:
     return check()
 
 
-def test_publish_async_on_a_full_ring_sleeps_on_the_doorbell_while_other_tasks_run_and_a_consumers_releases_wake_it(ring_name):
-    ring = Ring.create(ring_name, slots=4)
+@pytest.mark.parametrize("delivery", ["each", "all"])
+def test_publish_async_on_a_full_ring_sleeps_on_the_doorbell_while_other_tasks_run_and_a_consumers_releases_wake_it(ring_name, delivery):
+    ring = Ring.create(ring_name, slots=4, delivery=delivery)  # "all": the child is a subscriber that blocks producers
     child = _python_consumer(ring_name, 12)
 
     async def produce(producer: Producer) -> tuple[list[int], int]:
