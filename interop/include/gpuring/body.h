@@ -109,9 +109,9 @@ GPR_INLINE int gpr_utf8_ok(const uint8_t *p, uint64_t n) {
       i++;
       continue;
     }
-    uint32_t need = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : 4;
-    if (need == 4 || n - i <= need) return 0; /* bad lead byte, or truncated */
-    uint32_t cp = need == 0 ? c : need == 1 ? (c & 0x1Fu) : need == 2 ? (c & 0x0Fu) : (c & 0x07u);
+    uint32_t need = (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : 4;
+    if (need == 4 || n - i <= need) return 0; /* bad lead byte (a lone continuation among them), or truncated */
+    uint32_t cp = need == 1 ? (c & 0x1Fu) : need == 2 ? (c & 0x0Fu) : (c & 0x07u);
     for (uint32_t k = 1; k <= need; k++) {
       if ((p[i + k] & 0xC0) != 0x80) return 0;
       cp = (cp << 6) | (p[i + k] & 0x3Fu);
