@@ -59,12 +59,13 @@ const WARM_UP = LATENCY_WARMUP;
 interface ProducerTimes {
   openMicros: number;
   publishCalls: number[];
+  describeCalls: number[];
 }
 async function publishToVisible(bytes: number, frames: number, spin: number, mode = 'describe'): Promise<{ cold: number; coldMap: number; producer: ProducerTimes; latencies: number[]; received: number[]; open: number; opens: number[]; gapUs: number }> {
   return withRing('bench-ptv', { slots: 8 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
     const producer = spawn(process.execPath, ['--import', 'tsx', join(root, 'bench/stamp-producer.ts'), name, String(bytes), String(WARM_UP), String(frames), mode], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    let times: ProducerTimes = { openMicros: NaN, publishCalls: [] };
+    let times: ProducerTimes = { openMicros: NaN, publishCalls: [], describeCalls: [] };
     producer.once('message', (m: ProducerTimes) => (times = m));
     const latencies: number[] = [];
     const received: number[] = [];
@@ -116,6 +117,7 @@ async function publishToVisibleRecords(bytes: number): Promise<BenchRecord[]> {
     compare(label, 'cached p50, prepared frame, consumer spinning', 'µs', median(prepared.latencies.slice(1)), base, staging, false),
     compare(label, 'cached p99, prepared frame, consumer spinning', 'µs', percentile(prepared.latencies.slice(1), 99), base, staging, false),
     // Where each frame's time goes: the producer's publish call, the hand-off until next() resolves, then mapDevice() (IpcHandleCache hit).
+    compare(label, 'cached p50, consumer spinning: describing the frame before the call (deviceBufferDescriptor, a known allocation)', 'µs', median(spinning.producer.describeCalls.slice(1)), base, staging, false),
     compare(label, 'cached p50, consumer spinning: publishFrame() call', 'µs', median(spinning.producer.publishCalls.slice(1)), base, staging, false),
     compare(label, 'cached p50, consumer spinning: until next() resolves', 'µs', median(spinning.received.slice(1)), base, staging, false),
     compare(label, 'cached p50, prepared frame, consumer spinning: publish() call', 'µs', median(prepared.producer.publishCalls.slice(1)), base, staging, false),
@@ -137,6 +139,11 @@ async function freshAllocationRecords(bytes: number): Promise<BenchRecord[]> {
     compare(label, 'pool memory: publish-to-visible p50', 'µs', median(pool.latencies.slice(1)), base, median(legacy.latencies.slice(1)), false),
     compare(label, 'pool memory: mapDevice (cuMemPoolImportPointer) p50', 'µs', median(pool.opens.slice(1)), base, median(legacy.opens.slice(1)), false),
     compare(label, 'pool memory: one-time pool import (first frame, mapDevice)', 'µs', pool.opens[0]!, base, median(legacy.opens.slice(1)), false),
+    // Where a new allocation's time goes: describing it before the publish call (the producer exports it:
+    // cuMemPoolExportPointer, or cuIpcGetMemHandle), the publishFrame() call, the hand-off until next() resolves; mapDevice() is above.
+    compare(label, 'pool memory: describing it before the publish call (deviceBufferDescriptor: cuMemPoolExportPointer) p50', 'µs', median(pool.producer.describeCalls.slice(1)), base, median(legacy.producer.describeCalls.slice(1)), false),
+    compare(label, 'pool memory: publishFrame() call p50', 'µs', median(pool.producer.publishCalls.slice(1)), base, median(legacy.producer.publishCalls.slice(1)), false),
+    compare(label, 'pool memory: until next() resolves p50', 'µs', median(pool.received.slice(1)), base, median(legacy.received.slice(1)), false),
   ];
 }
 

@@ -15,7 +15,9 @@
  * exportable pool), freed once released: what a consumer pays to open memory it has not
  * seen, legacy IPC against pool import. Like every benchmark it runs the compiled
  * package (dist/), which is what users run. At the end it sends the parent (IPC)
- * how long Producer.open() took and each measured frame's publish call, tag to return.
+ * how long Producer.open() took, each measured frame's publish call (tag to return) and,
+ * unless prepared, the describing before it (deviceBufferDescriptor: the export of the
+ * allocation, made anew for a new allocation, looked up for a known one).
  */
 import { absentBuffer, DeviceBuffer, deviceBufferDescriptor, Producer } from '../dist/index.js';
 import { HANDLE_BYTES } from '../dist/codec/layout.js';
@@ -42,17 +44,20 @@ const describe = (buf: DeviceBuffer) => ({
 // A prepared run warms up on a prepared frame too, so the measured frames run the code V8 optimized for them.
 const prepared = mode === 'prepared' ? [producer.prepare(describe(warmUp)), producer.prepare(describe(measured))] : null;
 const publishCalls: number[] = [];
+const describeCalls: number[] = [];
 for (let i = 0; i < warmUpFrames + Number(framesArg); i++) {
   const measuring = i >= warmUpFrames;
   const buf = fresh && measuring ? DeviceBuffer.alloc(measured.byteLength, { pool: mode === 'fresh-pool' }) : null;
+  const describing = process.hrtime.bigint();
   const description = prepared ? null : describe(buf ?? (measuring ? measured : warmUp));
   const tag = process.hrtime.bigint();
   await (description ? producer.publishFrame(description, { tag }) : prepared![measuring ? 1 : 0]!.publish({ tag }));
   if (measuring) publishCalls.push(Number(process.hrtime.bigint() - tag) / 1000);
+  if (measuring && description) describeCalls.push(Number(tag - describing) / 1000);
   await producer.drain();
   buf?.free();
 }
-process.send?.({ openMicros, publishCalls });
+process.send?.({ openMicros, publishCalls, describeCalls });
 producer.close();
 warmUp.free();
 measured.free();
