@@ -250,13 +250,15 @@ def _release_with_a_stream(ring_name, child, stream, scratch):
         assert float(total) == sum(_expected()[0])
 
 
-def test_a_consumer_keeps_up_with_a_producer_that_frees_and_reuses_device_memory(ring_name):
+@pytest.mark.parametrize("memory", ["recycled", "recycled-pool"])
+def test_a_consumer_keeps_up_with_a_producer_that_frees_and_reuses_device_memory(ring_name, memory):
     """Each frame's memory is freed once released and the next allocation reuses
     it. Idle cached mappings of freed memory make the driver refuse the new one
-    (CUDA_ERROR_ALREADY_MAPPED) unless they are closed."""
+    (CUDA_ERROR_ALREADY_MAPPED) unless they are closed. Pool memory: the producer
+    exports each new allocation afresh, though an earlier one had its address."""
     frames = 300
     Ring.create(ring_name, slots=64).close()
-    child = python_child("device_produce", ring_name, "recycled", str(frames))
+    child = python_child("device_produce", ring_name, memory, str(frames))
     assert json.loads(child.stdout.readline())["published"] == 1
     with Consumer.open(ring_name) as consumer:
         for i in range(frames):
@@ -296,6 +298,28 @@ def test_the_same_array_published_again_and_again_describes_its_memory_each_time
             producer.drain(timeout=5)
     assert len(handles) == 1
     assert len(events) <= 2, f"{len(events)} events for 8 frames, one in flight at a time"
+
+
+def test_the_same_pool_array_published_again_and_again_keeps_its_export(ring_name):
+    """Pool memory published frame after frame (one allocation of a caching
+    allocator): each frame names it by the same export data, pool and offset, and
+    shows the values it had when published."""
+    frames = 12
+    Ring.create(ring_name).close()
+    child = python_child("device_produce", ring_name, "same-pool", str(frames))
+    exports = set()
+    with Consumer.open(ring_name) as consumer:
+        for i in range(frames):
+            with consumer.next(timeout=30) as frame:
+                data = frame.description.columns[0].buffers[1]
+                assert data.kind == "cuda-pool", f"frame {i}"
+                exports.add((data.handle, data.pool_id, data.allocation_id, data.offset, data.length))
+                got = frame.to_cupy()["x"]
+                assert got.shape == ((1 << 20) - 1024,) and bool((got == i + 0.25).all()), f"frame {i}"
+                del got
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert len(exports) == 1, exports
 
 
 def test_a_producer_making_a_new_event_per_frame_is_read_in_order_through_a_bounded_set_of_opened_events(ring_name):

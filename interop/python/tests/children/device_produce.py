@@ -15,6 +15,11 @@ LIBRARY torch-async-pool: the torch columns from PyTorch's cudaMallocAsync backe
 LIBRARY recycled: ROWS frames, frame i a fresh int32 column of 1000 + 4096 * (i % 7)
   values all i, allocated with cudaMalloc (no CuPy pool) and freed once released, so
   later allocations reuse the memory of frames consumers have seen (many in flight).
+LIBRARY recycled-pool: the same, each column a new allocation of gpuring.exportable_pool()
+  (CuPy's MemoryAsyncPool), so later allocations reuse the addresses of earlier ones.
+LIBRARY same-pool: ROWS frames of one array of gpuring.exportable_pool() memory, 1 << 20
+  float32 from its 1024th on, frame i all i + 0.25, each published once the one before
+  was released (the same allocation every frame, as a caching allocator hands back).
 LIBRARY fresh-events: ROWS frames of one float32 column "x", frame i all i + 0.5, each
   written behind a stall kernel (so it carries an event) and with a new interprocess
   event of its own: this producer never reuses one (SPEC.md §9a says to pool them).
@@ -44,9 +49,27 @@ if library == "fresh-events":
                 print(json.dumps({"published": 1}), flush=True)
             producer.drain(timeout=60)
     sys.exit(0)
-if library == "recycled":
+if library == "same-pool":
     import cupy as xp
-    xp.cuda.set_allocator(None)
+    import gpuring
+    gpuring.exportable_pool(0)
+    xp.cuda.set_allocator(xp.cuda.MemoryAsyncPool().malloc)
+    x = xp.empty(1 << 20, dtype=xp.float32)
+    with Producer.open(name) as producer:
+        for i in range(rows):
+            x.fill(i + 0.25)
+            xp.cuda.Device().synchronize()
+            producer.publish({"x": x[1024:]})
+            producer.drain(timeout=60)
+    sys.exit(0)
+if library in ("recycled", "recycled-pool"):
+    import cupy as xp
+    if library == "recycled-pool":
+        import gpuring
+        gpuring.exportable_pool(0)
+        xp.cuda.set_allocator(xp.cuda.MemoryAsyncPool().malloc)
+    else:
+        xp.cuda.set_allocator(None)
     with Producer.open(name) as producer:
         for i in range(rows):
             producer.publish({"x": xp.full(1000 + 4096 * (i % 7), i, dtype=xp.int32)})
