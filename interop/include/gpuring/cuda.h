@@ -523,7 +523,11 @@ GPR_INLINE int gpr_cuda_describe_vmm(const gpr_cuda *d, const gpr_cuda_vmm_shape
  * exportable stream-ordered pool: described as cuda-pool (SPEC.md §9b), and
  * the producer's descriptor channel served from then on. Keep freed memory in
  * such a pool (a high CU_MEMPOOL_ATTR_RELEASE_THRESHOLD): consumers then
- * import each allocation in microseconds. */
+ * import each allocation in microseconds. Each call exports pool memory
+ * afresh (cuMemPoolExportPointer: about 12 us at 1 MiB, 70 us at 256 MiB on
+ * an H200 host), so a producer publishing the same allocation again keeps
+ * the descriptor it got (only offset and length change within it); a new
+ * allocation needs a new call, even at a freed one's address. */
 GPR_INLINE int gpr_cuda_describe_for(const gpr_cuda *d, gpr_producer *p, CUdeviceptr ptr, uint64_t length,
                                      gpr_body_buffer *out, gpr_error *err) {
   gpr_cuda_vmm_shape span = {0, 0, 0, 0, 0};
