@@ -4,8 +4,11 @@
                          process.hrtime), waiting for each release before the next
   rate NAME N BYTES      publishes N frames of that column as fast as the ring takes
                          them, then waits for every release
+  latency-prepared, rate-prepared   the same, the column prepared once (Producer.prepare)
 Each publish describes the array afresh (export, event record), as a producer
-of new arrays would; the allocation stays the same, as in a caching allocator."""
+of new arrays would; the allocation stays the same, as in a caching allocator.
+A prepared frame is described and encoded once; each publish only records the
+event when the stream is busy."""
 import sys
 import time
 
@@ -17,8 +20,10 @@ mode, name, n, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4
 x = cp.arange(size // 4, dtype=cp.float32)
 cp.cuda.Device().synchronize()
 with Producer.open(name) as producer:
+    publish = producer.prepare({"x": x}).publish if mode.endswith("-prepared") else (
+        lambda user_tag: producer.publish({"x": x}, user_tag=user_tag))
     for _ in range(n):
-        producer.publish({"x": x}, user_tag=time.monotonic_ns())
-        if mode == "latency":
+        publish(user_tag=time.monotonic_ns())
+        if mode.startswith("latency"):
             producer.drain()
     producer.drain()

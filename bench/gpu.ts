@@ -153,16 +153,16 @@ function stagingMicros(bytes: number): number {
 }
 
 /** A CuPy producer process (bench/cupy_producer.py) publishing `frames` frames of `bytes`. */
-function cupyProducer(mode: 'latency' | 'rate', name: string, frames: number, bytes: number) {
+function cupyProducer(mode: 'latency' | 'latency-prepared' | 'rate', name: string, frames: number, bytes: number) {
   const env = { ...process.env, PYTHONPATH: join(root, 'interop/python/src') };
   return spawn('python3', [join(root, 'bench/cupy_producer.py'), mode, name, String(frames), String(bytes)], { stdio: ['ignore', 'inherit', 'inherit'], env });
 }
 
-/** Python CuPy producer to this Node consumer: hand-off latency (spinning consumer) and frames/s. */
-async function cupyToNode(bytes: number): Promise<BenchRecord[]> {
-  const latencies = await withRing('bench-cupy', { slots: 64 }, async (_ring, name) => {
+/** Hand-off latencies, µs, from the CuPy producer (publishing the array each frame, or a prepared frame) to this spinning consumer. */
+async function cupyLatency(bytes: number, mode: 'latency' | 'latency-prepared'): Promise<number[]> {
+  return withRing('bench-cupy', { slots: 64 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const producer = cupyProducer('latency', name, 501, bytes);
+    const producer = cupyProducer(mode, name, 501, bytes);
     const times: number[] = [];
     for (let i = 0; i < 501; i++) {
       const f = await consumer.next({ timeout: 60_000, spin: i ? 20_000 : 0 });
@@ -174,6 +174,12 @@ async function cupyToNode(bytes: number): Promise<BenchRecord[]> {
     await new Promise((r) => producer.on('exit', r));
     return times.slice(1); // frame 0 opened the allocation
   });
+}
+
+/** Python CuPy producer to this Node consumer: hand-off latency (spinning consumer) and frames/s. */
+async function cupyToNode(bytes: number): Promise<BenchRecord[]> {
+  const latencies = await cupyLatency(bytes, 'latency');
+  const prepared = await cupyLatency(bytes, 'latency-prepared');
   const frames = 20_000;
   const seconds = await withRing('bench-cupy-rate', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
@@ -198,6 +204,8 @@ async function cupyToNode(bytes: number): Promise<BenchRecord[]> {
   return [
     compare(label, 'latency p50', 'µs', median(latencies), base, staging, false),
     compare(label, 'latency p99', 'µs', percentile(latencies, 99), base, staging, false),
+    compare(label, 'latency p50, prepared once (Producer.prepare)', 'µs', median(prepared), base, staging, false),
+    compare(label, 'latency p50, prepared once (Producer.prepare)', 'µs', median(prepared), 'publishing the array each frame, same run', median(latencies), false),
     compare(label, 'rate', 'frames/s', (frames - 1) / seconds, `${base}, one frame at a time`, 1e6 / staging, true),
   ];
 }

@@ -322,6 +322,35 @@ def test_the_same_pool_array_published_again_and_again_keeps_its_export(ring_nam
     assert len(exports) == 1, exports
 
 
+@pytest.mark.parametrize("memory", ["prepared", "prepared-pool"])
+def test_a_prepared_frame_published_again_carries_each_publishs_values_and_event(ring_name, memory):
+    """Producer.prepare describes and encodes the arrays once; each publish orders
+    its frame after the writes still running then (an event), so every frame shows
+    the values written before its own publish, through the same export."""
+    frames = 10
+    Ring.create(ring_name).close()
+    child = python_child("device_produce", ring_name, memory, str(frames))
+    exports, events = set(), set()
+    kind = "cuda-pool" if memory == "prepared-pool" else "cuda-ipc"
+    with Consumer.open(ring_name) as consumer:
+        for i in range(frames):
+            with consumer.next(timeout=30) as frame:
+                d = frame.description
+                assert frame.user_tag == i and d.sync_kind == 2, f"frame {i}"
+                events.add(d.sync_handle)
+                x_buffer = d.columns[0].buffers[1]
+                assert x_buffer.kind == kind, f"frame {i}"
+                exports.add((x_buffer.handle, x_buffer.offset, x_buffer.length))
+                got = frame.to_cupy()
+                assert got["x"].shape == (4096,) and bool((got["x"] == i + 0.25).all()), f"frame {i}"
+                assert got["m"].shape == (4096, 3) and bool((got["m"] == i).all()), f"frame {i}"
+                del got
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert len(exports) == 1, exports
+    assert len(events) <= 2, f"{len(events)} events for {frames} frames, one in flight at a time"
+
+
 def test_a_producer_making_a_new_event_per_frame_is_read_in_order_through_a_bounded_set_of_opened_events(ring_name):
     """A producer that makes a new interprocess event for every frame (SPEC.md
     §9a says to pool them; a program written without gpuring may not): each

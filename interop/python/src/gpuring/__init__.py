@@ -18,10 +18,11 @@ from .description import BufferDescriptor, ColumnDescriptor, FrameDescription, f
 from .errors import ERROR_CODES, GpuringError
 from .frame import Frame
 from .pool_memory import exportable_pool
+from .prepared_frame import PreparedFrame
 from .producer import Producer
 from .ring import Ring
 
-__all__ = ["Ring", "Producer", "Consumer", "Frame", "DeviceColumn", "GpuringError", "ERROR_CODES", "encode_frame",
+__all__ = ["Ring", "Producer", "Consumer", "Frame", "PreparedFrame", "DeviceColumn", "GpuringError", "ERROR_CODES", "encode_frame",
            "decode_frame", "FrameDescription", "ColumnDescriptor", "BufferDescriptor", "to_json", "from_json",
            "exportable_pool"]
 __version__ = "0.1.0"

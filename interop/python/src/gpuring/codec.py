@@ -180,9 +180,21 @@ def with_buffers(body: bytes, d: FrameDescription) -> bytes:
                           b.offset, b.length, b.allocation_id, b.pool_id if b.kind == "cuda-pool" else 0,
                           bytes(8), b.handle)
         buffers_at += BUFFER_BYTES
-    _SYNC.pack_into(out, H["sync_kind"], d.sync_kind)
-    out[H["sync_handle"]:H["sync_handle"] + HANDLE_BYTES] = d.sync_handle
+    _put_sync(out, d.sync_kind, d.sync_handle)
     return bytes(out)
+
+
+def with_sync(body: bytes, sync_kind: int, sync_handle: bytes) -> bytes:
+    """``body`` ordered by another event (or none: kind 0, handle zero); a
+    prepared frame's body gets each publish's event this way."""
+    out = bytearray(body)
+    _put_sync(out, sync_kind, sync_handle)
+    return bytes(out)
+
+
+def _put_sync(out: bytearray, sync_kind: int, sync_handle: bytes) -> None:
+    _SYNC.pack_into(out, H["sync_kind"], sync_kind)
+    out[H["sync_handle"]:H["sync_handle"] + HANDLE_BYTES] = sync_handle
 
 
 def _invalid(what: str) -> GpuringError:

@@ -24,7 +24,7 @@ from .vmm_memory import SPANS, is_vmm, span_handle
 
 if TYPE_CHECKING:
     from .frame import Frame, Lease
-from .layout import SYNC_CUDA_EVENT
+from .layout import HANDLE_BYTES, SYNC_CUDA_EVENT
 
 _FORMATS = {"i1": "c", "u1": "C", "i2": "s", "u2": "S", "i4": "i", "u4": "I", "i8": "l", "u8": "L",
             "f2": "e", "f4": "f", "f8": "g"}
@@ -201,9 +201,20 @@ class _Exporter:
                                 offset=c.offset, children=children)
 
 
-def describe_device(data: object, stream: object = None) -> tuple[FrameDescription, object]:
-    """A description of device columns, and what the producer must keep alive
-    until the frame is released (the arrays and the event)."""
+@dataclass
+class DeviceLayout:
+    """Device columns described once: the description (without an ordering event),
+    the streams their data was written on, the device, the arrays themselves and the
+    VMM spans exported for them (released with the frame, or the prepared frame)."""
+    description: FrameDescription
+    streams: list[int]
+    ordinal: int | None
+    arrays: list[Any]
+    spans: list[int]
+
+
+def layout_device(data: object, stream: object = None) -> DeviceLayout:
+    """``data``'s device columns described, with no event recorded yet (order_after)."""
     if not isinstance(data, dict) or not data:
         raise GpuringError("INVALID_ARGUMENT", "device columns are published as a non-empty dict of name: array")
     ex = _Exporter()
@@ -213,23 +224,39 @@ def describe_device(data: object, stream: object = None) -> tuple[FrameDescripti
         raise GpuringError("INVALID_ARGUMENT", f"columns have different lengths: {sorted(rows)}")
     if stream is not None:
         ex.streams.add(cu.stream_handle(stream))
-    description = FrameDescription(rows.pop(), columns)
+    return DeviceLayout(FrameDescription(rows.pop(), columns), sorted(ex.streams), ex.ordinal, list(data.values()),
+                        ex.spans)
+
+
+def order_after(description: FrameDescription, streams: list[int], ordinal: int | None) -> list[ctypes.c_void_p]:
+    """Readers wait on one event that follows the work queued now on ``streams``
+    (the legacy default stream, 1, when none is named): recorded, and named in
+    ``description``'s sync fields, only when some stream has work left; otherwise
+    the data is complete and the description says "no event" (SPEC.md §9a), so
+    readers have nothing to open or wait on. The events, to recycle once the frame
+    is reclaimed."""
+    description.sync_kind, description.sync_handle = 0, bytes(HANDLE_BYTES)
+    if ordinal is None:
+        return []
     events: list[ctypes.c_void_p] = []
-    if ex.ordinal is not None:
-        # Readers wait on one event that follows the work still queued on the
-        # streams the data came from (the legacy default stream, 1, when none was
-        # named). When none has any, the data is complete: no event (SPEC.md §9a),
-        # and readers have nothing to open or wait on.
-        with cu.primary_context(ex.ordinal):
-            busy = [s for s in sorted(ex.streams) or [1] if not cu.stream_idle(s)]
-            if busy:
-                for s in busy[:-1]:
-                    events.append(cu.record_ipc_event(s, ex.ordinal)[0])
-                    cu.call("cuStreamWaitEvent", ctypes.c_void_p(busy[-1]), events[-1], 0)
-                event, handle = cu.record_ipc_event(busy[-1], ex.ordinal)
-                events.append(event)
-                description.sync_kind, description.sync_handle = SYNC_CUDA_EVENT, handle
-    return description, _KeepAlive(list(data.values()), ex.ordinal, events, ex.spans)
+    with cu.primary_context(ordinal):
+        busy = [s for s in streams or [1] if not cu.stream_idle(s)]
+        if busy:
+            for s in busy[:-1]:
+                events.append(cu.record_ipc_event(s, ordinal)[0])
+                cu.call("cuStreamWaitEvent", ctypes.c_void_p(busy[-1]), events[-1], 0)
+            event, handle = cu.record_ipc_event(busy[-1], ordinal)
+            events.append(event)
+            description.sync_kind, description.sync_handle = SYNC_CUDA_EVENT, handle
+    return events
+
+
+def describe_device(data: object, stream: object = None) -> tuple[FrameDescription, object]:
+    """A description of device columns, and what the producer must keep alive
+    until the frame is released (the arrays and the event)."""
+    layout = layout_device(data, stream)
+    events = order_after(layout.description, layout.streams, layout.ordinal)
+    return layout.description, _KeepAlive(layout.arrays, layout.ordinal, events, layout.spans)
 
 
 class _KeepAlive:

@@ -52,6 +52,7 @@ MEMORY_SHORT = ("NO_SPACE", "OUT_OF_MEMORY")
 
 if TYPE_CHECKING:
     from .pool_memory import DescriptorChannel
+    from .prepared_frame import PreparedFrame
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,20 @@ class Producer:
             self._free(allocs)
             raise
         return self._enqueue(pos, ref.frame_id, allocs, keep)
+
+    def prepare(self, data: object, *, stream: object = None) -> PreparedFrame:
+        """Device columns (a dict of name: array, as ``publish`` takes them)
+        described and encoded once, to publish again and again with
+        ``PreparedFrame.publish``: for arrays that stay where they are from frame
+        to frame (see gpuring.prepared_frame for the ownership and ordering rules).
+        Host columns cannot be prepared: each frame of them is a copy."""
+        self._check_open()
+        if not _is_device(data):
+            raise GpuringError("INVALID_ARGUMENT", "prepare() takes device columns (CuPy, PyTorch, DLPack on CUDA, "
+                               "DeviceColumn); host columns are copied at every publish")
+        from .device_columns import layout_device
+        from .prepared_frame import PreparedFrame
+        return PreparedFrame(self, layout_device(data, stream))
 
     def _encode(self, data: object, device: int | None, stream: object,
                 alloc: Callable[[int], Allocation]) -> tuple[bytes, list[Allocation], object, FrameDescription | None]:

@@ -20,6 +20,11 @@ LIBRARY recycled-pool: the same, each column a new allocation of gpuring.exporta
 LIBRARY same-pool: ROWS frames of one array of gpuring.exportable_pool() memory, 1 << 20
   float32 from its 1024th on, frame i all i + 0.25, each published once the one before
   was released (the same allocation every frame, as a caching allocator hands back).
+LIBRARY prepared, prepared-pool: ROWS frames of one PreparedFrame (Producer.prepare) of
+  x: 4096 float32 from the 1024th of 5120 on, and m: a 4096 x 3 int32 matrix; before frame i
+  both are filled (x with i + 0.25, m with i) behind a 20 ms stall, so each publish
+  orders its frame after writes still running. Memory of CuPy's default pool
+  (cuda-ipc), or with prepared-pool of gpuring.exportable_pool() (cuda-pool).
 LIBRARY fresh-events: ROWS frames of one float32 column "x", frame i all i + 0.5, each
   written behind a stall kernel (so it carries an event) and with a new interprocess
   event of its own: this producer never reuses one (SPEC.md §9a says to pool them).
@@ -47,6 +52,28 @@ if library == "fresh-events":
             producer.publish({"x": x})
             if i == 0:
                 print(json.dumps({"published": 1}), flush=True)
+            producer.drain(timeout=60)
+    sys.exit(0)
+if library in ("prepared", "prepared-pool"):
+    import cupy as xp
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from cuda_stall import load_stall_and_fill, stall
+    if library == "prepared-pool":
+        import gpuring
+        gpuring.exportable_pool(0)
+        xp.cuda.set_allocator(xp.cuda.MemoryAsyncPool().malloc)
+    load_stall_and_fill()
+    x = xp.empty(5120, dtype=xp.float32)
+    m = xp.empty((4096, 3), dtype=xp.int32)
+    m.fill(-1)  # loads the int32 fill now (not 0: that is a memset), as load_stall_and_fill does the float32 one
+    xp.cuda.Device().synchronize()
+    with Producer.open(name) as producer:
+        prepared = producer.prepare({"x": x[1024:], "m": m})
+        for i in range(rows):
+            stall(20)
+            x.fill(i + 0.25)
+            m.fill(i)
+            prepared.publish(user_tag=i)
             producer.drain(timeout=60)
     sys.exit(0)
 if library == "same-pool":
