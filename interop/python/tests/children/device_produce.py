@@ -37,6 +37,16 @@ from pathlib import Path
 from gpuring import Producer
 
 name, library, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+
+def allocate_from_exportable_pool() -> None:
+    """CuPy allocates from the device's current pool, made exportable (cuda-pool)."""
+    import cupy
+    import gpuring
+    gpuring.exportable_pool(0)
+    cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)
+
+
 if library == "fresh-events":
     import cupy as xp
     from gpuring import cuda_driver
@@ -59,9 +69,7 @@ if library in ("prepared", "prepared-pool"):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from cuda_stall import load_stall_and_fill, stall
     if library == "prepared-pool":
-        import gpuring
-        gpuring.exportable_pool(0)
-        xp.cuda.set_allocator(xp.cuda.MemoryAsyncPool().malloc)
+        allocate_from_exportable_pool()
     load_stall_and_fill()
     x = xp.empty(5120, dtype=xp.float32)
     m = xp.empty((4096, 3), dtype=xp.int32)
@@ -78,9 +86,7 @@ if library in ("prepared", "prepared-pool"):
     sys.exit(0)
 if library == "same-pool":
     import cupy as xp
-    import gpuring
-    gpuring.exportable_pool(0)
-    xp.cuda.set_allocator(xp.cuda.MemoryAsyncPool().malloc)
+    allocate_from_exportable_pool()
     x = xp.empty(1 << 20, dtype=xp.float32)
     with Producer.open(name) as producer:
         for i in range(rows):
@@ -92,9 +98,7 @@ if library == "same-pool":
 if library in ("recycled", "recycled-pool"):
     import cupy as xp
     if library == "recycled-pool":
-        import gpuring
-        gpuring.exportable_pool(0)
-        xp.cuda.set_allocator(xp.cuda.MemoryAsyncPool().malloc)
+        allocate_from_exportable_pool()
     else:
         xp.cuda.set_allocator(None)
     with Producer.open(name) as producer:
@@ -107,9 +111,7 @@ if library in ("recycled", "recycled-pool"):
 if library in ("cupy", "cupy-async-pool"):
     import cupy as xp
     if library == "cupy-async-pool":
-        import gpuring
-        gpuring.exportable_pool(0)
-        xp.cuda.set_allocator(xp.cuda.MemoryAsyncPool().malloc)
+        allocate_from_exportable_pool()
     x = xp.arange(rows, dtype=xp.float32) * 0.5
     m = (xp.arange(rows, dtype=xp.int32)[:, None] * 10 + xp.arange(3, dtype=xp.int32)[None, :])
 elif library == "cudf-style":
