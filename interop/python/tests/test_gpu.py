@@ -322,7 +322,7 @@ def test_the_same_pool_array_published_again_and_again_keeps_its_export(ring_nam
     assert len(exports) == 1, exports
 
 
-@pytest.mark.parametrize("memory", ["prepared", "prepared-pool"])
+@pytest.mark.parametrize("memory", ["prepared", "prepared-pool", "prepared-async"])
 def test_a_prepared_frame_published_again_carries_each_publishs_values_and_event(ring_name, memory):
     """Producer.prepare describes and encodes the arrays once; each publish orders
     its frame after the writes still running then (an event), so every frame shows

@@ -31,7 +31,7 @@ from .device_columns import DeviceLayout, _KeepAlive, order_after
 from .vmm_memory import SPANS
 
 if TYPE_CHECKING:
-    from .producer import Producer
+    from .producer import Encoded, Producer
 
 
 class PreparedFrame:
@@ -49,13 +49,23 @@ class PreparedFrame:
         the frame id. ``stream``: one more stream to order the frame after."""
         self._producer._check_open()
         deadline = deadline_after(timeout)
+        body, _, keep, d = self._ordered(stream)
+        return self._producer._publish(body, [], keep, deadline, block, user_tag, d)
+
+    async def publish_async(self, *, timeout: float | None = None, user_tag: int = 0, stream: object = None) -> int:
+        """``publish`` for asyncio, as ``Producer.publish_async``: where the ring is
+        full the event loop sleeps on the producer's doorbell until releases come."""
+        self._producer._check_open()
+        return await self._producer._publish_async(lambda: self._ordered(stream), user_tag, deadline_after(timeout))
+
+    def _ordered(self, stream: object) -> Encoded:
+        """The body ordered after the work queued now (see order_after), and what its frame keeps."""
         layout = self._layout
         streams = layout.streams if stream is None else sorted({*layout.streams, cu.stream_handle(stream)})
         d = layout.description
         events = order_after(d, streams, layout.ordinal)
         body = with_sync(self._body, d.sync_kind, d.sync_handle) if events else self._body
-        keep = _KeepAlive([self], layout.ordinal, events, [])
-        return self._producer._publish(body, [], keep, deadline, block, user_tag, d)
+        return body, [], _KeepAlive([self], layout.ordinal, events, []), d
 
     def __del__(self) -> None:
         for span in self._layout.spans:

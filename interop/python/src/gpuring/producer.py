@@ -26,7 +26,7 @@ from __future__ import annotations
 import numbers
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import broadcast
 from . import layout as L
@@ -53,6 +53,11 @@ MEMORY_SHORT = ("NO_SPACE", "OUT_OF_MEMORY")
 if TYPE_CHECKING:
     from .pool_memory import DescriptorChannel
     from .prepared_frame import PreparedFrame
+
+
+# A frame ready to stage: its body, the allocations its host columns were copied
+# into, what device data to keep alive, and its description where it names device memory.
+Encoded = tuple[bytes, list[Allocation], object, Optional[FrameDescription]]
 
 
 @dataclass(frozen=True)
@@ -141,10 +146,15 @@ class Producer:
         after ``timeout`` seconds (None: no limit); a task cancelled while it
         waits publishes nothing. One task at a time."""
         self._check_open()
-        deadline = deadline_after(timeout)
+        return await self._publish_async(lambda: self._encode(data, device, stream, lambda n: self._alloc(n, None, False)),
+                                         user_tag, deadline_after(timeout))
+
+    async def _publish_async(self, encode: Callable[[], Encoded], user_tag: int, deadline: float | None) -> int:
+        """``publish_async`` of the frame ``encode`` makes (made again if shared
+        memory was short: it allocates nothing it does not return)."""
         while True:
             try:
-                body, allocs, keep, description = self._encode(data, device, stream, lambda n: self._alloc(n, None, False))
+                body, allocs, keep, description = encode()
                 ref, attempt = self._stage(body, allocs, None, False, user_tag, description)
                 break
             except GpuringError as e:
@@ -178,8 +188,7 @@ class Producer:
         from .prepared_frame import PreparedFrame
         return PreparedFrame(self, layout_device(data, stream))
 
-    def _encode(self, data: object, device: int | None, stream: object,
-                alloc: Callable[[int], Allocation]) -> tuple[bytes, list[Allocation], object, FrameDescription | None]:
+    def _encode(self, data: object, device: int | None, stream: object, alloc: Callable[[int], Allocation]) -> Encoded:
         """``data``'s body, the allocations its host columns were copied into
         (``alloc``), what device data to keep alive, and its description where
         it names device memory."""

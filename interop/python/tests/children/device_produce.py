@@ -24,7 +24,8 @@ LIBRARY prepared, prepared-pool: ROWS frames of one PreparedFrame (Producer.prep
   x: 4096 float32 from the 1024th of 5120 on, and m: a 4096 x 3 int32 matrix; before frame i
   both are filled (x with i + 0.25, m with i) behind a 20 ms stall, so each publish
   orders its frame after writes still running. Memory of CuPy's default pool
-  (cuda-ipc), or with prepared-pool of gpuring.exportable_pool() (cuda-pool).
+  (cuda-ipc), or with prepared-pool of gpuring.exportable_pool() (cuda-pool); with
+  prepared-async from an asyncio loop (publish_async, drain_async).
 LIBRARY fresh-events: ROWS frames of one float32 column "x", frame i all i + 0.5, each
   written behind a stall kernel (so it carries an event) and with a new interprocess
   event of its own: this producer never reuses one (SPEC.md §9a says to pool them).
@@ -64,7 +65,7 @@ if library == "fresh-events":
                 print(json.dumps({"published": 1}), flush=True)
             producer.drain(timeout=60)
     sys.exit(0)
-if library in ("prepared", "prepared-pool"):
+if library in ("prepared", "prepared-pool", "prepared-async"):
     import cupy as xp
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from cuda_stall import load_stall_and_fill, stall
@@ -75,14 +76,28 @@ if library in ("prepared", "prepared-pool"):
     m = xp.empty((4096, 3), dtype=xp.int32)
     m.fill(-1)  # loads the int32 fill now (not 0: that is a memset), as load_stall_and_fill does the float32 one
     xp.cuda.Device().synchronize()
+
+    def write(i: int) -> None:
+        stall(20)
+        x.fill(i + 0.25)
+        m.fill(i)
+
+    async def publish_all_async(producer, prepared) -> None:
+        for i in range(rows):
+            write(i)
+            await prepared.publish_async(user_tag=i)
+            await producer.drain_async(timeout=60)
+
     with Producer.open(name) as producer:
         prepared = producer.prepare({"x": x[1024:], "m": m})
-        for i in range(rows):
-            stall(20)
-            x.fill(i + 0.25)
-            m.fill(i)
-            prepared.publish(user_tag=i)
-            producer.drain(timeout=60)
+        if library == "prepared-async":
+            import asyncio
+            asyncio.run(publish_all_async(producer, prepared))
+        else:
+            for i in range(rows):
+                write(i)
+                prepared.publish(user_tag=i)
+                producer.drain(timeout=60)
     sys.exit(0)
 if library == "same-pool":
     import cupy as xp
