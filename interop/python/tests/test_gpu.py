@@ -35,7 +35,8 @@ def _expected():
 
 _ALLOC_CONF = {"torch-async-pool": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
                "torch-expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
-               "torch-expandable-big": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}
+               "torch-expandable-big": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+               "prepared-vmm": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}}
 _KIND = {"cupy-async-pool": "cuda-pool", "torch-async-pool": "cuda-pool", "torch-expandable": "cuda-vmm"}
 
 
@@ -322,16 +323,18 @@ def test_the_same_pool_array_published_again_and_again_keeps_its_export(ring_nam
     assert len(exports) == 1, exports
 
 
-@pytest.mark.parametrize("memory", ["prepared", "prepared-pool", "prepared-async"])
+@pytest.mark.parametrize("memory", ["prepared", "prepared-pool", "prepared-async", "prepared-vmm"])
 def test_a_prepared_frame_published_again_carries_each_publishs_values_and_event(ring_name, memory):
     """Producer.prepare describes and encodes the arrays once; each publish orders
     its frame after the writes still running then (an event), so every frame shows
     the values written before its own publish, through the same export."""
     frames = 10
+    if memory == "prepared-vmm":
+        pytest.importorskip("torch")
     Ring.create(ring_name).close()
-    child = python_child("device_produce", ring_name, memory, str(frames))
+    child = python_child("device_produce", ring_name, memory, str(frames), env=_ALLOC_CONF.get(memory, {}))
     exports, events = set(), set()
-    kind = "cuda-pool" if memory == "prepared-pool" else "cuda-ipc"
+    kind = {"prepared-pool": "cuda-pool", "prepared-vmm": "cuda-vmm"}.get(memory, "cuda-ipc")
     with Consumer.open(ring_name) as consumer:
         for i in range(frames):
             with consumer.next(timeout=30) as frame:

@@ -25,7 +25,9 @@ LIBRARY prepared, prepared-pool: ROWS frames of one PreparedFrame (Producer.prep
   both are filled (x with i + 0.25, m with i) behind a 20 ms stall, so each publish
   orders its frame after writes still running. Memory of CuPy's default pool
   (cuda-ipc), or with prepared-pool of gpuring.exportable_pool() (cuda-pool); with
-  prepared-async from an asyncio loop (publish_async, drain_async).
+  prepared-async from an asyncio loop (publish_async, drain_async); with prepared-vmm
+  both are PyTorch tensors of expandable segments (cuda-vmm; the test sets
+  PYTORCH_CUDA_ALLOC_CONF).
 LIBRARY fresh-events: ROWS frames of one float32 column "x", frame i all i + 0.5, each
   written behind a stall kernel (so it carries an event) and with a new interprocess
   event of its own: this producer never reuses one (SPEC.md §9a says to pool them).
@@ -65,22 +67,30 @@ if library == "fresh-events":
                 print(json.dumps({"published": 1}), flush=True)
             producer.drain(timeout=60)
     sys.exit(0)
-if library in ("prepared", "prepared-pool", "prepared-async"):
+if library.startswith("prepared"):
     import cupy as xp
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from cuda_stall import load_stall_and_fill, stall
     if library == "prepared-pool":
         allocate_from_exportable_pool()
     load_stall_and_fill()
-    x = xp.empty(5120, dtype=xp.float32)
-    m = xp.empty((4096, 3), dtype=xp.int32)
-    m.fill(-1)  # loads the int32 fill now (not 0: that is a memset), as load_stall_and_fill does the float32 one
+    if library == "prepared-vmm":
+        import torch
+        x = torch.empty(5120, dtype=torch.float32, device="cuda")
+        m = torch.empty((4096, 3), dtype=torch.int32, device="cuda")
+        fill = torch.Tensor.fill_
+    else:
+        x = xp.empty(5120, dtype=xp.float32)
+        m = xp.empty((4096, 3), dtype=xp.int32)
+        fill = type(x).fill
+    fill(x, -1.0)  # loads the fills now (not 0: that may be a memset): a first launch waits for the device to idle
+    fill(m, -1)
     xp.cuda.Device().synchronize()
 
     def write(i: int) -> None:
         stall(20)
-        x.fill(i + 0.25)
-        m.fill(i)
+        fill(x, i + 0.25)
+        fill(m, i)
 
     async def publish_all_async(producer, prepared) -> None:
         for i in range(rows):
