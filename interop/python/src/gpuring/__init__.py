@@ -22,7 +22,7 @@ from .prepared_frame import PreparedFrame
 from .producer import Producer
 from .ring import Ring
 
-__all__ = ["Ring", "Producer", "Consumer", "Frame", "PreparedFrame", "DeviceColumn", "GpuringError", "ERROR_CODES", "encode_frame",
-           "decode_frame", "FrameDescription", "ColumnDescriptor", "BufferDescriptor", "to_json", "from_json",
-           "exportable_pool"]
+__all__ = ["Ring", "Producer", "Consumer", "Frame", "PreparedFrame", "DeviceColumn", "GpuringError", "ERROR_CODES",
+           "encode_frame", "decode_frame", "FrameDescription", "ColumnDescriptor", "BufferDescriptor", "to_json",
+           "from_json", "exportable_pool"]
 __version__ = "0.1.0"

@@ -256,10 +256,10 @@ def describe_device(data: object, stream: object = None) -> tuple[FrameDescripti
     until the frame is released (the arrays and the event)."""
     layout = layout_device(data, stream)
     events = order_after(layout.description, layout.streams, layout.ordinal)
-    return layout.description, _KeepAlive(layout.arrays, layout.ordinal, events, layout.spans)
+    return layout.description, KeepAlive(layout.arrays, layout.ordinal, events, layout.spans)
 
 
-class _KeepAlive:
+class KeepAlive:
     """What a frame's producer holds until the frame is reclaimed: the arrays,
     the ordering events (then recorded again for later frames) and the exported
     VMM spans (their descriptors)."""

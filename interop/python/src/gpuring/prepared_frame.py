@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from . import cuda_driver as cu
 from .codec import encode_frame, with_sync
 from .deadline import deadline_after
-from .device_columns import DeviceLayout, _KeepAlive, order_after
+from .device_columns import DeviceLayout, KeepAlive, order_after
 from .vmm_memory import SPANS
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class PreparedFrame:
         d = layout.description
         events = order_after(d, streams, layout.ordinal)
         body = with_sync(self._body, d.sync_kind, d.sync_handle) if events else self._body
-        return body, [], _KeepAlive([self], layout.ordinal, events, []), d
+        return body, [], KeepAlive([self], layout.ordinal, events, []), d
 
     def __del__(self) -> None:
         for span in self._layout.spans:
