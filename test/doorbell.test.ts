@@ -64,11 +64,14 @@ for (const [language, start] of Object.entries(producers)) {
 
 /**
  * interop/spec-only's consumer sleeping on its own doorbell (SPEC.md §6.1's
- * sleeper, written from the text) for its whole 20 s timeout, with no futex and
+ * sleeper, written from the text) for its whole 60 s timeout, with no futex and
  * no sweep tick: only a ring wakes it in time. Resolves with the frame ids it took.
+ * The timeout runs from its start, and the producer a test starts after it is a Node
+ * process that compiles its TypeScript first: on a loaded 2-core CI box one took
+ * more than the 20 s this was, and both sleepers gave up before its first frame.
  */
 function specSleeper(name: string, frames: number): { proc: ChildProcess; ids: Promise<number[]> } {
-  const proc = spawn(cProgram('spec_consumer', SPEC_ONLY), [name, String(frames), '20000', '--doorbell'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const proc = spawn(cProgram('spec_consumer', SPEC_ONLY), [name, String(frames), '60000', '--doorbell'], { stdio: ['ignore', 'pipe', 'inherit'] });
   const ids = cReport(proc).then((lines) => lines.map((l) => l.frame));
   return { proc, ids };
 }
