@@ -31,7 +31,9 @@
  *     socket 'data' handler in this process woken by the same C sender; and
  *     for the p99.9, JSON lines over a Unix socket sent on the producer's clock;
  *     and the same consumer fed by that C sender publishing with
- *     gpr_producer_publish, to tell the consumer's part from the Node producer's
+ *     gpr_producer_publish, to tell the consumer's part from the Node producer's;
+ *     and the same consumer blocked in nextSync(), its thread asleep on the
+ *     doorbell itself (no event loop between the wake-up and the caller)
  *  6. fan-out: a broadcast ring to 1, 2, 4, 8 subscriber processes against the
  *     same frame published once per consumer into work-queue rings
  *     (bench/fan-out.ts): throughput and p50/p99 latency
@@ -170,8 +172,12 @@ function sleepingProducer(producer: 'node' | 'c', name: string, frames: number, 
   return spawn(cProgramBuilt('wake_floor'), [String(frames), String(gapUs), '0', pacing, `ring:${name}`], { stdio: ['ignore', 'pipe', 'inherit'] });
 }
 
-/** A consumer asleep in next(), a prepared frame every `gapUs` from a Node (or C) producer: each hop's time, µs. */
-async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: 'node' | 'c' = 'node') {
+/**
+ * A consumer asleep in next() (or, with `blocked`, in nextSync(), its thread
+ * asleep on the doorbell itself), a prepared frame every `gapUs` from a Node
+ * (or C) producer: each hop's time, µs.
+ */
+async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: 'node' | 'c' = 'node', blocked = false) {
   collectGarbage();
   return withRing('bench-sleep', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
@@ -191,7 +197,7 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: '
     });
     gc.observe({ entryTypes: ['gc'] });
     for (; timed < n; timed++) {
-      const f = await consumer.next({ timeout: 30_000 });
+      const f = blocked ? consumer.nextSync({ timeout: 30_000 }) : await consumer.next({ timeout: 30_000 });
       const js = process.hrtime.bigint();
       f.toTable();
       const done = process.hrtime.bigint();
@@ -228,6 +234,13 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
   // The same consumer fed by the floor's C sender itself: the hand-off without a Node producer's cold start in it.
   const fromC = await sleepingHandOff(n, gapUs, pacing, 'c');
   records.push(compare(`  the same, frames from a C producer (gpr_producer_publish, paced as the floor's sender; ${gap})`, 'p50', 'µs', percentile(fromC.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
+  // The same consumer with its thread blocked: the wake-up reaches it without the event loop's callback, promise and microtask.
+  const blocked = await sleepingHandOff(n, gapUs, pacing, 'node', true);
+  const blockedName = `  the same, consumer blocked in nextSync() (its thread asleep on the doorbell; ${gap})`;
+  records.push(compare(blockedName, 'p50', 'µs', percentile(blocked.total, 50), `C one-wake floor on an eventfd (epoll_wait; sender ${pacing} alike)`, eventfdFloor.p50, false));
+  records.push(compare(blockedName, 'p50', 'µs', percentile(blocked.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
+  records.push(compare(blockedName, 'p99.9', 'µs', percentile(blocked.total, 99.9), `JSON over a Unix socket, a line sent on the same clock (${gap})`, percentile(socket, 99.9), false));
+  records.push(hop(`  hop: wake-up until nextSync() returns (claim, copy, Frame, ${gap})`, blocked.receive));
   records.push(hop(`  hop: publish call until it returns (the frame went into the ring before it, and any yield to the consumer it woke, ${gap})`, hops.publish));
   records.push(hop(`  hop: publish call until the consumer's event loop wakes (publish + doorbell + wake-up, ${gap})`, hops.wake));
   records.push(hop(`  hop: wake-up until next() resolves in JS (claim, copy, Frame, promise, ${gap})`, hops.receive));

@@ -6,7 +6,7 @@ import { LeakWatch } from './leak-watch.js';
 import { neverDelivered, SpareFrame } from './spare-frame.js';
 import { callNative, fromNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
-import { batchOptions, consumerOptions, nextOptions, onSlowPolicy, openFlags, parseOptions, parseSegmentName, toNativeTimeout } from './options.js';
+import { batchOptions, consumerOptions, nextOptions, onSlowPolicy, openFlags, parseOptions, parseSegmentName, syncNextOptions, toNativeTimeout } from './options.js';
 
 const MAX_CACHED_ARENAS = 256;
 /** Where #release() queues the end of its job (see there). */
@@ -37,6 +37,8 @@ export type NextOptions = {
   /** Microseconds to busy-poll the ring before sleeping (default 0), blocking the event loop meanwhile. */
   spin?: number;
 };
+/** Options of nextSync(): next()'s but `signal` (nothing can run to abort a blocked thread). */
+export type SyncNextOptions = Omit<NextOptions, 'signal'>;
 /** Options of nextBatch(): next()'s, and `max`. */
 export type BatchOptions = NextOptions & {
   /** Frames to take at most (default 1024: every frame a ring of the default 1024 slots can hold). */
@@ -63,7 +65,7 @@ type NextParsed = { timeout: number; signal?: AbortSignal | undefined; spin: num
  * on while other consumers keep taking frames (until none was taken for
  * 20 µs, 200 µs at most), where it may run on 4 or more CPUs, so that the
  * producer need not ring it for every frame. Otherwise neither the event loop nor the libuv thread pool is
- * ever blocked (except by `next({ spin })`, on request). A pending `next()` keeps the process
+ * ever blocked (except by `next({ spin })` and `nextSync()`, on request). A pending `next()` keeps the process
  * alive; an idle consumer does not, and its leases are released when the
  * process exits even if `close()` was never called.
  */
@@ -171,6 +173,29 @@ export class Consumer implements AsyncIterable<Frame> {
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  /**
+   * next(), with the calling thread blocked until the frame comes: it sleeps on
+   * the consumer's doorbell itself (poll(2)), so a producer's ring wakes it in
+   * one hop with nothing of the event loop's in between (no callback, promise
+   * or microtask), which makes it the quickest way for a sleeping consumer to
+   * get a frame. Throws what next() rejects with: TIMEOUT after `timeout` ms
+   * (default: never), and the rest alike; UNSUPPORTED while a next() of this
+   * consumer waits (it would be overtaken).
+   *
+   * Meant for a worker thread that does nothing but consume: nothing else
+   * runs on the thread meanwhile (timers, I/O, promise callbacks, and a
+   * `worker.terminate()`, which takes effect once the call returns: give a
+   * timeout where a worker must stop promptly). Frames are the same as
+   * next()'s: leased until released. The space their releases owe producers
+   * (SPEC.md §6, Coalescing) is sent at the next call, not at the end of the
+   * job, when a thread never yields.
+   */
+  nextSync(options?: SyncNextOptions): Frame {
+    const o = parseOptions(syncNextOptions, options, 'nextSync() options');
+    this.#requireOpen();
+    return this.#received(callNative(() => this.#core.nextSync(toNativeTimeout(o.timeout), o.spin)));
   }
 
   /** Throws synchronously; with a signal, an async wait that cancels on abort. */

@@ -220,6 +220,8 @@ export interface NativeConsumerCore {
   tryNext(spinMicros?: number): ReceivedRecord | null;
   /** Every frame ready now, up to `max`, as records back to back in one buffer (`used` bytes of it); never waits. */
   tryNextMany(max: number): [records: ArrayBuffer, used: number] | null;
+  /** The next record, the calling thread blocked until it comes (asleep on the doorbell); throws TIMEOUT after timeoutMs (-1: never). */
+  nextSync(timeoutMs: number, spinMicros: number): ReceivedRecord;
   /**
    * A request id and its promise: the record, or received(record) (see the
    * constructor); or `spare`, a Frame over offset `at` of the chunk last handed

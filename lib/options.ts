@@ -172,6 +172,9 @@ export const nextOptions = z
   })
   .strict();
 
+/** nextSync(): next()'s but the signal, which cannot reach a blocked thread. */
+export const syncNextOptions = nextOptions.omit({ signal: true }).strict();
+
 export const batchOptions = nextOptions
   .extend({
     /** The most frames one call returns. */
@@ -210,6 +213,7 @@ const quickParsers = new Map<z.ZodType, Quick>([
   [preparedPublishOptions, quickParser({ timeout: isTimeout, tag: isTag, stream: isStream }, { timeout: Infinity, tag: 0n })],
   [loanPublishOptions, quickParser({ timeout: isTimeout, tag: isTag }, { timeout: Infinity, tag: 0n })],
   [nextOptions, quickParser({ timeout: isTimeout, spin: isSpin }, { timeout: Infinity, spin: 0 })],
+  [syncNextOptions, quickParser({ timeout: isTimeout, spin: isSpin }, { timeout: Infinity, spin: 0 })],
 ]);
 
 /** Each schema's defaults, parsed once: hot calls (publish, next) mostly pass no options. */

@@ -247,13 +247,42 @@ void ConsumerState::Reject(Request &r, const Napi::Error &e) {
 void ConsumerState::OnWake() {
   woken_ns = gpr_monotonic_ns();
   Woken([this](Napi::Env e) {
-    stream_releases.Collect();
-    if (forgotten_at_sweep != sweeps) {
-      forgotten_at_sweep = sweeps;
-      ForgetDeadPublishers();
-    }
+    Housekeep();
     Service(e);
   });
+}
+
+void ConsumerState::Housekeep() {
+  stream_releases.Collect();
+  if (forgotten_at_sweep != sweeps) {
+    forgotten_at_sweep = sweeps;
+    ForgetDeadPublishers();
+  }
+}
+
+bool ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, uint64_t deadline_ns) {
+  try {
+    for (;;) {
+      NotifySpaceOwed();
+      if (ClaimWithin(env, ref, pos, std::max(spin_ns, BusySpinNs()), busy_poll) == 0) return true;
+      uint64_t now = gpr_monotonic_ns();
+      if (now >= deadline_ns) return false;
+      bell->Arm(GPR_BELL_DATA);
+      if (TryClaim(env, ref, pos) == 0) break;
+      uint64_t left_ms = deadline_ns == UINT64_MAX ? UINT64_MAX : (deadline_ns - now + 999999) / 1000000;
+      // A ring may be a heads-up, sent before its frame is READY (see Service).
+      spin_ns = bell->Block(std::min<uint64_t>(tick_ms, left_ms)) ? kHeadsUpWaitNs : 0;
+      woken_ns = gpr_monotonic_ns();
+      bell->Disarm();  // a ringer cleared our bit; a timeout or a signal did not
+      SweepIfDue();
+      Housekeep();
+    }
+  } catch (...) {
+    bell->Disarm();
+    throw;
+  }
+  bell->Disarm();  // found one after arming: spare the producer a ring
+  return true;
 }
 
 void ConsumerState::ForgetDeadPublishers() {
@@ -337,6 +366,7 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   Value().Set("generation", Napi::Number::New(env, s.gen));
   direct_.Define<&ConsumerCore::TryNext>(Value(), "tryNext");
   direct_.Define<&ConsumerCore::TryNextMany>(Value(), "tryNextMany");
+  direct_.Define<&ConsumerCore::NextSync>(Value(), "nextSync");
   direct_.Define<&ConsumerCore::Wait>(Value(), "wait");
   direct_.Define<&ConsumerCore::Release>(Value(), "release");
 }
@@ -373,6 +403,28 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   if (s_->ClaimWithin(env, &ref, &pos, static_cast<uint64_t>(spin_us > 0 ? spin_us * 1e3 : 0)) != 0) {
     s_->SweepIfDue();
     return env.Null();
+  }
+  return s_->Receive(env, pos, ref);
+}
+
+// nextSync(timeoutMs, -1 = forever, spinMicros): the next frame (as tryNext
+// returns it), with the calling thread blocked until it comes; TIMEOUT after
+// timeoutMs. Refused while a wait() request is pending: that request would be
+// overtaken, and the event loop that serves it cannot run while we block.
+Napi::Value ConsumerCore::NextSync(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  RequireOpen(env);
+  ThrowHeldError(env);
+  if (!s_->pending.empty())
+    Throw(env, GPR_E_UNSUPPORTED, "nextSync() was called while a next() of this consumer waits; use one or the other at a time");
+  double timeout_ms = info[0].As<Napi::Number>().DoubleValue();
+  double spin_us = info[1].As<Napi::Number>().DoubleValue();
+  uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : gpr_monotonic_ns() + static_cast<uint64_t>(timeout_ms * 1e6);
+  gpr_frame_ref ref{};
+  uint64_t pos = 0;
+  if (!s_->ClaimBlocking(env, &ref, &pos, static_cast<uint64_t>(spin_us * 1e3), deadline)) {
+    s_->SweepIfDue();
+    Throw(env, GPR_E_TIMEOUT, "no frame arrived before the timeout");
   }
   return s_->Receive(env, pos, ref);
 }

@@ -113,11 +113,19 @@ struct ConsumerState : LoopParticipant {
   // `follow_stream`, until no consumer has taken a frame for `spin_ns`.
   int ClaimWithin(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, bool follow_stream = false);
 
+  // ClaimWithin(spin_ns), then, while nothing is ready, Service's sleep (look,
+  // arm, look again) with this thread blocked on the doorbell (Doorbell::Block)
+  // until `deadline_ns`. Returns whether it claimed a frame.
+  bool ClaimBlocking(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, uint64_t deadline_ns);
   // Serves waiting requests from the ring in order; sleeps if any remain.
   void Service(Napi::Env env);
   void Resolve(Request &r, Napi::Value record);
   void Reject(Request &r, const Napi::Error &e);
   void OnWake();
+  // What every wake-up does after its sweep (the bell rang or a tick passed):
+  // collect finished stream releases, and once per sweep let go of dead
+  // producers' device memory.
+  void Housekeep();
   void Expire(Napi::Env env);
   uint64_t NextWakeMs() const;
   // Copies, validates and leases the frame at `pos`; throws (having released
@@ -168,6 +176,7 @@ class ConsumerCore : public Napi::ObjectWrap<ConsumerCore> {
  private:
   Napi::Value TryNext(const Napi::CallbackInfo &info);
   Napi::Value TryNextMany(const Napi::CallbackInfo &info);
+  Napi::Value NextSync(const Napi::CallbackInfo &info);
   Napi::Value Wait(const Napi::CallbackInfo &info);
   Napi::Value Cancel(const Napi::CallbackInfo &info);
   Napi::Value Release(const Napi::CallbackInfo &info);

@@ -1,5 +1,7 @@
 #include "doorbell.h"
+#include <poll.h>
 #include <sys/random.h>
+#include <climits>
 #include "errors.h"
 
 namespace gpuring {
@@ -104,6 +106,15 @@ void Doorbell::Stop() {
   sleeping_ = false;
   uv_unref(reinterpret_cast<uv_handle_t *>(&handles_->poll));
   uv_timer_stop(&handles_->timer);
+}
+
+// The ring is left unread, as Rung() leaves it: the next Arm() reads it, or
+// the event loop's poll does once it runs again.
+bool Doorbell::Block(uint64_t timeout_ms) {
+  struct pollfd p = {fd_, POLLIN, 0};
+  bool rung = poll(&p, 1, static_cast<int>(std::min<uint64_t>(timeout_ms, INT_MAX))) > 0;
+  unread_ = unread_ || rung;
+  return rung;
 }
 
 // A ring that wakes us is left unread: reading it (the datagram, then the

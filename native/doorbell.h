@@ -42,6 +42,12 @@ class Doorbell {
   void Sleep(uint64_t timeout_ms, bool keep_alive = true);
   // Ends the sleep without running the callback.
   void Stop();
+  // Sleeps with the calling thread, in poll(2) on the socket, for up to
+  // timeout_ms; the callback does not run. Returns whether a ring woke it
+  // (EINTR and the timeout: false). For a caller that chose to block its
+  // thread (nextSync): the wake-up then reaches it without libuv, a callback
+  // scope, a promise and a microtask in between.
+  bool Block(uint64_t timeout_ms);
   // Whether a ring woke us since the last call (not the timeout).
   bool TakeRung() { return std::exchange(rung_, false); }
 

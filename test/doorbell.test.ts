@@ -5,9 +5,10 @@
 // be woken through the ring: a broken doorbell fails these tests with TIMEOUT
 // instead of passing slowly.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
 import test, { type ExecutionContext } from 'ava';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
-import { Consumer, Producer, type Ring } from '../lib/index.js';
+import { Consumer, GpuringError, Producer, type Ring } from '../lib/index.js';
 import { describeBatch } from '../lib/arrow/table-writer.js';
 import { absentBuffer } from '../lib/codec/description.js';
 import { cReport } from './helpers/c-consumer.js';
@@ -18,6 +19,9 @@ const WAIT = { timeout: 20_000 };
 
 /** `count` consecutive frame ids (in publication order, none missing), whatever the first. */
 const run = (ids: number[], count: number) => Array.from({ length: count }, (_, i) => ids[0]! + i);
+
+/** A one-row table: column i = `i`. */
+const oneRow = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
 
 function asleep(ring: Ring, index: number): string[] {
   return ring.inspect().participants.find((p) => p.index === index)?.asleep ?? [];
@@ -109,6 +113,85 @@ test('two spec-only C subscribers of a broadcast ring asleep on their doorbells:
     t.deepEqual(a, run(a!, 20));
     t.deepEqual(b, a, 'each subscriber got every frame');
     t.is((await exitOf(producer)).code, 0);
+  });
+});
+
+type SyncReport = { ids: number[]; values: (number | null)[]; ticks: number | null };
+/**
+ * A consumer process blocked in nextSync() (test/helpers/sync-consumer.mjs),
+ * on its main thread or, with `worker`, on a worker thread; `report` resolves
+ * with what it took once it exited with 0.
+ */
+function syncSleeper(name: string, frames: number, where: 'main' | 'worker' = 'main'): { proc: ChildProcess; report: Promise<SyncReport> } {
+  const proc = spawn(process.execPath, [join(root, 'test/helpers/sync-consumer.mjs'), name, String(frames), where], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  const ended = new Promise((r) => proc.stdout!.once('end', r)); // 'exit' may come before the last output
+  const report = Promise.all([exitOf(proc), ended]).then(([{ code, signal }]) => {
+    if (code !== 0) throw new Error(`the nextSync() consumer exited with ${code ?? signal}`);
+    return JSON.parse(out.trim().split('\n').at(-1)!) as SyncReport;
+  });
+  return { proc, report };
+}
+
+for (const [language, start] of Object.entries(producers)) {
+  test(`a consumer blocked in nextSync() (its thread asleep on the doorbell) is woken by a ${language} producer's publish, and takes every frame in order`, async (t) => {
+    await withRing(`sync-${language.replace(/\W/g, '')}`, { slots: 16 }, async (ring, name) => {
+      const sleeper = syncSleeper(name, 20);
+      t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the blocked consumer declares itself asleep');
+      const producer = start(name, 20);
+      const { ids } = await sleeper.report;
+      t.deepEqual(ids, run(ids, 20));
+      t.is((await exitOf(producer)).code, 0);
+      t.is(ring.inspect().doorbells.data, 0, 'it cleared its bit as it left');
+    });
+  });
+}
+
+test('a consumer blocked in nextSync(), a Node producer publishing only while it sleeps (each frame needs a ring, heads-ups included, some after a failed publish call): every frame in order', async (t) => {
+  await withRing('sync-lockstep', { slots: 16 }, async (_ring, name) => {
+    const sleeper = syncSleeper(name, 30);
+    const producer = child('publish-to-sleeper', name, 30, 'fail-first');
+    const { values } = await sleeper.report;
+    t.deepEqual(values, Array.from({ length: 30 }, (_, i) => i));
+    t.is((await exitOf(producer)).code, 0);
+  });
+});
+
+test('nextSync() on a worker thread takes every frame in order with its values, while the main thread\'s event loop runs on', async (t) => {
+  await withRing('sync-worker', { slots: 16 }, async (ring, name) => {
+    const sleeper = syncSleeper(name, 30, 'worker');
+    t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the worker declares itself asleep');
+    const producer = child('publish-to-sleeper', name, 30);
+    const { values, ticks } = await sleeper.report;
+    t.deepEqual(values, Array.from({ length: 30 }, (_, i) => i));
+    t.true(ticks! > 0, `the main thread ran its timer while the worker was blocked (${ticks} ticks)`);
+    t.is((await exitOf(producer)).code, 0);
+  });
+});
+
+test('nextSync() returns a frame already waiting, throws TIMEOUT after its timeout with nothing left asleep, and is refused while a next() waits, which then gets its frame', async (t) => {
+  await withRing('sync-rules', { slots: 16 }, async (ring, name) => {
+    const consumer = Consumer.open(name);
+    const producer = Producer.open(name);
+    await producer.publish(oneRow(7));
+    const ready = consumer.nextSync({ timeout: 0 });
+    t.is(ready.toTable().getChild('i')!.get(0), 7);
+    ready.release();
+    const started = performance.now();
+    t.is(t.throws(() => consumer.nextSync({ timeout: 30 }), { instanceOf: GpuringError })!.code, 'TIMEOUT');
+    t.true(performance.now() - started >= 30, 'it waited its timeout');
+    t.deepEqual(asleep(ring, consumer.index), [], 'a timed-out nextSync() leaves nobody asleep');
+    t.is(t.throws(() => consumer.nextSync({ signal: AbortSignal.timeout(10) } as never), { instanceOf: GpuringError })!.code, 'INVALID_ARGUMENT');
+    const waiting = consumer.next(WAIT);
+    t.is(t.throws(() => consumer.nextSync(), { instanceOf: GpuringError })!.code, 'UNSUPPORTED');
+    await producer.publish(oneRow(8));
+    const f = await waiting;
+    t.is(f.toTable().getChild('i')!.get(0), 8, 'the waiting next() got the frame');
+    f.release();
+    await producer.drain();
+    producer.close();
+    consumer.close();
   });
 });
 
@@ -222,6 +305,11 @@ test('an iteration stopped with frames still batched hands them back: another co
 /** A sleeper that waits on its doorbell for one frame that never comes. */
 const sleepers: Record<string, (name: string) => ChildProcess> = {
   Node: (name) => child('hold', name, 1),
+  'Node nextSync()': (name) => {
+    const sleeper = syncSleeper(name, 1);
+    sleeper.report.catch(() => undefined); // killed: it reports nothing
+    return sleeper.proc;
+  },
   'spec-only C': (name) => {
     const sleeper = specSleeper(name, 1);
     sleeper.ids.catch(() => undefined); // killed: it reports nothing
@@ -270,7 +358,6 @@ const consumers: Record<string, (name: string, frames: number) => ChildProcess> 
   Python: pythonConsumer,
 };
 
-const oneRow = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
 /** A zero-row frame with no buffers, for prepare(). */
 const emptyFrame = () => describeBatch(new Table({ i: vectorFromArray([], new Int32()) }), { place: () => absentBuffer() });
 

@@ -1,6 +1,7 @@
 // kill -9 torture: Node and Python producers and consumers on one ring, each
 // killed with SIGKILL at a random moment of its life (attaching, publishing,
-// holding a frame, sleeping) and replaced, a few hundred times. Then everything
+// holding a frame, sleeping; one Node consumer seat blocked in nextSync()) and
+// replaced, a few hundred times. Then everything
 // left is killed, a clean consumer drains the ring, and the run must show
 // (SPEC.md §10, Death):
 //   - exactly once: no frame reaches two consumers. A frame claimed by a consumer
@@ -31,8 +32,8 @@ const KILLS = Number(process.env.GPURING_TORTURE_KILLS ?? 200);
 const LIFETIME_MS = 1200;
 const STARTUP_KILL_MS = 1500;
 
-type Role = 'node-producer' | 'python-producer' | 'node-consumer' | 'python-consumer';
-const SEATS: Role[] = ['node-producer', 'node-producer', 'python-producer', 'node-consumer', 'node-consumer', 'python-consumer'];
+type Role = 'node-producer' | 'python-producer' | 'node-consumer' | 'node-sync-consumer' | 'python-consumer';
+const SEATS: Role[] = ['node-producer', 'node-producer', 'python-producer', 'node-consumer', 'node-sync-consumer', 'python-consumer'];
 
 interface Incarnation {
   role: Role;
@@ -54,6 +55,7 @@ function start(role: Role, name: string, id: number, dir: string): Incarnation {
   const proc =
     role === 'node-producer' ? node('produce', name, String(id), log)
     : role === 'node-consumer' ? node('consume', name, log)
+    : role === 'node-sync-consumer' ? node('consume-sync', name, log)
     : role === 'python-producer' ? python('produce', name, String(id), log)
     : python('consume', name, log);
   const inc = { role, id, log, proc, stderr: '' };

@@ -9,6 +9,8 @@
  *   torture-child.mjs consume NAME LOG      says it is ready, takes frames forever; checks each
  *                                           against its tag and appends the tag (or "BAD tag")
  *                                           to LOG before releasing it
+ *   torture-child.mjs consume-sync NAME LOG as consume, each frame taken with nextSync(): the
+ *                                           thread blocked on its doorbell, never back in the event loop
  * The frame: producer int32, seq int32, check utf8 "producer:seq:(seq * 2654435761) mod 2^32",
  * as interop/python/tests/children/torture.py publishes it.
  */
@@ -37,11 +39,11 @@ async function produce(id, log) {
   }
 }
 
-async function consume(log) {
+async function consume(log, blocked) {
   const consumer = Consumer.open(name, { openTimeout: 10_000 });
   process.stdout.write('ready\n');
   for (;;) {
-    const f = await consumer.next();
+    const f = blocked ? consumer.nextSync() : await consumer.next();
     const t = f.toTable();
     const p = t.getChild('producer').get(0);
     const s = t.getChild('seq').get(0);
@@ -52,4 +54,4 @@ async function consume(log) {
 }
 
 if (role === 'produce') await produce(Number(args[0]), openSync(args[1], 'a'));
-else await consume(openSync(args[0], 'a'));
+else await consume(openSync(args[0], 'a'), role === 'consume-sync');
