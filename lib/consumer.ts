@@ -195,7 +195,9 @@ export class Consumer implements AsyncIterable<Frame> {
   nextSync(options?: SyncNextOptions): Frame {
     const o = parseOptions(syncNextOptions, options, 'nextSync() options');
     this.#requireOpen();
-    return this.#received(callNative(() => this.#core.nextSync(toNativeTimeout(o.timeout), o.spin)));
+    const spare = this.#spare.forWait();
+    const timeout = toNativeTimeout(o.timeout);
+    return this.#received(callNative(() => (spare ? this.#core.nextSync(timeout, o.spin, ...spare) : this.#core.nextSync(timeout, o.spin))));
   }
 
   /** Throws synchronously; with a signal, an async wait that cancels on abort. */

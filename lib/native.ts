@@ -221,7 +221,7 @@ export interface NativeConsumerCore {
   /** Every frame ready now, up to `max`, as records back to back in one buffer (`used` bytes of it); never waits. */
   tryNextMany(max: number): [records: ArrayBuffer, used: number] | null;
   /** The next record, the calling thread blocked until it comes (asleep on the doorbell); throws TIMEOUT after timeoutMs (-1: never). */
-  nextSync(timeoutMs: number, spinMicros: number): ReceivedRecord;
+  nextSync(timeoutMs: number, spinMicros: number, spare?: object, at?: number, cell?: number): ReceivedRecord;
   /**
    * A request id and its promise: the record, or received(record) (see the
    * constructor); or `spare`, a Frame over offset `at` of the chunk last handed

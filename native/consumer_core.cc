@@ -61,6 +61,10 @@ Napi::Value ConsumerState::TakeSpare(double at, uint64_t pos) {
 void ConsumerState::StopWaiting() {
   bell->Disarm();
   bell->Stop();
+  HoldSpareWeakly();
+}
+
+void ConsumerState::HoldSpareWeakly() {
   if (spare_held) spare.Unref(), spare_held = false;
 }
 
@@ -420,6 +424,14 @@ Napi::Value ConsumerCore::NextSync(const Napi::CallbackInfo &info) {
   double timeout_ms = info[0].As<Napi::Number>().DoubleValue();
   double spin_us = info[1].As<Napi::Number>().DoubleValue();
   uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : gpr_monotonic_ns() + static_cast<uint64_t>(timeout_ms * 1e6);
+  // A spare Frame, as wait() takes one: made before the sleep, it spares the
+  // caller's wake-up making one on cold caches. Held strongly for this call only.
+  if (info.Length() > 4 && info[2].IsObject())
+    s_->OfferSpare(info[2].As<Napi::Object>(), info[3].As<Napi::Number>().DoubleValue(), info[4].As<Napi::Number>().Uint32Value());
+  struct WeakAfter {
+    ConsumerState &s;
+    ~WeakAfter() { s.HoldSpareWeakly(); }
+  } weak_after{*s_};
   gpr_frame_ref ref{};
   uint64_t pos = 0;
   if (!s_->ClaimBlocking(env, &ref, &pos, static_cast<uint64_t>(spin_us * 1e3), deadline)) {

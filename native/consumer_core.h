@@ -97,6 +97,7 @@ struct ConsumerState : LoopParticipant {
   Napi::Value TakeSpare(double at, uint64_t pos);
   // No request waits: the doorbell stops and the spare is held weakly.
   void StopWaiting();
+  void HoldSpareWeakly();  // (a nextSync() call ended)
   Napi::Reference<Napi::Float64Array> record_cursor_view;
   uint64_t woken_ns = 0;  // CLOCK_MONOTONIC of the last wake-up (latency breakdowns)
   uint64_t forgotten_at_sweep = 0;
