@@ -6,7 +6,7 @@ import { LeakWatch } from './leak-watch.js';
 import { neverDelivered, SpareFrame } from './spare-frame.js';
 import { callNative, fromNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
-import { batchOptions, consumerOptions, nextOptions, onSlowPolicy, openFlags, parseOptions, parseSegmentName, syncNextOptions, toNativeTimeout } from './options.js';
+import { batchOptions, consumerOptions, nextOptions, onSlowPolicy, openFlags, parseOptions, parseSegmentName, syncBatchOptions, syncNextOptions, toNativeTimeout } from './options.js';
 
 const MAX_CACHED_ARENAS = 256;
 /** Where #release() queues the end of its job (see there). */
@@ -44,6 +44,8 @@ export type BatchOptions = NextOptions & {
   /** Frames to take at most (default 1024: every frame a ring of the default 1024 slots can hold). */
   max?: number;
 };
+/** Options of nextBatchSync(): nextBatch()'s but `signal`. */
+export type SyncBatchOptions = Omit<BatchOptions, 'signal'>;
 type NextParsed = { timeout: number; signal?: AbortSignal | undefined; spin: number };
 
 /**
@@ -247,9 +249,22 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#requireOpen();
     const ready = this.#takeReady(o.max);
     if (ready.length) return ready;
-    const first = await this.#next(o);
-    if (o.max === 1 || this.#closed) return [first];
-    return [first, ...this.#takeReady(o.max - 1)];
+    return this.#batchFrom(await this.#next(o), o.max);
+  }
+
+  /** nextBatch(), with the calling thread blocked until the first frame comes, as in nextSync(). */
+  nextBatchSync(options?: SyncBatchOptions): Frame[] {
+    const o = parseOptions(syncBatchOptions, options, 'nextBatchSync() options');
+    this.#requireOpen();
+    const ready = this.#takeReady(o.max);
+    if (ready.length) return ready;
+    return this.#batchFrom(this.nextSync({ timeout: o.timeout, spin: o.spin }), o.max);
+  }
+
+  /** `first`, and the frames ready after it, `max` in all. */
+  #batchFrom(first: Frame, max: number): Frame[] {
+    if (max === 1 || this.#closed) return [first];
+    return [first, ...this.#takeReady(max - 1)];
   }
 
   /** Frames ready now, up to `max`, from one native call and one buffer. */

@@ -2,7 +2,7 @@ export { Ring, type CreateOptions, type OpenOptions, type WaitOptions } from './
 export { Producer, type HostAllocation, type ProducerOptions, type PublishOptions } from './producer.js';
 export { PreparedFrame, type PreparedPublishOptions, type PublishManyOptions } from './prepared-frame.js';
 export { FrameLoan, type LoanColumn, type LoanOptions, type LoanPublishOptions } from './frame-loan.js';
-export { Consumer, type BatchOptions, type ConsumerOptions, type NextOptions, type SyncNextOptions } from './consumer.js';
+export { Consumer, type BatchOptions, type ConsumerOptions, type NextOptions, type SyncBatchOptions, type SyncNextOptions } from './consumer.js';
 export { Frame } from './frame.js';
 export type { ColumnView, TypedValues } from './column-view.js';
 export type { DeviceView } from './device-mappings.js';

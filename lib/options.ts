@@ -182,6 +182,9 @@ export const batchOptions = nextOptions
   })
   .strict();
 
+/** nextBatchSync(): nextBatch()'s but the signal. */
+export const syncBatchOptions = batchOptions.omit({ signal: true }).strict();
+
 /**
  * Hot calls with the common options (`{ tag }`, `{ timeout }`) skip zod, which
  * costs microseconds per call: a hand check that accepts exactly what the

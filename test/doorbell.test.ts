@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import test, { type ExecutionContext } from 'ava';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
-import { Consumer, GpuringError, Producer, type Ring } from '../lib/index.js';
+import { Consumer, type Frame, GpuringError, Producer, type Ring } from '../lib/index.js';
 import { describeBatch } from '../lib/arrow/table-writer.js';
 import { absentBuffer } from '../lib/codec/description.js';
 import { cReport } from './helpers/c-consumer.js';
@@ -170,7 +170,7 @@ test('nextSync() on a worker thread takes every frame in order with its values, 
   });
 });
 
-test('nextSync() returns a frame already waiting, throws TIMEOUT after its timeout with nothing left asleep, and is refused while a next() waits, which then gets its frame', async (t) => {
+test('nextSync() returns a frame already waiting, throws TIMEOUT after its timeout with nothing left asleep, and is refused while a next() waits, which then gets its frame; nextBatchSync() takes what is ready', async (t) => {
   await withRing('sync-rules', { slots: 16 }, async (ring, name) => {
     const consumer = Consumer.open(name);
     const producer = Producer.open(name);
@@ -189,6 +189,16 @@ test('nextSync() returns a frame already waiting, throws TIMEOUT after its timeo
     const f = await waiting;
     t.is(f.toTable().getChild('i')!.get(0), 8, 'the waiting next() got the frame');
     f.release();
+    for (let i = 0; i < 5; i++) await producer.publish(oneRow(i));
+    const values = (frames: Frame[]) =>
+      frames.map((frame) => {
+        const value = frame.toTable().getChild('i')!.get(0) as number;
+        frame.release();
+        return value;
+      });
+    t.deepEqual(values(consumer.nextBatchSync({ max: 3 })), [0, 1, 2], 'nextBatchSync() takes the ready frames, max at most');
+    t.deepEqual(values(consumer.nextBatchSync()), [3, 4]);
+    t.is(t.throws(() => consumer.nextBatchSync({ timeout: 10 }), { instanceOf: GpuringError })!.code, 'TIMEOUT');
     await producer.drain();
     producer.close();
     consumer.close();
