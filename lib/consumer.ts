@@ -197,7 +197,7 @@ export class Consumer implements AsyncIterable<Frame> {
   nextSync(options?: SyncNextOptions): Frame {
     const o = parseOptions(syncNextOptions, options, 'nextSync() options');
     this.#requireOpen();
-    const spare = this.#spare.forWait();
+    const spare = this.#spare.forWait(true);
     const timeout = toNativeTimeout(o.timeout);
     return this.#received(callNative(() => (spare ? this.#core.nextSync(timeout, o.spin, ...spare) : this.#core.nextSync(timeout, o.spin))));
   }
@@ -352,7 +352,10 @@ export class Consumer implements AsyncIterable<Frame> {
   #received(record: ReceivedRecord): Frame {
     this.#watchIfDue();
     if (typeof record === 'number') return this.#frame(this.#chunk, record);
-    if (!(record instanceof ArrayBuffer)) return record as Frame; // a spare, made before the wait (SpareFrame)
+    if (!(record instanceof ArrayBuffer)) {
+      this.#spare.handedOver(record as Frame); // a spare, made before the wait (SpareFrame)
+      return record as Frame;
+    }
     this.#chunk = new DataView(record);
     this.#spare.chunkReceived(this.#chunk);
     return this.#frame(this.#chunk, 0);
@@ -396,10 +399,18 @@ export class Consumer implements AsyncIterable<Frame> {
    * in all (dev box, sampled heap profile).
    */
   #release(pos: number): void {
-    if (callNative(() => this.#core.release(pos))) SETTLED.then(this.#notifySpace);
+    if (callNative(() => this.#core.release(pos)) && !this.#notifyQueued) {
+      // One at a time: a thread looping on nextSync() never lets a microtask
+      // run, and one queued per frame would pile up until it yields (nextSync()
+      // sends what is owed itself, before it takes the next frame or sleeps).
+      this.#notifyQueued = true;
+      SETTLED.then(this.#notifySpace);
+    }
   }
 
+  #notifyQueued = false;
   readonly #notifySpace = (): void => {
+    this.#notifyQueued = false;
     if (this.#core.spaceOwed[0] !== 0 && !this.#closed) this.#core.notifySpace();
   };
 

@@ -15,7 +15,11 @@
  * Ownership: the core holds the spare strongly while a request waits and
  * weakly otherwise; JS only weakly. So a Frame the core handed over is its
  * user's alone (collected when they drop it), and a spare nobody used may be
- * collected between waits. No JS runs when the core hands a spare over, so
+ * collected between waits. Except for a blocked wait (nextSync()): a WeakRef
+ * keeps its target alive until the running job ends, which a thread looping
+ * on nextSync() never lets happen, so every spare it made would stay (1 KB a
+ * frame or so, until the loop yields). There JS holds the spare strongly, and
+ * the call's return says whether the core handed it over (handedOver()). No JS runs when the core hands a spare over, so
  * its lease is watched for collection from the start rather than from the next
  * turn of the event loop, as other frames' are; its pos lives in a cell the
  * core writes when it hands the Frame over (-1 until then), so a spare
@@ -83,8 +87,9 @@ export class SpareFrame {
   /** The chunk JS holds (the last one the core handed over), and its serial. */
   #chunk: DataView | undefined;
   #serial = -1;
-  /** The last spare made, at #at, unless it was collected. */
+  /** The last spare made, at #at, unless it was collected: weakly, or (for a blocked wait, not yet handed over) strongly. */
   #last: WeakRef<Frame> | undefined;
+  #held: Frame | undefined;
   #lastLease: SpareLease | undefined;
   #at = -1;
 
@@ -100,23 +105,37 @@ export class SpareFrame {
   chunkReceived(chunk: DataView): void {
     this.#chunk = chunk;
     this.#serial = this.#cursor[0]!;
-    this.#last = undefined;
+    this.#last = this.#held = undefined;
   }
 
-  /** The spare for a wait: the last one if still where the next record goes, else a new one; undefined where JS holds no chunk the core writes to. */
-  forWait(): Spare | undefined {
+  /**
+   * The spare for a wait (`blocked`: a nextSync()): the last one if still
+   * where the next record goes, else a new one; undefined where JS holds no
+   * chunk the core writes to.
+   */
+  forWait(blocked = false): Spare | undefined {
     const chunk = this.#chunk;
     const at = this.#cursor[1]!;
     if (!chunk || this.#cursor[0] !== this.#serial || at >= chunk.byteLength) return undefined;
     // A record written at #at moves the cursor past it: a spare still at the
     // cursor was never handed over (its lease is watched, its cell -1).
-    const last = this.#at === at ? this.#last?.deref() : undefined;
-    if (last) return [last, at, this.#lastLease!.watchId];
+    const last = this.#at === at ? (this.#held ?? this.#last?.deref()) : undefined;
+    if (last) return this.#keep(last, at, this.#lastLease!, blocked);
     const lease = new SpareLease(this.#cells);
     const frame = new Frame(chunk, at, this.#source, lease);
     this.#watch.watch(frame, lease);
     this.#cells.clear(lease.watchId);
-    this.#last = new WeakRef(frame);
+    return this.#keep(frame, at, lease, blocked);
+  }
+
+  /** A blocked wait returned `frame`: if it is the spare, it is its user's now. */
+  handedOver(frame: Frame): void {
+    if (frame === this.#held) this.#held = undefined;
+  }
+
+  #keep(frame: Frame, at: number, lease: SpareLease, strongly: boolean): Spare {
+    this.#held = strongly ? frame : undefined;
+    if (!strongly && this.#last?.deref() !== frame) this.#last = new WeakRef(frame);
     this.#lastLease = lease;
     this.#at = at;
     return [frame, at, lease.watchId];

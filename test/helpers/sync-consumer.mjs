@@ -2,28 +2,34 @@
  * A consumer blocked in Consumer.nextSync(), for test/doorbell.test.ts. Plain
  * JavaScript over the compiled package (dist/): a worker thread does not load
  * TypeScript through tsx on Node 20.
- *   sync-consumer.mjs NAME COUNT [worker]
+ *   sync-consumer.mjs NAME COUNT [main|worker|heap]
  * Takes COUNT frames with nextSync(), each released at once, with a ten-minute
  * sweep tick (only rings can wake it in time); says "ready" (after opening)
- * and then {"ids", "values", "ticks"}: the frame ids, each frame's `seq` (null
- * where it has none), and, with `worker`, where the frames are taken in a worker
- * thread, how many 5 ms timer ticks the main thread ran meanwhile (else null).
+ * and then {"ids", "values", "ticks", "heap"}: the frame ids, each frame's `seq`
+ * (null where it has none); with `worker`, where the frames are taken in a
+ * worker thread, how many 5 ms timer ticks the main thread ran meanwhile (else
+ * null); with `heap` (run with --expose-gc), the heap used after a full
+ * collection at a sixth of the frames and after the last, the loop never
+ * having yielded (else null).
  */
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { Consumer } from '../../dist/index.js';
 
-function takeFrames(name, count, ready) {
+function takeFrames(name, count, ready, weighHeap = false) {
   const consumer = Consumer.open(name, { sweepInterval: 600_000 });
   ready();
-  const ids = [], values = [];
+  // Allocated up front, so that only what the loop keeps per frame can grow the heap.
+  const ids = new Float64Array(count), values = new Float64Array(count), heap = [];
+  const weigh = () => (globalThis.gc(), heap.push(process.memoryUsage().heapUsed));
   for (let i = 0; i < count; i++) {
     const f = consumer.nextSync({ timeout: 60_000 });
-    ids.push(f.id);
-    values.push(f.toTable().getChild('seq')?.get(0) ?? null);
+    ids[i] = f.id;
+    values[i] = f.toTable().getChild('seq')?.get(0) ?? NaN;
     f.release();
+    if (weighHeap && (i === Math.floor(count / 6) || i === count - 1)) weigh();
   }
   consumer.close();
-  return { ids, values };
+  return { ids: Array.from(ids), values: Array.from(values, (v) => (Number.isNaN(v) ? null : v)), heap: weighHeap ? heap : null };
 }
 
 const say = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
@@ -33,7 +39,7 @@ if (!isMainThread) {
 } else {
   const [name, count, where] = process.argv.slice(2);
   if (where !== 'worker') {
-    say({ ...takeFrames(name, Number(count), () => say('ready')), ticks: null });
+    say({ ...takeFrames(name, Number(count), () => say('ready'), where === 'heap'), ticks: null });
   } else {
     let ticks = 0;
     const timer = setInterval(() => ticks++, 5);
