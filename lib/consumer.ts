@@ -187,9 +187,10 @@ export class Consumer implements AsyncIterable<Frame> {
    * consumer waits (it would be overtaken).
    *
    * Meant for a worker thread that does nothing but consume: nothing else
-   * runs on the thread meanwhile (timers, I/O, promise callbacks, and a
-   * `worker.terminate()`, which takes effect once the call returns: give a
-   * timeout where a worker must stop promptly). Frames are the same as
+   * runs on the thread meanwhile (timers, I/O, messages, promise callbacks,
+   * JS signal handlers). `worker.terminate()` and `process.exit()` still end
+   * it: a blocked thread looks every 50 ms whether Node is stopping it, and
+   * then returns without a frame (no JS runs after). Frames are the same as
    * next()'s: leased until released. The space their releases owe producers
    * (SPEC.md §6, Coalescing) is sent at the next call, not at the end of the
    * job, when a thread never yields.

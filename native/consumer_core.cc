@@ -264,20 +264,31 @@ void ConsumerState::Housekeep() {
   }
 }
 
-bool ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, uint64_t deadline_ns) {
+ConsumerState::Blocked ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns,
+                                                    uint64_t deadline_ns) {
+  // Node stops a worker (worker.terminate(), process.exit()) by making its JS
+  // unable to run and waiting for its thread: a thread asleep here must notice
+  // and return, so it looks every kStopCheckMs at most.
+  Napi::Object probe = Napi::Object::New(env);
+  auto stopping = [&] {
+    bool has = false;
+    return napi_has_named_property(env, probe, "x", &has) != napi_ok;
+  };
   try {
     for (;;) {
       NotifySpaceOwed();
-      if (ClaimWithin(env, ref, pos, std::max(spin_ns, BusySpinNs()), busy_poll) == 0) return true;
+      if (ClaimWithin(env, ref, pos, std::max(spin_ns, BusySpinNs()), busy_poll) == 0) return Blocked::kClaimed;
       uint64_t now = gpr_monotonic_ns();
-      if (now >= deadline_ns) return false;
+      if (now >= deadline_ns) return Blocked::kTimedOut;
       bell->Arm(GPR_BELL_DATA);
       if (TryClaim(env, ref, pos) == 0) break;
       uint64_t left_ms = deadline_ns == UINT64_MAX ? UINT64_MAX : (deadline_ns - now + 999999) / 1000000;
       // A ring may be a heads-up, sent before its frame is READY (see Service).
-      spin_ns = bell->Block(std::min<uint64_t>(tick_ms, left_ms)) ? kHeadsUpWaitNs : 0;
+      bool rung = bell->Block(std::min<uint64_t>({tick_ms, left_ms, kStopCheckMs}));
+      spin_ns = rung ? kHeadsUpWaitNs : 0;
       woken_ns = gpr_monotonic_ns();
       bell->Disarm();  // a ringer cleared our bit; a timeout or a signal did not
+      if (!rung && stopping()) return Blocked::kStopping;
       SweepIfDue();
       Housekeep();
     }
@@ -286,7 +297,7 @@ bool ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref *ref, uint64_t *p
     throw;
   }
   bell->Disarm();  // found one after arming: spare the producer a ring
-  return true;
+  return Blocked::kClaimed;
 }
 
 void ConsumerState::ForgetDeadPublishers() {
@@ -434,11 +445,16 @@ Napi::Value ConsumerCore::NextSync(const Napi::CallbackInfo &info) {
   } weak_after{*s_};
   gpr_frame_ref ref{};
   uint64_t pos = 0;
-  if (!s_->ClaimBlocking(env, &ref, &pos, static_cast<uint64_t>(spin_us * 1e3), deadline)) {
-    s_->SweepIfDue();
-    Throw(env, GPR_E_TIMEOUT, "no frame arrived before the timeout");
+  switch (s_->ClaimBlocking(env, &ref, &pos, static_cast<uint64_t>(spin_us * 1e3), deadline)) {
+    case ConsumerState::Blocked::kClaimed:
+      return s_->Receive(env, pos, ref);
+    case ConsumerState::Blocked::kTimedOut:
+      s_->SweepIfDue();
+      Throw(env, GPR_E_TIMEOUT, "no frame arrived before the timeout");
+    case ConsumerState::Blocked::kStopping:
+      break;
   }
-  return s_->Receive(env, pos, ref);
+  return Napi::Value();  // no JS runs after this: the thread is being stopped
 }
 
 // tryNextMany(max): every frame ready now, up to max, in one ArrayBuffer:

@@ -116,8 +116,11 @@ struct ConsumerState : LoopParticipant {
 
   // ClaimWithin(spin_ns), then, while nothing is ready, Service's sleep (look,
   // arm, look again) with this thread blocked on the doorbell (Doorbell::Block)
-  // until `deadline_ns`. Returns whether it claimed a frame.
-  bool ClaimBlocking(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, uint64_t deadline_ns);
+  // until `deadline_ns`, or until Node stops the thread's environment.
+  enum class Blocked { kClaimed, kTimedOut, kStopping };
+  Blocked ClaimBlocking(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, uint64_t deadline_ns);
+  // How often a blocked thread looks whether Node is stopping it at most.
+  static constexpr uint64_t kStopCheckMs = 50;
   // Serves waiting requests from the ring in order; sleeps if any remain.
   void Service(Napi::Env env);
   void Resolve(Request &r, Napi::Value record);

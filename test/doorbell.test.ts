@@ -6,6 +6,7 @@
 // instead of passing slowly.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import test, { type ExecutionContext } from 'ava';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
 import { Consumer, type Frame, GpuringError, Producer, type Ring } from '../lib/index.js';
@@ -167,6 +168,23 @@ test('nextSync() on a worker thread takes every frame in order with its values, 
     t.deepEqual(values, Array.from({ length: 30 }, (_, i) => i));
     t.true(ticks! > 0, `the main thread ran its timer while the worker was blocked (${ticks} ticks)`);
     t.is((await exitOf(producer)).code, 0);
+  });
+});
+
+test('worker.terminate() ends a worker blocked in nextSync() with no timeout, and its consumer leaves the ring', async (t) => {
+  await withRing('sync-terminate', { slots: 16 }, async (ring, name) => {
+    const proc = spawn(process.execPath, [join(root, 'test/helpers/sync-consumer.mjs'), name, '1', 'terminate'], { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
+    const lines: string[] = [];
+    createInterface({ input: proc.stdout! }).on('line', (l) => lines.push(l));
+    t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the worker sleeps on its doorbell');
+    proc.send('stop');
+    // A thread that never noticed would keep terminate() (and the process) waiting for good.
+    const stuck = new Promise<string>((r) => setTimeout(() => r('stuck'), 20_000).unref());
+    t.deepEqual(await Promise.race([exitOf(proc), stuck]), { code: 0, signal: null });
+    t.true(lines.some((l) => l.startsWith('{"terminated"')), lines.join(' | '));
+    const info = ring.inspect();
+    t.deepEqual(info.participants, [], 'the terminated worker\'s consumer detached');
+    t.is(info.doorbells.data, 0);
   });
 });
 

@@ -2,7 +2,7 @@
  * A consumer blocked in Consumer.nextSync(), for test/doorbell.test.ts. Plain
  * JavaScript over the compiled package (dist/): a worker thread does not load
  * TypeScript through tsx on Node 20.
- *   sync-consumer.mjs NAME COUNT [main|worker|heap]
+ *   sync-consumer.mjs NAME COUNT [main|worker|heap|terminate]
  * Takes COUNT frames with nextSync(), each released at once, with a ten-minute
  * sweep tick (only rings can wake it in time); says "ready" (after opening)
  * and then {"ids", "values", "ticks", "heap"}: the frame ids, each frame's `seq`
@@ -10,7 +10,9 @@
  * worker thread, how many 5 ms timer ticks the main thread ran meanwhile (else
  * null); with `heap` (run with --expose-gc), the heap used after a full
  * collection at a sixth of the frames and after the last, the loop never
- * having yielded (else null).
+ * having yielded (else null). With `terminate` the worker waits for a frame
+ * that never comes until the parent's IPC message 'stop', on which the main
+ * thread terminates it and says {"terminated": ms}, the milliseconds it took.
  */
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { Consumer } from '../../dist/index.js';
@@ -38,8 +40,17 @@ if (!isMainThread) {
   parentPort.postMessage(takeFrames(workerData.name, workerData.count, () => parentPort.postMessage('ready')));
 } else {
   const [name, count, where] = process.argv.slice(2);
-  if (where !== 'worker') {
+  if (where === 'main' || where === 'heap') {
     say({ ...takeFrames(name, Number(count), () => say('ready'), where === 'heap'), ticks: null });
+  } else if (where === 'terminate') {
+    const worker = new Worker(new URL(import.meta.url), { workerData: { name, count: Number(count) } });
+    worker.on('message', (m) => m === 'ready' && say('ready'));
+    process.once('message', async () => {
+      const started = performance.now();
+      await worker.terminate();
+      say({ terminated: performance.now() - started });
+      process.disconnect();
+    });
   } else {
     let ticks = 0;
     const timer = setInterval(() => ticks++, 5);
