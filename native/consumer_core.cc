@@ -280,6 +280,10 @@ ConsumerState::Blocked ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref
       if (ClaimWithin(env, ref, pos, std::max(spin_ns, BusySpinNs()), busy_poll) == 0) return Blocked::kClaimed;
       uint64_t now = gpr_monotonic_ns();
       if (now >= deadline_ns) return Blocked::kTimedOut;
+      // Before the sleep rather than after the wake-up, where every step
+      // delays the frame it woke for.
+      SweepIfDue();
+      Housekeep();
       bell->Arm(GPR_BELL_DATA);
       if (TryClaim(env, ref, pos) == 0) break;
       uint64_t left_ms = deadline_ns == UINT64_MAX ? UINT64_MAX : (deadline_ns - now + 999999) / 1000000;
@@ -289,8 +293,6 @@ ConsumerState::Blocked ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref
       woken_ns = gpr_monotonic_ns();
       bell->Disarm();  // a ringer cleared our bit; a timeout or a signal did not
       if (!rung && stopping()) return Blocked::kStopping;
-      SweepIfDue();
-      Housekeep();
     }
   } catch (...) {
     bell->Disarm();

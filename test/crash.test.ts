@@ -192,6 +192,26 @@ test('a consumer that only polls with tryNext() gets past a slot a killed produc
   });
 });
 
+test('a consumer blocked in nextSync() gets past a slot a killed producer left claimed: it sweeps on its tick while asleep', async (t) => {
+  await withRing('kill-sync', { slots: 8 }, async (ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const { proc } = await cHolder(name, 'write');
+    await publish(producer, 0, 2); // behind the stuck slot
+    producer.close(); // its detach sweeps while the writer still lives: from here on only the consumer could
+    proc.kill('SIGKILL');
+    await exitOf(proc);
+    const got = [0, 1].map(() => {
+      const f = consumer.nextSync({ timeout: 5000 });
+      f.release();
+      return Number(f.tag);
+    });
+    t.deepEqual(got, [0, 1], 'both frames behind the dead producer\'s slot');
+    t.is(ring.inspect().slots.writing, 0);
+    consumer.close();
+  });
+});
+
 test('a process that forgets to close exits promptly, and its entries are reclaimed', async (t) => {
   await withRing('forget', { slots: 8 }, async (ring, name) => {
     const started = Date.now();
