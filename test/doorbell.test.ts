@@ -81,19 +81,29 @@ function specSleeper(name: string, frames: number): { proc: ChildProcess; ids: P
   return { proc, ids };
 }
 
-for (const [language, start] of Object.entries(producers)) {
-  test(`a spec-only C consumer asleep on its doorbell is woken by a ${language} producer's publish, and takes every frame in order`, async (t) => {
-    await withRing(`sbell-${language.replace(/\W/g, '')}`, { slots: 16 }, async (ring, name) => {
-      const sleeper = specSleeper(name, 20);
-      t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the spec-only consumer declares itself asleep');
-      const producer = start(name, 20);
-      const ids = await sleeper.ids;
-      t.deepEqual(ids, run(ids, 20));
-      t.is((await exitOf(producer)).code, 0);
-      t.is(ring.inspect().doorbells.data, 0, 'it cleared its bit as it left');
+/**
+ * Consumer processes asleep on their doorbells for their whole wait, with no
+ * futex and no sweep tick, so that only a ring wakes them in time; each
+ * resolves with the frame ids it took.
+ */
+const doorbellSleepers: Record<string, [prefix: string, take: (name: string, frames: number) => Promise<number[]>]> = {
+  'a spec-only C consumer asleep on its doorbell': ['sbell', (name, frames) => specSleeper(name, frames).ids],
+  'a consumer blocked in nextSync() (its thread asleep on the doorbell)': ['sync', (name, frames) => syncSleeper(name, frames).report.then((r) => r.ids)],
+};
+
+for (const [who, [prefix, take]] of Object.entries(doorbellSleepers))
+  for (const [language, start] of Object.entries(producers)) {
+    test(`${who} is woken by a ${language} producer's publish, and takes every frame in order`, async (t) => {
+      await withRing(`${prefix}-${language.replace(/\W/g, '')}`, { slots: 16 }, async (ring, name) => {
+        const ids = take(name, 20);
+        t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the consumer declares itself asleep');
+        const producer = start(name, 20);
+        t.deepEqual(await ids, run(await ids, 20));
+        t.is((await exitOf(producer)).code, 0);
+        t.is(ring.inspect().doorbells.data, 0, 'it cleared its bit as it left');
+      });
     });
-  });
-}
+  }
 
 test('a spec-only C consumer on its doorbell, a Node producer publishing only while it sleeps (each frame needs a ring, heads-ups included): every frame in order', async (t) => {
   await withRing('sbell-lockstep', { slots: 16 }, async (_ring, name) => {
@@ -133,20 +143,6 @@ function syncSleeper(name: string, frames: number, where: 'main' | 'worker' | 'h
     return JSON.parse(out.trim().split('\n').at(-1)!) as SyncReport;
   });
   return { proc, report };
-}
-
-for (const [language, start] of Object.entries(producers)) {
-  test(`a consumer blocked in nextSync() (its thread asleep on the doorbell) is woken by a ${language} producer's publish, and takes every frame in order`, async (t) => {
-    await withRing(`sync-${language.replace(/\W/g, '')}`, { slots: 16 }, async (ring, name) => {
-      const sleeper = syncSleeper(name, 20);
-      t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the blocked consumer declares itself asleep');
-      const producer = start(name, 20);
-      const { ids } = await sleeper.report;
-      t.deepEqual(ids, run(ids, 20));
-      t.is((await exitOf(producer)).code, 0);
-      t.is(ring.inspect().doorbells.data, 0, 'it cleared its bit as it left');
-    });
-  });
 }
 
 test('a consumer blocked in nextSync(), a Node producer publishing only while it sleeps (each frame needs a ring, heads-ups included, some after a failed publish call): every frame in order', async (t) => {
