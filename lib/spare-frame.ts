@@ -17,9 +17,10 @@
  * user's alone (collected when they drop it), and a spare nobody used may be
  * collected between waits. Except for a blocked wait (nextSync()): a WeakRef
  * keeps its target alive until the running job ends, which a thread looping
- * on nextSync() never lets happen, so every spare it made would stay (1 KB a
- * frame or so, until the loop yields). There JS holds the spare strongly, and
- * the call's return says whether the core handed it over (handedOver()). No JS runs when the core hands a spare over, so
+ * on nextSync() never lets happen, so every spare it made would stay (about
+ * 0.3 KB a frame, until the loop yields). There JS holds the spare strongly,
+ * and the call's return says whether the core handed it over (handedOver()).
+ * No JS runs when the core hands a spare over, so
  * its lease is watched for collection from the start rather than from the next
  * turn of the event loop, as other frames' are; its pos lives in a cell the
  * core writes when it hands the Frame over (-1 until then), so a spare
