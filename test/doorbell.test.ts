@@ -115,17 +115,18 @@ test('a spec-only C consumer on its doorbell, a Node producer publishing only wh
   });
 });
 
-test('two spec-only C subscribers of a broadcast ring asleep on their doorbells: a Node publish rings both, and each takes every frame in order', async (t) => {
-  await withRing('sbell-broadcast', { slots: 16, delivery: 'all' }, async (ring, name) => {
-    const sleepers = [specSleeper(name, 20), specSleeper(name, 20)];
-    t.true(await eventually(() => ring.inspect().doorbells.data === 2), 'both subscribers declare themselves asleep');
-    const producer = child('stress-produce', name, 7, 20);
-    const [a, b] = await Promise.all(sleepers.map((s) => s.ids));
-    t.deepEqual(a, run(a!, 20));
-    t.deepEqual(b, a, 'each subscriber got every frame');
-    t.is((await exitOf(producer)).code, 0);
+for (const [who, [prefix, take]] of Object.entries(doorbellSleepers))
+  test(`${who}, two of them subscribed to a broadcast ring: a Node publish rings both, and each takes every frame in order`, async (t) => {
+    await withRing(`${prefix}-broadcast`, { slots: 16, delivery: 'all' }, async (ring, name) => {
+      const sleepers = [take(name, 20), take(name, 20)];
+      t.true(await eventually(() => ring.inspect().doorbells.data === 2), 'both subscribers declare themselves asleep');
+      const producer = child('stress-produce', name, 7, 20);
+      const [a, b] = await Promise.all(sleepers);
+      t.deepEqual(a, run(a!, 20));
+      t.deepEqual(b, a, 'each subscriber got every frame');
+      t.is((await exitOf(producer)).code, 0);
+    });
   });
-});
 
 type SyncReport = { ids: number[]; values: (number | null)[]; ticks: number | null; heap: number[] | null };
 /**
