@@ -174,7 +174,7 @@ function sleepingProducer(producer: 'node' | 'c', name: string, frames: number, 
 
 /**
  * A consumer asleep in next() (or, with `blocked`, in nextSync(), its thread
- * asleep on the doorbell itself), a prepared frame every `gapUs` from a Node
+ * asleep on its doorbell word, a futex), a prepared frame every `gapUs` from a Node
  * (or C) producer: each hop's time, µs.
  */
 async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: 'node' | 'c' = 'node', blocked = false) {
@@ -236,7 +236,7 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
   records.push(compare(`  the same, frames from a C producer (gpr_producer_publish, paced as the floor's sender; ${gap})`, 'p50', 'µs', percentile(fromC.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
   // The same consumer with its thread blocked: the wake-up reaches it without the event loop's callback, promise and microtask.
   const blocked = await sleepingHandOff(n, gapUs, pacing, 'node', true);
-  const blockedName = `  the same, consumer blocked in nextSync() (its thread asleep on the doorbell; ${gap})`;
+  const blockedName = `  the same, consumer blocked in nextSync() (its thread asleep on its doorbell word, a futex; ${gap})`;
   records.push(compare(blockedName, 'p50', 'µs', percentile(blocked.total, 50), `C one-wake floor on an eventfd (epoll_wait; sender ${pacing} alike)`, eventfdFloor.p50, false));
   records.push(compare(blockedName, 'p50', 'µs', percentile(blocked.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
   records.push(compare(blockedName, 'p99.9', 'µs', percentile(blocked.total, 99.9), `JSON over a Unix socket, a line sent on the same clock (${gap})`, percentile(socket, 99.9), false));

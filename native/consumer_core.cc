@@ -264,11 +264,19 @@ void ConsumerState::Housekeep() {
   }
 }
 
+uint64_t ConsumerState::StopCheckMs() {
+  static const uint64_t ms = [] {
+    const char *set = getenv("GPURING_TEST_STOP_CHECK_MS");
+    return set && *set ? std::max<uint64_t>(1, strtoull(set, nullptr, 10)) : uint64_t{50};
+  }();
+  return ms;
+}
+
 ConsumerState::Blocked ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns,
                                                     uint64_t deadline_ns) {
   // Node stops a worker (worker.terminate(), process.exit()) by making its JS
   // unable to run and waiting for its thread: a thread asleep here must notice
-  // and return, so it looks every kStopCheckMs at most.
+  // and return, so it looks every StopCheckMs() at most.
   Napi::Object probe = Napi::Object::New(env);
   auto stopping = [&] {
     bool has = false;
@@ -284,11 +292,11 @@ ConsumerState::Blocked ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref
       // delays the frame it woke for.
       SweepIfDue();
       Housekeep();
-      bell->Arm(GPR_BELL_DATA);
+      bell->Arm(GPR_BELL_DATA | GPR_BELL_FUTEX);
       if (TryClaim(env, ref, pos) == 0) break;
       uint64_t left_ms = deadline_ns == UINT64_MAX ? UINT64_MAX : (deadline_ns - now + 999999) / 1000000;
       // A ring may be a heads-up, sent before its frame is READY (see Service).
-      bool rung = bell->Block(std::min<uint64_t>({tick_ms, left_ms, kStopCheckMs}));
+      bool rung = bell->Block(GPR_BELL_DATA, std::min<uint64_t>({tick_ms, left_ms, StopCheckMs()}));
       spin_ns = rung ? kHeadsUpWaitNs : 0;
       woken_ns = gpr_monotonic_ns();
       bell->Disarm();  // a ringer cleared our bit; a timeout or a signal did not

@@ -119,8 +119,10 @@ struct ConsumerState : LoopParticipant {
   // until `deadline_ns`, or until Node stops the thread's environment.
   enum class Blocked { kClaimed, kTimedOut, kStopping };
   Blocked ClaimBlocking(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, uint64_t deadline_ns);
-  // How often a blocked thread looks whether Node is stopping it at most.
-  static constexpr uint64_t kStopCheckMs = 50;
+  // How often a blocked thread looks whether Node is stopping it at most: 50
+  // ms, or GPURING_TEST_STOP_CHECK_MS, which tests that must prove a ring woke
+  // the thread set long, so that a missed ring shows as a TIMEOUT.
+  static uint64_t StopCheckMs();
   // Serves waiting requests from the ring in order; sleeps if any remain.
   void Service(Napi::Env env);
   void Resolve(Request &r, Napi::Value record);

@@ -1,5 +1,4 @@
 #include "doorbell.h"
-#include <poll.h>
 #include <sys/random.h>
 #include <climits>
 #include "errors.h"
@@ -89,7 +88,7 @@ void Doorbell::Arm(uint32_t bit) {
   gpr_doorbell_arm(seg_, index_, bit);
 }
 
-void Doorbell::Disarm() { gpr_doorbell_clear(seg_, index_, GPR_BELL_DATA | GPR_BELL_SPACE); }
+void Doorbell::Disarm() { gpr_doorbell_clear(seg_, index_, GPR_BELL_DATA | GPR_BELL_SPACE | GPR_BELL_FUTEX); }
 
 void Doorbell::Sleep(uint64_t timeout_ms, bool keep_alive) {
   sleeping_ = true;
@@ -108,13 +107,8 @@ void Doorbell::Stop() {
   uv_timer_stop(&handles_->timer);
 }
 
-// The ring is left unread, as Rung() leaves it: the next Arm() reads it, or
-// the event loop's poll does once it runs again.
-bool Doorbell::Block(uint64_t timeout_ms) {
-  struct pollfd p = {fd_, POLLIN, 0};
-  bool rung = poll(&p, 1, static_cast<int>(std::min<uint64_t>(timeout_ms, INT_MAX))) > 0;
-  unread_ = unread_ || rung;
-  return rung;
+bool Doorbell::Block(uint32_t bit, uint64_t timeout_ms) {
+  return gpr_doorbell_sleep_on_word(seg_, index_, bit, std::min<uint64_t>(timeout_ms, UINT64_MAX / 1000000) * 1000000);
 }
 
 // A ring that wakes us is left unread: reading it (the datagram, then the

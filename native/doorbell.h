@@ -42,12 +42,14 @@ class Doorbell {
   void Sleep(uint64_t timeout_ms, bool keep_alive = true);
   // Ends the sleep without running the callback.
   void Stop();
-  // Sleeps with the calling thread, in poll(2) on the socket, for up to
-  // timeout_ms; the callback does not run. Returns whether a ring woke it
-  // (EINTR and the timeout: false). For a caller that chose to block its
-  // thread (nextSync): the wake-up then reaches it without libuv, a callback
-  // scope, a promise and a microtask in between.
-  bool Block(uint64_t timeout_ms);
+  // For a caller that chose to block its thread (nextSync), after
+  // Arm(bit | GPR_BELL_FUTEX): sleeps in FUTEX_WAIT on this participant's
+  // doorbell word, not on the socket, for up to timeout_ms; the callback does
+  // not run. Returns whether a ring woke it (a timeout or a signal: false).
+  // The wake-up then reaches the caller without libuv, a callback scope, a
+  // promise and a microtask in between, and costs what an eventfd's does,
+  // where a datagram's costs 1-6 us more (SPEC.md §6.1).
+  bool Block(uint32_t bit, uint64_t timeout_ms);
   // Whether a ring woke us since the last call (not the timeout).
   bool TakeRung() { return std::exchange(rung_, false); }
 

@@ -4,6 +4,7 @@
 // they release. The sleeper's sweep tick is set to ten minutes, so it can only
 // be woken through the ring: a broken doorbell fails these tests with TIMEOUT
 // instead of passing slowly.
+import { once } from 'node:events';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -171,6 +172,7 @@ test('nextSync() on a worker thread takes every frame in order with its values, 
 test('worker.terminate() ends a worker blocked in nextSync() with no timeout, and its consumer leaves the ring', async (t) => {
   await withRing('sync-terminate', { slots: 16 }, async (ring, name) => {
     const proc = spawn(process.execPath, [join(root, 'test/helpers/sync-consumer.mjs'), name, '1', 'terminate'], { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
+    const closed = once(proc, 'close');
     const lines: string[] = [];
     createInterface({ input: proc.stdout! }).on('line', (l) => lines.push(l));
     t.true(await eventually(() => ring.inspect().doorbells.data === 1), 'the worker sleeps on its doorbell');
@@ -178,6 +180,7 @@ test('worker.terminate() ends a worker blocked in nextSync() with no timeout, an
     // A thread that never noticed would keep terminate() (and the process) waiting for good.
     const stuck = new Promise<string>((r) => setTimeout(() => r('stuck'), 20_000).unref());
     t.deepEqual(await Promise.race([exitOf(proc), stuck]), { code: 0, signal: null });
+    await closed; // its last line may still be in the pipe when it exits
     t.true(lines.some((l) => l.startsWith('{"terminated"')), lines.join(' | '));
     const info = ring.inspect();
     t.deepEqual(info.participants, [], 'the terminated worker\'s consumer detached');

@@ -66,7 +66,7 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
 /* ------------------------------------------------------------------------ */
 
 #define GPR_VERSION_MAJOR 2u
-#define GPR_VERSION_MINOR 2u
+#define GPR_VERSION_MINOR 3u
 /* "GPURING\0" read as a little-endian u64. */
 #define GPR_SEGMENT_MAGIC 0x00474E4952555047ull
 /* "GPRARENA" read as a little-endian u64. */

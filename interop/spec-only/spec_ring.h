@@ -62,7 +62,7 @@ enum { REF_FRAME_ID = 0, REF_PRODUCER = 8, REF_PRODUCER_GEN = 12, REF_BODY_ARENA
 /* §4 participant states, §5.1 slot states, §6.1 doorbell bits */
 enum { P_FREE, P_ACTIVE, P_DEAD, P_ATTACHING, P_FREEING };
 enum { S_EMPTY, S_WRITING, S_READY, S_CLAIMED, S_LEASED, S_RELEASED };
-enum { BELL_DATA = 1, BELL_SPACE = 2 };
+enum { BELL_DATA = 1, BELL_SPACE = 2, BELL_FUTEX = 4 };
 enum { RING_OK = 0, RING_NONE = 1 }; /* RING_NONE: full (publish) or empty (claim) */
 enum { RING_MISSED = 2, RING_EVICTED = 3 }; /* §5.4 claim: FRAMES_MISSED, EVICTED */
 enum { RING_DETACHED = 4 };                  /* §4 "Losing the entry": publish or claim refused */
@@ -357,9 +357,11 @@ static inline void ring_doorbell(const ring *r, uint64_t key) {
   close(fd);
 }
 
-/* §6.1 clearing: AND the bits away, and for each that was set take 1 from its count, never below 0. */
+/* §6.1 clearing: AND the bits away, and for each that was set take 1 from its count, never below 0.
+ * Returns the bits it cleared, with BELL_FUTEX added if the word held it (ring the word, not the socket). */
 static inline uint32_t bells_clear(const ring *r, uint32_t index, uint32_t bits) {
-  uint32_t was = __atomic_fetch_and(w32(r, entry(r, index) + P_BELL), ~bits, __ATOMIC_SEQ_CST) & bits;
+  uint32_t word = __atomic_fetch_and(w32(r, entry(r, index) + P_BELL), ~bits, __ATOMIC_SEQ_CST);
+  uint32_t was = word & bits;
   for (uint32_t bit = BELL_DATA; bit <= BELL_SPACE; bit <<= 1) {
     if (!(was & bit)) continue;
     uint32_t *count = w32(r, bit == BELL_DATA ? C_DATA_BELLS : C_SPACE_BELLS);
@@ -367,7 +369,7 @@ static inline uint32_t bells_clear(const ring *r, uint32_t index, uint32_t bits)
     while (c > 0 && !__atomic_compare_exchange_n(count, &c, c - 1u, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     }
   }
-  return was;
+  return was ? was | (word & BELL_FUTEX) : 0;
 }
 
 static inline void ring_notify(const ring *r, uint32_t bell) {
@@ -388,7 +390,10 @@ static inline void ring_notify(const ring *r, uint32_t bell) {
     if (!(__atomic_load_n(w32(r, entry(r, i) + P_BELL), __ATOMIC_SEQ_CST) & bell)) continue;
     seen++;
     uint64_t key = __atomic_load_n(w64(r, entry(r, i) + P_KEY), __ATOMIC_ACQUIRE);
-    if (bells_clear(r, i, bell) && key) ring_doorbell(r, key);
+    uint32_t how = bells_clear(r, i, bell);
+    if (how & BELL_FUTEX) /* §6.1: a thread asleep on the word itself */
+      syscall(SYS_futex, w32(r, entry(r, i) + P_BELL), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    else if (how && key) ring_doorbell(r, key);
   }
 }
 

@@ -13,9 +13,15 @@
  * having yielded (else null). With `terminate` the worker waits for a frame
  * that never comes until the parent's IPC message 'stop', on which the main
  * thread terminates it and says {"terminated": ms}, the milliseconds it took.
+ * Except with `terminate`, the blocked thread's look for a stopping Node comes
+ * every ten minutes instead of every 50 ms (GPURING_TEST_STOP_CHECK_MS): a ring
+ * the producer failed to send then shows as a TIMEOUT, not as a late frame.
  */
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { Consumer } from '../../dist/index.js';
+
+/** Each nextSync()'s timeout: a ring wakes the thread in microseconds, so reaching it means none came. */
+const WAIT_MS = 60_000;
 
 function takeFrames(name, count, ready, weighHeap = false) {
   const consumer = Consumer.open(name, { sweepInterval: 600_000 });
@@ -24,7 +30,11 @@ function takeFrames(name, count, ready, weighHeap = false) {
   const ids = new Float64Array(count), values = new Float64Array(count), heap = [];
   const weigh = () => (globalThis.gc(), heap.push(process.memoryUsage().heapUsed));
   for (let i = 0; i < count; i++) {
-    const f = consumer.nextSync({ timeout: 60_000 });
+    const asked = performance.now();
+    const f = consumer.nextSync({ timeout: WAIT_MS });
+    // At its deadline nextSync() looks once more and takes a frame it finds: a
+    // frame that came only then was published without a ring that reached us.
+    if (performance.now() - asked >= WAIT_MS) throw new Error(`frame ${i} was taken only when the ${WAIT_MS} ms timeout ended the sleep: no ring woke the thread`);
     ids[i] = f.id;
     values[i] = f.toTable().getChild('seq')?.get(0) ?? NaN;
     f.release();
@@ -40,6 +50,8 @@ if (!isMainThread) {
   parentPort.postMessage(takeFrames(workerData.name, workerData.count, () => parentPort.postMessage('ready')));
 } else {
   const [name, count, where] = process.argv.slice(2);
+  // Set on the main thread, where process.env is the process's environment, before any nextSync().
+  if (where !== 'terminate') process.env.GPURING_TEST_STOP_CHECK_MS = '600000';
   if (where === 'main' || where === 'heap') {
     say({ ...takeFrames(name, Number(count), () => say('ready'), where === 'heap'), ticks: null });
   } else if (where === 'terminate') {
@@ -62,6 +74,7 @@ if (!isMainThread) {
     });
     worker.on('error', (e) => {
       console.error(e);
+      clearInterval(timer); // else the timer keeps the process, and the test, waiting
       process.exitCode = 1;
     });
   }

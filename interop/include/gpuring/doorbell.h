@@ -6,7 +6,10 @@
  * may instead own a doorbell: an AF_UNIX SOCK_DGRAM socket bound to the
  * abstract name "\0gpuring.NAME.KEY" (KEY: 16 lowercase hex digits of its
  * entry's `doorbell_key`), which its loop polls directly. Any process can ring
- * it with sendto(); nothing has to be passed between processes.
+ * it with sendto(); nothing has to be passed between processes. A thread that
+ * sleeps on its doorbell (Node's nextSync()) may instead sleep in FUTEX_WAIT
+ * on its entry's `doorbell` word, saying so with GPR_BELL_FUTEX (2.3): a
+ * futex wake-up costs what an eventfd's does, a datagram's 1-6 us more.
  *
  * Protocol (SPEC.md §6.1). Each entry's `doorbell` word holds one bit per
  * thing to wait for (GPR_BELL_DATA: a frame became READY; GPR_BELL_SPACE: a
@@ -16,9 +19,12 @@
  *  - Sleeper: set the bit (fetch_or, seq_cst); if it was clear, add one to the
  *    count (seq_cst); look at the ring once more; if still nothing, sleep on
  *    the socket. Whoever clears a set bit subtracts the one again.
+ *    A thread may add GPR_BELL_FUTEX in the same fetch_or and sleep in
+ *    FUTEX_WAIT on the word itself; it clears GPR_BELL_FUTEX when awake.
  *  - Notifier, after its release store and the seq_cst fence of gpr_notify:
  *    if the count is non-zero, clear each set bit of that kind with fetch_and;
- *    for each bit it cleared, subtract one and send one datagram. A publish
+ *    for each bit it cleared, subtract one and ring: FUTEX_WAKE on the word
+ *    if the word it cleared held GPR_BELL_FUTEX, else one datagram. A publish
  *    stops after one sleeper it could reach: only one consumer can take the
  *    frame, and waking every sleeper for it cost the producer a system call
  *    per sleeper per frame (4 sleeping consumers took fewer frames/s than 1).
@@ -32,7 +38,7 @@
  * is cleared by that ring) and the sweep clears its bits when freeing it.
  * Included by gpuring.h; not a standalone header. */
 
-enum { GPR_BELL_DATA = 1u, GPR_BELL_SPACE = 2u };
+enum { GPR_BELL_DATA = 1u, GPR_BELL_SPACE = 2u, GPR_BELL_FUTEX = 4u };
 
 /* Abstract socket address of a doorbell: "\0gpuring.NAME.KEY", KEY in 16
  * lowercase hex digits. Written by hand rather than with snprintf: every ring
@@ -90,17 +96,49 @@ GPR_INLINE uint32_t gpr_doorbell_clear(gpr_segment *seg, uint32_t index, uint32_
   return was;
 }
 
-/* Sleeper: declares entry `index` asleep waiting for `bit`. The caller then
- * looks at the ring once more before it sleeps on its socket. */
-GPR_INLINE void gpr_doorbell_arm(gpr_segment *seg, uint32_t index, uint32_t bit) {
-  uint32_t was = __atomic_fetch_or(&seg->participants[index].doorbell, bit, __ATOMIC_SEQ_CST);
-  if (!(was & bit)) __atomic_fetch_add(gpr_doorbell_count(seg, bit), 1u, __ATOMIC_SEQ_CST);
+/* Notifier: clears `bit` of entry `index`. Returns 0 if it was clear (another
+ * notifier took it, or its owner woke), else `bit`, with GPR_BELL_FUTEX added
+ * when the owner sleeps on the word itself: how to ring it. */
+GPR_INLINE uint32_t gpr_doorbell_take(gpr_segment *seg, uint32_t index, uint32_t bit) {
+  uint32_t was = __atomic_fetch_and(&seg->participants[index].doorbell, ~bit, __ATOMIC_SEQ_CST);
+  if (!(was & bit)) return 0;
+  gpr_doorbell_count_down(gpr_doorbell_count(seg, bit));
+  return was & (bit | GPR_BELL_FUTEX);
 }
 
-/* One datagram to entry `p`'s doorbell: whether it reached a sleeper's queue.
- * A socket that is gone (ECONNREFUSED: its owner died) reached nobody; a full
- * queue (EAGAIN) already holds a wake-up, so it counts as reached. */
-GPR_INLINE int gpr_doorbell_send(gpr_segment *seg, gpr_participant *p) {
+/* Sleeper: declares entry `index` asleep waiting for `bit`, on its socket, or
+ * with GPR_BELL_FUTEX in `bit` on the word itself (gpr_doorbell_sleep_on_word).
+ * The caller then looks at the ring once more before it sleeps. A socket
+ * sleeper clears a GPR_BELL_FUTEX left in the word (damage, §10a): notifiers
+ * would wake the word instead of its socket. */
+GPR_INLINE void gpr_doorbell_arm(gpr_segment *seg, uint32_t index, uint32_t bit) {
+  uint32_t *word = &seg->participants[index].doorbell, kind = bit & ~GPR_BELL_FUTEX;
+  if (!(bit & GPR_BELL_FUTEX) && (__atomic_load_n(word, __ATOMIC_RELAXED) & GPR_BELL_FUTEX))
+    __atomic_fetch_and(word, ~GPR_BELL_FUTEX, __ATOMIC_SEQ_CST);
+  uint32_t was = __atomic_fetch_or(word, bit, __ATOMIC_SEQ_CST);
+  if (!(was & kind)) __atomic_fetch_add(gpr_doorbell_count(seg, kind), 1u, __ATOMIC_SEQ_CST);
+}
+
+/* A sleeper armed with GPR_BELL_FUTEX | `bit`: sleeps in FUTEX_WAIT on its
+ * entry's word while `bit` is set there, up to `timeout_ns`. Returns whether a
+ * notifier rang it (cleared `bit`). Any change to the word ends the wait, so a
+ * ring between the arming and the wait is not lost. The caller then disarms
+ * (gpr_doorbell_clear with GPR_BELL_FUTEX among the bits). */
+GPR_INLINE int gpr_doorbell_sleep_on_word(gpr_segment *seg, uint32_t index, uint32_t bit, uint64_t timeout_ns) {
+  uint32_t *word = &seg->participants[index].doorbell;
+  uint32_t w = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+  if (w & bit) gpr_futex_wait(word, w, timeout_ns);
+  return !(__atomic_load_n(word, __ATOMIC_SEQ_CST) & bit);
+}
+
+/* Rings entry `p`, whose bit gpr_doorbell_take() cleared and described in
+ * `how`: whether it reached a sleeper. On the word, FUTEX_WAKE woke a thread
+ * or nobody (a dead owner, or one not yet in its wait, which the cleared bit
+ * ends at once: either way the notifier may ring another). On the socket, a
+ * datagram: a socket that is gone (ECONNREFUSED: its owner died) reached
+ * nobody; a full queue (EAGAIN) already holds a wake-up, so it counts. */
+GPR_INLINE int gpr_doorbell_send(gpr_segment *seg, gpr_participant *p, uint32_t how) {
+  if (how & GPR_BELL_FUTEX) return syscall(SYS_futex, &p->doorbell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0) > 0;
   struct sockaddr_un addr;
   socklen_t len = gpr_doorbell_address(seg->name, __atomic_load_n(&p->doorbell_key, __ATOMIC_ACQUIRE), &addr);
   int fd = gpr_doorbell_sender(seg);
@@ -122,8 +160,9 @@ GPR_INLINE uint32_t gpr_doorbell_ring(gpr_segment *seg, uint32_t bit, uint32_t m
     gpr_participant *p = &seg->participants[i];
     if (!(__atomic_load_n(&p->doorbell, __ATOMIC_RELAXED) & bit)) continue;
     left--;
-    if (!gpr_doorbell_clear(seg, i, bit)) continue;  /* another notifier rang it */
-    if (gpr_doorbell_send(seg, p)) max--, rung = i;
+    uint32_t how = gpr_doorbell_take(seg, i, bit);
+    if (!how) continue;  /* another notifier rang it */
+    if (gpr_doorbell_send(seg, p, how)) max--, rung = i;
   }
   return rung;
 }
@@ -166,7 +205,8 @@ GPR_INLINE void gpr_notify_published(gpr_segment *seg) { gpr_notify_bell(seg, GP
 GPR_INLINE void gpr_notify_published_rung(gpr_segment *seg, uint32_t rung) {
   if (rung >= seg->participant_capacity) return gpr_notify_published(seg);
   gpr_notify(&seg->control->data_seq, &seg->control->data_waiters);
-  if (gpr_doorbell_clear(seg, rung, GPR_BELL_DATA)) gpr_doorbell_send(seg, &seg->participants[rung]);
+  uint32_t how = gpr_doorbell_take(seg, rung, GPR_BELL_DATA);
+  if (how) gpr_doorbell_send(seg, &seg->participants[rung], how);
 }
 GPR_INLINE void gpr_notify_data(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_DATA, UINT32_MAX); }
 GPR_INLINE void gpr_notify_space(gpr_segment *seg) { gpr_notify_bell(seg, GPR_BELL_SPACE, UINT32_MAX); }

@@ -6,8 +6,10 @@ sleeps on an AF_UNIX datagram socket bound to the abstract name
 ``doorbell`` word while asleep. Every notifier rings those bells after its futex
 notify: it clears each set bit of the kind it signals (fetch-and; one winner) and
 sends one datagram per bit cleared; a publish stops after one sleeper it reached,
-as only one consumer can take its frame. ``ring`` is the notifier's side, ``Bell``
-the sleeper's.
+as only one consumer can take its frame. A thread that sleeps on its entry's
+``doorbell`` word itself (FUTEX_WAIT; the Node consumer's ``nextSync()``) sets
+BELL_FUTEX with its bit, and is rung with FUTEX_WAKE on the word instead (2.3).
+``ring`` is the notifier's side, ``Bell`` the sleeper's.
 """
 from __future__ import annotations
 
@@ -47,6 +49,25 @@ def clear(seg: Segment, index: int, bits: int) -> int:
     return was
 
 
+def take(seg: Segment, index: int, bit: int) -> int:
+    """Clears ``bit`` of entry ``index`` for a notifier: 0 if it was clear, else ``bit``,
+    with BELL_FUTEX added when the owner sleeps on the word (how to ring it)."""
+    was = seg.mem.and32(seg.participant(index, "doorbell"), ~bit)
+    if not was & bit:
+        return 0
+    _count_down(seg, _count_at(seg, bit))
+    return was & (bit | L.BELL_FUTEX)
+
+
+def send(seg: Segment, index: int, how: int) -> bool:
+    """Rings entry ``index``, whose bit ``take`` cleared: whether it reached a sleeper.
+    FUTEX_WAKE that woke nobody (a dead owner, or one not yet in its wait, which the
+    cleared bit ends at once) reached nobody, so the notifier may ring another."""
+    if how & L.BELL_FUTEX:
+        return seg.mem.futex_wake(seg.participant(index, "doorbell")) > 0
+    return _send(seg, seg.mem.load64(seg.participant(index, "doorbell_key")))
+
+
 def ring(seg: Segment, bit: int, most: int | None = None) -> None:
     """Rings entries asleep waiting for ``bit``, at most ``most`` reachable ones (None: all);
     call after the seq_cst notify. A sleeper whose socket is gone (it died) reached
@@ -56,7 +77,8 @@ def ring(seg: Segment, bit: int, most: int | None = None) -> None:
     while left > 0 and (most is None or most > 0) and i < seg.participant_capacity:
         if seg.mem.load32(seg.participant(i, "doorbell")) & bit:
             left -= 1
-            if clear(seg, i, bit) and _send(seg, seg.mem.load64(seg.participant(i, "doorbell_key"))) and most is not None:
+            how = take(seg, i, bit)
+            if how and send(seg, i, how) and most is not None:
                 most -= 1
         i += 1
 
@@ -108,7 +130,10 @@ class Bell:
         at = self._seg.participant(self._index, "doorbell_key")
         if self._seg.mem.load64(at) != self._key:
             self._seg.mem.store64(at, self._key)
-        if not self._seg.mem.or32(self._seg.participant(self._index, "doorbell"), bit) & bit:
+        word = self._seg.participant(self._index, "doorbell")
+        if self._seg.mem.load32(word) & L.BELL_FUTEX:  # left by damage: notifiers would skip the socket
+            self._seg.mem.and32(word, ~L.BELL_FUTEX)
+        if not self._seg.mem.or32(word, bit) & bit:
             self._seg.mem.add32(_count_at(self._seg, bit), 1)
 
     def disarm(self, bit: int) -> bool:

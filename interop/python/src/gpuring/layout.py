@@ -6,7 +6,7 @@ the C and TypeScript suites check against the header itself.
 from __future__ import annotations
 
 VERSION_MAJOR = 2
-VERSION_MINOR = 2
+VERSION_MINOR = 3
 LAYOUT_HASH = 0xDDB92FD56EC23D52
 # A broadcast ring (SPEC.md §5.4, header flag RING_BROADCAST) has this hash instead.
 LAYOUT_HASH_BROADCAST = 0xFEED42585DBA9DFB
@@ -75,7 +75,7 @@ SLOT_STATES = ("EMPTY", "WRITING", "READY", "CLAIMED", "LEASED", "RELEASED")
 EMPTY, WRITING, READY, CLAIMED, LEASED, RELEASED = range(6)
 PARTICIPANT_STATES = ("FREE", "ACTIVE", "DEAD", "ATTACHING", "FREEING")
 P_FREE, P_ACTIVE, P_DEAD, P_ATTACHING, P_FREEING = range(5)
-BELL_DATA, BELL_SPACE = 1, 2
+BELL_DATA, BELL_SPACE, BELL_FUTEX = 1, 2, 4
 ROLE_PRODUCER, ROLE_CONSUMER, ROLE_BRIDGE = 1, 2, 4  # bridge: informational (SPEC.md §1.1, §14)
 MEMORY_KINDS = ("absent", "host", "cuda-ipc", "cuda-pool", "cuda-vmm")
 NODE_NULLABLE, NODE_DICT_ORDERED, NODE_MAP_KEYS_SORTED = 1, 2, 4

@@ -166,9 +166,10 @@ class SharedMemory:
         _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(self._addr(offset, 4)), _FUTEX_WAIT,
                       ctypes.c_uint32(expected), ctypes.byref(ts) if ts else None, None, 0)
 
-    def futex_wake(self, offset: int) -> None:
-        _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(self._addr(offset, 4)), _FUTEX_WAKE,
-                      0x7FFFFFFF, None, None, 0)
+    def futex_wake(self, offset: int) -> int:
+        """Wakes every thread waiting on the word; how many it woke."""
+        return int(_libc.syscall(_SYS_FUTEX, ctypes.c_void_p(self._addr(offset, 4)), _FUTEX_WAKE,
+                                 0x7FFFFFFF, None, None, 0))
 
     def notify(self, seq: int, waiters: int) -> None:
         """Bumps a futex word and wakes its sleepers, if any announced themselves.
