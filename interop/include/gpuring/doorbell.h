@@ -138,7 +138,7 @@ GPR_INLINE int gpr_doorbell_sleep_on_word(gpr_segment *seg, uint32_t index, uint
  * datagram: a socket that is gone (ECONNREFUSED: its owner died) reached
  * nobody; a full queue (EAGAIN) already holds a wake-up, so it counts. */
 GPR_INLINE int gpr_doorbell_send(gpr_segment *seg, gpr_participant *p, uint32_t how) {
-  if (how & GPR_BELL_FUTEX) return syscall(SYS_futex, &p->doorbell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0) > 0;
+  if (how & GPR_BELL_FUTEX) return gpr_futex_wake_all(&p->doorbell) > 0;
   struct sockaddr_un addr;
   socklen_t len = gpr_doorbell_address(seg->name, __atomic_load_n(&p->doorbell_key, __ATOMIC_ACQUIRE), &addr);
   int fd = gpr_doorbell_sender(seg);

@@ -82,8 +82,10 @@ GPR_INLINE int gpr_futex_wait(uint32_t *word, uint32_t expected, uint64_t timeou
   return errno == EAGAIN ? 0 : errno;
 }
 
-GPR_INLINE void gpr_futex_wake_all(uint32_t *word) {
-  syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+/* Returns how many threads it woke (0 on error). */
+GPR_INLINE long gpr_futex_wake_all(uint32_t *word) {
+  long woken = syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  return woken > 0 ? woken : 0;
 }
 
 /* Bumps a futex word and wakes its sleepers, only if any announced themselves:
