@@ -2,45 +2,10 @@
 participant, a garbage slot record, damaged headers) observed through the
 Python API. The C and TypeScript suites observe the same images and must see
 the same lines (fixtures/README.md defines the loading rules and the lines)."""
-import os
-import struct
-
 import pytest
 
-from conftest import FIXTURES
 from gpuring import Consumer, GpuringError, Ring
-from gpuring.process import pid_namespace, self_start_time
-
-RING = "gpr-fixture-image"  # frame bodies name their arenas, so images keep the name they were made with
-ALIVE = 0xFFFFFFFE
-DIR = FIXTURES / "segments"
-IMAGES = sorted(p.name[: -len(".expect")] for p in DIR.glob("*.expect"))
-
-
-def load(image: str) -> None:
-    seg = bytearray((DIR / f"{image}.segment.bin").read_bytes())
-    if len(seg) >= 256:
-        if struct.unpack_from("<Q", seg, 72)[0] == 0:
-            struct.pack_into("<Q", seg, 72, pid_namespace())
-        capacity, at = struct.unpack_from("<I", seg, 40)[0], struct.unpack_from("<Q", seg, 56)[0]
-        for i in range(capacity):
-            p = at + 128 * i
-            if p + 128 > len(seg):
-                break
-            if struct.unpack_from("<I", seg, p + 8)[0] == ALIVE:
-                struct.pack_into("<IxxxxQ", seg, p + 8, os.getpid(), self_start_time())
-    with open(f"/dev/shm/gpuring.{RING}", "wb") as f:
-        f.write(seg)
-    arena = DIR / f"{image}.p0g1.a0.bin"
-    if arena.exists():
-        with open(f"/dev/shm/gpuring.{RING}.p0g1.a0", "wb") as f:
-            f.write(arena.read_bytes())
-
-
-def unload() -> None:
-    for name in (f"gpuring.{RING}", f"gpuring.{RING}.p0g1.a0"):
-        if os.path.exists(f"/dev/shm/{name}"):
-            os.unlink(f"/dev/shm/{name}")
+from segment_image import DIR, IMAGES, RING, image_bytes, load, unload
 
 
 def observe_frames(lines: list[str]) -> None:
@@ -88,7 +53,7 @@ def test_there_are_segment_images():
 
 @pytest.mark.parametrize("image", IMAGES)
 def test_segment_image_is_observed_as_its_expect_file_says(image):
-    load(image)
+    load(*image_bytes(image))
     try:
         assert observe() == (DIR / f"{image}.expect").read_text()
     finally:
