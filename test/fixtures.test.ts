@@ -14,6 +14,7 @@ import { encodeFrame } from '../lib/codec/encode.js';
 import { GpuringError } from '../lib/errors.js';
 import { descriptionFromJson, descriptionToFlat, descriptionToJson } from './helpers/fixture-forms.js';
 import { loadImage, observeImage, unloadImage } from './helpers/segment-image.js';
+import { fuzzImages } from './helpers/segment-image-fuzz.js';
 
 const root = join(import.meta.dirname, '..', 'fixtures');
 const frames = readdirSync(join(root, 'frames')).filter((f) => f.endsWith('.bin')).map((f) => f.slice(0, -4));
@@ -64,6 +65,15 @@ for (const image of images) {
     }
   });
 }
+
+// GPURING_FUZZ_ITERATIONS and GPURING_FUZZ_SEED widen or vary the run.
+const fuzzIterations = Number(process.env.GPURING_FUZZ_ITERATIONS ?? 1000);
+const fuzzSeed = Number(process.env.GPURING_FUZZ_SEED ?? 1);
+test.serial(`${fuzzIterations} damaged segment images (seed ${fuzzSeed}): every call returns or throws a GpuringError, and frames in them are still read and published`, async (t) => {
+  const tally = await fuzzImages(imageDir, images, fuzzIterations, fuzzSeed);
+  t.log(JSON.stringify(tally));
+  t.true(tally.opened! > fuzzIterations / 4 && tally['frames read']! > 0 && tally.published! > 0, JSON.stringify(tally));
+});
 
 test('the generator reproduces the committed fixtures and refuses to overwrite changed bytes', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'gpuring-fixtures-'));

@@ -3,7 +3,7 @@
  * fixtures/README.md prescribes, and observes it through the public API as
  * the lines NAME.expect holds.
  */
-import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Consumer, GpuringError, Ring } from '../../lib/index.js';
 
@@ -17,26 +17,39 @@ function selfStartTime(): bigint {
   return BigInt(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]!);
 }
 
-export function loadImage(dir: string, image: string): void {
-  const seg = Buffer.from(readFileSync(join(dir, `${image}.segment.bin`)));
-  if (seg.length >= 256) {
-    if (seg.readBigUInt64LE(72) === 0n) seg.writeBigUInt64LE(statSync('/proc/self/ns/pid', { bigint: true }).ino, 72);
-    const capacity = seg.readUInt32LE(40);
-    const at = Number(seg.readBigUInt64LE(56));
-    for (let i = 0; i < capacity && at + PARTICIPANT_BYTES * (i + 1) <= seg.length; i++) {
-      const p = at + PARTICIPANT_BYTES * i;
-      if (seg.readUInt32LE(p + 8) !== ALIVE) continue;
-      seg.writeUInt32LE(process.pid, p + 8);
-      seg.writeBigUInt64LE(selfStartTime(), p + 16);
-    }
-  }
-  writeFileSync(`/dev/shm/gpuring.${imageRing}`, seg);
+/** An image's segment bytes and producer 0's arena (null where it has none), to load as they are or damaged. */
+export function imageBytes(dir: string, image: string): { segment: Buffer; arena: Buffer | null } {
   const arena = join(dir, `${image}.p0g1.a0.bin`);
-  if (existsSync(arena)) writeFileSync(`/dev/shm/gpuring.${imageRing}.p0g1.a0`, readFileSync(arena));
+  return { segment: Buffer.from(readFileSync(join(dir, `${image}.segment.bin`))), arena: existsSync(arena) ? Buffer.from(readFileSync(arena)) : null };
 }
 
+/** Our PID namespace where the image has none, our pid and start time for ALIVE entries; offsets bounds-checked (images may be damaged). */
+function adopt(seg: Buffer): void {
+  if (seg.length < 256) return;
+  if (seg.readBigUInt64LE(72) === 0n) seg.writeBigUInt64LE(statSync('/proc/self/ns/pid', { bigint: true }).ino, 72);
+  const capacity = seg.readUInt32LE(40);
+  const at = Number(seg.readBigUInt64LE(56));
+  for (let i = 0; i < capacity && at + PARTICIPANT_BYTES * (i + 1) <= seg.length; i++) {
+    const p = at + PARTICIPANT_BYTES * i;
+    if (seg.readUInt32LE(p + 8) !== ALIVE) continue;
+    seg.writeUInt32LE(process.pid, p + 8);
+    seg.writeBigUInt64LE(selfStartTime(), p + 16);
+  }
+}
+
+export function loadImageBytes({ segment, arena }: { segment: Buffer; arena: Buffer | null }): void {
+  adopt(segment);
+  writeFileSync(`/dev/shm/gpuring.${imageRing}`, segment);
+  if (arena) writeFileSync(`/dev/shm/gpuring.${imageRing}.p0g1.a0`, arena);
+}
+
+export function loadImage(dir: string, image: string): void {
+  loadImageBytes(imageBytes(dir, image));
+}
+
+/** Removes the segment and every arena of its ring (a producer of a damaged image may have made more). */
 export function unloadImage(): void {
-  for (const f of [`gpuring.${imageRing}`, `gpuring.${imageRing}.p0g1.a0`]) rmSync(`/dev/shm/${f}`, { force: true });
+  for (const f of readdirSync('/dev/shm')) if (f === `gpuring.${imageRing}` || f.startsWith(`gpuring.${imageRing}.`)) rmSync(`/dev/shm/${f}`, { force: true });
 }
 
 function codeOf(error: unknown): string {
