@@ -3,7 +3,7 @@
 // reopening after every 50 failures in a row, or at once when its entry was
 // taken (DETACHED). It prints a JSON line of its counts every
 // 250 ms and exits 2 at the first error that is not a GpuringError.
-// Usage: damage-child.ts producer|consumer RING SECONDS
+// Usage: damage-child.ts producer|consumer|'sync consumer' RING SECONDS (the last blocked in nextSync())
 import { Table, Utf8, vectorFromArray } from 'apache-arrow';
 import { Consumer, GpuringError, Producer } from '../../lib/index.js';
 
@@ -49,14 +49,25 @@ async function run<T extends { close(): void }>(open: () => T, step: (p: T, n: n
   try { p?.close(); } catch (e) { failed(e); }
 }
 
+/** A frame by nextSync(), then a turn of the event loop (whatever the call did) so that the counts get reported. */
+async function syncTake(c: Consumer) {
+  try {
+    return c.nextSync({ timeout: 200 });
+  } finally {
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
 if (role === 'producer') {
   await run(() => Producer.open(name), async (p, n) => {
     await p.publish(frame(n), { timeout: 200 });
     counts.ok++;
   });
 } else {
+  // 'sync consumer': blocked in nextSync(), its thread asleep on its doorbell word (SPEC.md §6.1).
+  const take = role === 'sync consumer' ? syncTake : (c: Consumer) => c.next({ timeout: 200 });
   await run(() => Consumer.open(name), async (c) => {
-    const f = await c.next({ timeout: 200 });
+    const f = await take(c);
     try {
       for (const row of f.toTable()) void row.toJSON();
       counts.ok++;
