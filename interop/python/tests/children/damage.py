@@ -3,7 +3,9 @@ is the Node one: publishes or takes small frames for SECONDS while another
 process writes random bytes into the ring, reopening after 50 failures in a row
 or at once on DETACHED. Prints a JSON line of its counts every 250 ms and exits
 2 at the first error that is not a GpuringError.
-  damage.py producer|consumer NAME SECONDS"""
+  damage.py producer|consumer|async producer|async consumer NAME SECONDS
+The async roles wait in an asyncio loop, asleep on their doorbell sockets (SPEC.md §6.1)."""
+import asyncio
 import json
 import sys
 import time
@@ -29,12 +31,18 @@ def frame(n: int) -> pa.Table:
                      "s": pa.array([None if k % 3 == 0 else f"s{k}" for k in range(rows)], pa.utf8())})
 
 
+loop = asyncio.new_event_loop()
+
+
 def publish(p: Producer, n: int) -> None:
-    p.publish(frame(n), timeout=0.2)
+    if role.startswith("async"):
+        loop.run_until_complete(p.publish_async(frame(n), timeout=0.2))
+    else:
+        p.publish(frame(n), timeout=0.2)
 
 
 def take(c: Consumer, _n: int) -> None:
-    f = c.next(timeout=0.2)
+    f = loop.run_until_complete(c.next_async(timeout=0.2)) if role.startswith("async") else c.next(timeout=0.2)
     try:
         table = f.to_arrow()  # gpuring's part: typed errors only
         try:
@@ -46,7 +54,7 @@ def take(c: Consumer, _n: int) -> None:
 
 
 def run() -> None:
-    opener, step = (lambda: Producer.open(name), publish) if role == "producer" else (lambda: Consumer.open(name), take)
+    opener, step = (lambda: Producer.open(name), publish) if role.endswith("producer") else (lambda: Consumer.open(name), take)
     p = None
     failures, n, last = 0, 0, 0.0
     while time.monotonic() < end:
