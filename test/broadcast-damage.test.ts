@@ -3,7 +3,8 @@
 // a cursor moved far behind, a subscriber's bit cleared from `subscribers`, the
 // state word of a live subscriber's entry overwritten, and a share set again
 // after its release (SPEC.md §4 "Giving up a damaged entry", §5.4 Claim and
-// "Stray shares"). Each test damages one word the way a stray
+// "Stray shares"), and a live non-subscriber's `subscription` overwritten (§5.4
+// Slow subscribers). Each test damages one word the way a stray
 // writer would, through the file, and checks that frames flow again.
 import { closeSync, openSync, readSync, writeSync } from 'node:fs';
 import test from 'ava';
@@ -18,6 +19,7 @@ const READY = 2n;
 const CLAIMED = 3n;
 const CURSOR = 80;
 const SUBSCRIBERS = 576;
+const SUBSCRIPTION = 104; // u32, in the low half of the u64 read at its offset
 const SEQ_MASK = (1n << 48n) - 1n;
 
 /** Reads and writes u64 words of ring `name`'s segment file, as another process could. */
@@ -87,6 +89,15 @@ test("a subscriber whose bit was cleared from `subscribers` is a subscriber agai
     t.is(producer.subscribers, 0);
     await t.throwsAsync(consumer.next({ timeout: 50 }), { code: 'TIMEOUT' } as never);
     t.is(producer.subscribers, 1);
+  });
+});
+
+test("a live producer whose entry's `subscription` was overwritten with a value no policy has, its bit set in `subscribers`, does not hold the ring: its shares are released as a leftover bit's", async (t) => {
+  await afterDamage(t, 'bc-subscription', 1, 3 * SLOTS, (words, _consumer, producer) => {
+    const at = words.entry(producer.index) + SUBSCRIPTION;
+    words.write(at, (words.read(at) & ~0xffffffffn) | 4n); // the first value no policy has
+    words.write(words.control + SUBSCRIBERS, words.read(words.control + SUBSCRIBERS) | (1n << BigInt(producer.index)));
+    t.is(producer.subscribers, 2);
   });
 });
 

@@ -624,7 +624,7 @@ static inline uint64_t bc_take_missed(const ring *r) {
 
 static inline int bc_subscribed(const ring *r, uint32_t k) {
   return k < r->capacity && pw_state(__atomic_load_n(w64(r, entry(r, k) + P_STATE), __ATOMIC_ACQUIRE)) == P_ACTIVE &&
-         __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE) != 0u;
+         __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE) - 1u < 3u; /* 1..3: a policy */
 }
 /* Finish the drop a DROPPING cursor names: release the share of the frame before its
  * position, clear the mark by CAS, and count the frame missed if that CAS won. */

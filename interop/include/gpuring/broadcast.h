@@ -304,11 +304,13 @@ GPR_INLINE void gpr_bc_evict(gpr_segment *seg, uint32_t k, uint64_t c, uint64_t 
   gpr_notify_data(seg);  /* wake it, so that it learns */
 }
 
-/* Is entry `k` a subscriber (attached, joined)? A bit of anything else in a
- * frame's `pending` is left over from an earlier occupant and means nobody. */
+/* Is entry `k` a subscriber (attached, joined with a policy)? A bit of anything
+ * else in a frame's `pending` is left over from an earlier occupant, or damage
+ * (a `subscription` no policy has), and means nobody: were a live non-subscriber
+ * counted, its share would hold every frame while its process lives. */
 GPR_INLINE int gpr_bc_subscribed(const gpr_segment *seg, uint32_t k) {
   return k < seg->participant_capacity && gpr_pstate(gpr_participant_word(seg, k)) == GPR_PARTICIPANT_ACTIVE &&
-         __atomic_load_n(&seg->participants[k].subscription, __ATOMIC_ACQUIRE) != 0u;
+         __atomic_load_n(&seg->participants[k].subscription, __ATOMIC_ACQUIRE) - 1u <= GPR_ON_SLOW_EVICT;
 }
 
 /* How many subscribers a frame published now would go to: the bits of

@@ -234,6 +234,20 @@ def test_a_subscriber_whose_bit_was_cleared_is_a_subscriber_again_once_it_finds_
     ring.close()
 
 
+def test_a_live_producer_whose_subscription_was_overwritten_does_not_hold_the_ring(ring_name):
+    """Its entry's `subscription` holds a value no policy has and its bit is set in
+    `subscribers` (damage, SPEC.md §5.4): it is no subscriber, so its shares are
+    released as a leftover bit's, where they used to hold every frame while it lived."""
+    ring = Ring.create(ring_name, slots=8, delivery="all")
+    with Consumer.open(ring_name) as consumer, Producer.open(ring_name) as producer:
+        _flows(producer, consumer, range(1))
+        ring.segment.mem.store32(ring.segment.participant(producer.index, "subscription"), 4)  # the first value no policy has
+        ring.segment.mem.or64(ring.segment.control("subscribers"), 1 << producer.index)
+        assert producer.subscribers == 2
+        _flows(producer, consumer, range(1, 25))  # three rings: the damaged share would stop the first
+    ring.close()
+
+
 def test_a_subscriber_whose_entry_state_was_overwritten_gives_the_entry_up(ring_name):
     """Its state word says ACTIVE with another generation (SPEC.md §4, "Giving up a
     damaged entry"): it fails with DETACHED and marks the entry DEAD, so that a sweep

@@ -266,8 +266,9 @@ def _evict(seg: Segment, k: int, c: int, q: int) -> None:
 
 
 def _subscribed(seg: Segment, k: int) -> bool:
+    """Entry k is attached and joined with a policy; a `subscription` no policy has is damage and means nobody."""
     return (k < seg.participant_capacity and L.pword_state(seg.participant_word(k)) == L.P_ACTIVE
-            and seg.mem.load32(seg.participant(k, "subscription")) != 0)
+            and 1 <= seg.mem.load32(seg.participant(k, "subscription")) <= len(L.ON_SLOW))
 
 
 def _relieve_one(seg: Segment, k: int, q: int) -> None:
