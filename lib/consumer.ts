@@ -184,9 +184,10 @@ export class Consumer implements AsyncIterable<Frame> {
    * loop's in between (no callback, promise or microtask), and sooner than a
    * datagram to the doorbell's socket would: the quickest way for a sleeping
    * consumer to get a frame. Producers of wire format 2.2 and older ring the
-   * socket instead; the thread then finds their frames at its 50 ms looks. Throws what next() rejects with: TIMEOUT after `timeout` ms
-   * (default: never), and the rest alike; UNSUPPORTED while a next() of this
-   * consumer waits (it would be overtaken).
+   * socket instead; the thread then finds their frames at its 50 ms looks.
+   * Throws what next() rejects with: TIMEOUT after `timeout` ms (default:
+   * never), and the rest alike; UNSUPPORTED while a next() of this consumer
+   * waits (it would be overtaken).
    *
    * Meant for a worker thread that does nothing but consume: nothing else
    * runs on the thread meanwhile (timers, I/O, messages, promise callbacks,

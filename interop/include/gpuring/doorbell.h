@@ -86,24 +86,28 @@ GPR_INLINE uint32_t *gpr_doorbell_count(gpr_segment *seg, uint32_t bit) {
   return bit == GPR_BELL_DATA ? &seg->control->data_doorbells : &seg->control->space_doorbells;
 }
 
+/* ANDs `bits` out of entry `index`'s word, taking each kind it cleared off its
+ * count; returns the word as it was. */
+GPR_INLINE uint32_t gpr_doorbell_and(gpr_segment *seg, uint32_t index, uint32_t bits) {
+  uint32_t word = __atomic_fetch_and(&seg->participants[index].doorbell, ~bits, __ATOMIC_SEQ_CST);
+  if (word & bits & GPR_BELL_DATA) gpr_doorbell_count_down(&seg->control->data_doorbells);
+  if (word & bits & GPR_BELL_SPACE) gpr_doorbell_count_down(&seg->control->space_doorbells);
+  return word;
+}
+
 /* Clears `bits` of entry `index`; returns the bits this call cleared (each
- * already taken off its count). Used by notifiers, sleepers that woke on their
- * own, and the sweep. */
+ * already taken off its count). Used by sleepers that woke on their own, at
+ * detach, and by the sweep. */
 GPR_INLINE uint32_t gpr_doorbell_clear(gpr_segment *seg, uint32_t index, uint32_t bits) {
-  uint32_t was = __atomic_fetch_and(&seg->participants[index].doorbell, ~bits, __ATOMIC_SEQ_CST) & bits;
-  if (was & GPR_BELL_DATA) gpr_doorbell_count_down(&seg->control->data_doorbells);
-  if (was & GPR_BELL_SPACE) gpr_doorbell_count_down(&seg->control->space_doorbells);
-  return was;
+  return gpr_doorbell_and(seg, index, bits) & bits;
 }
 
 /* Notifier: clears `bit` of entry `index`. Returns 0 if it was clear (another
  * notifier took it, or its owner woke), else `bit`, with GPR_BELL_FUTEX added
  * when the owner sleeps on the word itself: how to ring it. */
 GPR_INLINE uint32_t gpr_doorbell_take(gpr_segment *seg, uint32_t index, uint32_t bit) {
-  uint32_t was = __atomic_fetch_and(&seg->participants[index].doorbell, ~bit, __ATOMIC_SEQ_CST);
-  if (!(was & bit)) return 0;
-  gpr_doorbell_count_down(gpr_doorbell_count(seg, bit));
-  return was & (bit | GPR_BELL_FUTEX);
+  uint32_t word = gpr_doorbell_and(seg, index, bit);
+  return word & bit ? word & (bit | GPR_BELL_FUTEX) : 0u;
 }
 
 /* Sleeper: declares entry `index` asleep waiting for `bit`, on its socket, or

@@ -40,23 +40,25 @@ def _count_down(seg: Segment, at: int) -> None:
             return
 
 
+def _and(seg: Segment, index: int, bits: int) -> int:
+    """ANDs ``bits`` out of entry ``index``'s word, taking each kind it cleared off its count; the word as it was."""
+    word = seg.mem.and32(seg.participant(index, "doorbell"), ~bits)
+    for bit in (L.BELL_DATA, L.BELL_SPACE):
+        if word & bits & bit:
+            _count_down(seg, _count_at(seg, bit))
+    return word
+
+
 def clear(seg: Segment, index: int, bits: int) -> int:
     """Clears ``bits`` of entry ``index``; returns those this call cleared (counts adjusted)."""
-    was = seg.mem.and32(seg.participant(index, "doorbell"), ~bits) & bits
-    for bit in (L.BELL_DATA, L.BELL_SPACE):
-        if was & bit:
-            _count_down(seg, _count_at(seg, bit))
-    return was
+    return _and(seg, index, bits) & bits
 
 
 def take(seg: Segment, index: int, bit: int) -> int:
     """Clears ``bit`` of entry ``index`` for a notifier: 0 if it was clear, else ``bit``,
     with BELL_FUTEX added when the owner sleeps on the word (how to ring it)."""
-    was = seg.mem.and32(seg.participant(index, "doorbell"), ~bit)
-    if not was & bit:
-        return 0
-    _count_down(seg, _count_at(seg, bit))
-    return was & (bit | L.BELL_FUTEX)
+    word = _and(seg, index, bit)
+    return word & (bit | L.BELL_FUTEX) if word & bit else 0
 
 
 def send(seg: Segment, index: int, how: int) -> bool:
