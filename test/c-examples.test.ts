@@ -1,11 +1,12 @@
 // The C examples (interop/c) against Node, each side in its own process:
 // frames a C producer writes read equal in Node, and frames Node publishes
 // are read by the C consumer with the checksums Node computes.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 import * as A from 'apache-arrow';
 import test from 'ava';
 import { Consumer, Producer } from '../lib/index.js';
-import { cProgram, exitOf, withRing } from './helpers/ring.js';
+import { cProgram, exitOf, root, withRing } from './helpers/ring.js';
 import { cConsumerReport, expectedReport, producerColumns, reportSources, tableColumns } from './helpers/c-consumer.js';
 
 test('frames from the C producer read in Node hold exactly what it wrote', async (t) => {
@@ -37,4 +38,17 @@ test('frames from Node are read by the C consumer with the same checksums', asyn
     await producer.drain();
     producer.close();
   });
+});
+
+test('gpuring.h after a system header: builds with -D_GNU_SOURCE, else stops at one #error that names the fix', (t) => {
+  const compile = (source: string, ...flags: string[]) =>
+    spawnSync('cc', ['-std=c11', ...flags, `-I${join(root, 'interop/include')}`, '-fsyntax-only', '-x', 'c', '-'], { input: source, encoding: 'utf8' });
+  const after = '#include <stdio.h>\n#include <gpuring.h>\nint main(void) { return 0; }\n';
+  t.is(compile('#include <gpuring.h>\n#include <stdio.h>\nint main(void) { return 0; }\n', '-Wall', '-Werror').status, 0, 'included first');
+  t.is(compile(after, '-D_GNU_SOURCE', '-Wall', '-Werror').status, 0, 'after stdio.h, with -D_GNU_SOURCE');
+  const refused = compile(after);
+  t.not(refused.status, 0);
+  const errors = refused.stderr.split('\n').filter((line) => /\berror:/.test(line));
+  t.is(errors.length, 1, refused.stderr);
+  t.regex(errors[0]!, /include <gpuring\.h> before any system header, or compile with -D_GNU_SOURCE/);
 });
