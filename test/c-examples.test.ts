@@ -40,13 +40,16 @@ test('frames from Node are read by the C consumer with the same checksums', asyn
   });
 });
 
-test('gpuring.h after a system header: builds with -D_GNU_SOURCE, else stops at one #error that names the fix', (t) => {
+test('gpuring.h and gpuring/cuda.h after a system header: build in the default mode or with -D_GNU_SOURCE; strict ISO C stops at one #error that names the fix', (t) => {
   const compile = (source: string, ...flags: string[]) =>
-    spawnSync('cc', ['-std=c11', ...flags, `-I${join(root, 'interop/include')}`, '-fsyntax-only', '-x', 'c', '-'], { input: source, encoding: 'utf8' });
-  const after = '#include <stdio.h>\n#include <gpuring.h>\nint main(void) { return 0; }\n';
-  t.is(compile('#include <gpuring.h>\n#include <stdio.h>\nint main(void) { return 0; }\n', '-Wall', '-Werror').status, 0, 'included first');
-  t.is(compile(after, '-D_GNU_SOURCE', '-Wall', '-Werror').status, 0, 'after stdio.h, with -D_GNU_SOURCE');
-  const refused = compile(after);
+    spawnSync('cc', [...flags, `-I${join(root, 'interop/include')}`, '-fsyntax-only', '-x', 'c', '-'], { input: source, encoding: 'utf8' });
+  const program = (...headers: string[]) => `${headers.map((h) => `#include <${h}>\n`).join('')}int main(void) { return 0; }\n`;
+  const after = program('stdio.h', 'gpuring.h', 'gpuring/cuda.h');
+  t.is(compile(program('gpuring.h', 'stdio.h'), '-std=c11', '-Wall', '-Wextra', '-Werror').stderr, '', 'included first');
+  t.is(compile(after, '-std=gnu17', '-Wall', '-Wextra', '-Werror').stderr, '', 'after stdio.h, the default mode');
+  t.is(compile(after, '-std=c11', '-D_GNU_SOURCE', '-Wall', '-Wextra', '-Werror').stderr, '', 'after stdio.h, -std=c11 -D_GNU_SOURCE');
+  t.is(compile(program('gpuring/cuda.h'), '-std=c11', '-Wall', '-Wextra', '-Werror').stderr, '', 'gpuring/cuda.h alone');
+  const refused = compile(after, '-std=c11');
   t.not(refused.status, 0);
   const errors = refused.stderr.split('\n').filter((line) => /\berror:/.test(line));
   t.is(errors.length, 1, refused.stderr);

@@ -19,13 +19,14 @@
 #ifndef GPURING_H
 #define GPURING_H
 
-/* glibc fixes its feature set at the first system header: one included before
- * this file without _GNU_SOURCE leaves accept4, struct ucred and, under
- * -std=c11, POSIX itself undeclared, which would surface as dozens of unrelated
- * errors below. */
-#if defined(__GLIBC__) && !defined(__USE_GNU)
-#error "gpuring.h needs glibc's GNU extensions, and a system header included before it was read without them: include <gpuring.h> before any system header, or compile with -D_GNU_SOURCE"
-#define GPR_WITHOUT_GNU_EXTENSIONS 1
+/* glibc fixes its feature set at the first system header. Included after one
+ * read in strict ISO mode (-std=c11 without feature macros), POSIX itself
+ * (clock_gettime, pread, O_CLOEXEC) is undeclared, which would surface as
+ * dozens of unrelated errors below; say so once instead. (After one read in the
+ * compilers' default mode everything needed is there.) */
+#if defined(__GLIBC__) && !defined(__USE_MISC)
+#error "gpuring.h needs POSIX and glibc's default extensions, and a system header included before it was read in strict ISO C mode: include <gpuring.h> before any system header, or compile with -D_GNU_SOURCE"
+#define GPR_WITHOUT_POSIX 1
 #endif
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -515,7 +516,7 @@ GPR_CHECK_OFFSET(gpr_body_buffer, handle, 64);
 #define GPR_CONTROL_OFFSET 256u
 #define GPR_PARTICIPANTS_OFFSET (GPR_CONTROL_OFFSET + 768u)
 
-#ifndef GPR_WITHOUT_GNU_EXTENSIONS /* (the #error above says why) */
+#ifndef GPR_WITHOUT_POSIX /* (the #error above says why) */
 #include "gpuring/process.h"
 #include "gpuring/segment.h"
 #include "gpuring/doorbell.h"

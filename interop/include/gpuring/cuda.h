@@ -1,5 +1,5 @@
 /* gpuring/cuda.h: the cuda-ipc memory kind for C and C++ programs (SPEC.md
- * §9a), opt-in: include it after gpuring.h. The CUDA driver is loaded with
+ * §9a), opt-in (it includes gpuring.h). The CUDA driver is loaded with
  * dlopen("libcuda.so.1") on first use, never linked, so a program built with
  * it runs on machines without a GPU (every call then fails with
  * CUDA_UNAVAILABLE). Link with -ldl on glibc older than 2.34.
@@ -18,7 +18,11 @@
  *
  * The driver types are declared here with their ABI values unless the
  * program included CUDA's own cuda.h first. */
+#ifndef GPURING_CUDA_H
+#define GPURING_CUDA_H
 
+#include "../gpuring.h"
+#ifndef GPR_WITHOUT_POSIX /* (gpuring.h's #error says why) */
 #include <dlfcn.h>
 #include <pthread.h>
 
@@ -841,3 +845,5 @@ GPR_INLINE int gpr_cuda_map_received(const gpr_cuda *d, const gpr_frame *f, CUst
   gpr_cuda_origin origin = {f->consumer->seg.name, f->producer, f->producer_gen};
   return gpr_cuda_map_frame_from(d, &f->desc, &origin, stream, m, err);
 }
+#endif
+#endif /* GPURING_CUDA_H */

@@ -52,8 +52,16 @@ GPR_INLINE socklen_t gpr_channel_address(const char *segment, uint32_t index, ui
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
+/* SO_PEERCRED's answer, the kernel's struct ucred: glibc declares that one only
+ * under _GNU_SOURCE, which a program that included a system header first lacks. */
+typedef struct gpr_peer_cred {
+  int32_t pid;
+  uint32_t uid;
+  uint32_t gid;
+} gpr_peer_cred;
+
 /* The peer's credentials, or -1. */
-GPR_INLINE int gpr_channel_peer(int fd, struct ucred *cred) {
+GPR_INLINE int gpr_channel_peer(int fd, gpr_peer_cred *cred) {
   socklen_t len = sizeof *cred;
   return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len);
 }
@@ -100,7 +108,7 @@ GPR_INLINE int gpr_channel_fetch_many(const char *segment, uint32_t index, uint3
   gpr_channel_set_timeout(fd);
   if (max > GPR_CHANNEL_MAX_FDS) max = GPR_CHANNEL_MAX_FDS;
   const char *why = NULL;
-  struct ucred cred;
+  gpr_peer_cred cred;
   gpr_channel_message req = {GPR_CHANNEL_MAGIC, kind, 0, id};
   uint8_t reply[sizeof req + GPR_CHANNEL_MAX_FDS * sizeof(uint64_t)];
   char control[CMSG_SPACE(GPR_CHANNEL_MAX_FDS * sizeof(int))];
@@ -211,7 +219,7 @@ GPR_INLINE pthread_mutex_t *gpr_channel_sending(void) {
 
 /* Answers one connection: checks the peer, reads its request, replies. */
 GPR_INLINE void gpr_channel_answer(const gpr_segment *seg, int conn, gpr_channel_lookup lookup, void *ctx) {
-  struct ucred cred;
+  gpr_peer_cred cred;
   gpr_channel_message req;
   gpr_channel_set_timeout(conn);
   if (gpr_channel_peer(conn, &cred) != 0 || cred.uid != geteuid() || !gpr_channel_attached(seg, cred.pid)) return;
@@ -231,7 +239,7 @@ GPR_INLINE void gpr_channel_answer(const gpr_segment *seg, int conn, gpr_channel
  * few microseconds, and each consumer asks once per pool. */
 GPR_INLINE void gpr_channel_serve(const gpr_segment *seg, int listener, gpr_channel_lookup lookup, void *ctx) {
   for (;;) {
-    int conn = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+    int conn = (int)syscall(SYS_accept4, listener, NULL, NULL, SOCK_CLOEXEC); /* accept4() needs _GNU_SOURCE */
     if (conn < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;
