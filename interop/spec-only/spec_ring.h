@@ -797,7 +797,8 @@ static inline void arena_shm_name(const ring *r, uint32_t index, uint32_t gen, u
   snprintf(out, 96, "/gpuring.%s.p%ug%u.a%u", r->name, index, gen, arena);
 }
 
-/* §4 free: win the entry (DEAD or orphaned FREEING -> FREEING naming us), unlink its arenas, FREE. */
+/* §4 free: win the entry (from `w`, the DEAD or orphaned FREEING word step 1
+ * saw, -> FREEING naming us), unlink its arenas, leave the subscribers, FREE. */
 static inline int free_entry(const ring *r, uint32_t i, uint64_t w) {
   uint64_t e = entry(r, i), mine = pword(pw_gen(w), (uint32_t)getpid(), P_FREEING);
   if (!cas64(w64(r, e + P_STATE), w, mine)) return 0;
@@ -808,6 +809,7 @@ static inline int free_entry(const ring *r, uint32_t i, uint64_t w) {
     shm_unlink(name);
   }
   bells_clear(r, i, BELL_DATA | BELL_SPACE);
+  if (r->broadcast && i < 64u) __atomic_fetch_and(w64(r, C_SUBSCRIBERS), ~(1ull << i), __ATOMIC_SEQ_CST);
   __atomic_store_n(w64(r, e + P_KEY), 0, __ATOMIC_RELAXED);
   __atomic_store_n(w32(r, e + P_PID), 0, __ATOMIC_RELEASE);
   return cas64(w64(r, e + P_STATE), mine, pword(pw_gen(w), 0, P_FREE));
@@ -874,32 +876,34 @@ static inline void sweep_orphan(const ring *r, uint64_t i) {
 static inline void ring_sweep(const ring *r) {
   for (uint64_t i = 0; i < r->slots; i++) sweep_orphan(r, i);
   int any = 0;
+  uint64_t *marked = (uint64_t *)calloc(r->capacity, sizeof *marked); /* step 1's words of entries to free */
   for (uint32_t i = 0; i < r->capacity; i++) { /* step 1 */
     uint64_t e = entry(r, i), w = __atomic_load_n(w64(r, e + P_STATE), __ATOMIC_ACQUIRE);
     uint32_t pid = __atomic_load_n(w32(r, e + P_PID), __ATOMIC_ACQUIRE);
     if ((pw_state(w) == P_ACTIVE && (pw_pid(w) || !process_alive(pid, *w64(r, e + P_START)))) || /* pid bits: damage */
         (pw_state(w) == P_ATTACHING && !pid_running(pw_pid(w))) || pw_state(w) > P_FREEING) /* 5-7: damage */
       cas64(w64(r, e + P_STATE), w, pword(pw_gen(w), 0, P_DEAD));
-    any |= entry_dead(r, i);
+    if (entry_dead(r, i)) marked[i] = __atomic_load_n(w64(r, e + P_STATE), __ATOMIC_ACQUIRE);
+    any |= marked[i] != 0;
   }
-  if (!any) return;
-  if (r->broadcast) { /* §7 step 1: dead entries leave the subscribers; drops their producers left half done */
-    uint64_t gone = 0;
+  if (!any) {
+    free(marked);
+    return;
+  }
+  if (r->broadcast) /* §7 step 1: drops their producers left half done (dead bits leave at free, §4) */
     for (uint32_t i = 0; i < r->capacity && i < 64u; i++) {
       uint64_t c = __atomic_load_n(cursor_of(r, i), __ATOMIC_ACQUIRE);
-      if (entry_dead(r, i)) gone |= 1ull << i;
-      else if ((c & CURSOR_DROPPING) && bc_subscribed(r, i)) bc_finish_drop(r, i, c);
+      if ((c & CURSOR_DROPPING) && bc_subscribed(r, i)) bc_finish_drop(r, i, c);
     }
-    __atomic_fetch_and(w64(r, C_SUBSCRIBERS), ~gone, __ATOMIC_SEQ_CST);
-  }
   uint8_t *referred = (uint8_t *)calloc(r->capacity, 1);
   for (uint64_t i = 0; i < r->slots; i++) { /* step 3 */
     int64_t p = sweep_slot(r, i, UINT32_MAX);
     if (p >= 0) referred[p] = 1;
   }
-  for (uint32_t i = 0; i < r->capacity; i++) /* step 4 */
-    if (!referred[i] && entry_dead(r, i)) free_entry(r, i, __atomic_load_n(w64(r, entry(r, i) + P_STATE), __ATOMIC_ACQUIRE));
+  for (uint32_t i = 0; i < r->capacity; i++) /* step 4: only the occupant step 3 counted for */
+    if (!referred[i] && marked[i]) free_entry(r, i, marked[i]);
   free(referred);
+  free(marked);
 }
 
 /* §4 attach: the slots (and, broadcast, the bits) still naming entry `index`

@@ -374,6 +374,42 @@ static void test_stray_share(const char *name) {
   gpr_producer_close(p);
 }
 
+/* A sweep that marked a subscriber dead stalls; meanwhile another sweep frees
+ * the entry and a new subscriber joins there. The stalled sweep must neither
+ * clear the newcomer's bit in subscribers nor release its share (SPEC.md §7,
+ * Acting on a marked entry). Before, the newcomer missed frames (a gap in what
+ * 'block' promises) and lost shares of frames it had taken. */
+static void test_stale_sweep(const char *name) {
+  make_ring(name);
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  pid_t dies = fork();
+  if (dies == 0) {
+    gpr_consumer *c = NULL;
+    _exit(gpr_consumer_open(name, 0, &c, NULL) == 0 && c->index == 1 ? 0 : 1); /* without detaching */
+  }
+  int status = 0;
+  CHECK(waitpid(dies, &status, 0) == dies && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  uint64_t dead[8] = {0};
+  uint32_t refs[8] = {0};
+  gpr_sweep_report r;
+  memset(&r, 0, sizeof r);
+  gpr_sweep_mark(&p->seg, dead, &r); /* the stalled sweep */
+  CHECK(r.found_dead == 1 && dead[1] != 0);
+  CHECK(gpr_sweep(&p->seg, &r, NULL) == 0 && r.freed == 1);
+  gpr_consumer *b = subscribe(name, GPR_ON_SLOW_BLOCK);
+  CHECK(b->index == 1);
+  CHECK(publish(p, 90, 0) == 0);
+  gpr_sweep_owners(&p->seg, dead, refs, &r);
+  CHECK(__atomic_load_n(&p->seg.control->subscribers, __ATOMIC_SEQ_CST) & gpr_bc_bit(1));
+  CHECK(publish(p, 91, 0) == 0);
+  CHECK(take(b, 0, NULL) == 90 && take(b, 0, NULL) == 91);
+  gpr_consumer_close(b);
+  gpr_producer_close(p);
+  make_ring(name); /* afresh for the tests after it */
+}
+
 int main(int argc, char **argv) {
   char name[32];
   snprintf(name, sizeof name, "bcast-%d", (int)getpid());
@@ -385,6 +421,7 @@ int main(int argc, char **argv) {
   test_leftover_bit(name);
   test_half_done_drop(name);
   test_stray_share(name);
+  test_stale_sweep(name);
   test_processes(name, argc > 1 ? atoi(argv[1]) : 100000);
   gpr_segment_unlink(name, NULL);
   return CHECK_DONE();

@@ -561,6 +561,55 @@ static void publish_behind_a_dead_consumer(int64_t timeout_ms) {
   endpoints_close(&e);
 }
 
+/* A sweep that marked entry `index` of `e`'s ring dead and then stalled
+ * before acting on the mark; meanwhile another sweep freed the entry. Returns
+ * the stalled sweep's marks (free them). */
+static uint64_t *mark_then_free(endpoints *e, uint32_t index) {
+  pid_t child = fork();
+  if (child == 0) {
+    gpr_consumer *c = NULL;
+    _exit(gpr_consumer_open(e->name, 0, &c, NULL) == 0 && c->index == index ? 0 : 1); /* without detaching */
+  }
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  uint64_t *dead = (uint64_t *)calloc(e->seg.participant_capacity, sizeof *dead);
+  gpr_sweep_report r;
+  memset(&r, 0, sizeof r);
+  gpr_sweep_mark(&e->p->seg, dead, &r);
+  CHECK(r.found_dead == 1 && gpr_pstate(dead[index]) == GPR_PARTICIPANT_DEAD);
+  CHECK(gpr_sweep(&e->p->seg, &r, NULL) == 0 && r.freed == 1);
+  return dead;
+}
+
+/* The stalled sweep goes on after a new consumer attached at the entry and
+ * took a frame: slot words name no generation, so the newcomer's lease looks
+ * exactly like one the dead consumer left. The sweep must leave it alone and
+ * must not free the entry (SPEC.md §7, Acting on a marked entry). Before, it
+ * released the lease under the reader, whose producer could then reuse the
+ * memory, and a work-queue frame could reach two consumers. */
+static void test_stale_sweep_spares_a_new_occupant(void) {
+  endpoints e;
+  endpoints_open(&e, "stale-", 4u);
+  gpr_consumer_close(e.c); /* its entry, 1, is the one that dies and is taken again */
+  uint64_t *dead = mark_then_free(&e, 1);
+  gpr_error err;
+  CHECK(gpr_consumer_open(e.name, 0, &e.c, &err) == 0 && e.c->index == 1);
+  CHECK(publish_ints(e.p, 1, 0, &err) == 0);
+  gpr_frame *f = NULL;
+  CHECK(gpr_consumer_next(e.c, 0, &f, &err) == 0);
+  uint32_t refs[8] = {0};
+  gpr_sweep_report r;
+  memset(&r, 0, sizeof r);
+  gpr_sweep_owners(&e.p->seg, dead, refs, &r);
+  CHECK(r.released == 0 && r.redelivered == 0);
+  CHECK(f && gpr_ring_holds(&e.c->seg, e.c->index, f->pos));
+  CHECK(gpr_sweep_free(&e.p->seg, 1, dead[1]) == 0);
+  CHECK(gpr_pstate(gpr_participant_word(&e.p->seg, 1)) == GPR_PARTICIPANT_ACTIVE);
+  gpr_frame_release(f);
+  free(dead);
+  endpoints_close(&e);
+}
+
 /* Waits shorter than the sweep interval: each wait counted its own before. */
 static void test_short_waits_still_sweep(void) { publish_behind_a_dead_consumer(30); }
 
@@ -590,6 +639,7 @@ int main(void) {
   test_arena_header_restored();
   test_short_waits_still_sweep();
   test_tries_alone_still_sweep();
+  test_stale_sweep_spares_a_new_occupant();
   endpoints_close(&e);
   return CHECK_DONE();
 }

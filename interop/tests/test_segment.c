@@ -150,14 +150,20 @@ static void test_one_freer(void) {
   CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
   uint32_t index, gen;
   CHECK(gpr_participant_attach(&seg, GPR_ROLE_PRODUCER, &index, &gen, &err) == 0);
+  uint64_t marked = gpr_pword(gen, 0, GPR_PARTICIPANT_DEAD); /* what the late sweeper saw */
   /* Another (live) sweeper has won the entry and is freeing it. */
   seg.participants[0].state = gpr_pword(gen, (uint32_t)getppid(), GPR_PARTICIPANT_FREEING);
-  CHECK(gpr_sweep_free(&seg, 0) == 0);
+  CHECK(gpr_sweep_free(&seg, 0, marked) == 0);
   CHECK(seg.participants[0].pid == (uint32_t)getpid());
   /* It finished, and a new process attached: a late sweeper finds nothing to free. */
   seg.participants[0].state = gpr_pword(gen + 1, 0, GPR_PARTICIPANT_ACTIVE);
-  CHECK(gpr_sweep_free(&seg, 0) == 0);
+  CHECK(gpr_sweep_free(&seg, 0, marked) == 0);
   CHECK(seg.participants[0].pid == (uint32_t)getpid());
+  /* And died: DEAD again, but its slots were not the ones the late sweeper counted. */
+  seg.participants[0].state = gpr_pword(gen + 1, 0, GPR_PARTICIPANT_DEAD);
+  CHECK(gpr_sweep_free(&seg, 0, marked) == 0);
+  CHECK(seg.participants[0].pid == (uint32_t)getpid());
+  seg.participants[0].state = gpr_pword(gen + 1, 0, GPR_PARTICIPANT_ACTIVE);
   CHECK(gpr_participant_alive(&seg, 0));
   gpr_segment_close(&seg);
   gpr_segment_unlink(name, &err);

@@ -172,9 +172,10 @@ GPR_INLINE uint32_t gpr_bc_release_strays(gpr_segment *seg, uint32_t me) {
 }
 
 /* Puts a subscriber's bit back into control.subscribers when it is missing.
- * Only a sweep clears a bit, of a DEAD entry, so a live subscriber that finds
- * its own bit gone finds damage (SPEC.md §5.4, Claim): without the bit no
- * frame would carry it again, and it would read nothing for good. */
+ * Only the freer of its entry and its own attach clear a bit (gpr_bc_leave),
+ * so a live subscriber that finds its own bit gone finds damage (SPEC.md §5.4,
+ * Claim): without the bit no frame would carry it again, and it would read
+ * nothing for good. */
 GPR_INLINE void gpr_bc_keep_subscribed(gpr_segment *seg, uint64_t bit) {
   if (!(__atomic_load_n(&seg->control->subscribers, __ATOMIC_ACQUIRE) & bit))
     __atomic_fetch_or(&seg->control->subscribers, bit, __ATOMIC_SEQ_CST);
@@ -379,7 +380,7 @@ GPR_INLINE int gpr_bc_finish_publish(gpr_segment *seg, uint32_t me, uint64_t pos
  * while a publish that had loaded control.subscribers before the sweep cleared
  * its bit was still in flight (the frame went READY after that sweep looked).
  * Returns how many shares. */
-GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos, const uint8_t *dead) {
+GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos) {
   gpr_slot *s = gpr_slot_at(seg, pos);
   uint32_t released = 0;
   uint64_t w = gpr_slot_load(s), m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE);
@@ -387,25 +388,27 @@ GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos, const uint
     gpr_bc_retire(seg, pos, w);  /* its last releaser died between clearing its bit and moving the slot on */
   for (; m; m &= m - 1u) {
     uint32_t k = (uint32_t)__builtin_ctzll(m);
-    int gone = k >= seg->participant_capacity || dead[k] || !gpr_bc_subscribed(seg, k);
+    int gone = k >= seg->participant_capacity || !gpr_bc_subscribed(seg, k);  /* as of now, never as the sweep began */
     if (gone && gpr_bc_release_as(seg, k, pos) == 0) released++;
   }
   return released;
 }
 
-/* Sweep, before the slots: dead entries leave the subscribers (so that few new
- * frames name them; gpr_bc_sweep_slot releases the shares of those that still
- * do), and drops that a dead producer left half done are finished for the live
- * subscribers they name. */
-GPR_INLINE void gpr_bc_sweep_subscribers(gpr_segment *seg, const uint8_t *dead) {
-  uint64_t gone = 0;
+/* Sweep, before the slots: drops that a dead producer left half done are
+ * finished for the live subscribers they name. */
+GPR_INLINE void gpr_bc_finish_dead_drops(gpr_segment *seg) {
   for (uint32_t k = 0; k < seg->participant_capacity && k < 64u; k++) {
-    if (dead[k]) gone |= gpr_bc_bit(k);
     uint64_t c = __atomic_load_n(&seg->participants[k].cursor, __ATOMIC_ACQUIRE);
-    if (!dead[k] && gpr_bc_subscribed(seg, k) && (c & GPR_CURSOR_DROPPING))
-      gpr_bc_finish_drop(seg, k, c);  /* a drop its dead producer left half done */
+    if (gpr_bc_subscribed(seg, k) && (c & GPR_CURSOR_DROPPING)) gpr_bc_finish_drop(seg, k, c);
   }
-  if (gone) __atomic_fetch_and(&seg->control->subscribers, ~gone, __ATOMIC_SEQ_CST);
+}
+
+/* Entry `index` leaves control.subscribers. Only its freer (holding FREEING)
+ * and its attacher (holding ATTACHING, clearing a lost occupant's bit) do
+ * this: an AND made on a DEAD entry could land after another sweeper freed it
+ * and a new subscriber joined there, whose bit it would clear (SPEC.md §4). */
+GPR_INLINE void gpr_bc_leave(gpr_segment *seg, uint32_t index) {
+  if (index < 64u) __atomic_fetch_and(&seg->control->subscribers, ~gpr_bc_bit(index), __ATOMIC_SEQ_CST);
 }
 
 /* Does consumer `me` hold the frame at `pos` (taken, not yet released)? */

@@ -42,9 +42,10 @@ GPR_INLINE int gpr_transient_orphaned(uint64_t w) {
  * whose attacher died half-way (they own no slot yet), and damaged ones (state
  * 5-7, or ACTIVE with pid bits, which an ACTIVE word never carries), whose
  * occupant, if alive, fails with DETACHED from then on
- * (SPEC.md §4): no entry stays lost for good. dead[i] is set for DEAD entries
- * and for FREEING ones whose freer died: both are for freeing. */
-GPR_INLINE void gpr_sweep_mark(gpr_segment *seg, uint8_t *dead, gpr_sweep_report *rep) {
+ * (SPEC.md §4): no entry stays lost for good. dead[i] is the state word of a
+ * DEAD entry, or of a FREEING one whose freer died (both are for freeing), as
+ * seen here; 0 for every other entry. */
+GPR_INLINE void gpr_sweep_mark(gpr_segment *seg, uint64_t *dead, gpr_sweep_report *rep) {
   for (uint32_t i = 0; i < seg->participant_capacity; i++) {
     uint64_t w = gpr_participant_word(seg, i);
     uint32_t st = gpr_pstate(w);
@@ -58,12 +59,21 @@ GPR_INLINE void gpr_sweep_mark(gpr_segment *seg, uint8_t *dead, gpr_sweep_report
       w = gpr_participant_word(seg, i);
       st = gpr_pstate(w);
     }
-    dead[i] = st == GPR_PARTICIPANT_DEAD || (st == GPR_PARTICIPANT_FREEING && gpr_transient_orphaned(w));
+    dead[i] = st == GPR_PARTICIPANT_DEAD || (st == GPR_PARTICIPANT_FREEING && gpr_transient_orphaned(w)) ? w : 0;
   }
 }
 
-GPR_INLINE int gpr_is_dead_owner(const gpr_segment *seg, const uint8_t *dead, uint32_t owner) {
-  return owner >= 1u && owner <= seg->participant_capacity && dead[owner - 1u];
+/* Is `owner` (index + 1, from a slot word loaded just before) an entry this
+ * sweep marked, still in the very state it marked? A sweep takes a while, and
+ * meanwhile another sweeper may free the entry and a new participant attach
+ * there and claim slots whose words are the dead one's to the bit (owner
+ * fields hold no generation). The new occupant went ACTIVE before it wrote any
+ * such word, and an entry never returns to an earlier word, so the entry
+ * loaded after the slot word tells them apart (SPEC.md §7, "Acting on a
+ * marked entry"). */
+GPR_INLINE int gpr_is_dead_owner(const gpr_segment *seg, const uint64_t *dead, uint32_t owner) {
+  return owner >= 1u && owner <= seg->participant_capacity && dead[owner - 1u] != 0 &&
+         gpr_participant_word(seg, owner - 1u) == dead[owner - 1u];
 }
 
 /* A RELEASED frame whose producer no longer holds its owner's entry: the
@@ -87,13 +97,13 @@ GPR_INLINE uint32_t gpr_sweep_orphan(gpr_segment *seg, uint64_t i) {
 }
 
 /* Repairs one slot; counts in refs[] the dead producers it still refers to. */
-GPR_INLINE void gpr_sweep_slot(gpr_segment *seg, uint64_t i, const uint8_t *dead, uint32_t *refs,
+GPR_INLINE void gpr_sweep_slot(gpr_segment *seg, uint64_t i, const uint64_t *dead, uint32_t *refs,
                                gpr_sweep_report *rep) {
   gpr_slot *s = &seg->slots[i];
   uint64_t w = gpr_slot_load(s);
   uint64_t pos = gpr_word_seq(w);
   uint32_t st = gpr_word_state(w), owner = gpr_word_owner(w);
-  if (seg->broadcast && st == GPR_SLOT_READY) rep->released += gpr_bc_sweep_slot(seg, pos, dead);
+  if (seg->broadcast && st == GPR_SLOT_READY) rep->released += gpr_bc_sweep_slot(seg, pos);
   uint32_t producer = st >= GPR_SLOT_CLAIMED && st <= GPR_SLOT_LEASED ? s->ref.producer + 1u
                                                                        : owner;
   int owner_dead = gpr_is_dead_owner(seg, dead, owner);
@@ -120,8 +130,8 @@ GPR_INLINE void gpr_sweep_slot(gpr_segment *seg, uint64_t i, const uint8_t *dead
 }
 
 /* Repairs every slot (and broadcast share) the entries marked in dead[] held. */
-GPR_INLINE void gpr_sweep_owners(gpr_segment *seg, const uint8_t *dead, uint32_t *refs, gpr_sweep_report *rep) {
-  if (seg->broadcast) gpr_bc_sweep_subscribers(seg, dead);
+GPR_INLINE void gpr_sweep_owners(gpr_segment *seg, const uint64_t *dead, uint32_t *refs, gpr_sweep_report *rep) {
+  if (seg->broadcast) gpr_bc_finish_dead_drops(seg);
   for (uint64_t i = 0; i < seg->slot_count; i++) gpr_sweep_slot(seg, i, dead, refs, rep);
 }
 
@@ -130,13 +140,14 @@ GPR_INLINE void gpr_sweep_owners(gpr_segment *seg, const uint8_t *dead, uint32_t
  * was FREE, so they are leftovers of an occupant that lost it (§4, "Losing the
  * entry"): left alone, the new occupant would hold them without knowing, and a
  * lease nobody will release stalls the ring. */
-GPR_INLINE void gpr_sweep_leftovers(gpr_segment *seg, uint32_t index) {
-  uint8_t *dead = (uint8_t *)calloc(seg->participant_capacity, 1);
+GPR_INLINE void gpr_sweep_leftovers(gpr_segment *seg, uint32_t index, uint64_t attaching) {
+  uint64_t *dead = (uint64_t *)calloc(seg->participant_capacity, sizeof *dead);
   uint32_t *refs = (uint32_t *)calloc(seg->participant_capacity, sizeof *refs);
+  if (seg->broadcast) gpr_bc_leave(seg, index);
   if (dead && refs) {
     gpr_sweep_report rep;
     memset(&rep, 0, sizeof rep);
-    dead[index] = 1;
+    dead[index] = attaching;  /* our own word: it holds while we repair */
     gpr_sweep_owners(seg, dead, refs, &rep);
   }
   free(dead);
@@ -289,11 +300,9 @@ GPR_INLINE int gpr_sweep_corrupt(gpr_segment *seg, uint64_t i, const gpr_slot_co
  * two sweepers never both free it: a slower one would otherwise clear the pid of
  * a process that attached to the entry in between. A FREEING entry whose freer
  * died is taken over the same way; every step of freeing is idempotent. */
-GPR_INLINE int gpr_sweep_free(gpr_segment *seg, uint32_t index) {
+GPR_INLINE int gpr_sweep_free(gpr_segment *seg, uint32_t index, uint64_t marked) {
   gpr_participant *p = &seg->participants[index];
-  uint64_t w = gpr_participant_word(seg, index);
-  if (gpr_pstate(w) != GPR_PARTICIPANT_DEAD && !(gpr_pstate(w) == GPR_PARTICIPANT_FREEING && gpr_transient_orphaned(w)))
-    return 0;
+  uint64_t w = marked;  /* the word its refs were counted for: any other, and it is not ours to free */
   uint64_t mine = gpr_pword(gpr_pgen(w), (uint32_t)getpid(), GPR_PARTICIPANT_FREEING);
   if (!__atomic_compare_exchange_n(&p->state, &w, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 0;
   uint32_t arenas = __atomic_load_n(&p->arena_count, __ATOMIC_ACQUIRE);
@@ -304,6 +313,7 @@ GPR_INLINE int gpr_sweep_free(gpr_segment *seg, uint32_t index) {
     shm_unlink(name);
   }
   gpr_doorbell_clear(seg, index, GPR_BELL_DATA | GPR_BELL_SPACE | GPR_BELL_FUTEX);
+  if (seg->broadcast) gpr_bc_leave(seg, index);  /* only while FREEING: nobody can attach and subscribe here */
   __atomic_store_n(&p->doorbell_key, 0u, __ATOMIC_RELAXED);
   __atomic_store_n(&p->pid, 0u, __ATOMIC_RELEASE);
   return __atomic_compare_exchange_n(&p->state, &mine, gpr_pword(gpr_pgen(w), 0, GPR_PARTICIPANT_FREE), 0,
@@ -323,7 +333,7 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
   gpr_sweep_report local;
   if (!rep) rep = &local;
   memset(rep, 0, sizeof *rep);
-  uint8_t *dead = (uint8_t *)calloc(seg->participant_capacity, 1);
+  uint64_t *dead = (uint64_t *)calloc(seg->participant_capacity, sizeof *dead);
   uint32_t *refs = (uint32_t *)calloc(seg->participant_capacity, sizeof(uint32_t));
   uint32_t window = seg->slot_count < GPR_SWEEP_DAMAGE_WINDOW ? seg->slot_count : GPR_SWEEP_DAMAGE_WINDOW;
   int64_t *diffs = (int64_t *)malloc(window * sizeof(int64_t));
@@ -335,7 +345,7 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
   }
   gpr_sweep_mark(seg, dead, rep);
   int any = 0;
-  for (uint32_t i = 0; i < seg->participant_capacity; i++) any |= dead[i];
+  for (uint32_t i = 0; i < seg->participant_capacity; i++) any |= dead[i] != 0;
   uint32_t from = __atomic_fetch_add(&seg->damage_cursor, window, __ATOMIC_RELAXED);
   gpr_slot_consensus consensus = gpr_sweep_consensus(seg, from, window, diffs);
   for (uint32_t k = 0; k < window; k++) {
@@ -346,7 +356,7 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
   if (any) {
     gpr_sweep_owners(seg, dead, refs, rep);
     for (uint32_t i = 0; i < seg->participant_capacity; i++)
-      if (dead[i] && refs[i] == 0 && gpr_sweep_free(seg, i)) rep->freed++;
+      if (dead[i] && refs[i] == 0 && gpr_sweep_free(seg, i, dead[i])) rep->freed++;
   }
   uint32_t repaired = rep->skipped + rep->redelivered + rep->released + rep->recycled + rep->corrupt;
   if (repaired) __atomic_fetch_add(&seg->control->recovered, repaired, __ATOMIC_RELAXED);

@@ -437,7 +437,7 @@ GPR_INLINE int gpr_fail_detached(gpr_segment *seg, gpr_error *err) {
                   seg->name);
 }
 
-GPR_INLINE void gpr_sweep_leftovers(gpr_segment *seg, uint32_t index); /* recovery.h */
+GPR_INLINE void gpr_sweep_leftovers(gpr_segment *seg, uint32_t index, uint64_t attaching); /* recovery.h */
 
 /* Claims a free participant entry. Identity (pid, start time) is written while
  * the entry is ATTACHING, so no sweeper ever judges a half-written entry; the
@@ -468,7 +468,7 @@ GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t
     p->doorbell_key = 0;
     p->cursor = p->missed = p->missed_seen = 0;
     p->subscription = 0;
-    gpr_sweep_leftovers(seg, i);
+    gpr_sweep_leftovers(seg, i, attaching);
     __atomic_store_n(&p->state, ((uint64_t)g << 32) | GPR_PARTICIPANT_ACTIVE, __ATOMIC_RELEASE);
     *index = i;
     *gen = g;

@@ -4,13 +4,13 @@ import os
 
 import pyarrow as pa
 import pytest
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 
 from conftest import rewrite_entry
 from gpuring import Consumer, GpuringError, Producer, Ring
 from gpuring import layout as L
 from gpuring.process import self_start_time
-from gpuring.recovery import _free, arena_path, sweep
+from gpuring.recovery import SweepReport, _free, _mark, _sweep_owners, arena_path, sweep
 from gpuring.segment import Segment
 
 
@@ -54,9 +54,49 @@ def test_entries_left_attaching_or_freeing_by_a_dead_process_or_damaged_are_recl
 def test_a_sweeper_that_loses_the_free_race_leaves_the_entry_alone(ring_name):
     with _segment(ring_name, 1) as seg:
         index, gen = seg.attach(L.ROLE_PRODUCER)
+        marked = L.pword(gen, 0, L.P_DEAD)  # what the late sweeper saw
         seg.mem.store64(seg.participant(index), L.pword(gen, os.getppid(), L.P_FREEING))
-        assert not _free(seg, index)
+        assert not _free(seg, index, marked)
+        # Freed, taken again and dead again: not the entry whose slots it counted.
+        seg.mem.store64(seg.participant(index), L.pword(gen + 1, 0, L.P_DEAD))
+        assert not _free(seg, index, marked)
         assert seg.mem.load32(seg.participant(index, "pid")) == os.getpid()
+
+
+def _marked_then_freed(seg: Segment, name: str, index: int) -> list[int]:
+    """A consumer at entry ``index`` killed; a sweep marks it and stalls, and
+    another sweep frees the entry meanwhile. The stalled sweep's marks."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if Consumer.open(name).index == index else 1)  # without detaching
+    assert os.waitpid(pid, 0)[1] == 0
+    dead = _mark(seg, SweepReport())
+    assert L.pword_state(dead[index]) == L.P_DEAD
+    assert sweep(seg).freed == 1
+    return dead
+
+
+@pytest.mark.parametrize("delivery", ["each", "all"])
+def test_a_stalled_sweep_spares_a_new_occupant_of_the_entry_it_marked(ring_name, delivery):
+    """Slot words and subscriber bits name no generation: a new consumer at the
+    entry looks like the dead one. The stalled sweep must leave its lease, its
+    bit in subscribers and its shares alone, and not free its entry (SPEC.md §7,
+    Acting on a marked entry)."""
+    Ring.create(ring_name, slots=8, participants=4, delivery=delivery).close()
+    with Producer.open(ring_name) as producer, closing(Segment.open(ring_name)) as seg:
+        dead = _marked_then_freed(seg, ring_name, 1)
+        with Consumer.open(ring_name) as newcomer:
+            assert newcomer.index == 1
+            producer.publish(pa.table({"v": [1]}), user_tag=1)
+            frame = newcomer.next(timeout=1)
+            rep = SweepReport()
+            _sweep_owners(seg, dead, [0] * 4, rep, range(seg.slot_count))
+            producer.publish(pa.table({"v": [2]}), user_tag=2)
+            assert (rep.released, rep.redelivered) == (0, 0)
+            assert not _free(seg, 1, dead[1])
+            assert frame.to_arrow().to_pydict() == {"v": [1]}
+            frame.release()
+            assert newcomer.next(timeout=1).user_tag == 2
 
 
 def test_freeing_a_dead_sleeper_clears_its_doorbell_and_the_count(ring_name):

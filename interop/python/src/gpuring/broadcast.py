@@ -328,19 +328,24 @@ def holds(seg: Segment, me: int, pos: int) -> bool:
             and bool(seg.mem.load64(_pending(seg, pos)) & _bit(me)) and seq_diff(c & L.SEQ_MASK, pos) > 0)
 
 
-def sweep_dead(seg: Segment, dead: list[bool]) -> int:
-    """Dead entries leave the subscribers and half-done drops of live ones are
-    finished (see gpr_bc_sweep_subscribers); then every READY frame with no share
-    left is moved on, and the shares held by entries that are not live subscribers
-    are released: dead ones', and bits left over from an entry freed while a
-    publish that had loaded ``subscribers`` earlier was in flight (see
-    gpr_bc_sweep_slot). Returns how many shares."""
-    gone = sum(_bit(k) for k, d in enumerate(dead[:64]) if d)
-    if gone:
-        seg.mem.and64(seg.control("subscribers"), ~gone)
+def leave(seg: Segment, index: int) -> None:
+    """Entry ``index`` leaves ``subscribers``: done only by its freer (holding
+    FREEING) and its attacher (holding ATTACHING), never on a DEAD entry another
+    sweeper may free and a new subscriber join meanwhile (see gpr_bc_leave)."""
+    if index < 64:
+        seg.mem.and64(seg.control("subscribers"), ~_bit(index))
+
+
+def sweep_dead(seg: Segment) -> int:
+    """Half-done drops of live subscribers are finished (see
+    gpr_bc_finish_dead_drops); then every READY frame with no share left is moved
+    on, and the shares held by entries that are not live subscribers now are
+    released: dead ones', and bits left over from an entry freed while a publish
+    that had loaded ``subscribers`` earlier was in flight (see gpr_bc_sweep_slot).
+    Returns how many shares."""
     for k in range(min(seg.participant_capacity, 64)):  # drops their dead producers left half done
         c = seg.mem.load64(seg.participant(k, "cursor"))
-        if not dead[k] and c & L.CURSOR_DROPPING and _subscribed(seg, k):
+        if c & L.CURSOR_DROPPING and _subscribed(seg, k):
             _finish_drop(seg, k, c)
     released = 0
     for i in range(seg.slot_count):
@@ -354,7 +359,7 @@ def sweep_dead(seg: Segment, dead: list[bool]) -> int:
         while m:
             k = (m & -m).bit_length() - 1
             m &= m - 1
-            if k >= seg.participant_capacity or dead[k] or not _subscribed(seg, k):
+            if k >= seg.participant_capacity or not _subscribed(seg, k):
                 released += _released(seg, k, pos)
     return released
 

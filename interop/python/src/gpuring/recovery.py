@@ -44,10 +44,11 @@ def _orphaned(w: int) -> bool:
     return L.pword_state(w) in (L.P_ATTACHING, L.P_FREEING) and not pid_running(L.pword_pid(w))
 
 
-def _mark(seg: Segment, rep: SweepReport) -> list[bool]:
+def _mark(seg: Segment, rep: SweepReport) -> list[int]:
     """DEAD for gone ACTIVE entries, half-attached ones and damaged ones (states 5-7,
     or ACTIVE with pid bits, which an ACTIVE word never carries; the occupant, if
-    alive, fails with DETACHED); True for entries to free."""
+    alive, fails with DETACHED). For entries to free (DEAD, or FREEING by a dead
+    freer) the state word seen here; 0 for the others."""
     dead = []
     for i in range(seg.participant_capacity):
         w = seg.participant_word(i)
@@ -58,8 +59,18 @@ def _mark(seg: Segment, rep: SweepReport) -> list[bool]:
                 rep.found_dead += 1
             w = seg.participant_word(i)
             st = L.pword_state(w)
-        dead.append(st == L.P_DEAD or (st == L.P_FREEING and _orphaned(w)))
+        dead.append(w if st == L.P_DEAD or (st == L.P_FREEING and _orphaned(w)) else 0)
     return dead
+
+
+def _still_dead(seg: Segment, dead: list[int], owner: int) -> bool:
+    """Is ``owner`` (index + 1, from a slot word loaded just before) an entry this
+    sweep marked, still in the very state it marked? Another sweeper may have
+    freed it since and a new participant attached there, whose slot words look
+    exactly like the dead one's (see gpr_is_dead_owner; SPEC.md §7, Acting on a
+    marked entry)."""
+    return 1 <= owner <= seg.participant_capacity and dead[owner - 1] != 0 \
+        and seg.participant_word(owner - 1) == dead[owner - 1]
 
 
 def _ref(seg: Segment, pos: int) -> FrameRef:
@@ -84,9 +95,9 @@ def _sweep_orphan(seg: Segment, i: int) -> int:
     return int(recycle_word(seg, word_seq(w), w))
 
 
-def _sweep_slot(seg: Segment, i: int, dead: list[bool], refs: list[int], rep: SweepReport) -> None:
+def _sweep_slot(seg: Segment, i: int, dead: list[int], refs: list[int], rep: SweepReport) -> None:
     def is_dead(owner: int) -> bool:
-        return 1 <= owner <= seg.participant_capacity and dead[owner - 1]
+        return _still_dead(seg, dead, owner)
 
     at = seg.slots_at + i * L.SLOT_BYTES
     w = seg.mem.load64(at)
@@ -115,7 +126,7 @@ def _sweep_slot(seg: Segment, i: int, dead: list[bool], refs: list[int], rep: Sw
         refs[producer - 1] += 1
 
 
-def sweep_leftovers(seg: Segment, index: int) -> None:
+def sweep_leftovers(seg: Segment, index: int, attaching: int) -> None:
     """Repairs the slots that still name entry ``index``, which the caller is
     attaching (SPEC.md §4, Attach), as a sweep repairs a dead owner's: the entry
     was FREE, so they are leftovers of an occupant that lost it. Left alone, the
@@ -126,15 +137,18 @@ def sweep_leftovers(seg: Segment, index: int) -> None:
     # Python loop over every slot cost 170 ms.
     words = memoryview(seg.mem.read(seg.slots_at, seg.slot_count * L.SLOT_BYTES)).cast("Q")[::L.SLOT_BYTES // 8]
     named = [i for i, w in enumerate(words) if word_owner(w) == index + 1]
-    _sweep_owners(seg, [k == index for k in range(seg.participant_capacity)], [0] * seg.participant_capacity,
-                  SweepReport(), named)
+    if seg.broadcast:
+        from .broadcast import leave  # broadcast.py builds on slot_protocol, as this module does
+        leave(seg, index)
+    dead = [attaching if k == index else 0 for k in range(seg.participant_capacity)]  # our own word: it holds
+    _sweep_owners(seg, dead, [0] * seg.participant_capacity, SweepReport(), named)
 
 
-def _sweep_owners(seg: Segment, dead: list[bool], refs: list[int], rep: SweepReport, slots: Iterable[int]) -> None:
+def _sweep_owners(seg: Segment, dead: list[int], refs: list[int], rep: SweepReport, slots: Iterable[int]) -> None:
     """Repairs the broadcast shares and, of ``slots``, every slot the entries marked in ``dead`` held."""
     if seg.broadcast:
         from .broadcast import sweep_dead  # broadcast.py builds on slot_protocol, as this module does
-        rep.released += sweep_dead(seg, dead)
+        rep.released += sweep_dead(seg)
     for i in slots:
         _sweep_slot(seg, i, dead, refs, rep)
 
@@ -154,11 +168,9 @@ def _sweep_corrupt(seg: Segment, i: int, c: Consensus) -> bool:
     return True
 
 
-def _free(seg: Segment, index: int) -> bool:
-    """One sweeper wins the entry (DEAD -> FREEING naming its pid) before freeing it."""
-    w = seg.participant_word(index)
-    if L.pword_state(w) != L.P_DEAD and not (L.pword_state(w) == L.P_FREEING and _orphaned(w)):
-        return False
+def _free(seg: Segment, index: int, w: int) -> bool:
+    """One sweeper wins the entry (from ``w``, the DEAD or orphaned FREEING word
+    its refs were counted for, to FREEING naming its pid) before freeing it."""
     mine = L.pword(w >> 32, os.getpid(), L.P_FREEING)
     if not seg.mem.cas64(seg.participant(index), w, mine):
         return False
@@ -169,6 +181,9 @@ def _free(seg: Segment, index: int) -> bool:
         except (FileNotFoundError, PermissionError):
             pass  # gone, or a name another user squatted (skipped when created: arena.py)
     doorbell.clear(seg, index, L.BELL_DATA | L.BELL_SPACE | L.BELL_FUTEX)
+    if seg.broadcast:
+        from .broadcast import leave  # only while FREEING: nobody can attach and subscribe here
+        leave(seg, index)
     seg.mem.store64(seg.participant(index, "doorbell_key"), 0)
     seg.mem.store32(seg.participant(index, "pid"), 0)
     return seg.mem.cas64(seg.participant(index), mine, L.pword(w >> 32, 0, L.P_FREE))
@@ -190,7 +205,7 @@ def sweep(seg: Segment) -> SweepReport:
     if any(dead):
         _sweep_owners(seg, dead, refs, rep, range(seg.slot_count))
         for i, d in enumerate(dead):
-            if d and refs[i] == 0 and _free(seg, i):
+            if d and refs[i] == 0 and _free(seg, i, d):
                 rep.freed += 1
     repaired = rep.skipped + rep.redelivered + rep.released + rep.recycled + rep.corrupt
     if repaired:

@@ -274,7 +274,8 @@ class Segment:
             if L.pword_state(w) != L.P_FREE:
                 continue
             gen = ((w >> 32) + 1) & 0xFFFFFFFF
-            if not mem.cas64(self.participant(i), w, L.pword(gen, os.getpid(), L.P_ATTACHING)):
+            attaching = L.pword(gen, os.getpid(), L.P_ATTACHING)
+            if not mem.cas64(self.participant(i), w, attaching):
                 continue
             mem.store64(self.participant(i, "start_time"), self_start_time())
             mem.store32(self.participant(i, "pid"), os.getpid())
@@ -287,7 +288,7 @@ class Segment:
             mem.store32(self.participant(i, "doorbell"), 0)
             mem.store32(self.participant(i, "subscription"), 0)
             from .recovery import sweep_leftovers  # recovery.py builds on this module
-            sweep_leftovers(self, i)
+            sweep_leftovers(self, i, attaching)
             mem.store64(self.participant(i), L.pword(gen, 0, L.P_ACTIVE))
             return i, gen
         raise GpuringError("PARTICIPANTS_FULL", f"segment '{self.name}' has no free participant entry "
