@@ -1,7 +1,8 @@
-// kill -9 torture: Node and Python producers and consumers on one ring, each
+// kill -9 torture: Node, Python and C producers and consumers on one ring, each
 // killed with SIGKILL at a random moment of its life (attaching, publishing,
-// holding a frame, sleeping; one Node consumer seat blocked in nextSync()) and
-// replaced, a few hundred times. Then everything
+// holding a frame, sleeping: on the futex, on a doorbell socket in Node's event
+// loop or in asyncio, on its doorbell word in nextSync()) and replaced, a few
+// hundred times. Then everything
 // left is killed, a clean consumer drains the ring, and the run must show
 // (SPEC.md §10, Death):
 //   - exactly once: no frame reaches two consumers. A frame claimed by a consumer
@@ -16,24 +17,31 @@
 // each subscriber's frames of each producer in order with no gap or repeat
 // (a subscriber with onSlow 'block' misses nothing while it lives), nothing
 // invented or corrupted, nothing leaked.
-// GPURING_TORTURE_KILLS sets the number of kills (default 200).
+// GPURING_TORTURE_KILLS sets the number of kills (default 200); GPURING_TORTURE_SEATS
+// (roles, comma-separated, e.g. c-producer,c-consumer) runs only those seats.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { finished } from 'node:stream/promises';
 import test, { type ExecutionContext } from 'ava';
 import { Consumer, GpuringError, type Ring, type RingInspection } from '../lib/index.js';
-import { exitOf, root, withRing } from './helpers/ring.js';
+import { cProgram, exitOf, root, withRing } from './helpers/ring.js';
 
 const KILLS = Number(process.env.GPURING_TORTURE_KILLS ?? 200);
 /** A quarter of the kills land during start-up (attach included); the rest a uniformly random moment within LIFETIME_MS after the process said it is ready. */
 const LIFETIME_MS = 1200;
 const STARTUP_KILL_MS = 1500;
 
-type Role = 'node-producer' | 'python-producer' | 'node-consumer' | 'node-sync-consumer' | 'python-consumer';
-const SEATS: Role[] = ['node-producer', 'node-producer', 'python-producer', 'node-consumer', 'node-sync-consumer', 'python-consumer'];
+type Role =
+  | 'node-producer' | 'python-producer' | 'python-async-producer' | 'c-producer'
+  | 'node-consumer' | 'node-sync-consumer' | 'python-consumer' | 'python-async-consumer' | 'c-consumer';
+/** Every way each language waits: Node's event loop and a blocked thread, Python's futex and asyncio's doorbell socket, C's futex. */
+const SEATS: Role[] = process.env.GPURING_TORTURE_SEATS ? (process.env.GPURING_TORTURE_SEATS.split(',') as Role[]) : [
+  'node-producer', 'python-producer', 'python-async-producer', 'c-producer',
+  'node-consumer', 'node-sync-consumer', 'python-consumer', 'python-async-consumer', 'c-consumer',
+];
 
 interface Incarnation {
   role: Role;
@@ -52,11 +60,16 @@ function start(role: Role, name: string, id: number, dir: string): Incarnation {
       env: { ...process.env, PYTHONPATH: join(root, 'interop/python/src') },
     });
   const node = (...args: string[]) => spawn(process.execPath, [join(root, 'test/helpers/torture-child.mjs'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const c = (...args: string[]) => spawn(cProgram('torture_child'), args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const proc =
     role === 'node-producer' ? node('produce', name, String(id), log)
     : role === 'node-consumer' ? node('consume', name, log)
     : role === 'node-sync-consumer' ? node('consume-sync', name, log)
     : role === 'python-producer' ? python('produce', name, String(id), log)
+    : role === 'python-async-producer' ? python('produce-async', name, String(id), log)
+    : role === 'python-async-consumer' ? python('consume-async', name, log)
+    : role === 'c-producer' ? c('produce', name, String(id), log)
+    : role === 'c-consumer' ? c('consume', name, log)
     : python('consume', name, log);
   const inc = { role, id, log, proc, stderr: '' };
   proc.stderr!.on('data', (d: Buffer) => (inc.stderr = (inc.stderr + d.toString()).slice(-2000)));
@@ -121,6 +134,12 @@ const split = (tag: string) => [Number(BigInt(tag) >> 32n), Number(BigInt(tag) &
 /** Nothing left behind: no slot in use, no participant entry, no arena. */
 function assertNothingLeft(t: ExecutionContext, ring: Ring, name: string): RingInspection {
   const state = ring.inspect();
+  if (state.slots.empty !== state.slotCount) {
+    // Kept for a post-mortem: copied back to /dev/shm/gpuring.NAME, `gpuring inspect NAME` reads it.
+    const copy = join(tmpdir(), `gpuring-torture-${name}-${process.pid}.segment`);
+    copyFileSync(`/dev/shm/gpuring.${name}`, copy);
+    t.log(`segment left with slots in use: copied to ${copy}`);
+  }
   t.deepEqual(state.slots, { ...state.slots, writing: 0, ready: 0, claimed: 0, leased: 0, released: 0 }, 'no slot left in use');
   t.deepEqual(state.participants, [], 'no participant entry left');
   t.deepEqual(readdirSync('/dev/shm').filter((f) => f.startsWith(`gpuring.${name}.`)), [], 'no arena left');
@@ -145,7 +164,7 @@ async function drain(name: string): Promise<string[]> {
   return tags;
 }
 
-test(`kill -9 torture: ${KILLS} kills of Node and Python producers and consumers; exactly-once, nothing leaked`, async (t) => {
+test(`kill -9 torture: ${KILLS} kills of Node, Python and C producers and consumers; exactly-once, nothing leaked`, async (t) => {
   t.timeout(15 * 60_000);
   const dir = mkdtempSync(join(tmpdir(), 'gpuring-torture-'));
   try {
@@ -199,6 +218,7 @@ test(`kill -9 torture on a broadcast ring: ${Math.ceil(KILLS / 2)} kills; each s
       t.deepEqual(bad, [], 'every delivered frame holds what its producer wrote');
       const producedBy = publishedBy(all);
       const faults: string[] = [];
+      const roleOf = new Map(all.map((i) => [i.id, i.role]));
       let deliveries = 0;
       for (const c of consumers) {
         const last = new Map<number, number>(); // producer id -> last seq this subscriber got
@@ -207,7 +227,7 @@ test(`kill -9 torture on a broadcast ring: ${Math.ceil(KILLS / 2)} kills; each s
           deliveries++;
           if (!producedBy.has(id) || seq > producedBy.get(id)!) faults.push(`${c.role} ${c.id}: frame ${id}:${seq} was never published`);
           const before = last.get(id);
-          if (before !== undefined && seq !== before + 1) faults.push(`${c.role} ${c.id}: producer ${id}'s frame ${seq} after ${before}`);
+          if (before !== undefined && seq !== before + 1) faults.push(`${c.role} ${c.id}: ${roleOf.get(id)} ${id}'s frame ${seq} after ${before}`);
           last.set(id, seq);
         }
       }

@@ -3,18 +3,36 @@
                                    appending seq to LOG after each publish returned
   torture.py consume NAME LOG      says "ready", takes frames forever; checks each one's columns against its
                                    tag and appends the tag (or "BAD tag") to LOG before releasing it
+  torture.py produce-async NAME ID LOG, torture.py consume-async NAME LOG
+                                   the same in an asyncio loop (publish_async, next_async): asleep on
+                                   doorbell sockets (SPEC.md §6.1) instead of the futex
 The frame: producer int32, seq int32, check utf8 "producer:seq:(seq * 2654435761) mod 2^32",
 the same as the Node children publish."""
+import asyncio
 import os
 import sys
 
 import pyarrow as pa
 
-from gpuring import Consumer, Producer
+from gpuring import Consumer, Frame, Producer
 
 
 def check_text(producer: int, seq: int) -> str:
     return f"{producer}:{seq}:{(seq * 2654435761) & 0xFFFFFFFF}"
+
+
+def frame(ident: int, seq: int) -> pa.Table:
+    return pa.table({"producer": pa.array([ident], pa.int32()), "seq": pa.array([seq], pa.int32()),
+                     "check": [check_text(ident, seq)]})
+
+
+def log_frame(log: int, frame: Frame) -> None:
+    """Appends the frame's tag, or "BAD tag" where its columns do not match it, then releases it."""
+    row = frame.to_arrow().to_pylist()[0]
+    tag = frame.user_tag
+    ok = (row["producer"] << 32 | row["seq"]) == tag and row["check"] == check_text(row["producer"], row["seq"])
+    os.write(log, f"{tag}\n".encode() if ok else f"BAD {tag}\n".encode())
+    frame.release()
 
 
 def produce(name: str, ident: int, log: int) -> None:
@@ -22,9 +40,7 @@ def produce(name: str, ident: int, log: int) -> None:
         print("ready", flush=True)
         seq = 0
         while True:
-            table = pa.table({"producer": pa.array([ident], pa.int32()), "seq": pa.array([seq], pa.int32()),
-                              "check": [check_text(ident, seq)]})
-            producer.publish(table, user_tag=(ident << 32) | seq, timeout=120)
+            producer.publish(frame(ident, seq), user_tag=(ident << 32) | seq, timeout=120)
             os.write(log, f"{seq}\n".encode())
             seq += 1
 
@@ -33,12 +49,24 @@ def consume(name: str, log: int) -> None:
     with Consumer.open(name, timeout=10) as consumer:
         print("ready", flush=True)
         while True:
-            frame = consumer.next(timeout=None)
-            row = frame.to_arrow().to_pylist()[0]
-            tag = frame.user_tag
-            ok = (row["producer"] << 32 | row["seq"]) == tag and row["check"] == check_text(row["producer"], row["seq"])
-            os.write(log, f"{tag}\n".encode() if ok else f"BAD {tag}\n".encode())
-            frame.release()
+            log_frame(log, consumer.next(timeout=None))
+
+
+async def produce_async(name: str, ident: int, log: int) -> None:
+    with Producer.open(name, timeout=10) as producer:
+        print("ready", flush=True)
+        seq = 0
+        while True:
+            await producer.publish_async(frame(ident, seq), user_tag=(ident << 32) | seq, timeout=120)
+            os.write(log, f"{seq}\n".encode())
+            seq += 1
+
+
+async def consume_async(name: str, log: int) -> None:
+    with Consumer.open(name, timeout=10) as consumer:
+        print("ready", flush=True)
+        while True:
+            log_frame(log, await consumer.next_async(timeout=None))
 
 
 def main() -> None:
@@ -46,8 +74,12 @@ def main() -> None:
     log = os.open(sys.argv[-1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     if role == "produce":
         produce(name, int(sys.argv[3]), log)
-    else:
+    elif role == "consume":
         consume(name, log)
+    elif role == "produce-async":
+        asyncio.run(produce_async(name, int(sys.argv[3]), log))
+    else:
+        asyncio.run(consume_async(name, log))
 
 
 if __name__ == "__main__":
