@@ -610,6 +610,26 @@ static void test_stale_sweep_spares_a_new_occupant(void) {
   endpoints_close(&e);
 }
 
+/* A claim taken back before the hand-over (a sweep that judged the consumer
+ * dead, or damage): the frame is READY for others again, so the consumer must
+ * not hand it over too (SPEC.md §5.2, Confirm). Before, it did: the frame came
+ * twice. */
+static void test_claim_taken_back(void) {
+  endpoints e;
+  endpoints_open(&e, "back-", 4u);
+  gpr_error err;
+  CHECK(publish_ints(e.p, 1, 0, &err) == 0);
+  gpr_frame_ref ref;
+  uint64_t pos = 0;
+  CHECK(gpr_ring_try_claim(&e.c->seg, e.c->index, &ref, &pos) == 0);
+  CHECK(gpr_ring_unclaim_as(&e.c->seg, e.c->index, pos, GPR_SLOT_CLAIMED) == 0);
+  gpr_frame *f = NULL;
+  CHECK(gpr_consumer_hand_over(e.c, pos, &ref, &f, &err) == -(int)GPR_E_FRAME_STATE && f == NULL);
+  CHECK(gpr_consumer_next(e.c, 0, &f, &err) == 0 && f && f->pos == pos); /* redelivered: it comes once */
+  gpr_frame_release(f);
+  endpoints_close(&e);
+}
+
 /* Waits shorter than the sweep interval: each wait counted its own before. */
 static void test_short_waits_still_sweep(void) { publish_behind_a_dead_consumer(30); }
 
@@ -640,6 +660,7 @@ int main(void) {
   test_short_waits_still_sweep();
   test_tries_alone_still_sweep();
   test_stale_sweep_spares_a_new_occupant();
+  test_claim_taken_back();
   endpoints_close(&e);
   return CHECK_DONE();
 }
