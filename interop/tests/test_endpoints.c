@@ -630,6 +630,46 @@ static void test_claim_taken_back(void) {
   endpoints_close(&e);
 }
 
+/* `frames` frames through e's ring: published, taken, released, reaped. */
+static void pass_frames(endpoints *e, int frames) {
+  gpr_error err;
+  for (int k = 0; k < frames; k++) {
+    gpr_frame *f = NULL;
+    CHECK(publish_ints(e->p, 1, 0, &err) == 0 && gpr_consumer_next(e->c, 0, &f, &err) == 0);
+    gpr_frame_release(f);
+    gpr_producer_reap(e->p);
+  }
+}
+
+/* A sweeper that read the window's words while producers went round the ring
+ * (it lost the CPU, or reads slowly) holds words from several laps: on that
+ * picture healthy slots look laps apart, that is, damaged. Step 2 acts only on
+ * a still picture, and judges and CASes from the words it read, never from
+ * words read later against it (SPEC.md §7, "A still window"). Before, such a
+ * sweep reset healthy slots and hints laps back: positions went backwards,
+ * broadcast subscribers missed frames and took them out of order, and a
+ * work-queue ring kept READY frames no claim reached. */
+static void test_moving_ring_is_not_repaired(void) {
+  endpoints e;
+  endpoints_open(&e, "moving-", 8u);
+  pass_frames(&e, 3);
+  int64_t diffs[8];
+  uint64_t words[8], now[8];
+  gpr_slot_consensus read = gpr_sweep_consensus(&e.p->seg, 0, 8, diffs, words);
+  CHECK(gpr_window_still(&e.p->seg, 0, 8, words, &read));
+  pass_frames(&e, 5 * 8); /* five laps while the sweeper was away */
+  CHECK(!gpr_window_still(&e.p->seg, 0, 8, words, &read));
+  for (uint32_t i = 0; i < 8; i++) now[i] = gpr_slot_load(&e.p->seg.slots[i]);
+  for (uint32_t i = 0; i < 8; i++) CHECK(gpr_sweep_corrupt(&e.p->seg, i, words[i], &read) == 0);
+  for (uint32_t i = 0; i < 8; i++) CHECK(gpr_slot_load(&e.p->seg.slots[i]) == now[i]);
+  CHECK(gpr_sweep_damage(&e.p->seg, 0, 8, diffs, words) == 0); /* still now, and healthy */
+  gpr_error err;
+  gpr_frame *f = NULL;
+  CHECK(publish_ints(e.p, 1, 0, &err) == 0 && gpr_consumer_next(e.c, 0, &f, &err) == 0 && f->pos == 3 + 5 * 8);
+  gpr_frame_release(f);
+  endpoints_close(&e);
+}
+
 /* Waits shorter than the sweep interval: each wait counted its own before. */
 static void test_short_waits_still_sweep(void) { publish_behind_a_dead_consumer(30); }
 
@@ -661,6 +701,7 @@ int main(void) {
   test_tries_alone_still_sweep();
   test_stale_sweep_spares_a_new_occupant();
   test_claim_taken_back();
+  test_moving_ring_is_not_repaired();
   endpoints_close(&e);
   return CHECK_DONE();
 }

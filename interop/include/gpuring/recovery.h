@@ -188,6 +188,8 @@ typedef struct gpr_slot_consensus {
   uint64_t reset_base; /* no producer is past it: a slot reset there is never behind them */
   uint64_t restart;    /* at most a lap before the producers: where a bogus tail hint is put */
   int64_t hi_used;     /* the greatest occupied sequence near the centre, from `tail`; INT64_MIN: none */
+  uint64_t tail_hint;  /* the hints as read, unmasked: judged, and CAS'd from, as read */
+  uint64_t head_hint;
 } gpr_slot_consensus;
 
 GPR_INLINE int gpr_cmp_i64(const void *a, const void *b) {
@@ -197,13 +199,14 @@ GPR_INLINE int gpr_cmp_i64(const void *a, const void *b) {
 
 GPR_INLINE int64_t gpr_abs_i64(int64_t v) { return v < 0 ? -v : v; }
 
-/* Fills diffs[] with the window's consistent words, as (seq - tail) * 8 + state
- * (the state rides in the low 3 bits: it moves no median), sorted; returns how many. */
+/* Reads the window's words into words[], and fills diffs[] with the consistent
+ * ones, as (seq - tail) * 8 + state (the state rides in the low 3 bits: it
+ * moves no median), sorted; returns how many. */
 GPR_INLINE uint32_t gpr_window_diffs(gpr_segment *seg, uint32_t from, uint32_t window, uint64_t tail,
-                                     int64_t *diffs) {
+                                     int64_t *diffs, uint64_t *words) {
   uint32_t n = 0;
   for (uint32_t k = 0; k < window; k++) {
-    uint64_t i = (from + k) & seg->mask, w = gpr_slot_load(&seg->slots[i]);
+    uint64_t i = (from + k) & seg->mask, w = words[k] = gpr_slot_load(&seg->slots[i]);
     if (gpr_word_consistent(seg, i, w)) diffs[n++] = gpr_seq_diff(gpr_word_seq(w), tail) * 8 + (int64_t)gpr_word_state(w);
   }
   qsort(diffs, n, sizeof *diffs, gpr_cmp_i64);
@@ -217,10 +220,10 @@ GPR_INLINE uint32_t gpr_count_near(const int64_t *diffs, uint32_t n, int64_t cen
 }
 
 GPR_INLINE gpr_slot_consensus gpr_sweep_consensus(gpr_segment *seg, uint32_t from, uint32_t window,
-                                                  int64_t *diffs) {
-  uint64_t tail = __atomic_load_n(&seg->control->tail, __ATOMIC_RELAXED) & GPR_SEQ_MASK;
-  gpr_slot_consensus c = {0, tail, tail, tail, INT64_MIN};
-  uint32_t n = gpr_window_diffs(seg, from, window, tail, diffs);
+                                                  int64_t *diffs, uint64_t *words) {
+  uint64_t tail_hint = __atomic_load_n(&seg->control->tail, __ATOMIC_ACQUIRE), tail = tail_hint & GPR_SEQ_MASK;
+  gpr_slot_consensus c = {0, tail, tail, tail, INT64_MIN, tail_hint, __atomic_load_n(&seg->control->head, __ATOMIC_ACQUIRE)};
+  uint32_t n = gpr_window_diffs(seg, from, window, tail, diffs, words);
   if (n == 0) return c;
   int64_t lap = (int64_t)seg->slot_count, hi_used = INT64_MIN, lo_empty = INT64_MAX;
   c.median = diffs[n / 2] >> 3;
@@ -245,10 +248,26 @@ GPR_INLINE gpr_slot_consensus gpr_sweep_consensus(gpr_segment *seg, uint32_t fro
   return c;
 }
 
-/* Puts a hint that lies more than two laps from the window's centre at `to`
- * (a CAS from the value judged: a live store wins). */
-GPR_INLINE int gpr_sweep_hint(gpr_segment *seg, uint64_t *hint, const gpr_slot_consensus *c, uint64_t to) {
-  uint64_t h = __atomic_load_n(hint, __ATOMIC_RELAXED);
+/* Did nothing move while the consensus was read? Both hints and every word of
+ * the window read again equal what it read. Only then is it one picture of the
+ * ring: a sweeper that lost the CPU, or reads slowly, while producers went
+ * round the ring a few times holds words from several laps, and on such a
+ * picture healthy slots and hints look laps apart, that is, damaged (SPEC.md §7
+ * step 2, "A still window"). A ring that moves is not stalled by what step 2
+ * repairs; one that is, stands still, and its next sweep repairs it. */
+GPR_INLINE int gpr_window_still(gpr_segment *seg, uint32_t from, uint32_t window, const uint64_t *words,
+                                const gpr_slot_consensus *c) {
+  if (__atomic_load_n(&seg->control->tail, __ATOMIC_ACQUIRE) != c->tail_hint ||
+      __atomic_load_n(&seg->control->head, __ATOMIC_ACQUIRE) != c->head_hint)
+    return 0;
+  for (uint32_t k = 0; k < window; k++)
+    if (gpr_slot_load(&seg->slots[(from + k) & seg->mask]) != words[k]) return 0;
+  return 1;
+}
+
+/* Puts hint `h` (as the consensus read it) at `to` when it lies more than two
+ * laps from the window's centre (a CAS from that value: a live store wins). */
+GPR_INLINE int gpr_sweep_hint(gpr_segment *seg, uint64_t *hint, uint64_t h, const gpr_slot_consensus *c, uint64_t to) {
   uint64_t centre = (c->tail + (uint64_t)c->median) & GPR_SEQ_MASK;
   if (gpr_abs_i64(gpr_seq_diff(h & GPR_SEQ_MASK, centre)) <= 2 * (int64_t)seg->slot_count) return 0;
   return __atomic_compare_exchange_n(hint, &h, to & GPR_SEQ_MASK, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
@@ -258,8 +277,9 @@ GPR_INLINE int gpr_sweep_hint(gpr_segment *seg, uint64_t *hint, const gpr_slot_c
  * before that, so that a claim scan passes every READY frame within its
  * step bound (broadcast subscribers keep cursors of their own, §5.4). */
 GPR_INLINE uint32_t gpr_sweep_hints(gpr_segment *seg, const gpr_slot_consensus *c) {
-  uint32_t fixed = (uint32_t)gpr_sweep_hint(seg, &seg->control->tail, c, c->restart);
-  if (!seg->broadcast) fixed += (uint32_t)gpr_sweep_hint(seg, &seg->control->head, c, c->restart - seg->slot_count);
+  uint32_t fixed = (uint32_t)gpr_sweep_hint(seg, &seg->control->tail, c->tail_hint, c, c->restart);
+  if (!seg->broadcast)
+    fixed += (uint32_t)gpr_sweep_hint(seg, &seg->control->head, c->head_hint, c, c->restart - seg->slot_count);
   if (fixed) {
     gpr_notify_space(seg);
     gpr_notify_data(seg);
@@ -281,10 +301,10 @@ GPR_INLINE int gpr_word_passed(const gpr_slot_consensus *c, uint64_t w) {
  * the window's centre, or an EMPTY one producers passed
  * (gpr_word_passed) can only be damage. Nobody can CAS from the first kind,
  * nobody will from the second, and the others stall every scan, so each is
- * reset to EMPTY for a position producers have yet to reach. */
-GPR_INLINE int gpr_sweep_corrupt(gpr_segment *seg, uint64_t i, const gpr_slot_consensus *c) {
+ * reset to EMPTY for a position producers have yet to reach. `w` is the word
+ * the consensus read: judged on the same picture, and CAS'd from. */
+GPR_INLINE int gpr_sweep_corrupt(gpr_segment *seg, uint64_t i, uint64_t w, const gpr_slot_consensus *c) {
   gpr_slot *s = &seg->slots[i];
-  uint64_t w = gpr_slot_load(s);
   int64_t off = gpr_seq_diff(gpr_word_seq(w), c->tail) - c->median;
   if (gpr_word_consistent(seg, i, w) && !gpr_word_orphaned(seg, w) &&
       gpr_abs_i64(off) <= 4 * (int64_t)seg->slot_count && !gpr_word_passed(c, w))
@@ -293,6 +313,17 @@ GPR_INLINE int gpr_sweep_corrupt(gpr_segment *seg, uint64_t i, const gpr_slot_co
   if (!gpr_slot_cas(s, w, gpr_slot_word(next, GPR_SLOT_EMPTY, 0))) return 0;
   gpr_notify_space(seg);
   return 1;
+}
+
+/* Step 2 over the window of slots at `from`: words and hints that can only
+ * be damage are reset, judged on one still picture of the ring (scratch:
+ * diffs[] and words[], `window` each); how many. */
+GPR_INLINE uint32_t gpr_sweep_damage(gpr_segment *seg, uint32_t from, uint32_t window, int64_t *diffs, uint64_t *words) {
+  gpr_slot_consensus c = gpr_sweep_consensus(seg, from, window, diffs, words);
+  if (!gpr_window_still(seg, from, window, words, &c)) return 0;
+  uint32_t reset = 0;
+  for (uint32_t k = 0; k < window; k++) reset += (uint32_t)gpr_sweep_corrupt(seg, (from + k) & seg->mask, words[k], &c);
+  return reset + gpr_sweep_hints(seg, &c);
 }
 
 /* Frees a DEAD entry nobody refers to: unlinks its arenas, then the entry.
@@ -337,22 +368,20 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
   uint32_t *refs = (uint32_t *)calloc(seg->participant_capacity, sizeof(uint32_t));
   uint32_t window = seg->slot_count < GPR_SWEEP_DAMAGE_WINDOW ? seg->slot_count : GPR_SWEEP_DAMAGE_WINDOW;
   int64_t *diffs = (int64_t *)malloc(window * sizeof(int64_t));
-  if (!dead || !refs || !diffs) {
+  uint64_t *words = (uint64_t *)malloc(window * sizeof(uint64_t));
+  if (!dead || !refs || !diffs || !words) {
     free(dead);
     free(refs);
     free(diffs);
+    free(words);
     return gpr_fail(err, GPR_E_OUT_OF_MEMORY, ENOMEM, "sweep: out of memory");
   }
   gpr_sweep_mark(seg, dead, rep);
   int any = 0;
   for (uint32_t i = 0; i < seg->participant_capacity; i++) any |= dead[i] != 0;
   uint32_t from = __atomic_fetch_add(&seg->damage_cursor, window, __ATOMIC_RELAXED);
-  gpr_slot_consensus consensus = gpr_sweep_consensus(seg, from, window, diffs);
-  for (uint32_t k = 0; k < window; k++) {
-    rep->corrupt += (uint32_t)gpr_sweep_corrupt(seg, (from + k) & seg->mask, &consensus);
-    rep->recycled += gpr_sweep_orphan(seg, (from + k) & seg->mask);
-  }
-  rep->corrupt += gpr_sweep_hints(seg, &consensus);
+  rep->corrupt += gpr_sweep_damage(seg, from, window, diffs, words);
+  for (uint32_t k = 0; k < window; k++) rep->recycled += gpr_sweep_orphan(seg, (from + k) & seg->mask);
   if (any) {
     gpr_sweep_owners(seg, dead, refs, rep);
     for (uint32_t i = 0; i < seg->participant_capacity; i++)
@@ -363,6 +392,7 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
   free(dead);
   free(refs);
   free(diffs);
+  free(words);
   return 0;
 }
 

@@ -10,7 +10,8 @@ from conftest import rewrite_entry
 from gpuring import Consumer, GpuringError, Producer, Ring
 from gpuring import layout as L
 from gpuring.process import self_start_time
-from gpuring.recovery import SweepReport, _free, _mark, _sweep_owners, arena_path, sweep
+from gpuring.recovery import SweepReport, _free, _mark, _sweep_corrupt, _sweep_owners, arena_path, sweep
+from gpuring.slot_consensus import consensus, still
 from gpuring.segment import Segment
 
 
@@ -297,3 +298,28 @@ def test_participants_whose_entries_were_taken_fail_with_detached_and_later_ones
                 assert f.user_tag == i
     held.release()  # its lease went with the entry: no error
     consumer.close()
+
+
+def test_a_sweep_whose_picture_of_the_ring_moved_repairs_nothing(ring_name):
+    """A sweeper that read the window while producers went round the ring holds
+    words from several laps, on which healthy slots look laps apart: damaged.
+    Step 2 judges only a still picture, and CASes from the words it read (see
+    test_moving_ring_is_not_repaired in test_endpoints.c; SPEC.md §7 step 2)."""
+    Ring.create(ring_name, slots=8).close()
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer, \
+            closing(Segment.open(ring_name)) as seg:
+        def frames(n: int) -> None:
+            for _ in range(n):
+                producer.publish(pa.table({"v": [1]}))
+                consumer.next(timeout=1).release()
+        frames(3)
+        read = consensus(seg, 0, 8)
+        assert still(seg, 0, read)
+        frames(5 * 8)  # five laps while the sweeper was away
+        assert not still(seg, 0, read)
+        now = [seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES) for i in range(8)]
+        assert not any(_sweep_corrupt(seg, i, w, read) for i, w in enumerate(read.words))
+        assert [seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES) for i in range(8)] == now
+        assert sweep(seg).corrupt == 0
+        producer.publish(pa.table({"v": [2]}), user_tag=2)
+        assert consumer.next(timeout=1).user_tag == 2

@@ -16,7 +16,7 @@ from . import doorbell, layout as L
 from .process import pid_running
 from .errors import GpuringError
 from .layout import slot_word, word_owner, word_seq, word_state
-from .slot_consensus import Consensus, consensus, consistent, orphaned, repair_hints
+from .slot_consensus import Consensus, consensus, consistent, orphaned, repair_hints, still
 from .slot_protocol import FrameRef, recycle_word, release_as, unclaim_as, notify_space
 from .segment import Segment
 
@@ -153,12 +153,12 @@ def _sweep_owners(seg: Segment, dead: list[int], refs: list[int], rep: SweepRepo
         _sweep_slot(seg, i, dead, refs, rep)
 
 
-def _sweep_corrupt(seg: Segment, i: int, c: Consensus) -> bool:
+def _sweep_corrupt(seg: Segment, i: int, w: int, c: Consensus) -> bool:
     """A word no participant can have written, one nobody will move, one laps
     away from the window's consensus, or an EMPTY one producers passed is reset
-    to EMPTY for a position producers have yet to reach."""
+    to EMPTY for a position producers have yet to reach. ``w`` is the word the
+    consensus read: judged on the same picture, and CAS'd from."""
     at = seg.slots_at + i * L.SLOT_BYTES
-    w = seg.mem.load64(at)
     if consistent(seg, i, w) and not orphaned(seg, w) and not c.outlier(seg, w) and not c.passed(w):
         return False
     nxt = (c.reset_base + ((i - c.reset_base) & seg.mask)) & L.SEQ_MASK
@@ -197,10 +197,12 @@ def sweep(seg: Segment) -> SweepReport:
     # A window of slots, round robin (gpuring/recovery.h): a sweep costs the same on any ring size.
     window = min(seg.slot_count, DAMAGE_WINDOW)
     centre = consensus(seg, seg.damage_cursor, window)
+    if still(seg, seg.damage_cursor, centre):  # one picture of the ring, or none judged
+        for k, w in enumerate(centre.words):
+            rep.corrupt += _sweep_corrupt(seg, (seg.damage_cursor + k) & seg.mask, w, centre)
+        rep.corrupt += repair_hints(seg, centre)
     for k in range(window):
-        rep.corrupt += _sweep_corrupt(seg, (seg.damage_cursor + k) & seg.mask, centre)
         rep.recycled += _sweep_orphan(seg, (seg.damage_cursor + k) & seg.mask)
-    rep.corrupt += repair_hints(seg, centre)
     seg.damage_cursor = (seg.damage_cursor + window) & seg.mask
     if any(dead):
         _sweep_owners(seg, dead, refs, rep, range(seg.slot_count))

@@ -9,7 +9,7 @@ hint, so either left alone stalls the ring for good.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import layout as L
 from .layout import seq_diff, word_owner, word_seq, word_state
@@ -44,6 +44,9 @@ class Consensus:
     reset_base: int  # no producer is past it: a slot reset there is never behind them
     restart: int    # at most a lap before the producers: where a bogus tail hint is put
     hi_used: int | None = None  # the greatest occupied sequence near the centre, from ``tail``
+    tail_hint: int = 0  # the hints as read, unmasked: judged, and CAS'd from, as read
+    head_hint: int = 0
+    words: list[int] = field(default_factory=list)  # the window's words as read, in window order
 
     def outlier(self, seg: Segment, w: int) -> bool:
         """A sequence more than four laps from the window's centre."""
@@ -64,12 +67,14 @@ class Consensus:
 
 
 def consensus(seg: Segment, start: int, window: int) -> Consensus:
-    tail = seg.mem.load64(seg.control("tail")) & L.SEQ_MASK
-    c = Consensus(0, tail, tail, tail)
+    tail_hint = seg.mem.load64(seg.control("tail"))
+    tail = tail_hint & L.SEQ_MASK
+    c = Consensus(0, tail, tail, tail, None, tail_hint, seg.mem.load64(seg.control("head")))
     seen = []
     for k in range(window):
         i = (start + k) & seg.mask
         w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
+        c.words.append(w)
         if consistent(seg, i, w):
             seen.append((seq_diff(word_seq(w), tail), word_state(w)))
     if not seen:
@@ -98,16 +103,29 @@ def consensus(seg: Segment, start: int, window: int) -> Consensus:
     return c
 
 
+def still(seg: Segment, start: int, c: Consensus) -> bool:
+    """Did nothing move while ``c`` was read: both hints and every word of the
+    window read again equal what it read? Only then is it one picture of the
+    ring; a slow or preempted sweeper holds words from several laps of a busy
+    ring, on which healthy slots look damaged (see gpr_window_still; SPEC.md §7
+    step 2, "A still window")."""
+    mem = seg.mem
+    if mem.load64(seg.control("tail")) != c.tail_hint or mem.load64(seg.control("head")) != c.head_hint:
+        return False
+    return all(mem.load64(seg.slots_at + ((start + k) & seg.mask) * L.SLOT_BYTES) == w for k, w in enumerate(c.words))
+
+
 def repair_hints(seg: Segment, c: Consensus) -> int:
     """Puts a hint laps away from the consensus back: the tail where producers
     resume; on a work-queue ring the head a lap before that, so that a claim
-    scan passes every READY frame within its step bound. Each by a CAS from
-    the value judged (a live store wins)."""
+    scan passes every READY frame within its step bound. Each judged as the
+    consensus read it, and by a CAS from that value (a live store wins)."""
     fixed = 0
-    hints = [("tail", c.restart)] + ([] if seg.broadcast else [("head", c.restart - seg.slot_count)])
-    for field, to in hints:
-        h = seg.mem.load64(seg.control(field))
-        if c.hint_bogus(seg, h) and seg.mem.cas64(seg.control(field), h, to & L.SEQ_MASK):
+    hints = [("tail", c.tail_hint, c.restart)]
+    if not seg.broadcast:
+        hints.append(("head", c.head_hint, c.restart - seg.slot_count))
+    for name, h, to in hints:
+        if c.hint_bogus(seg, h) and seg.mem.cas64(seg.control(name), h, to & L.SEQ_MASK):
             fixed += 1
     if fixed:
         notify_space(seg)
