@@ -36,20 +36,6 @@ static void ready(void) {
   fflush(stdout);
 }
 
-static gpr_node_desc column(const char *name, const char *format, uint32_t buffers) {
-  gpr_node_desc n;
-  memset(&n, 0, sizeof n);
-  n.name = name;
-  n.name_length = (uint32_t)strlen(name);
-  n.format = format;
-  n.format_length = (uint32_t)strlen(format);
-  n.flags = GPR_NODE_NULLABLE;
-  n.dictionary = -1;
-  n.buffer_count = buffers;
-  n.length = 1;
-  return n;
-}
-
 /* Buffers of the one allocation: producer at 0, seq at 64, offsets at 128, text at 192. */
 static void publish_one(gpr_producer *p, int32_t id, int32_t seq) {
   gpr_error err;
@@ -61,7 +47,9 @@ static void publish_one(gpr_producer *p, int32_t id, int32_t seq) {
   memcpy(a.ptr + 64, &seq, 4);
   memcpy(a.ptr + 128, offsets, sizeof offsets);
   memcpy(a.ptr + 192, text, (size_t)offsets[1]);
-  gpr_node_desc nodes[3] = {column("producer", "i", 2), column("seq", "i", 2), column("check", "u", 3)};
+  gpr_node_desc nodes[3] = {{"producer", 8, "i", 1, NULL, 0, 0, GPR_NODE_NULLABLE, -1, 2, 1, 0, 0},
+                            {"seq", 3, "i", 1, NULL, 0, 0, GPR_NODE_NULLABLE, -1, 2, 1, 0, 0},
+                            {"check", 5, "u", 1, NULL, 0, 0, GPR_NODE_NULLABLE, -1, 3, 1, 0, 0}};
   gpr_body_buffer b[7];
   memset(b, 0, sizeof b); /* b[0], b[2], b[4]: no validity buffers */
   const struct { uint32_t buffer; uint64_t at, length; } described[4] = {
@@ -69,19 +57,8 @@ static void publish_one(gpr_producer *p, int32_t id, int32_t seq) {
   for (int k = 0; k < 4; k++)
     if (gpr_producer_host_buffer(p, &a, described[k].at, described[k].length, &b[described[k].buffer], &err) != 0)
       fail("describe", &err);
-  gpr_frame_desc d;
-  memset(&d, 0, sizeof d);
-  d.row_count = 1;
-  d.root_count = d.node_count = 3;
-  d.buffer_count = 7;
-  d.nodes = nodes;
-  d.buffers = b;
-  gpr_publish_options o;
-  memset(&o, 0, sizeof o);
-  o.user_tag = (uint64_t)(uint32_t)id << 32 | (uint32_t)seq;
-  o.timeout_ms = 120000;
-  o.owned = &a;
-  o.owned_count = 1;
+  gpr_frame_desc d = {1, 3, 0, 3, 7, nodes, b, NULL, 0, 0, {0}};
+  gpr_publish_options o = {(uint64_t)(uint32_t)id << 32 | (uint32_t)seq, 120000, &a, 1, NULL, NULL};
   if (gpr_producer_publish(p, &d, &o, NULL, &err) != 0) fail("publish", &err);
 }
 
