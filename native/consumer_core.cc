@@ -104,11 +104,7 @@ bool ConsumerState::Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *reco
     gpr_ring_release_as(&seg, me, pos, GPR_SLOT_CLAIMED);
     return false;
   }
-  if (gpr_ring_confirm(&seg, me, pos) != 0) {  // taken back (SPEC.md §5.2, Confirm): another consumer gets it
-    gpr_fail(err, GPR_E_FRAME_STATE, 0, "the frame at position %llu was taken back before it was handed over",
-             static_cast<unsigned long long>(pos));
-    return false;
-  }
+  if (gpr_ring_confirm_or_fail(&seg, me, pos, err) != 0) return false;
   double numbers[2] = {static_cast<double>(pos), static_cast<double>(ref.frame_id)};
   uint32_t producer[2] = {ref.producer, ref.producer_gen};
   memcpy(record, numbers, sizeof numbers);

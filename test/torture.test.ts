@@ -40,10 +40,14 @@ type Role =
   | 'node-producer' | 'python-producer' | 'python-async-producer' | 'c-producer'
   | 'node-consumer' | 'node-sync-consumer' | 'python-consumer' | 'python-async-consumer' | 'c-consumer';
 /** Every way each language waits: Node's event loop and a blocked thread, Python's futex and asyncio's doorbell socket, C's futex. */
-const SEATS: Role[] = process.env.GPURING_TORTURE_SEATS ? (process.env.GPURING_TORTURE_SEATS.split(',') as Role[]) : [
+const ROLES: Role[] = [
   'node-producer', 'python-producer', 'python-async-producer', 'c-producer',
   'node-consumer', 'node-sync-consumer', 'python-consumer', 'python-async-consumer', 'c-consumer',
 ];
+const SEATS = (process.env.GPURING_TORTURE_SEATS?.split(',') ?? ROLES).map((seat) => {
+  if (!ROLES.includes(seat as Role)) throw new Error(`GPURING_TORTURE_SEATS: unknown seat '${seat}' (one of ${ROLES.join(', ')})`);
+  return seat as Role;
+});
 
 interface Incarnation {
   role: Role;

@@ -153,12 +153,12 @@ GPR_INLINE int gpr_consumer_hand_over(gpr_consumer *c, uint64_t pos, const gpr_f
     free(f);
     return rc;
   }
-  if (gpr_ring_confirm(&c->seg, c->index, pos) != 0) {  /* taken back (SPEC.md §5.2, Confirm): not ours to hand over */
+  rc = gpr_ring_confirm_or_fail(&c->seg, c->index, pos, err);
+  if (rc != 0) {
     free(f->nodes);
     free(f->body);
     free(f);
-    return gpr_fail(err, GPR_E_FRAME_STATE, 0, "the frame at position %llu was taken back before it was handed over",
-                    (unsigned long long)pos);
+    return rc;
   }
   gpr_body_describe(&view, f->nodes, &f->desc);
   f->consumer = c;
