@@ -635,11 +635,15 @@ static inline uint64_t bc_finish_drop(const ring *r, uint32_t k, uint64_t c) {
   __atomic_fetch_add(w64(r, entry(r, k) + P_MISSED), 1u, __ATOMIC_RELEASE);
   return done;
 }
-/* Drop the frame at pos for k: cursor past it by CAS, marked DROPPING (EVICTED kept), then finish. */
+/* Drop the frame at pos for k, whose cursor was *c (at or before pos, no DROPPING: else
+ * nothing): cursor past it by CAS, marked DROPPING (EVICTED kept), then finish. *c becomes
+ * the cursor this drop left, the one a next drop expects. */
 static inline int bc_drop(const ring *r, uint32_t k, uint64_t *c, uint64_t pos) {
+  if ((*c & CURSOR_DROPPING) || seqdiff(pos, *c & MASK48) < 0) return 0;
   uint64_t marked = CURSOR_DROPPING | (*c & CURSOR_EVICTED) | ((pos + 1u) & MASK48);
   if (!__atomic_compare_exchange_n(cursor_of(r, k), c, marked, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return 0;
-  *c = bc_finish_drop(r, k, marked);
+  bc_finish_drop(r, k, marked);
+  *c = marked & ~CURSOR_DROPPING;
   return 1;
 }
 

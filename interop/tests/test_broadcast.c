@@ -185,6 +185,12 @@ static void test_evict(const char *name) {
   if (held) {
     CHECK(gpr_bc_drop(&p->seg, slow->index, &stale, held->pos) == 0); /* it went on: no drop */
     CHECK(gpr_ring_holds(&p->seg, slow->index, held->pos));
+    /* An evicting producer whose finish lost its CAS to the subscriber (which then
+     * went on and took this frame) once carried on from the cursor as it is now:
+     * past the frame, where a CAS succeeds. A drop never acts behind the cursor. */
+    uint64_t now = __atomic_load_n(cursor, __ATOMIC_ACQUIRE);
+    CHECK(gpr_bc_drop(&p->seg, slow->index, &now, held->pos) == 0);
+    CHECK(gpr_ring_holds(&p->seg, slow->index, held->pos) && __atomic_load_n(cursor, __ATOMIC_ACQUIRE) == now);
     gpr_frame_release(held);
   }
   CHECK(gpr_producer_drain(p, 1000, &err) == 0);

@@ -275,12 +275,19 @@ GPR_INLINE uint64_t gpr_bc_finish_drop(gpr_segment *seg, uint32_t k, uint64_t c)
  * before `pos`; EVICTED kept): the cursor moves past the frame first, by CAS
  * and marked DROPPING, so that the subscriber can neither take it nor go on
  * from before it (gpr_bc_subscribe) and see it released under it; then the drop
- * is finished. 0 if the CAS lost (it took the frame, or went on). */
+ * is finished. 0 if the CAS lost (it took the frame, or went on), or if `*c`
+ * is past `pos` or names a drop half done: a frame behind the cursor may be one
+ * the subscriber holds. On success `*c` is the cursor this drop leaves, the one
+ * a next drop expects: not the cursor as it is now, which after another
+ * finisher cleared the mark may be the subscriber's own again, having gone on
+ * (subscribed again after an eviction) and taken frames past `pos`. */
 GPR_INLINE int gpr_bc_drop(gpr_segment *seg, uint32_t k, uint64_t *c, uint64_t pos) {
+  if ((*c & GPR_CURSOR_DROPPING) || gpr_seq_diff(pos, *c & GPR_SEQ_MASK) < 0) return 0;
   uint64_t marked = GPR_CURSOR_DROPPING | (*c & GPR_CURSOR_EVICTED) | ((pos + 1) & GPR_SEQ_MASK);
   if (!__atomic_compare_exchange_n(&seg->participants[k].cursor, c, marked, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return 0;
-  *c = gpr_bc_finish_drop(seg, k, marked);
+  gpr_bc_finish_drop(seg, k, marked);
+  *c = marked & ~GPR_CURSOR_DROPPING;
   return 1;
 }
 

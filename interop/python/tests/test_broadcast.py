@@ -114,6 +114,25 @@ def test_on_slow_block_drop_oldest_and_evict(ring_name):
         producer.drain(timeout=5)
 
 
+def test_a_drop_never_releases_a_frame_behind_the_subscribers_cursor(ring_name):
+    """An evicting producer whose finish lost its CAS to the subscriber (which went on
+    after its eviction and took the next frame) once went on dropping from the cursor
+    as it was then: past the frame the subscriber held, where a CAS succeeds, so the
+    frame was released under it and its memory reused (the evict torture caught it)."""
+    Ring.create(ring_name, slots=8, delivery="all").close()
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name, on_slow="evict") as sub:
+        producer.publish(pa.table({"i": [1]}), user_tag=1)
+        with sub.next(timeout=5) as frame:
+            seg, me = producer._seg, sub.index
+            cursor = seg.mem.load64(seg.participant(me, "cursor"))
+            pos = (cursor - 1) & L.SEQ_MASK
+            assert broadcast.holds(seg, me, pos)
+            assert broadcast._drop(seg, me, cursor, pos) is None
+            assert broadcast.holds(seg, me, pos) and seg.mem.load64(seg.participant(me, "cursor")) == cursor
+            assert frame.user_tag == 1
+        producer.drain(timeout=5)
+
+
 def test_a_broadcast_ring_holds_at_most_64_participants_and_opens_as_broadcast(ring_name):
     ring = Ring.create(ring_name, slots=8, participants=64, delivery="all")
     assert ring.segment.broadcast

@@ -239,12 +239,17 @@ def _finish_drop(seg: Segment, k: int, c: int) -> int:
 
 def _drop(seg: Segment, k: int, c: int, pos: int) -> int | None:
     """Drops the frame at ``pos`` for subscriber ``k`` (cursor ``c``, EVICTED kept): the
-    cursor moves past it first by CAS, marked DROPPING, then the drop is finished; the
-    new cursor, or None if the CAS lost (see gpr_bc_drop)."""
+    cursor moves past it first by CAS, marked DROPPING, then the drop is finished. The
+    cursor this drop leaves (the one a next drop expects, not the cursor as it is now),
+    or None if the CAS lost, or if ``c`` is past ``pos`` or names a drop half done: a
+    frame behind the cursor may be one the subscriber holds (see gpr_bc_drop)."""
+    if c & L.CURSOR_DROPPING or seq_diff(pos, c & L.SEQ_MASK) < 0:
+        return None
     marked = L.CURSOR_DROPPING | (c & L.CURSOR_EVICTED) | ((pos + 1) & L.SEQ_MASK)
     if not seg.mem.cas64(seg.participant(k, "cursor"), c, marked):
         return None
-    return _finish_drop(seg, k, marked)
+    _finish_drop(seg, k, marked)
+    return marked & ~L.CURSOR_DROPPING
 
 
 def _evict(seg: Segment, k: int, c: int, q: int) -> None:
