@@ -534,14 +534,17 @@ static inline uint64_t *pending_of(const ring *r, uint64_t pos) { return w64(r, 
 static inline uint64_t *cursor_of(const ring *r, uint32_t k) { return w64(r, entry(r, k) + P_CURSOR); }
 
 static inline uint64_t bc_finish_drop(const ring *r, uint32_t k, uint64_t c); /* below */
+static inline uint64_t bc_settle_drop(const ring *r, uint32_t k, uint64_t c, uint64_t wait_ns); /* below */
+#define DROP_WAIT_NS 20000ull       /* §5.4 Settling: how long to wait for a dropper to clear its mark */
+#define DROP_STALE_NS 20000000ull   /* and after how long, seen unchanged, the mark is stale */
 
 /* Subscribe: cursor a lap behind the tail (or where an eviction left it) by CAS, then subscription, then the bit. */
 static inline void bc_subscribe(const ring *r, uint32_t on_slow) {
   uint64_t t = __atomic_load_n(w64(r, C_TAIL), __ATOMIC_RELAXED) & MASK48;
   uint64_t *cur = cursor_of(r, r->me), c = __atomic_load_n(cur, __ATOMIC_SEQ_CST), start;
   for (;;) {
-    if (c & CURSOR_DROPPING) { /* a drop half done: finish it first */
-      c = bc_finish_drop(r, r->me, c);
+    if (c & CURSOR_DROPPING) { /* a drop half done: wait until its mark clears or goes stale */
+      c = bc_settle_drop(r, r->me, c, DROP_STALE_NS + DROP_WAIT_NS);
       continue;
     }
     start = (t - r->slots) & MASK48;
@@ -576,11 +579,13 @@ static inline int bc_claim(const ring *r, uint64_t *out, frame_ref *f) {
   for (int tries = 0; tries < 4; tries++) {
     uint64_t c = __atomic_load_n(cur, __ATOMIC_ACQUIRE);
     if (c & CURSOR_DROPPING) {
-      bc_finish_drop(r, r->me, c);
+      if (bc_settle_drop(r, r->me, c, DROP_WAIT_NS) & CURSOR_DROPPING) return RING_NONE; /* not counted yet */
       continue;
     }
     if (c & CURSOR_EVICTED) return RING_EVICTED;
-    if (__atomic_load_n(w64(r, e + P_MISSED), __ATOMIC_ACQUIRE) != *w64(r, e + P_MISSED_SEEN)) return RING_MISSED;
+    uint64_t untold = __atomic_load_n(w64(r, e + P_MISSED), __ATOMIC_ACQUIRE) - *w64(r, e + P_MISSED_SEEN);
+    if ((int64_t)untold > 0) return RING_MISSED;
+    if (untold != 0) *w64(r, e + P_MISSED_SEEN) = *w64(r, e + P_MISSED); /* a count taken back */
     uint64_t pos = c & MASK48;
     int lost = 0;
     for (uint32_t probe = 0; probe < 2u * r->slots + 2u && !lost; probe++) {
@@ -614,12 +619,12 @@ static inline int bc_claim(const ring *r, uint64_t *out, frame_ref *f) {
   return RING_NONE;
 }
 
-/* Learning of a loss: missed - missed_seen, then missed_seen = missed. */
+/* Learning of a loss: missed - missed_seen (none when negative), then missed_seen = missed. */
 static inline uint64_t bc_take_missed(const ring *r) {
   uint64_t e = entry(r, r->me), missed = __atomic_load_n(w64(r, e + P_MISSED), __ATOMIC_ACQUIRE);
   uint64_t seen = *w64(r, e + P_MISSED_SEEN);
   __atomic_store_n(w64(r, e + P_MISSED_SEEN), missed, __ATOMIC_RELAXED);
-  return missed - seen;
+  return (int64_t)(missed - seen) > 0 ? missed - seen : 0;
 }
 
 static inline int bc_subscribed(const ring *r, uint32_t k) {
@@ -627,13 +632,30 @@ static inline int bc_subscribed(const ring *r, uint32_t k) {
          __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE) - 1u < 3u; /* 1..3: a policy */
 }
 /* Finish the drop a DROPPING cursor names: release the share of the frame before its
- * position, clear the mark by CAS, and count the frame missed if that CAS won. */
+ * position, count the frame missed, then clear the mark by CAS; if that CAS fails,
+ * another finished it and counted too: take the count back. */
 static inline uint64_t bc_finish_drop(const ring *r, uint32_t k, uint64_t c) {
   bc_release_as(r, k, ((c & MASK48) - 1u) & MASK48);
   uint64_t done = c & ~CURSOR_DROPPING;
-  if (!__atomic_compare_exchange_n(cursor_of(r, k), &c, done, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return c;
   __atomic_fetch_add(w64(r, entry(r, k) + P_MISSED), 1u, __ATOMIC_RELEASE);
-  return done;
+  if (__atomic_compare_exchange_n(cursor_of(r, k), &c, done, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return done;
+  __atomic_fetch_sub(w64(r, entry(r, k) + P_MISSED), 1u, __ATOMIC_RELEASE);
+  return c;
+}
+/* Settle another's drop marked in k's cursor c: wait up to wait_ns for the mark to
+ * clear; one this process has seen unchanged for DROP_STALE_NS is finished here. The
+ * marks seen: one ring per process in these programs. */
+static uint64_t bc_marks[64], bc_marks_since[64];
+static inline uint64_t bc_settle_drop(const ring *r, uint32_t k, uint64_t c, uint64_t wait_ns) {
+  uint64_t now = now_ns(CLOCK_MONOTONIC), until = now + wait_ns;
+  if (k >= 64u) return c;
+  if (bc_marks[k] != c) bc_marks[k] = c, bc_marks_since[k] = now;
+  while (c == bc_marks[k] && now - bc_marks_since[k] < DROP_STALE_NS) {
+    if (now >= until) return c;
+    c = __atomic_load_n(cursor_of(r, k), __ATOMIC_ACQUIRE);
+    now = now_ns(CLOCK_MONOTONIC);
+  }
+  return c == bc_marks[k] ? bc_finish_drop(r, k, c) : c;
 }
 /* Drop the frame at pos for k, whose cursor was *c (at or before pos, no DROPPING: else
  * nothing): cursor past it by CAS, marked DROPPING (EVICTED kept), then finish. *c becomes
@@ -660,8 +682,8 @@ static inline void bc_relieve(const ring *r, uint64_t q) {
       continue;
     }
     uint64_t c = __atomic_load_n(cursor_of(r, k), __ATOMIC_ACQUIRE);
-    if (c & CURSOR_DROPPING) c = bc_finish_drop(r, k, c); /* its dropper may have died half-way */
-    if (c & CURSOR_DROPPING) continue;
+    if (c & CURSOR_DROPPING) c = bc_settle_drop(r, k, c, DROP_WAIT_NS); /* another's drop */
+    if (c & CURSOR_DROPPING) continue; /* not done yet: next time */
     int64_t ahead = seqdiff(c & MASK48, q);
     if (c & CURSOR_EVICTED) {
       if (ahead <= 0) bc_drop(r, k, &c, q);
@@ -897,7 +919,7 @@ static inline void ring_sweep(const ring *r) {
   if (r->broadcast) /* §7 step 1: drops their producers left half done (dead bits leave at free, §4) */
     for (uint32_t i = 0; i < r->capacity && i < 64u; i++) {
       uint64_t c = __atomic_load_n(cursor_of(r, i), __ATOMIC_ACQUIRE);
-      if ((c & CURSOR_DROPPING) && bc_subscribed(r, i)) bc_finish_drop(r, i, c);
+      if ((c & CURSOR_DROPPING) && bc_subscribed(r, i)) bc_settle_drop(r, i, c, 0); /* finished once stale */
     }
   uint8_t *referred = (uint8_t *)calloc(r->capacity, 1);
   for (uint64_t i = 0; i < r->slots; i++) { /* step 3 */

@@ -31,7 +31,14 @@ enum gpr_on_slow {
  * leaves nothing held. */
 #define GPR_CURSOR_DROPPING (1ull << 62)
 
-GPR_INLINE uint64_t gpr_bc_finish_drop(gpr_segment *seg, uint32_t k, uint64_t c);
+GPR_INLINE uint64_t gpr_bc_settle_drop(gpr_segment *seg, uint32_t k, uint64_t c, uint64_t wait_ns);
+
+/* How long a participant that finds another's drop half done waits for its
+ * dropper to finish it (a few instructions away, unless it lost its CPU), and
+ * after how long, seen unchanged, it takes the dropper for dead and finishes the
+ * drop itself (SPEC.md §5.4, Dropping). */
+#define GPR_DROP_WAIT_NS 20000ull
+#define GPR_DROP_STALE_NS 20000000ull
 
 GPR_INLINE uint64_t gpr_bc_bit(uint32_t index) { return 1ull << index; }
 
@@ -71,8 +78,8 @@ GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow
   /* A CAS: while it says EVICTED, producers drop frames for it by moving its
    * evicted position past them, and it must not start before one of those. */
   for (;;) {
-    if (c & GPR_CURSOR_DROPPING) {
-      c = gpr_bc_finish_drop(seg, me, c);
+    if (c & GPR_CURSOR_DROPPING) {  /* counted before it clears: wait for it, or take its dropper for dead */
+      c = gpr_bc_settle_drop(seg, me, c, GPR_DROP_STALE_NS + GPR_DROP_WAIT_NS);
       continue;
     }
     start = (tail - seg->slot_count) & GPR_SEQ_MASK;
@@ -84,13 +91,23 @@ GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow
   __atomic_fetch_or(&seg->control->subscribers, gpr_bc_bit(me), __ATOMIC_SEQ_CST);
 }
 
+/* Frames dropped for `me` that it has not been told of. `missed` may stand
+ * below `missed_seen` after it was told of a count taken back (a dropper and
+ * one that took it for dead both counted a drop, gpr_bc_finish_drop): none,
+ * and `missed_seen` comes down to it, so that the next drop is told. */
+GPR_INLINE uint64_t gpr_bc_untold(gpr_segment *seg, uint32_t me) {
+  gpr_participant *p = &seg->participants[me];
+  uint64_t missed = __atomic_load_n(&p->missed, __ATOMIC_ACQUIRE), told = p->missed_seen;
+  if ((int64_t)(missed - told) >= 0) return missed - told;
+  __atomic_store_n(&p->missed_seen, missed, __ATOMIC_RELAXED);
+  return 0;
+}
+
 /* Frames dropped for `me` that it has not been told of; marks them told. */
 GPR_INLINE uint64_t gpr_bc_take_missed(gpr_segment *seg, uint32_t me) {
-  gpr_participant *p = &seg->participants[me];
-  uint64_t missed = __atomic_load_n(&p->missed, __ATOMIC_ACQUIRE);
-  uint64_t told = p->missed_seen;
-  __atomic_store_n(&p->missed_seen, missed, __ATOMIC_RELAXED);
-  return missed - told;
+  uint64_t untold = gpr_bc_untold(seg, me);
+  __atomic_fetch_add(&seg->participants[me].missed_seen, untold, __ATOMIC_RELAXED);
+  return untold;
 }
 
 /* The last subscriber let go of the frame at `pos` (slot word `w`, READY): the
@@ -191,12 +208,12 @@ GPR_INLINE int gpr_bc_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *ou
    * again, a bounded number of times (the cursor is shared memory). */
   for (int tries = 0; tries < 4; tries++) {
     uint64_t cur = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE);
-    if (cur & GPR_CURSOR_DROPPING) {  /* a producer's drop, half done: finish it */
-      gpr_bc_finish_drop(seg, me, cur);
+    if (cur & GPR_CURSOR_DROPPING) {  /* a producer's drop, half done: counted once its mark clears */
+      if (gpr_bc_settle_drop(seg, me, cur, GPR_DROP_WAIT_NS) & GPR_CURSOR_DROPPING) return -(int)GPR_E_RING_EMPTY;
       continue;
     }
     if (cur & GPR_CURSOR_EVICTED) return -(int)GPR_E_EVICTED;
-    if (__atomic_load_n(&p->missed, __ATOMIC_ACQUIRE) != p->missed_seen) return -(int)GPR_E_FRAMES_MISSED;
+    if (gpr_bc_untold(seg, me) != 0) return -(int)GPR_E_FRAMES_MISSED;
     uint64_t pos = cur & GPR_SEQ_MASK;
     int lost = 0;
     for (uint64_t steps = gpr_scan_limit(seg); steps > 0 && !lost; steps--) {
@@ -260,15 +277,37 @@ GPR_INLINE int gpr_bc_unclaim(gpr_segment *seg, uint32_t me, uint64_t pos) {
 
 /* Finishes the drop the cursor `c` of subscriber `k` names (DROPPING: the frame
  * just before its position): releases k's share of that frame (a second release
- * finds it gone, harmless) and clears the mark, counting the frame as missed
- * when that CAS wins. Returns the cursor as it is now. */
+ * finds it gone, harmless), counts it as missed, and only then clears the mark,
+ * so that a subscriber that finds its cursor clear finds the loss counted too and
+ * learns of it before it takes a later frame. Only the dropper finishes its drop,
+ * or whoever takes it for dead (gpr_bc_settle_drop); when the clearing CAS fails,
+ * the other did and counted too, and this count is taken back. Returns the
+ * cursor as it is now. */
 GPR_INLINE uint64_t gpr_bc_finish_drop(gpr_segment *seg, uint32_t k, uint64_t c) {
   gpr_bc_release_as(seg, k, ((c & GPR_SEQ_MASK) - 1u) & GPR_SEQ_MASK);
-  uint64_t done = c & ~GPR_CURSOR_DROPPING;
-  if (!__atomic_compare_exchange_n(&seg->participants[k].cursor, &c, done, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-    return c;
-  __atomic_fetch_add(&seg->participants[k].missed, 1u, __ATOMIC_RELEASE);
-  return done;
+  uint64_t *missed = &seg->participants[k].missed, done = c & ~GPR_CURSOR_DROPPING;
+  __atomic_fetch_add(missed, 1u, __ATOMIC_RELEASE);
+  if (__atomic_compare_exchange_n(&seg->participants[k].cursor, &c, done, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return done;
+  __atomic_fetch_sub(missed, 1u, __ATOMIC_RELEASE);
+  return c;
+}
+
+/* Another's drop, marked in the cursor `c` of subscriber `k`: waits up to
+ * `wait_ns` for its dropper to clear the mark. A mark this mapping has seen
+ * unchanged for GPR_DROP_STALE_NS is one whose dropper died half-way: finished
+ * here. Returns the cursor as it is now, DROPPING still set if neither. */
+GPR_INLINE uint64_t gpr_bc_settle_drop(gpr_segment *seg, uint32_t k, uint64_t c, uint64_t wait_ns) {
+  uint64_t *cursor = &seg->participants[k].cursor, now = gpr_monotonic_ns(), until = now + wait_ns;
+  if (k >= 64u) return c;
+  if (seg->drop_mark[k] != c) seg->drop_mark[k] = c, seg->drop_mark_ns[k] = now;
+  while (c == seg->drop_mark[k] && now - seg->drop_mark_ns[k] < GPR_DROP_STALE_NS) {
+    if (now >= until) return c;
+    for (int i = 0; i < 32; i++) gpr_cpu_relax();
+    c = __atomic_load_n(cursor, __ATOMIC_ACQUIRE);
+    now = gpr_monotonic_ns();
+  }
+  return c == seg->drop_mark[k] ? gpr_bc_finish_drop(seg, k, c) : c;
 }
 
 /* Drops the frame at `pos` for subscriber `k`, whose cursor is `*c` (at or
@@ -338,8 +377,8 @@ GPR_INLINE void gpr_bc_relieve_one(gpr_segment *seg, uint32_t k, uint64_t q) {
   }
   gpr_participant *p = &seg->participants[k];
   uint64_t c = __atomic_load_n(&p->cursor, __ATOMIC_ACQUIRE);
-  if (c & GPR_CURSOR_DROPPING) c = gpr_bc_finish_drop(seg, k, c);  /* its dropper may have died half-way */
-  if (c & GPR_CURSOR_DROPPING) return;                            /* moved meanwhile: look again next time */
+  if (c & GPR_CURSOR_DROPPING) c = gpr_bc_settle_drop(seg, k, c, GPR_DROP_WAIT_NS);  /* another producer's drop */
+  if (c & GPR_CURSOR_DROPPING) return;  /* not done yet: look again next time */
   int64_t ahead = gpr_seq_diff(c & GPR_SEQ_MASK, q);  /* > 0: it has taken q and holds it */
   if (c & GPR_CURSOR_EVICTED) {
     if (ahead <= 0) gpr_bc_drop(seg, k, &c, q);  /* published to it around or after its eviction */
@@ -401,12 +440,13 @@ GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos) {
   return released;
 }
 
-/* Sweep, before the slots: drops that a dead producer left half done are
+/* Sweep, before the slots: drops that a dead producer left half done (their
+ * mark seen unchanged for GPR_DROP_STALE_NS, over this mapping's sweeps) are
  * finished for the live subscribers they name. */
 GPR_INLINE void gpr_bc_finish_dead_drops(gpr_segment *seg) {
   for (uint32_t k = 0; k < seg->participant_capacity && k < 64u; k++) {
     uint64_t c = __atomic_load_n(&seg->participants[k].cursor, __ATOMIC_ACQUIRE);
-    if (gpr_bc_subscribed(seg, k) && (c & GPR_CURSOR_DROPPING)) gpr_bc_finish_drop(seg, k, c);
+    if (gpr_bc_subscribed(seg, k) && (c & GPR_CURSOR_DROPPING)) gpr_bc_settle_drop(seg, k, c, 0);
   }
 }
 

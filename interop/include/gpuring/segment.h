@@ -51,6 +51,11 @@ typedef struct gpr_segment {
    * until it first waits. Kept across waits, so that short timeouts, over and
    * over, still sweep. */
   uint64_t sweep_due_ns;
+  /* Broadcast rings: a DROPPING cursor of subscriber k this mapping found, and
+   * when it first did (monotonic ns). A mark left that long is one whose dropper
+   * died before clearing it (gpr_bc_settle_drop). */
+  uint64_t drop_mark[64];
+  uint64_t drop_mark_ns[64];
 } gpr_segment;
 
 typedef struct gpr_layout {

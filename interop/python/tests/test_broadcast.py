@@ -3,6 +3,7 @@ language, receives every frame in order; a killed subscriber gives its share
 back; the three on_slow policies."""
 import json
 import signal
+import time
 
 import pyarrow as pa
 import pytest
@@ -203,8 +204,10 @@ def test_a_ready_frame_whose_last_releaser_died_half_way_is_moved_on_by_the_next
 
 def test_a_drop_its_producer_left_half_done_is_finished_by_the_subscribers_next_claim(ring_name):
     """A producer killed between moving a drop-oldest subscriber's cursor past a frame
-    (marked DROPPING) and releasing its share (SPEC.md §5.4): the subscriber's next
-    claim finishes the drop, which counts once."""
+    (marked DROPPING) and releasing its share (SPEC.md §5.4): while the mark is fresh
+    its dropper may be alive, about to count the loss and clear it; once seen unchanged
+    for DROP_STALE_NS the subscriber's next claim finishes the drop, which counts once,
+    even when the dropper was only slow and finishes it too."""
     ring = Ring.create(ring_name, slots=8, delivery="all")
     with Producer.open(ring_name) as producer, Consumer.open(ring_name, on_slow="drop-oldest") as slow:
         producer.publish(pa.table({"i": [80]}), user_tag=80)
@@ -213,9 +216,14 @@ def test_a_drop_its_producer_left_half_done_is_finished_by_the_subscribers_next_
         at = seg.participant(slow.index, "cursor")
         pos = next(seg.mem.load64(seg.slots_at + i * 128) >> 16 for i in range(8)
                    if (seg.mem.load64(seg.slots_at + i * 128) >> 13) & 7 == 2)  # frame 80's position
-        seg.mem.store64(at, L.CURSOR_DROPPING | (pos + 1))  # the drop's first half
+        marked = L.CURSOR_DROPPING | (pos + 1)
+        seg.mem.store64(at, marked)  # the drop's first half
+        assert _tags(slow) == []  # fresh: its dropper's to finish
+        time.sleep((broadcast.DROP_STALE_NS + 5_000_000) / 1e9)
         missed = _tags(slow)
         assert isinstance(missed, GpuringError) and missed.code == "FRAMES_MISSED" and missed.missed == 1
+        broadcast._finish_drop(seg, slow.index, marked)  # the dropper, back from a long stall
+        assert broadcast.untold(seg, slow.index) == 0  # counted once
         assert _tags(slow) == [81]
         producer.drain(timeout=5)
     ring.close()

@@ -10,6 +10,8 @@ back to its producer. A producer that finds the ring full applies each holder's
 """
 from __future__ import annotations
 
+import time
+
 from . import layout as L
 from .errors import GpuringError
 from .layout import seq_diff, slot_word, word_owner, word_seq, word_state
@@ -50,8 +52,8 @@ def subscribe(seg: Segment, me: int, on_slow: int, oldest: bool = False) -> None
     tail = mem.load64(seg.control("tail")) & L.SEQ_MASK
     while True:  # a CAS: producers move an evicted cursor past the frames they drop (see gpr_bc_subscribe)
         c = mem.load64(seg.participant(me, "cursor"))
-        if c & L.CURSOR_DROPPING:
-            _finish_drop(seg, me, c)
+        if c & L.CURSOR_DROPPING:  # counted before it clears: wait for it, or take its dropper for dead
+            _settle_drop(seg, me, c, DROP_STALE_NS + DROP_WAIT_NS)
             continue
         start = (tail - seg.slot_count) & L.SEQ_MASK
         if c & L.CURSOR_EVICTED and seq_diff(c & L.SEQ_MASK, start) > 0:
@@ -69,12 +71,31 @@ def subscriber_count(seg: Segment) -> int:
     return bin(seg.mem.load64(seg.control("subscribers"))).count("1") if seg.broadcast else 0
 
 
-def take_missed(seg: Segment, me: int) -> int:
-    """Frames dropped for ``me`` that it has not been told of; marks them told."""
+#: How long a participant that finds another's drop half done waits for its dropper to
+#: finish it, and after how long, seen unchanged, it takes the dropper for dead and
+#: finishes the drop itself (SPEC.md §5.4, Dropping; gpr_bc_settle_drop).
+DROP_WAIT_NS = 20_000
+DROP_STALE_NS = 20_000_000
+_U64 = 0xFFFFFFFFFFFFFFFF
+
+
+def untold(seg: Segment, me: int) -> int:
+    """Frames dropped for ``me`` that it has not been told of. ``missed`` may stand below
+    ``missed_seen`` after it was told of a count taken back: none, and ``missed_seen``
+    comes down to it (see gpr_bc_untold)."""
     missed = seg.mem.load64(seg.participant(me, "missed"))
     told = seg.mem.load64(seg.participant(me, "missed_seen"))
+    if (missed - told) & _U64 < 1 << 63:
+        return (missed - told) & _U64
     seg.mem.store64(seg.participant(me, "missed_seen"), missed)
-    return (missed - told) & 0xFFFFFFFFFFFFFFFF
+    return 0
+
+
+def take_missed(seg: Segment, me: int) -> int:
+    """Frames dropped for ``me`` that it has not been told of; marks them told."""
+    count = untold(seg, me)
+    seg.mem.add64(seg.participant(me, "missed_seen"), count)
+    return count
 
 
 def _retire(seg: Segment, pos: int, w: int) -> None:
@@ -161,12 +182,13 @@ def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
     mem, bit, cursor_at = seg.mem, _bit(me), seg.participant(me, "cursor")
     for _ in range(4):  # a failed cursor CAS: a producer dropped frames for us meanwhile
         cur = mem.load64(cursor_at)
-        if cur & L.CURSOR_DROPPING:  # a producer's drop, half done: finish it
-            _finish_drop(seg, me, cur)
+        if cur & L.CURSOR_DROPPING:  # a producer's drop, half done: counted once its mark clears
+            if _settle_drop(seg, me, cur, DROP_WAIT_NS) & L.CURSOR_DROPPING:
+                return None
             continue
         if cur & L.CURSOR_EVICTED:
             raise GpuringError("EVICTED", "evicted")
-        if mem.load64(seg.participant(me, "missed")) != mem.load64(seg.participant(me, "missed_seen")):
+        if untold(seg, me):
             raise GpuringError("FRAMES_MISSED", "frames missed")
         pos, lost = cur & L.SEQ_MASK, False
         for _ in range(_scan_limit(seg)):
@@ -227,14 +249,38 @@ def unclaim(seg: Segment, me: int, pos: int) -> None:
 
 def _finish_drop(seg: Segment, k: int, c: int) -> int:
     """Finishes the drop cursor ``c`` (DROPPING) names: releases k's share of the frame
-    just before its position and clears the mark, counting the frame as missed when
-    that CAS wins; the cursor as it is now (see gpr_bc_finish_drop)."""
+    just before its position, counts it as missed, and only then clears the mark, so
+    that a subscriber that finds its cursor clear finds the loss counted too. When the
+    clearing CAS fails, one that took this dropper for dead finished it and counted
+    too: this count is taken back. The cursor as it is now (see gpr_bc_finish_drop)."""
     _released(seg, k, ((c & L.SEQ_MASK) - 1) & L.SEQ_MASK)
     done = c & ~L.CURSOR_DROPPING
-    if not seg.mem.cas64(seg.participant(k, "cursor"), c, done):
-        return seg.mem.load64(seg.participant(k, "cursor"))
     seg.mem.add64(seg.participant(k, "missed"), 1)
-    return done
+    if seg.mem.cas64(seg.participant(k, "cursor"), c, done):
+        return done
+    seg.mem.add64(seg.participant(k, "missed"), _U64)
+    return seg.mem.load64(seg.participant(k, "cursor"))
+
+
+def _settle_drop(seg: Segment, k: int, c: int, wait_ns: int) -> int:
+    """Another's drop, marked in the cursor ``c`` of subscriber ``k``: waits up to
+    ``wait_ns`` for its dropper to clear the mark; a mark this view has seen unchanged
+    for DROP_STALE_NS is one whose dropper died half-way, finished here. The cursor as
+    it is now, DROPPING still set if neither (see gpr_bc_settle_drop)."""
+    now = time.monotonic_ns()
+    until = now + wait_ns
+    mark, since = seg.drop_marks.get(k, (None, now))
+    if mark != c:
+        seg.drop_marks[k] = (c, now)
+        since = now
+    while now - since < DROP_STALE_NS:
+        if now >= until:
+            return c
+        latest = seg.mem.load64(seg.participant(k, "cursor"))
+        if latest != c:
+            return latest
+        now = time.monotonic_ns()
+    return _finish_drop(seg, k, c)
 
 
 def _drop(seg: Segment, k: int, c: int, pos: int) -> int | None:
@@ -281,10 +327,10 @@ def _relieve_one(seg: Segment, k: int, q: int) -> None:
         _released(seg, k, q)  # a bit left over from an earlier occupant
         return
     c = seg.mem.load64(seg.participant(k, "cursor"))
-    if c & L.CURSOR_DROPPING:  # its dropper may have died half-way
-        c = _finish_drop(seg, k, c)
+    if c & L.CURSOR_DROPPING:  # another producer's drop
+        c = _settle_drop(seg, k, c, DROP_WAIT_NS)
         if c & L.CURSOR_DROPPING:
-            return
+            return  # not done yet: look again next time
     ahead = seq_diff(c & L.SEQ_MASK, q)  # > 0: it took the frame at q and holds it
     if c & L.CURSOR_EVICTED:
         if ahead <= 0:  # published to it around or after its eviction
@@ -342,7 +388,7 @@ def leave(seg: Segment, index: int) -> None:
 
 
 def sweep_dead(seg: Segment) -> int:
-    """Half-done drops of live subscribers are finished (see
+    """Half-done drops of live subscribers whose mark went stale are finished (see
     gpr_bc_finish_dead_drops); then every READY frame with no share left is moved
     on, and the shares held by entries that are not live subscribers now are
     released: dead ones', and bits left over from an entry freed while a publish
@@ -351,7 +397,7 @@ def sweep_dead(seg: Segment) -> int:
     for k in range(min(seg.participant_capacity, 64)):  # drops their dead producers left half done
         c = seg.mem.load64(seg.participant(k, "cursor"))
         if c & L.CURSOR_DROPPING and _subscribed(seg, k):
-            _finish_drop(seg, k, c)
+            _settle_drop(seg, k, c, 0)
     released = 0
     for i in range(seg.slot_count):
         w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)

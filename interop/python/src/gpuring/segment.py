@@ -123,6 +123,9 @@ class Segment:
         # and has not released, else 0; None until it subscribes (broadcast.release_strays).
         self.takes: list[int] | None = None
         self.takes_lock = threading.Lock()
+        # Broadcast rings: subscriber k -> a DROPPING cursor of its this view found, and when
+        # it first did (monotonic ns): left that long, its dropper died (broadcast._settle_drop).
+        self.drop_marks: dict[int, tuple[int, int]] = {}
 
     @classmethod
     def create(cls, name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600,
