@@ -10,6 +10,11 @@
  *                                       its tag and appends the tag (or "BAD tag") to LOG
  *                                       before releasing it
  *
+ * On a broadcast ring consumers subscribe with the on_slow policy
+ * GPURING_TORTURE_ON_SLOW names (block, the default; drop-oldest; evict), and
+ * log "MISSED n" where gpr_consumer_next says n frames were dropped for them
+ * (FRAMES_MISSED, EVICTED).
+ *
  * The frame: producer int32, seq int32, check utf8
  * "producer:seq:(seq * 2654435761) mod 2^32", one row. It exits only on an
  * error, which the run reports. */
@@ -112,16 +117,30 @@ static int frame_matches_tag(const gpr_frame *f) {
          (n == 0 || memcmp(chars + span[0], want, (size_t)n) == 0);
 }
 
+static uint32_t on_slow_policy(void) {
+  const char *name = getenv("GPURING_TORTURE_ON_SLOW");
+  if (!name || strcmp(name, "block") == 0) return GPR_ON_SLOW_BLOCK;
+  if (strcmp(name, "drop-oldest") == 0) return GPR_ON_SLOW_DROP_OLDEST;
+  if (strcmp(name, "evict") == 0) return GPR_ON_SLOW_EVICT;
+  fprintf(stderr, "torture_child: GPURING_TORTURE_ON_SLOW: unknown policy '%s'\n", name);
+  exit(2);
+}
+
 static void consume(const char *ring, int log) {
   gpr_error err;
   gpr_consumer *c = NULL;
-  if (gpr_consumer_open(ring, 10000, &c, &err) != 0) fail("open", &err);
+  gpr_consumer_options o = {10000, on_slow_policy(), 0};
+  if (gpr_consumer_open_with(ring, &o, &c, &err) != 0) fail("open", &err);
   ready();
   for (;;) {
     gpr_frame *f = NULL;
     if (gpr_consumer_next(c, 60000, &f, &err) != 0) {
       if (err.code == GPR_E_RING_EMPTY || err.code == GPR_E_TIMEOUT) continue;
-      fail("next", &err);
+      if (err.code != GPR_E_FRAMES_MISSED && err.code != GPR_E_EVICTED) fail("next", &err);
+      char line[40];
+      snprintf(line, sizeof line, "MISSED %" PRIu64 "\n", gpr_consumer_missed(c));
+      log_line(log, line);
+      continue;
     }
     char line[40];
     snprintf(line, sizeof line, "%s%" PRIu64 "\n", frame_matches_tag(f) ? "" : "BAD ", f->user_tag);

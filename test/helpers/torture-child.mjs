@@ -11,12 +11,15 @@
  *                                           to LOG before releasing it
  *   torture-child.mjs consume-sync NAME LOG as consume, each frame taken with nextSync(): the
  *                                           thread blocked on its doorbell, never back in the event loop
+ * On a broadcast ring consumers subscribe with the onSlow policy GPURING_TORTURE_ON_SLOW
+ * names (default 'block'), and log "MISSED n" where next() says n frames were dropped for
+ * them (FRAMES_MISSED, EVICTED).
  * The frame: producer int32, seq int32, check utf8 "producer:seq:(seq * 2654435761) mod 2^32",
  * as interop/python/tests/children/torture.py publishes it.
  */
 import { openSync, writeSync } from 'node:fs';
 import { makeData, makeVector, Table, Utf8 } from 'apache-arrow';
-import { Consumer, Producer } from '../../dist/index.js';
+import { Consumer, GpuringError, Producer } from '../../dist/index.js';
 
 const [role, name, ...args] = process.argv.slice(2);
 const checkText = (producer, seq) => `${producer}:${seq}:${(seq * 2654435761) >>> 0}`;
@@ -40,10 +43,17 @@ async function produce(id, log) {
 }
 
 async function consume(log, blocked) {
-  const consumer = Consumer.open(name, { openTimeout: 10_000 });
+  const consumer = Consumer.open(name, { openTimeout: 10_000, onSlow: process.env.GPURING_TORTURE_ON_SLOW ?? 'block' });
   process.stdout.write('ready\n');
   for (;;) {
-    const f = blocked ? consumer.nextSync() : await consumer.next();
+    let f;
+    try {
+      f = blocked ? consumer.nextSync() : await consumer.next();
+    } catch (e) {
+      if (!(e instanceof GpuringError) || (e.code !== 'FRAMES_MISSED' && e.code !== 'EVICTED')) throw e;
+      writeSync(log, `MISSED ${e.missed}\n`);
+      continue;
+    }
     const t = f.toTable();
     const p = t.getChild('producer').get(0);
     const s = t.getChild('seq').get(0);

@@ -6,6 +6,9 @@
   torture.py produce-async NAME ID LOG, torture.py consume-async NAME LOG
                                    the same in an asyncio loop (publish_async, next_async): asleep on
                                    doorbell sockets (SPEC.md §6.1) instead of the futex
+On a broadcast ring consumers subscribe with the on_slow policy GPURING_TORTURE_ON_SLOW names
+(default "block"), and log "MISSED n" where next says n frames were dropped for them
+(FRAMES_MISSED, EVICTED).
 The frame: producer int32, seq int32, check utf8 "producer:seq:(seq * 2654435761) mod 2^32",
 the same as the Node children publish."""
 import asyncio
@@ -14,7 +17,7 @@ import sys
 
 import pyarrow as pa
 
-from gpuring import Consumer, Frame, Producer
+from gpuring import Consumer, Frame, GpuringError, Producer
 
 
 def check_text(producer: int, seq: int) -> str:
@@ -24,6 +27,16 @@ def check_text(producer: int, seq: int) -> str:
 def frame(ident: int, seq: int) -> pa.Table:
     return pa.table({"producer": pa.array([ident], pa.int32()), "seq": pa.array([seq], pa.int32()),
                      "check": [check_text(ident, seq)]})
+
+
+ON_SLOW = os.environ.get("GPURING_TORTURE_ON_SLOW", "block")
+
+
+def log_missed(log: int, e: GpuringError) -> None:
+    """Appends "MISSED n" for frames dropped for this subscriber; any other error is the run's failure."""
+    if e.code not in ("FRAMES_MISSED", "EVICTED"):
+        raise e
+    os.write(log, f"MISSED {e.missed}\n".encode())
 
 
 def log_frame(log: int, frame: Frame) -> None:
@@ -46,10 +59,13 @@ def produce(name: str, ident: int, log: int) -> None:
 
 
 def consume(name: str, log: int) -> None:
-    with Consumer.open(name, timeout=10) as consumer:
+    with Consumer.open(name, timeout=10, on_slow=ON_SLOW) as consumer:
         print("ready", flush=True)
         while True:
-            log_frame(log, consumer.next(timeout=None))
+            try:
+                log_frame(log, consumer.next(timeout=None))
+            except GpuringError as e:
+                log_missed(log, e)
 
 
 async def produce_async(name: str, ident: int, log: int) -> None:
@@ -63,10 +79,13 @@ async def produce_async(name: str, ident: int, log: int) -> None:
 
 
 async def consume_async(name: str, log: int) -> None:
-    with Consumer.open(name, timeout=10) as consumer:
+    with Consumer.open(name, timeout=10, on_slow=ON_SLOW) as consumer:
         print("ready", flush=True)
         while True:
-            log_frame(log, await consumer.next_async(timeout=None))
+            try:
+                log_frame(log, await consumer.next_async(timeout=None))
+            except GpuringError as e:
+                log_missed(log, e)
 
 
 def main() -> None:
