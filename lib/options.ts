@@ -108,8 +108,9 @@ export const consumerOptions = z
      * behind. 'block': wait for it (the ring stays full); 'drop-oldest': drop
      * the oldest frame it has not taken; 'evict': drop every frame it has not
      * taken at once. A consumer that lost frames learns it once: next()
-     * rejects with FRAMES_MISSED or EVICTED (`error.missed` says how many),
-     * and the next call goes on with the frames published since.
+     * rejects with FRAMES_MISSED or EVICTED (`error.missed` says how many)
+     * before it resolves with any frame published after them, and the next
+     * call goes on with the frames published since.
      * Frames it has taken are never taken back.
      */
     onSlow: z.enum(['block', 'drop-oldest', 'evict']).default('block'),

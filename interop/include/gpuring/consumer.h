@@ -29,7 +29,8 @@
  * ring behind, producers do what it asked at open (on_slow): wait for it, drop
  * the oldest frame for it, or evict it. next() then fails once with
  * FRAMES_MISSED or EVICTED, gpr_consumer_missed() says how many frames it lost,
- * and the next call goes on with the frames published since.
+ * before it hands over any frame published after them, and the next call goes
+ * on with the frames published since.
  *
  * Threads. next() is for one thread at a time; frames may be released and
  * buffers mapped from any thread. Included by gpuring.h. */

@@ -72,8 +72,9 @@ class Consumer:
         consumer falls a whole ring behind. ``"block"``: wait for it;
         ``"drop-oldest"``: drop the oldest frame it has not taken; ``"evict"``:
         drop every frame it has not taken. It learns of a loss once: ``next``
-        raises FRAMES_MISSED or EVICTED (``error.missed`` says how many), and the
-        next call goes on with the frames published since. Frames it has taken
+        raises FRAMES_MISSED or EVICTED (``error.missed`` says how many) before
+        it returns any frame published after them, and the next call goes on
+        with the frames published since. Frames it has taken
         are never taken back. ``start``: ``"newest"`` receives the frames
         published from now on; ``"oldest"`` also those still in the ring.
         ``extra_roles``: ``layout.ROLE_BRIDGE`` marks a bridge end for ``inspect``."""
