@@ -669,6 +669,21 @@ static inline int bc_drop(const ring *r, uint32_t k, uint64_t *c, uint64_t pos) 
   return 1;
 }
 
+/* Drop k's untaken frames in position order from its cursor *c through last; stop at a
+ * position still being published (EMPTY/WRITING there, or a lap behind) or a failed drop. */
+static inline void bc_drop_through(const ring *r, uint32_t k, uint64_t *c, uint64_t last) {
+  uint64_t p = *c & MASK48;
+  for (uint64_t steps = 2u * r->slots + 2u; steps > 0 && seqdiff(last, p) >= 0; steps--) {
+    uint64_t pw = __atomic_load_n(w64(r, slot_at(r, p)), __ATOMIC_ACQUIRE);
+    int64_t d = seqdiff(sw_seq(pw), p);
+    if (d < 0 || (d == 0 && (sw_state(pw) == S_EMPTY || sw_state(pw) == S_WRITING))) return;
+    if (d == 0 && sw_state(pw) == S_READY && (__atomic_load_n(pending_of(r, p), __ATOMIC_ACQUIRE) & (1ull << k)) &&
+        !bc_drop(r, k, c, p))
+      return;
+    p = (d > (int64_t)r->slots ? sw_seq(pw) - r->slots : p + 1u) & MASK48; /* more than a lap past: nothing before */
+  }
+}
+
 /* Slow subscribers: the slot we need still serves the READY frame at q; each holder's policy. */
 static inline void bc_relieve(const ring *r, uint64_t q) {
   uint64_t w = __atomic_load_n(w64(r, slot_at(r, q)), __ATOMIC_ACQUIRE);
@@ -684,24 +699,14 @@ static inline void bc_relieve(const ring *r, uint64_t q) {
     uint64_t c = __atomic_load_n(cursor_of(r, k), __ATOMIC_ACQUIRE);
     if (c & CURSOR_DROPPING) c = bc_settle_drop(r, k, c, DROP_WAIT_NS); /* another's drop */
     if (c & CURSOR_DROPPING) continue; /* not done yet: next time */
-    int64_t ahead = seqdiff(c & MASK48, q);
-    if (c & CURSOR_EVICTED) {
-      if (ahead <= 0) bc_drop(r, k, &c, q);
-      continue;
-    }
-    if (ahead > 0) continue; /* it took the frame: never taken back */
+    if (seqdiff(c & MASK48, q) > 0) continue; /* it took the frame: never taken back */
     uint32_t policy = __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE) - 1u;
-    if (policy == ON_SLOW_DROP_OLDEST) {
-      bc_drop(r, k, &c, q);
+    if ((c & CURSOR_EVICTED) || policy == ON_SLOW_DROP_OLDEST) {
+      bc_drop_through(r, k, &c, q);
     } else if (policy == ON_SLOW_EVICT) {
       uint64_t evicted = CURSOR_EVICTED | (c & MASK48);
       if (!cas64(cursor_of(r, k), c, evicted)) continue;
-      for (uint64_t i = 0; i < r->slots; i++) {
-        uint64_t p = (q + i) & MASK48, pw = __atomic_load_n(w64(r, slot_at(r, p)), __ATOMIC_ACQUIRE);
-        if (sw_seq(pw) == p && sw_state(pw) == S_READY && (__atomic_load_n(pending_of(r, p), __ATOMIC_ACQUIRE) & (1ull << k)) &&
-            !bc_drop(r, k, &evicted, p))
-          break;
-      }
+      bc_drop_through(r, k, &evicted, q + r->slots - 1u);
       ring_notify(r, BELL_DATA);
     }
   }

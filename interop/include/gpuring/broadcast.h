@@ -298,16 +298,22 @@ GPR_INLINE uint64_t gpr_bc_finish_drop(gpr_segment *seg, uint32_t k, uint64_t c)
  * unchanged for GPR_DROP_STALE_NS is one whose dropper died half-way: finished
  * here. Returns the cursor as it is now, DROPPING still set if neither. */
 GPR_INLINE uint64_t gpr_bc_settle_drop(gpr_segment *seg, uint32_t k, uint64_t c, uint64_t wait_ns) {
-  uint64_t *cursor = &seg->participants[k].cursor, now = gpr_monotonic_ns(), until = now + wait_ns;
   if (k >= 64u) return c;
-  if (seg->drop_mark[k] != c) seg->drop_mark[k] = c, seg->drop_mark_ns[k] = now;
-  while (c == seg->drop_mark[k] && now - seg->drop_mark_ns[k] < GPR_DROP_STALE_NS) {
+  uint64_t marked = c, now = gpr_monotonic_ns(), until = now + wait_ns, since = now;
+  /* Relaxed: threads sharing this mapping (a sweep beside a claim) may race on
+   * the record; the worst a torn one does is settle a live dropper's mark early,
+   * whose count that dropper then takes back. */
+  if (__atomic_load_n(&seg->drop_mark[k], __ATOMIC_RELAXED) == c)
+    since = __atomic_load_n(&seg->drop_mark_ns[k], __ATOMIC_RELAXED);
+  else
+    __atomic_store_n(&seg->drop_mark[k], c, __ATOMIC_RELAXED), __atomic_store_n(&seg->drop_mark_ns[k], now, __ATOMIC_RELAXED);
+  while (c == marked && now - since < GPR_DROP_STALE_NS) {
     if (now >= until) return c;
     for (int i = 0; i < 32; i++) gpr_cpu_relax();
-    c = __atomic_load_n(cursor, __ATOMIC_ACQUIRE);
+    c = __atomic_load_n(&seg->participants[k].cursor, __ATOMIC_ACQUIRE);
     now = gpr_monotonic_ns();
   }
-  return c == seg->drop_mark[k] ? gpr_bc_finish_drop(seg, k, c) : c;
+  return c == marked ? gpr_bc_finish_drop(seg, k, c) : c;
 }
 
 /* Drops the frame at `pos` for subscriber `k`, whose cursor is `*c` (at or
@@ -330,24 +336,41 @@ GPR_INLINE int gpr_bc_drop(gpr_segment *seg, uint32_t k, uint64_t *c, uint64_t p
   return 1;
 }
 
-/* Evicts subscriber `k`, whose cursor was `c` (<= the oldest frame `q`): every
- * frame it had not taken is dropped for it, oldest first, and its cursor says
- * EVICTED until it has learnt so. It stays a subscriber (clearing its bit in
- * control.subscribers could race with its going on): frames published
- * meanwhile are dropped for it whenever they hold the ring up, and come to it
- * once it goes on. */
-GPR_INLINE void gpr_bc_evict(gpr_segment *seg, uint32_t k, uint64_t c, uint64_t q) {
-  gpr_participant *p = &seg->participants[k];
-  uint64_t evicted = GPR_CURSOR_EVICTED | (c & GPR_SEQ_MASK);
-  if (!__atomic_compare_exchange_n(&p->cursor, &c, evicted, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
-  for (uint64_t i = 0; i < seg->slot_count; i++) {
-    uint64_t pos = (q + i) & GPR_SEQ_MASK;
+/* Drops for subscriber `k`, whose cursor is `*c`, each frame it has not taken,
+ * in position order from its cursor through `last` (a lap at most), and stops
+ * at a position still being published (its slot there EMPTY or WRITING, or a
+ * lap behind): that frame may yet carry k's bit, and a cursor moved past it
+ * would lose it uncounted (it would end as a stray share, gpr_bc_release_strays).
+ * Stops too at the first drop whose CAS fails (it went on, or took a frame).
+ * Frames on the way that are not k's (no bit, gone) are passed. */
+GPR_INLINE void gpr_bc_drop_through(gpr_segment *seg, uint32_t k, uint64_t *c, uint64_t last) {
+  uint64_t pos = *c & GPR_SEQ_MASK;
+  for (uint64_t steps = gpr_scan_limit(seg); steps > 0 && gpr_seq_diff(last, pos) >= 0; steps--) {
     gpr_slot *s = gpr_slot_at(seg, pos);
     uint64_t w = gpr_slot_load(s);
-    if (gpr_word_seq(w) == pos && gpr_word_state(w) == GPR_SLOT_READY &&
-        (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(k)) && !gpr_bc_drop(seg, k, &evicted, pos))
-      break;
+    int64_t d = gpr_seq_diff(gpr_word_seq(w), pos);
+    uint32_t st = gpr_word_state(w);
+    if (d < 0 || (d == 0 && (st == GPR_SLOT_EMPTY || st == GPR_SLOT_WRITING))) return;
+    if (d == 0 && st == GPR_SLOT_READY && (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(k)) &&
+        !gpr_bc_drop(seg, k, c, pos))
+      return;
+    /* As a claim passes positions (gpr_bc_try_claim): a slot more than a lap
+     * past `pos` means no position up to a lap before its own holds a frame. */
+    pos = (d > (int64_t)seg->slot_count ? gpr_word_seq(w) - seg->slot_count : pos + 1) & GPR_SEQ_MASK;
   }
+}
+
+/* Evicts subscriber `k`, whose cursor was `c` (at or before the oldest frame
+ * `q`): every frame it had not taken is dropped for it, oldest first, and its
+ * cursor says EVICTED until it has learnt so. It stays a subscriber (clearing
+ * its bit in control.subscribers could race with its going on): frames
+ * published meanwhile are dropped for it whenever they hold the ring up, and
+ * come to it once it goes on. */
+GPR_INLINE void gpr_bc_evict(gpr_segment *seg, uint32_t k, uint64_t c, uint64_t q) {
+  uint64_t evicted = GPR_CURSOR_EVICTED | (c & GPR_SEQ_MASK);
+  if (!__atomic_compare_exchange_n(&seg->participants[k].cursor, &c, evicted, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return;
+  gpr_bc_drop_through(seg, k, &evicted, q + seg->slot_count - 1u);
   gpr_notify_data(seg);  /* wake it, so that it learns */
 }
 
@@ -380,14 +403,10 @@ GPR_INLINE void gpr_bc_relieve_one(gpr_segment *seg, uint32_t k, uint64_t q) {
   if (c & GPR_CURSOR_DROPPING) c = gpr_bc_settle_drop(seg, k, c, GPR_DROP_WAIT_NS);  /* another producer's drop */
   if (c & GPR_CURSOR_DROPPING) return;  /* not done yet: look again next time */
   int64_t ahead = gpr_seq_diff(c & GPR_SEQ_MASK, q);  /* > 0: it has taken q and holds it */
-  if (c & GPR_CURSOR_EVICTED) {
-    if (ahead <= 0) gpr_bc_drop(seg, k, &c, q);  /* published to it around or after its eviction */
-    return;
-  }
   if (ahead > 0) return;
   uint32_t policy = __atomic_load_n(&p->subscription, __ATOMIC_ACQUIRE) - 1u;
-  if (policy == GPR_ON_SLOW_DROP_OLDEST) {
-    gpr_bc_drop(seg, k, &c, q);
+  if ((c & GPR_CURSOR_EVICTED) || policy == GPR_ON_SLOW_DROP_OLDEST) {
+    gpr_bc_drop_through(seg, k, &c, q);  /* evicted: published to it around or after its eviction */
   } else if (policy == GPR_ON_SLOW_EVICT) {
     gpr_bc_evict(seg, k, c, q);
   }

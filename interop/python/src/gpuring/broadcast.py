@@ -298,21 +298,35 @@ def _drop(seg: Segment, k: int, c: int, pos: int) -> int | None:
     return marked & ~L.CURSOR_DROPPING
 
 
+def _drop_through(seg: Segment, k: int, c: int, last: int) -> None:
+    """Drops for subscriber ``k`` (cursor ``c``) each frame it has not taken, in position
+    order from its cursor through ``last``; stops at a position still being published
+    (EMPTY or WRITING there, or a lap behind), whose frame may yet carry its bit, or at
+    the first drop whose CAS fails (see gpr_bc_drop_through)."""
+    mem, bit, pos = seg.mem, _bit(k), c & L.SEQ_MASK
+    for _ in range(_scan_limit(seg)):
+        if seq_diff(last, pos) < 0:
+            return
+        w = mem.load64(seg.slot(pos))
+        d, st = seq_diff(word_seq(w), pos), word_state(w)
+        if d < 0 or (d == 0 and st in (L.EMPTY, L.WRITING)):
+            return
+        if d == 0 and st == L.READY and mem.load64(_pending(seg, pos)) & bit:
+            moved = _drop(seg, k, c, pos)
+            if moved is None:
+                return  # it went on meanwhile
+            c = moved
+        # a slot more than a lap past pos: no position up to a lap before its own holds a frame
+        pos = (word_seq(w) - seg.slot_count if d > seg.slot_count else pos + 1) & L.SEQ_MASK
+
+
 def _evict(seg: Segment, k: int, c: int, q: int) -> None:
     """Drops every frame subscriber ``k`` has not taken, oldest first; its cursor says
     EVICTED until it has learnt so. It stays a subscriber (see gpr_bc_evict)."""
     evicted = L.CURSOR_EVICTED | (c & L.SEQ_MASK)
     if not seg.mem.cas64(seg.participant(k, "cursor"), c, evicted):
         return
-    cur = evicted
-    for i in range(seg.slot_count):
-        pos = (q + i) & L.SEQ_MASK
-        w = seg.mem.load64(seg.slot(pos))
-        if word_seq(w) == pos and word_state(w) == L.READY and seg.mem.load64(_pending(seg, pos)) & _bit(k):
-            moved = _drop(seg, k, cur, pos)
-            if moved is None:
-                break  # it went on meanwhile
-            cur = moved
+    _drop_through(seg, k, evicted, q + seg.slot_count - 1)
     notify_data(seg)
 
 
@@ -331,16 +345,11 @@ def _relieve_one(seg: Segment, k: int, q: int) -> None:
         c = _settle_drop(seg, k, c, DROP_WAIT_NS)
         if c & L.CURSOR_DROPPING:
             return  # not done yet: look again next time
-    ahead = seq_diff(c & L.SEQ_MASK, q)  # > 0: it took the frame at q and holds it
-    if c & L.CURSOR_EVICTED:
-        if ahead <= 0:  # published to it around or after its eviction
-            _drop(seg, k, c, q)
-        return
-    if ahead > 0:
-        return
+    if seq_diff(c & L.SEQ_MASK, q) > 0:
+        return  # it took the frame at q and holds it
     policy = L.ON_SLOW[(seg.mem.load32(seg.participant(k, "subscription")) - 1) % 3]
-    if policy == "drop-oldest":
-        _drop(seg, k, c, q)
+    if c & L.CURSOR_EVICTED or policy == "drop-oldest":  # evicted: published to it around or after its eviction
+        _drop_through(seg, k, c, q)
     elif policy == "evict":
         _evict(seg, k, c, q)
 
