@@ -627,9 +627,11 @@ static inline uint64_t bc_take_missed(const ring *r) {
   return (int64_t)(missed - seen) > 0 ? missed - seen : 0;
 }
 
+/* A live subscriber (1..3: a policy), or a consumer joining (0): its share is its own to release. */
 static inline int bc_subscribed(const ring *r, uint32_t k) {
-  return k < r->capacity && pw_state(__atomic_load_n(w64(r, entry(r, k) + P_STATE), __ATOMIC_ACQUIRE)) == P_ACTIVE &&
-         __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE) - 1u < 3u; /* 1..3: a policy */
+  if (k >= r->capacity || pw_state(__atomic_load_n(w64(r, entry(r, k) + P_STATE), __ATOMIC_ACQUIRE)) != P_ACTIVE) return 0;
+  uint32_t s = __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE);
+  return s - 1u < 3u || (s == 0 && (*w32(r, entry(r, k) + P_ROLES) & ROLE_CONSUMER));
 }
 /* Finish the drop a DROPPING cursor names: release the share of the frame before its
  * position, count the frame missed, then clear the mark by CAS; if that CAS fails,

@@ -199,6 +199,39 @@ static void test_evict(const char *name) {
   gpr_producer_close(p);
 }
 
+/* A frame may carry the bit of a consumer that attached but has not subscribed
+ * yet (a publish that loaded `subscribers` while its entry's previous occupant
+ * was still in it). That consumer may take the frame once subscribed, so a
+ * sweep leaves its share alone: one judged by a subscription still 0 and
+ * released after the subscribe released it under its new reader (the torture
+ * found Python subscribers whose first frame changed as they read it). A
+ * producer's entry never takes a frame: its bit is released. */
+static void test_joining_consumer_keeps_its_share(const char *name) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  gpr_consumer *a = subscribe(name, GPR_ON_SLOW_BLOCK);
+  gpr_segment joining, producing;
+  uint32_t j = 0, jgen = 0, q = 0, qgen = 0;
+  CHECK(gpr_segment_join(&joining, name, 0, GPR_ROLE_CONSUMER, &j, &jgen, &err) == 0);
+  CHECK(gpr_segment_join(&producing, name, 0, GPR_ROLE_PRODUCER, &q, &qgen, &err) == 0);
+  gpr_frame *f = NULL;
+  CHECK(publish(p, 73, 0) == 0 && gpr_consumer_next(a, 0, &f, &err) == 0 && f);
+  if (!f) return;
+  uint64_t pos = f->pos;
+  gpr_slot *s = gpr_slot_at(&p->seg, pos);
+  __atomic_fetch_or(&s->pending, gpr_bc_bit(j) | gpr_bc_bit(q), __ATOMIC_SEQ_CST);
+  gpr_frame_release(f);
+  CHECK(gpr_bc_sweep_slot(&p->seg, pos) == 1); /* the producer's bit only */
+  CHECK(__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) == gpr_bc_bit(j) && gpr_producer_reap(p) == 0);
+  CHECK(gpr_bc_release_as(&joining, j, pos) == 0 && gpr_producer_reap(p) == 1); /* its own release */
+  CHECK(gpr_participant_detach(&joining, j, jgen, &err) == 0 && gpr_participant_detach(&producing, q, qgen, &err) == 0);
+  gpr_segment_close(&joining);
+  gpr_segment_close(&producing);
+  gpr_consumer_close(a);
+  gpr_producer_close(p);
+}
+
 /* An eviction drops what the subscriber has not taken in position order, and
  * stops at a position still being published: that frame may yet carry its bit.
  * It once passed such a position and dropped the frames after it, moving the
@@ -474,6 +507,7 @@ int main(int argc, char **argv) {
   test_evict(name);
   test_evict_stops_at_a_publish_in_flight(name);
   test_leftover_bit(name);
+  test_joining_consumer_keeps_its_share(name);
   test_half_done_drop(name);
   test_stray_share(name);
   test_stale_sweep(name);

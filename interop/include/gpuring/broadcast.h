@@ -374,13 +374,20 @@ GPR_INLINE void gpr_bc_evict(gpr_segment *seg, uint32_t k, uint64_t c, uint64_t 
   gpr_notify_data(seg);  /* wake it, so that it learns */
 }
 
-/* Is entry `k` a subscriber (attached, joined with a policy)? A bit of anything
+/* Is entry `k` a subscriber (attached, joined with a policy), or a consumer
+ * joining (attached, not yet subscribed: its subscribe comes right after its
+ * attach)? Either may take a frame carrying its bit, so its share is its own to
+ * release: a sweep or a producer that released it on a check made before the
+ * subscription was stored could do so after the new subscriber took the frame
+ * (one with its entry's previous occupant's bit), under it. A bit of anything
  * else in a frame's `pending` is left over from an earlier occupant, or damage
- * (a `subscription` no policy has), and means nobody: were a live non-subscriber
- * counted, its share would hold every frame while its process lives. */
+ * (a `subscription` no policy has), and means nobody: were a live
+ * non-subscriber counted, its share would hold every frame while its process
+ * lives. */
 GPR_INLINE int gpr_bc_subscribed(const gpr_segment *seg, uint32_t k) {
-  return k < seg->participant_capacity && gpr_pstate(gpr_participant_word(seg, k)) == GPR_PARTICIPANT_ACTIVE &&
-         __atomic_load_n(&seg->participants[k].subscription, __ATOMIC_ACQUIRE) - 1u <= GPR_ON_SLOW_EVICT;
+  if (k >= seg->participant_capacity || gpr_pstate(gpr_participant_word(seg, k)) != GPR_PARTICIPANT_ACTIVE) return 0;
+  uint32_t subscription = __atomic_load_n(&seg->participants[k].subscription, __ATOMIC_ACQUIRE);
+  return subscription - 1u <= GPR_ON_SLOW_EVICT || (subscription == 0 && (seg->participants[k].roles & GPR_ROLE_CONSUMER));
 }
 
 /* How many subscribers a frame published now would go to: the bits of

@@ -331,9 +331,15 @@ def _evict(seg: Segment, k: int, c: int, q: int) -> None:
 
 
 def _subscribed(seg: Segment, k: int) -> bool:
-    """Entry k is attached and joined with a policy; a `subscription` no policy has is damage and means nobody."""
-    return (k < seg.participant_capacity and L.pword_state(seg.participant_word(k)) == L.P_ACTIVE
-            and 1 <= seg.mem.load32(seg.participant(k, "subscription")) <= len(L.ON_SLOW))
+    """Entry k is attached and joined with a policy, or a consumer joining (attached, its
+    subscribe not yet done): either may take a frame carrying its bit, so its share is its
+    own to release. A `subscription` no policy has is damage and means nobody (see
+    gpr_bc_subscribed)."""
+    if k >= seg.participant_capacity or L.pword_state(seg.participant_word(k)) != L.P_ACTIVE:
+        return False
+    subscription = seg.mem.load32(seg.participant(k, "subscription"))
+    return (1 <= subscription <= len(L.ON_SLOW)
+            or (subscription == 0 and bool(seg.mem.load32(seg.participant(k, "roles")) & L.ROLE_CONSUMER)))
 
 
 def _relieve_one(seg: Segment, k: int, q: int) -> None:
