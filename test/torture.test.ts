@@ -1,14 +1,14 @@
 // kill -9 torture: Node, Python and C producers and consumers on one ring, each
 // killed with SIGKILL at a random moment of its life (attaching, publishing,
 // holding a frame, sleeping: on the futex, on a doorbell socket in Node's event
-// loop or in asyncio, on its doorbell word in nextSync()) and replaced, a few
-// hundred times. Then everything
+// loop or in asyncio, on its doorbell word in nextSync(); writing a loan in
+// place) and replaced, a few hundred times. Then everything
 // left is killed, a clean consumer drains the ring, and the run must show
 // (SPEC.md §10, Death):
 //   - exactly once: no frame reaches two consumers. A frame claimed by a consumer
 //     killed before handing it to its user is redelivered; one already handed
 //     over (leased) ends with that consumer, so each killed consumer may account
-//     for at most the one frame it was holding (the children take one at a time);
+//     for at most the frames it was holding (one; up to 16 for a batch consumer);
 //   - nothing else lost: every frame whose publish returned was delivered;
 //   - nothing invented or corrupted: every delivered frame was published (or
 //     was being published when its producer died) and its columns match its tag;
@@ -38,14 +38,16 @@ const KILLS = Number(process.env.GPURING_TORTURE_KILLS ?? 200);
 /** A quarter of the kills land during start-up (attach included); the rest a uniformly random moment within LIFETIME_MS after the process said it is ready. */
 const LIFETIME_MS = 1200;
 const STARTUP_KILL_MS = 1500;
+/** The most frames a batch consumer takes at once (torture-child.mjs consume-batch). */
+const BATCH = 16;
 
 type Role =
-  | 'node-producer' | 'python-producer' | 'python-async-producer' | 'c-producer'
-  | 'node-consumer' | 'node-sync-consumer' | 'python-consumer' | 'python-async-consumer' | 'c-consumer';
+  | 'node-producer' | 'node-loan-producer' | 'python-producer' | 'python-async-producer' | 'c-producer'
+  | 'node-consumer' | 'node-sync-consumer' | 'node-batch-consumer' | 'python-consumer' | 'python-async-consumer' | 'c-consumer';
 /** Every way each language waits: Node's event loop and a blocked thread, Python's futex and asyncio's doorbell socket, C's futex. */
 const ROLES: Role[] = [
-  'node-producer', 'python-producer', 'python-async-producer', 'c-producer',
-  'node-consumer', 'node-sync-consumer', 'python-consumer', 'python-async-consumer', 'c-consumer',
+  'node-producer', 'node-loan-producer', 'python-producer', 'python-async-producer', 'c-producer',
+  'node-consumer', 'node-sync-consumer', 'node-batch-consumer', 'python-consumer', 'python-async-consumer', 'c-consumer',
 ];
 const SEATS = (process.env.GPURING_TORTURE_SEATS?.split(',') ?? ROLES).map((seat) => {
   if (!ROLES.includes(seat as Role)) throw new Error(`GPURING_TORTURE_SEATS: unknown seat '${seat}' (one of ${ROLES.join(', ')})`);
@@ -76,8 +78,10 @@ function start(role: Role, name: string, id: number, dir: string, onSlow: OnSlow
   const c = (...args: string[]) => spawn(cProgram('torture_child'), args, { stdio: ['ignore', 'pipe', 'pipe'], env });
   const proc =
     role === 'node-producer' ? node('produce', name, String(id), log)
+    : role === 'node-loan-producer' ? node('produce-loan', name, String(id), log)
     : role === 'node-consumer' ? node('consume', name, log)
     : role === 'node-sync-consumer' ? node('consume-sync', name, log)
+    : role === 'node-batch-consumer' ? node('consume-batch', name, log)
     : role === 'python-producer' ? python('produce', name, String(id), log)
     : role === 'python-async-producer' ? python('produce-async', name, String(id), log)
     : role === 'python-async-consumer' ? python('consume-async', name, log)
@@ -204,7 +208,8 @@ test(`kill -9 torture: ${KILLS} kills of Node, Python and C producers and consum
       const lost: string[] = [];
       for (const [id, n] of producedBy)
         for (let seq = 0; seq < n; seq++) if (!delivered.has(String((BigInt(id) << 32n) | BigInt(seq)))) lost.push(`producer ${id} frame ${seq}`);
-      t.true(lost.length <= consumers.length, `${lost.length} published frames never logged, more than the ${consumers.length} killed consumers could have held: ${lost.slice(0, 10).join(', ')}`);
+      const couldHold = consumers.reduce((n, c) => n + (c.role === 'node-batch-consumer' ? BATCH : 1), 0);
+      t.true(lost.length <= couldHold, `${lost.length} published frames never logged, more than the ${consumers.length} killed consumers could have held (${couldHold}): ${lost.slice(0, 10).join(', ')}`);
 
       const invented = [...delivered.keys()].filter((tag) => {
         const [id, seq] = split(tag);

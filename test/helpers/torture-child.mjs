@@ -6,11 +6,15 @@
  *   torture-child.mjs produce NAME ID LOG   says it is ready, publishes frames ID:0, ID:1, ...
  *                                           (tag ID << 32 | seq) forever, appending seq to LOG
  *                                           after each publish returned
+ *   torture-child.mjs produce-loan NAME ID LOG  as produce, each frame written in place in a
+ *                                           producer.loan() (no apache-arrow object)
  *   torture-child.mjs consume NAME LOG      says it is ready, takes frames forever; checks each
  *                                           against its tag and appends the tag (or "BAD tag")
  *                                           to LOG before releasing it
  *   torture-child.mjs consume-sync NAME LOG as consume, each frame taken with nextSync(): the
  *                                           thread blocked on its doorbell, never back in the event loop
+ *   torture-child.mjs consume-batch NAME LOG as consume, taking every frame ready at once
+ *                                           (nextBatch(), up to 16), all held until each is logged
  * On a broadcast ring consumers subscribe with the onSlow policy GPURING_TORTURE_ON_SLOW
  * names (default 'block'), and log "MISSED n" where next() says n frames were dropped for
  * them (FRAMES_MISSED, EVICTED).
@@ -18,7 +22,7 @@
  * as interop/python/tests/children/torture.py publishes it.
  */
 import { openSync, writeSync } from 'node:fs';
-import { makeData, makeVector, Table, Utf8 } from 'apache-arrow';
+import { Field, Int32, makeData, makeVector, Schema, Table, Utf8 } from 'apache-arrow';
 import { Consumer, GpuringError, Producer } from '../../dist/index.js';
 
 const [role, name, ...args] = process.argv.slice(2);
@@ -42,26 +46,55 @@ async function produce(id, log) {
   }
 }
 
-async function consume(log, blocked) {
+const loanSchema = new Schema([new Field('producer', new Int32(), true), new Field('seq', new Int32(), true), new Field('check', new Utf8(), true)]);
+
+async function produceLoaned(id, log) {
+  const producer = Producer.open(name, { openTimeout: 10_000 });
+  process.stdout.write('ready\n');
+  for (let seq = 0; ; seq++) {
+    const loan = producer.loan(loanSchema, 1, { bytes: { check: 32 } });
+    loan.column('producer').values[0] = id;
+    loan.column('seq').values[0] = seq;
+    const { offsets, values } = loan.column('check');
+    offsets[1] = new TextEncoder().encodeInto(checkText(id, seq), values).written;
+    await loan.publish({ rows: 1, tag: (BigInt(id) << 32n) | BigInt(seq), timeout: 120_000 });
+    writeSync(log, `${seq}\n`);
+  }
+}
+
+/** Appends the frame's tag, or "BAD tag" where its columns do not match it. */
+function logFrame(log, f) {
+  const t = f.toTable();
+  const p = t.getChild('producer').get(0);
+  const s = t.getChild('seq').get(0);
+  const ok = ((BigInt(p) << 32n) | BigInt(s)) === f.tag && t.getChild('check').get(0) === checkText(p, s);
+  writeSync(log, ok ? `${f.tag}\n` : `BAD ${f.tag}\n`);
+}
+
+/** `take` is how this seat waits: next(), nextSync() or nextBatch(). */
+async function consume(log, take) {
   const consumer = Consumer.open(name, { openTimeout: 10_000, onSlow: process.env.GPURING_TORTURE_ON_SLOW ?? 'block' });
   process.stdout.write('ready\n');
   for (;;) {
-    let f;
+    let frames;
     try {
-      f = blocked ? consumer.nextSync() : await consumer.next();
+      frames = await take(consumer);
     } catch (e) {
       if (!(e instanceof GpuringError) || (e.code !== 'FRAMES_MISSED' && e.code !== 'EVICTED')) throw e;
       writeSync(log, `MISSED ${e.missed}\n`);
       continue;
     }
-    const t = f.toTable();
-    const p = t.getChild('producer').get(0);
-    const s = t.getChild('seq').get(0);
-    const ok = ((BigInt(p) << 32n) | BigInt(s)) === f.tag && t.getChild('check').get(0) === checkText(p, s);
-    writeSync(log, ok ? `${f.tag}\n` : `BAD ${f.tag}\n`);
-    f.release();
+    frames.forEach((f) => logFrame(log, f));
+    frames.forEach((f) => f.release());
   }
 }
 
+const takes = {
+  consume: async (c) => [await c.next()],
+  'consume-sync': (c) => [c.nextSync()],
+  'consume-batch': (c) => c.nextBatch({ max: 16 }),
+};
+
 if (role === 'produce') await produce(Number(args[0]), openSync(args[1], 'a'));
-else await consume(openSync(args[0], 'a'), role === 'consume-sync');
+else if (role === 'produce-loan') await produceLoaned(Number(args[0]), openSync(args[1], 'a'));
+else await consume(openSync(args[0], 'a'), takes[role]);
