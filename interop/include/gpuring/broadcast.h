@@ -198,6 +198,25 @@ GPR_INLINE void gpr_bc_keep_subscribed(gpr_segment *seg, uint64_t bit) {
     __atomic_fetch_or(&seg->control->subscribers, bit, __ATOMIC_SEQ_CST);
 }
 
+/* A walk along one subscriber's positions (its claim, the drops made for it)
+ * that finds slot word `w` at `pos`: is `pos` still being published (not yet
+ * claimed by a producer, or WRITING)? Nothing there or past it is ready yet. */
+GPR_INLINE int gpr_bc_unpublished(uint64_t w, uint64_t pos) {
+  int64_t d = gpr_seq_diff(gpr_word_seq(w), pos);
+  uint32_t st = gpr_word_state(w);
+  return d < 0 || (d == 0 && (st == GPR_SLOT_EMPTY || st == GPR_SLOT_WRITING));
+}
+
+/* The position such a walk looks at after passing `pos` (slot word `w`): the
+ * next, or, when the slot is more than a lap past `pos`, a lap before the
+ * slot's own position at once: every position up to there was filled again,
+ * so none holds a frame of this subscriber (a cursor damaged far behind would
+ * otherwise crawl for good). */
+GPR_INLINE uint64_t gpr_bc_pass(const gpr_segment *seg, uint64_t pos, uint64_t w) {
+  int64_t d = gpr_seq_diff(gpr_word_seq(w), pos);
+  return (d > (int64_t)seg->slot_count ? gpr_word_seq(w) - seg->slot_count : pos + 1) & GPR_SEQ_MASK;
+}
+
 /* Takes the next frame for subscriber `me`: 0 with the reference copied out,
  * RING_EMPTY, FRAMES_MISSED (frames were dropped for it: gpr_bc_take_missed
  * says how many, then call again) or EVICTED (gpr_bc_subscribe joins again). */
@@ -225,7 +244,7 @@ GPR_INLINE int gpr_bc_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *ou
         pos = gpr_word_seq(w);
         continue;
       }
-      if (d < 0 || (d == 0 && (st == GPR_SLOT_EMPTY || st == GPR_SLOT_WRITING))) break;
+      if (gpr_bc_unpublished(w, pos)) break;
       if (d == 0 && st == GPR_SLOT_READY && (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & bit)) {
         /* The cursor CAS is the claim: a producer dropping frames for us moves
          * it too, so exactly one of us decides what becomes of this frame. */
@@ -240,11 +259,7 @@ GPR_INLINE int gpr_bc_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *ou
         *out_pos = pos;
         return 0;
       }
-      /* Not ours: published before we joined, or done. A slot more than a lap
-       * past us means every position up to a lap before its own was filled
-       * again, so none of them holds a frame for us: go there at once (a
-       * cursor damaged far behind would otherwise crawl for good). */
-      pos = (d > (int64_t)seg->slot_count ? gpr_word_seq(w) - seg->slot_count : pos + 1) & GPR_SEQ_MASK;
+      pos = gpr_bc_pass(seg, pos, w);  /* not ours: published before we joined, or done */
     }
     if (lost) continue;
     /* Frames skipped need not be looked at again; a failed CAS means a producer moved us. */
@@ -348,15 +363,11 @@ GPR_INLINE void gpr_bc_drop_through(gpr_segment *seg, uint32_t k, uint64_t *c, u
   for (uint64_t steps = gpr_scan_limit(seg); steps > 0 && gpr_seq_diff(last, pos) >= 0; steps--) {
     gpr_slot *s = gpr_slot_at(seg, pos);
     uint64_t w = gpr_slot_load(s);
-    int64_t d = gpr_seq_diff(gpr_word_seq(w), pos);
-    uint32_t st = gpr_word_state(w);
-    if (d < 0 || (d == 0 && (st == GPR_SLOT_EMPTY || st == GPR_SLOT_WRITING))) return;
-    if (d == 0 && st == GPR_SLOT_READY && (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(k)) &&
-        !gpr_bc_drop(seg, k, c, pos))
+    if (gpr_bc_unpublished(w, pos)) return;
+    if (gpr_word_seq(w) == pos && gpr_word_state(w) == GPR_SLOT_READY &&
+        (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(k)) && !gpr_bc_drop(seg, k, c, pos))
       return;
-    /* As a claim passes positions (gpr_bc_try_claim): a slot more than a lap
-     * past `pos` means no position up to a lap before its own holds a frame. */
-    pos = (d > (int64_t)seg->slot_count ? gpr_word_seq(w) - seg->slot_count : pos + 1) & GPR_SEQ_MASK;
+    pos = gpr_bc_pass(seg, pos, w);
   }
 }
 

@@ -176,6 +176,20 @@ def _released(seg: Segment, owner: int, pos: int) -> bool:
         return False
 
 
+def _unpublished(w: int, pos: int) -> bool:
+    """A walk along one subscriber's positions finds slot word ``w`` at ``pos``: is ``pos``
+    still being published (not yet claimed, or WRITING)? (see gpr_bc_unpublished)"""
+    d = seq_diff(word_seq(w), pos)
+    return d < 0 or (d == 0 and word_state(w) in (L.EMPTY, L.WRITING))
+
+
+def _pass(seg: Segment, pos: int, w: int) -> int:
+    """The position such a walk looks at after passing ``pos`` (slot word ``w``): the next,
+    or a lap before the slot's own when the slot is more than a lap past ``pos`` (no
+    position up to there holds a frame of this subscriber; see gpr_bc_pass)."""
+    return (word_seq(w) - seg.slot_count if seq_diff(word_seq(w), pos) > seg.slot_count else pos + 1) & L.SEQ_MASK
+
+
 def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
     """The next frame for subscriber ``me``, or None; raises FRAMES_MISSED or EVICTED
     (bare: the consumer adds the count) when producers dropped frames for it."""
@@ -197,16 +211,14 @@ def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
             if d < -seg.slot_count:  # a cursor no slot can match: trust the slot
                 pos = word_seq(w)
                 continue
-            if d < 0 or (d == 0 and st in (L.EMPTY, L.WRITING)):
+            if _unpublished(w, pos):
                 break
             if d == 0 and st == L.READY and mem.load64(_pending(seg, pos)) & bit:
                 if not _take(seg, me, cur, pos):
                     lost = True
                     break
                 return pos, FrameRef.unpack(mem.read(seg.slot(pos) + L.SLOT["ref"], L.REF_BYTES))
-            # Not ours: published before we joined, or done; a slot more than a lap past
-            # us means no position up to a lap before its own holds a frame for us.
-            pos = (word_seq(w) - seg.slot_count if d > seg.slot_count else pos + 1) & L.SEQ_MASK
+            pos = _pass(seg, pos, w)  # not ours: published before we joined, or done
         if lost:
             continue
         if pos != cur & L.SEQ_MASK:
@@ -308,16 +320,14 @@ def _drop_through(seg: Segment, k: int, c: int, last: int) -> None:
         if seq_diff(last, pos) < 0:
             return
         w = mem.load64(seg.slot(pos))
-        d, st = seq_diff(word_seq(w), pos), word_state(w)
-        if d < 0 or (d == 0 and st in (L.EMPTY, L.WRITING)):
+        if _unpublished(w, pos):
             return
-        if d == 0 and st == L.READY and mem.load64(_pending(seg, pos)) & bit:
+        if word_seq(w) == pos and word_state(w) == L.READY and mem.load64(_pending(seg, pos)) & bit:
             moved = _drop(seg, k, c, pos)
             if moved is None:
                 return  # it went on meanwhile
             c = moved
-        # a slot more than a lap past pos: no position up to a lap before its own holds a frame
-        pos = (word_seq(w) - seg.slot_count if d > seg.slot_count else pos + 1) & L.SEQ_MASK
+        pos = _pass(seg, pos, w)
 
 
 def _evict(seg: Segment, k: int, c: int, q: int) -> None:
