@@ -21,9 +21,12 @@
 // leaked. The same again, fewer kills, with subscribers that asked producers to
 // drop frames for them when they lag (onSlow 'drop-oldest', 'evict'): in order,
 // no repeat, nothing invented or leaked, and no gap the subscriber was not told
-// of (FRAMES_MISSED, EVICTED) before it took the frame after it.
+// of (FRAMES_MISSED, EVICTED) before it took the frame after it. Half the
+// subscribers, chosen at random, join with start 'oldest': they also take the
+// frames still in the ring (a lap at most), which may have gaps between them.
 // GPURING_TORTURE_KILLS sets the number of kills (default 200); GPURING_TORTURE_SEATS
-// (roles, comma-separated, e.g. c-producer,c-consumer) runs only those seats.
+// (roles, comma-separated, e.g. c-producer,c-consumer) runs only those seats;
+// GPURING_TORTURE_SLOTS the ring's slots (default 64; fewer laps the ring faster).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -35,6 +38,7 @@ import { Consumer, GpuringError, type Ring, type RingInspection } from '../lib/i
 import { cProgram, exitOf, root, withRing } from './helpers/ring.js';
 
 const KILLS = Number(process.env.GPURING_TORTURE_KILLS ?? 200);
+const SLOTS = Number(process.env.GPURING_TORTURE_SLOTS ?? 64);
 /** A quarter of the kills land during start-up (attach included); the rest a uniformly random moment within LIFETIME_MS after the process said it is ready. */
 const LIFETIME_MS = 1200;
 const STARTUP_KILL_MS = 1500;
@@ -60,15 +64,17 @@ type OnSlowPolicy = 'block' | 'drop-oldest' | 'evict';
 interface Incarnation {
   role: Role;
   id: number;
+  /** Broadcast subscribers: where it joined (SPEC.md §5.4, Subscribe). */
+  start: 'newest' | 'oldest';
   log: string;
   proc: ChildProcess;
   /** The last of what it wrote to stderr: why, if it exits by itself. */
   stderr: string;
 }
 
-function start(role: Role, name: string, id: number, dir: string, onSlow: OnSlowPolicy): Incarnation {
+function start(role: Role, name: string, id: number, dir: string, onSlow: OnSlowPolicy, from: Incarnation['start']): Incarnation {
   const log = join(dir, `${role}-${id}.log`);
-  const env = { ...process.env, GPURING_TORTURE_ON_SLOW: onSlow };
+  const env = { ...process.env, GPURING_TORTURE_ON_SLOW: onSlow, GPURING_TORTURE_START: from };
   const python = (...args: string[]) =>
     spawn('python3', [join(root, 'interop/python/tests/children/torture.py'), ...args], {
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -88,7 +94,7 @@ function start(role: Role, name: string, id: number, dir: string, onSlow: OnSlow
     : role === 'c-producer' ? c('produce', name, String(id), log)
     : role === 'c-consumer' ? c('consume', name, log)
     : python('consume', name, log);
-  const inc = { role, id, log, proc, stderr: '' };
+  const inc = { role, id, start: from, log, proc, stderr: '' };
   proc.stderr!.on('data', (d: Buffer) => (inc.stderr = (inc.stderr + d.toString()).slice(-2000)));
   return inc;
 }
@@ -106,14 +112,15 @@ const lines = (file: string): string[] => {
  * kills. A process that exits by itself fails the run, once every seat has
  * stopped: no process is left writing into `dir` when the test removes it.
  */
-async function torture(name: string, dir: string, kills: number, onSlow: OnSlowPolicy = 'block'): Promise<Incarnation[]> {
+async function torture(name: string, dir: string, kills: number, onSlow?: OnSlowPolicy): Promise<Incarnation[]> {
   const all: Incarnation[] = [];
   let nextId = 1;
   let killed = 0;
   let failure: Error | undefined;
   const seat = async (role: Role): Promise<void> => {
     while (killed < kills && !failure) {
-      const inc = start(role, name, nextId++, dir, onSlow);
+      const from = onSlow && Math.random() < 0.5 ? 'oldest' : 'newest';
+      const inc = start(role, name, nextId++, dir, onSlow ?? 'block', from);
       all.push(inc);
       const exited = exitOf(inc.proc);
       const sleep = (ms: number) => new Promise<null>((r) => setTimeout(() => r(null), ms));
@@ -191,7 +198,7 @@ test(`kill -9 torture: ${KILLS} kills of Node, Python and C producers and consum
   t.timeout(15 * 60_000);
   const dir = mkdtempSync(join(tmpdir(), 'gpuring-torture-'));
   try {
-    await withRing('torture', { slots: 64, participants: 32 }, async (ring, name) => {
+    await withRing('torture', { slots: SLOTS, participants: 32 }, async (ring, name) => {
       const all = await torture(name, dir, KILLS);
       const final = await drain(name);
       ring.sweep();
@@ -235,7 +242,9 @@ test(`kill -9 torture: ${KILLS} kills of Node, Python and C producers and consum
  * backwards or repeat, or come without one published, and gaps. With 'block' no
  * gap may follow a subscriber's second frame of a producer; with a policy that
  * drops, every frame after a gap must come after the subscriber was told of at
- * least as many lost frames (MISSED lines) as its gaps hold so far.
+ * least as many lost frames (MISSED lines) as its gaps hold so far. A
+ * subscriber that started at the oldest frames may find gaps among its first
+ * lap (frames every other subscriber had released before it joined).
  */
 function subscriberFaults(c: Incarnation, log: string[], producedBy: Map<number, number>, roleOf: Map<number, Role>, onSlow: OnSlowPolicy) {
   const faults: string[] = [];
@@ -257,7 +266,7 @@ function subscriberFaults(c: Incarnation, log: string[], producedBy: Map<number,
     if (seq <= before) faults.push(`${c.role} ${c.id}: ${roleOf.get(id)} ${id}'s frame ${seq} after ${before}`);
     // A subscriber's first frame of a producer may be one published as it joined, carrying
     // the bit of its entry's previous occupant (SPEC.md §5.4, Subscribe): a gap may follow it.
-    if (seq <= before + 1 || count === 1) continue;
+    if (seq <= before + 1 || count === 1 || (c.start === 'oldest' && deliveries <= SLOTS + 1)) continue;
     gaps += seq - before - 1;
     if (onSlow === 'block') faults.push(`${c.role} ${c.id}: ${roleOf.get(id)} ${id}'s frame ${seq} after ${before}`);
     else if (gaps > told) faults.push(`${c.role} ${c.id}: ${roleOf.get(id)} ${id}'s frame ${seq} after ${before}, ${gaps} frames skipped so far, told of ${told}`);
@@ -272,7 +281,7 @@ for (const onSlow of ['block', 'drop-oldest', 'evict'] as const) {
     t.timeout(15 * 60_000);
     const dir = mkdtempSync(join(tmpdir(), 'gpuring-torture-'));
     try {
-      await withRing(`torture-bc-${onSlow}`, { slots: 64, participants: 32, delivery: 'all' }, async (ring, name) => {
+      await withRing(`torture-bc-${onSlow}`, { slots: SLOTS, participants: 32, delivery: 'all' }, async (ring, name) => {
         const all = await torture(name, dir, kills, onSlow);
         await drain(name);
         ring.sweep();
@@ -290,7 +299,8 @@ for (const onSlow of ['block', 'drop-oldest', 'evict'] as const) {
         t.true(published > kills && deliveries > 0, `frames flowed (${published} published, ${deliveries} deliveries)`);
         // C producers outrun Python subscribers many times over: a run that dropped nothing did not test the policy.
         if (onSlow !== 'block') t.true(told > 0, 'frames were dropped for lagging subscribers, and they were told');
-        t.log(`${all.length} processes, ${kills}+ kills: ${published} frames published, ${deliveries} deliveries to ${consumers.length} subscribers, each in order, ${promise}; ${told} frames dropped for subscribers that lagged; sweeps repaired ${state.recovered} slots`);
+        const oldest = consumers.filter((c) => c.start === 'oldest').length;
+        t.log(`${all.length} processes, ${kills}+ kills: ${published} frames published, ${deliveries} deliveries to ${consumers.length} subscribers (${oldest} from the oldest frame), each in order, ${promise}; ${told} frames dropped for subscribers that lagged; sweeps repaired ${state.recovered} slots`);
       });
     } finally {
       rmSync(dir, { recursive: true, force: true });

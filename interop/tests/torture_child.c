@@ -13,7 +13,8 @@
  * On a broadcast ring consumers subscribe with the on_slow policy
  * GPURING_TORTURE_ON_SLOW names (block, the default; drop-oldest; evict), and
  * log "MISSED n" where gpr_consumer_next says n frames were dropped for them
- * (FRAMES_MISSED, EVICTED).
+ * (FRAMES_MISSED, EVICTED). With GPURING_TORTURE_START=oldest they also take
+ * the frames still in the ring when they join.
  *
  * The frame: producer int32, seq int32, check utf8
  * "producer:seq:(seq * 2654435761) mod 2^32", one row. It exits only on an
@@ -129,7 +130,8 @@ static uint32_t on_slow_policy(void) {
 static void consume(const char *ring, int log) {
   gpr_error err;
   gpr_consumer *c = NULL;
-  gpr_consumer_options o = {10000, on_slow_policy(), 0};
+  const char *start = getenv("GPURING_TORTURE_START");
+  gpr_consumer_options o = {10000, on_slow_policy(), start && strcmp(start, "oldest") == 0};
   if (gpr_consumer_open_with(ring, &o, &c, &err) != 0) fail("open", &err);
   ready();
   for (;;) {

@@ -17,7 +17,8 @@
  *                                           (nextBatch(), up to 16), all held until each is logged
  * On a broadcast ring consumers subscribe with the onSlow policy GPURING_TORTURE_ON_SLOW
  * names (default 'block'), and log "MISSED n" where next() says n frames were dropped for
- * them (FRAMES_MISSED, EVICTED).
+ * them (FRAMES_MISSED, EVICTED). GPURING_TORTURE_START=oldest also takes the frames
+ * still in the ring when they join.
  * The frame: producer int32, seq int32, check utf8 "producer:seq:(seq * 2654435761) mod 2^32",
  * as interop/python/tests/children/torture.py publishes it.
  */
@@ -73,7 +74,7 @@ function logFrame(log, f) {
 
 /** `take` is how this seat waits: next(), nextSync() or nextBatch(). */
 async function consume(log, take) {
-  const consumer = Consumer.open(name, { openTimeout: 10_000, onSlow: process.env.GPURING_TORTURE_ON_SLOW ?? 'block' });
+  const consumer = Consumer.open(name, { openTimeout: 10_000, onSlow: process.env.GPURING_TORTURE_ON_SLOW ?? 'block', start: process.env.GPURING_TORTURE_START ?? 'newest' });
   process.stdout.write('ready\n');
   for (;;) {
     let frames;

@@ -8,7 +8,8 @@
                                    doorbell sockets (SPEC.md §6.1) instead of the futex
 On a broadcast ring consumers subscribe with the on_slow policy GPURING_TORTURE_ON_SLOW names
 (default "block"), and log "MISSED n" where next says n frames were dropped for them
-(FRAMES_MISSED, EVICTED).
+(FRAMES_MISSED, EVICTED). With GPURING_TORTURE_START=oldest they also take the frames still in
+the ring when they join.
 The frame: producer int32, seq int32, check utf8 "producer:seq:(seq * 2654435761) mod 2^32",
 the same as the Node children publish."""
 import asyncio
@@ -30,6 +31,7 @@ def frame(ident: int, seq: int) -> pa.Table:
 
 
 ON_SLOW = os.environ.get("GPURING_TORTURE_ON_SLOW", "block")
+START = os.environ.get("GPURING_TORTURE_START", "newest")
 
 
 def log_missed(log: int, e: GpuringError) -> None:
@@ -59,7 +61,7 @@ def produce(name: str, ident: int, log: int) -> None:
 
 
 def consume(name: str, log: int) -> None:
-    with Consumer.open(name, timeout=10, on_slow=ON_SLOW) as consumer:
+    with Consumer.open(name, timeout=10, on_slow=ON_SLOW, start=START) as consumer:
         print("ready", flush=True)
         while True:
             try:
@@ -79,7 +81,7 @@ async def produce_async(name: str, ident: int, log: int) -> None:
 
 
 async def consume_async(name: str, log: int) -> None:
-    with Consumer.open(name, timeout=10, on_slow=ON_SLOW) as consumer:
+    with Consumer.open(name, timeout=10, on_slow=ON_SLOW, start=START) as consumer:
         print("ready", flush=True)
         while True:
             try:
