@@ -25,7 +25,10 @@ Napi::Value ConsumerState::Receive(Napi::Env env, uint64_t pos, const gpr_frame_
   Napi::Value fresh = records.Reserve(env, bytes);
   uint8_t *record = records.Next();
   memcpy(record + kRecordBytes, body, ref.body_length);
-  if (!Accept(pos, ref, record, &err)) throw MakeError(env, err);
+  if (!Accept(pos, ref, record, &err)) {
+    if (err.code == GPR_E_OK) return Napi::Value();  // taken back: the record's room is used again
+    throw MakeError(env, err);
+  }
   Taken();
   double at = static_cast<double>(records.Commit(bytes));
   if (!fresh.IsEmpty()) return fresh;
@@ -104,7 +107,7 @@ bool ConsumerState::Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *reco
     gpr_ring_release_as(&seg, me, pos, GPR_SLOT_CLAIMED);
     return false;
   }
-  if (gpr_ring_confirm_or_fail(&seg, me, pos, err) != 0) return false;
+  if (gpr_ring_confirm(&seg, me, pos) != 0) return false;
   double numbers[2] = {static_cast<double>(pos), static_cast<double>(ref.frame_id)};
   uint32_t producer[2] = {ref.producer, ref.producer_gen};
   memcpy(record, numbers, sizeof numbers);
@@ -216,8 +219,10 @@ void ConsumerState::Service(Napi::Env env) {
         }
         bell->Disarm();  // woke on our own: spare the producer a ring
       }
+      Napi::Value record = Receive(env, pos, ref);
+      if (record.IsEmpty()) continue;
       pending.pop_front();
-      Resolve(r, Receive(env, pos, ref));
+      Resolve(r, record);
     } catch (const Napi::Error &e) {
       if (!pending.empty() && pending.front().id == r.id) pending.pop_front();
       Reject(r, e);
@@ -429,7 +434,8 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
     s_->SweepIfDue();
     return env.Null();
   }
-  return s_->Receive(env, pos, ref);
+  Napi::Value record = s_->Receive(env, pos, ref);
+  return record.IsEmpty() ? env.Null() : record;  // taken back: none for now
 }
 
 // nextSync(timeoutMs, -1 = forever, spinMicros): the next frame (as tryNext
@@ -453,18 +459,22 @@ Napi::Value ConsumerCore::NextSync(const Napi::CallbackInfo &info) {
     ConsumerState &s;
     ~WeakAfter() { s.HoldSpareWeakly(); }
   } weak_after{*s_};
-  gpr_frame_ref ref{};
-  uint64_t pos = 0;
-  switch (s_->ClaimBlocking(env, &ref, &pos, static_cast<uint64_t>(spin_us * 1e3), deadline)) {
-    case ConsumerState::Blocked::kClaimed:
-      return s_->Receive(env, pos, ref);
-    case ConsumerState::Blocked::kTimedOut:
-      s_->SweepIfDue();
-      Throw(env, GPR_E_TIMEOUT, "no frame arrived before the timeout");
-    case ConsumerState::Blocked::kStopping:
-      break;
+  for (;;) {
+    gpr_frame_ref ref{};
+    uint64_t pos = 0;
+    switch (s_->ClaimBlocking(env, &ref, &pos, static_cast<uint64_t>(spin_us * 1e3), deadline)) {
+      case ConsumerState::Blocked::kClaimed: {
+        Napi::Value record = s_->Receive(env, pos, ref);
+        if (record.IsEmpty()) continue;  // taken back: claim again
+        return record;
+      }
+      case ConsumerState::Blocked::kTimedOut:
+        s_->SweepIfDue();
+        Throw(env, GPR_E_TIMEOUT, "no frame arrived before the timeout");
+      case ConsumerState::Blocked::kStopping:
+        return Napi::Value();  // no JS runs after this: the thread is being stopped
+    }
   }
-  return Napi::Value();  // no JS runs after this: the thread is being stopped
 }
 
 // tryNextMany(max): every frame ready now, up to max, in one ArrayBuffer:
@@ -522,7 +532,9 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
         continue;
       }
     }
-    if (err.code == GPR_E_OK) err = e;  // a malformed frame is dropped; the others still come, in order
+    // A malformed frame is dropped, one taken back (`e` clear) goes to whoever
+    // claims it next; the others still come, in order.
+    if (err.code == GPR_E_OK) err = e;
   }
   if (err.code != GPR_E_OK) {
     if (!any) Throw(env, err);

@@ -135,8 +135,14 @@ struct ConsumerState : LoopParticipant {
   void Expire(Napi::Env env);
   uint64_t NextWakeMs() const;
   // Copies, validates and leases the frame at `pos`; throws (having released
-  // the frame) if it is malformed.
+  // the frame) if it is malformed. Empty where the claim was taken back before
+  // the lease (see Accept): the caller claims again.
   Napi::Value Receive(Napi::Env env, uint64_t pos, const gpr_frame_ref &ref);
+  // False if the frame is malformed (released; `err` says why) or the claim
+  // was taken back (`err` left clear): a sweeper that judged a previous
+  // occupant of this entry dead, stalled between its check and its CAS, found
+  // our claim at the same position (SPEC.md §5.2, Confirm). That frame is
+  // READY again for any consumer, so handing it over would deliver it twice.
   bool Accept(uint64_t pos, const gpr_frame_ref &ref, uint8_t *record, gpr_error *err);
   // Bytes before each body in what JS receives (see Receive).
   static constexpr size_t kRecordBytes = 32;

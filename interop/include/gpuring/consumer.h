@@ -135,6 +135,13 @@ GPR_INLINE void gpr_consumer_unref_locked(gpr_consumer *c) {
 GPR_INLINE int gpr_consumer_copy_body(gpr_consumer *c, const gpr_frame_ref *ref, uint8_t **out,
                                       gpr_error *err);
 
+/* What gpr_consumer_hand_over returns when the claim was taken back before
+ * the hand-over (SPEC.md §5.2, Confirm): a sweeper that judged a previous
+ * occupant of this entry dead, stalled between its check and its CAS, found
+ * our claim at the same position. The frame is READY again, for any consumer;
+ * handing it over too would deliver it twice. */
+#define GPR_CLAIM_TAKEN_BACK 1
+
 /* Claims, copies and validates; on a bad frame releases it and fails. */
 GPR_INLINE int gpr_consumer_hand_over(gpr_consumer *c, uint64_t pos, const gpr_frame_ref *ref,
                                       gpr_frame **out, gpr_error *err) {
@@ -154,12 +161,11 @@ GPR_INLINE int gpr_consumer_hand_over(gpr_consumer *c, uint64_t pos, const gpr_f
     free(f);
     return rc;
   }
-  rc = gpr_ring_confirm_or_fail(&c->seg, c->index, pos, err);
-  if (rc != 0) {
+  if (gpr_ring_confirm(&c->seg, c->index, pos) != 0) {
     free(f->nodes);
     free(f->body);
     free(f);
-    return rc;
+    return GPR_CLAIM_TAKEN_BACK;
   }
   gpr_body_describe(&view, f->nodes, &f->desc);
   f->consumer = c;
@@ -188,18 +194,13 @@ GPR_INLINE int gpr_consumer_try_claim(void *ctx) {
   return gpr_ring_try_claim(&a->c->seg, a->c->index, &a->ref, &a->pos);
 }
 
-/* Takes the next frame, waiting up to timeout_ms (< 0 forever; 0: fail with
- * RING_EMPTY at once when none is ready; otherwise TIMEOUT). */
-GPR_INLINE int gpr_consumer_next(gpr_consumer *c, int64_t timeout_ms, gpr_frame **out,
-                                 gpr_error *err) {
-  if (c->closed) return gpr_fail(err, GPR_E_CLOSED, 0, "the consumer is closed");
-  gpr_claim_attempt a;
-  memset(&a, 0, sizeof a);
-  a.c = c;
-  int rc = timeout_ms == 0 ? gpr_try_sweeping(&c->seg, gpr_consumer_try_claim, &a, -(int)GPR_E_RING_EMPTY)
+/* Claims one frame, waiting up to timeout_ms as gpr_consumer_next does. */
+GPR_INLINE int gpr_consumer_claim(gpr_consumer *c, int64_t timeout_ms, gpr_claim_attempt *a,
+                                  gpr_error *err) {
+  int rc = timeout_ms == 0 ? gpr_try_sweeping(&c->seg, gpr_consumer_try_claim, a, -(int)GPR_E_RING_EMPTY)
                            : gpr_wait_sweeping(&c->seg, &c->seg.control->data_seq,
                                                &c->seg.control->data_waiters,
-                                               gpr_consumer_try_claim, &a,
+                                               gpr_consumer_try_claim, a,
                                                -(int)GPR_E_RING_EMPTY, timeout_ms);
   if (rc == -(int)GPR_E_RING_EMPTY)
     return gpr_fail(err, GPR_E_RING_EMPTY, 0, "no frame is ready in ring '%s'", c->seg.name);
@@ -207,7 +208,30 @@ GPR_INLINE int gpr_consumer_next(gpr_consumer *c, int64_t timeout_ms, gpr_frame 
   if (rc == -(int)GPR_E_FRAMES_MISSED || rc == -(int)GPR_E_EVICTED) return gpr_consumer_report_missed(c, rc, err);
   if (rc == -(int)GPR_E_TIMEOUT)
     return gpr_fail(err, GPR_E_TIMEOUT, 0, "no frame arrived within %lld ms", (long long)timeout_ms);
-  return gpr_consumer_hand_over(c, a.pos, &a.ref, out, err);
+  return rc;
+}
+
+/* Takes the next frame, waiting up to timeout_ms (< 0 forever; 0: fail with
+ * RING_EMPTY at once when none is ready; otherwise TIMEOUT). A claim taken
+ * back before the hand-over is not the caller's concern: it claims again,
+ * within what is left of the timeout. */
+GPR_INLINE int gpr_consumer_next(gpr_consumer *c, int64_t timeout_ms, gpr_frame **out,
+                                 gpr_error *err) {
+  if (c->closed) return gpr_fail(err, GPR_E_CLOSED, 0, "the consumer is closed");
+  uint64_t deadline = timeout_ms > 0 ? gpr_monotonic_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+  for (;;) {
+    gpr_claim_attempt a;
+    memset(&a, 0, sizeof a);
+    a.c = c;
+    int rc = gpr_consumer_claim(c, timeout_ms, &a, err);
+    if (rc == 0) rc = gpr_consumer_hand_over(c, a.pos, &a.ref, out, err);
+    if (rc != GPR_CLAIM_TAKEN_BACK) return rc;
+    if (timeout_ms > 0) {
+      uint64_t now = gpr_monotonic_ns();
+      /* At least 1 ms: 0 would mean "fail at once with RING_EMPTY", not TIMEOUT. */
+      timeout_ms = now < deadline ? (int64_t)((deadline - now + 999999u) / 1000000u) : 1;
+    }
+  }
 }
 
 /* The mapping of arena NAME, opened on first use. Called with mu held. */

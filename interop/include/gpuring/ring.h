@@ -207,14 +207,6 @@ GPR_INLINE int gpr_ring_confirm(gpr_segment *seg, uint32_t me, uint64_t pos) {
   return rc;
 }
 
-/* Confirm before a hand-over; FRAME_STATE when the claim was taken back (a
- * sweep judged us dead, or damage): the frame is READY for another consumer,
- * and handing it over too would deliver it twice (SPEC.md §5.2, Confirm). */
-GPR_INLINE int gpr_ring_confirm_or_fail(gpr_segment *seg, uint32_t me, uint64_t pos, gpr_error *err) {
-  if (gpr_ring_confirm(seg, me, pos) == 0) return 0;
-  return gpr_fail(err, GPR_E_FRAME_STATE, 0, "the frame at position %llu was taken back before it was handed over",
-                  (unsigned long long)pos);
-}
 
 /* Publishes that a READY frame sits at `pos`, behind the consumers' head. */
 GPR_INLINE void gpr_ring_mark_redeliver(gpr_segment *seg, uint64_t pos) {

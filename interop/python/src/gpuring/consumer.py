@@ -83,14 +83,12 @@ class Consumer:
     def try_next(self) -> Frame | None:
         """A frame if one is ready now, else None."""
         self._check_open()
-        claimed = ring.try_sweeping(self._seg, self._claim)
-        return None if claimed is None else self._hand_over(*claimed)
+        return ring.try_sweeping(self._seg, self._take)
 
     def next(self, timeout: float | None = None) -> Frame:
         """Waits up to ``timeout`` seconds (None: forever) for a frame; TIMEOUT otherwise."""
         self._check_open()
-        pos, ref = ring.wait_for(self._seg, "data", self._claim, timeout)
-        return self._hand_over(pos, ref)
+        return ring.wait_for(self._seg, "data", self._take, timeout)
 
     def next_held(self, timeout: float | None = None) -> Frame:
         """Like ``next``, for a process that forwards frames elsewhere (``gpuring
@@ -101,8 +99,7 @@ class Consumer:
         the forwarder's peer must drop repeats. INVALID_ARGUMENT on a broadcast
         ring, where a claim is final."""
         self._check_holdable()
-        pos, ref = ring.wait_for(self._seg, "data", self._claim, timeout)
-        return self._hand_over(pos, ref, held=True)
+        return ring.wait_for(self._seg, "data", self._take_held, timeout)
 
     async def next_async(self, timeout: float | None = None) -> Frame:
         """``next`` for asyncio: the event loop itself sleeps on this consumer's
@@ -111,14 +108,12 @@ class Consumer:
         cancelled while it waits takes no frame. ``async for frame in consumer``
         calls it in turn."""
         self._check_open()
-        pos, ref = await wait_async(self._seg, self._doorbell(), "data", self._claim, timeout)
-        return self._hand_over(pos, ref)
+        return await wait_async(self._seg, self._doorbell(), "data", self._take, timeout)
 
     async def next_held_async(self, timeout: float | None = None) -> Frame:
         """``next_held`` for asyncio, waiting as ``next_async`` does."""
         self._check_holdable()
-        pos, ref = await wait_async(self._seg, self._doorbell(), "data", self._claim, timeout)
-        return self._hand_over(pos, ref, held=True)
+        return await wait_async(self._seg, self._doorbell(), "data", self._take_held, timeout)
 
     def _doorbell(self) -> Bell:
         if self._bell is None:
@@ -128,13 +123,21 @@ class Consumer:
     def try_next_held(self) -> Frame | None:
         """``next_held`` if a frame is ready now, else None."""
         self._check_holdable()
-        claimed = ring.try_sweeping(self._seg, self._claim)
-        return None if claimed is None else self._hand_over(*claimed, held=True)
+        return ring.try_sweeping(self._seg, self._take_held)
 
     def _check_holdable(self) -> None:
         self._check_open()
         if self._seg.broadcast:
             raise GpuringError("INVALID_ARGUMENT", "next_held needs a work-queue ring: a broadcast claim cannot be handed back")
+
+    def _take(self, held: bool = False) -> Frame | None:
+        """The next frame handed over, or None: none is ready, or the claim was
+        taken back before the hand-over (see _hand_over), and the caller looks again."""
+        claimed = self._claim()
+        return None if claimed is None else self._hand_over(*claimed, held=held)
+
+    def _take_held(self) -> Frame | None:
+        return self._take(held=True)
 
     def _claim(self) -> tuple[int, ring.FrameRef] | None:
         self._forget_dead_producers()
@@ -182,7 +185,12 @@ class Consumer:
         while True:
             yield await self.next_async()
 
-    def _hand_over(self, pos: int, ref: ring.FrameRef, held: bool = False) -> Frame:
+    def _hand_over(self, pos: int, ref: ring.FrameRef, held: bool = False) -> Frame | None:
+        """The claimed frame as a Frame; None if the claim was taken back before
+        the lease: a sweeper that judged a previous occupant of our entry dead,
+        stalled between its check and its CAS, found our claim at the same
+        position (SPEC.md §5.2, Confirm). The frame is READY again for any
+        consumer, so handing it over would deliver it twice."""
         try:
             body = self._body(ref)
             description, shape = self._shapes.decode(body)
@@ -191,8 +199,8 @@ class Consumer:
                 ring.transition(self._seg, pos, L.CLAIMED, self.index + 1, L.slot_word(pos, L.LEASED, self.index + 1))
             self._end_lease(pos)
             raise
-        if not held:
-            ring.confirm(self._seg, self.index, pos)
+        if not held and not ring.confirm(self._seg, self.index, pos):
+            return None
         with self._lock:
             self._held.add(pos)
         return Frame(self, description, ref.frame_id, ref.user_tag, Lease(lambda: self._end_lease(pos, confirm=held)),
@@ -213,9 +221,9 @@ class Consumer:
                 return  # closed: detach already released everything we held
             self._held.discard(pos)
             try:
-                if confirm:  # a held frame (next_held) is leased only now, to be released at once
-                    ring.confirm(self._seg, self.index, pos)
-                ring.release(self._seg, self.index, pos)
+                # A held frame (next_held) is leased only now, to be released at once.
+                if not confirm or ring.confirm(self._seg, self.index, pos):
+                    ring.release(self._seg, self.index, pos)
             except GpuringError:
                 pass  # a sweeper released it for us after judging us dead
 

@@ -186,10 +186,14 @@ def transition(seg: Segment, pos: int, state: int, owner: int, to_word: int) -> 
         raise GpuringError("FRAME_STATE", f"slot {pos & seg.mask} is not {L.SLOT_STATES[state]} by participant {owner - 1}")
 
 
-def confirm(seg: Segment, me: int, pos: int) -> None:
-    if not seg.broadcast:  # a broadcast claim (the cursor CAS) is final
-        transition(seg, pos, L.CLAIMED, me + 1, slot_word(pos, L.LEASED, me + 1))
+def confirm(seg: Segment, me: int, pos: int) -> bool:
+    """Leases a claimed frame; False if the claim was taken back (SPEC.md §5.2,
+    Confirm): the frame is READY again for any consumer."""
+    # A broadcast claim (the cursor CAS) is final.
+    if not seg.broadcast and not seg.mem.cas64(seg.slot(pos), slot_word(pos, L.CLAIMED, me + 1), slot_word(pos, L.LEASED, me + 1)):
+        return False
     seg.count(me, "leased")
+    return True
 
 
 def mark_redeliver(seg: Segment, pos: int) -> None:
