@@ -134,6 +134,36 @@ def test_a_drop_never_releases_a_frame_behind_the_subscribers_cursor(ring_name):
         producer.drain(timeout=5)
 
 
+def test_an_eviction_stops_at_a_position_still_being_published(ring_name):
+    """An eviction drops what the subscriber has not taken in position order and stops
+    at a position still being published: that frame may yet carry its bit. It once
+    passed such a position and moved the cursor past a frame that then went READY for
+    the subscriber: never taken, never counted, a stray share (the evict torture found
+    subscribers told of one frame fewer than they lost). C: test_evict_stops_at_a_publish_in_flight."""
+    Ring.create(ring_name, slots=8, delivery="all").close()
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name, on_slow="evict") as slow, \
+            Consumer.open(ring_name) as fast:
+        seg, me = producer._seg, slow.index
+        positions = []
+        for tag in (70, 71, 72):
+            producer.publish(pa.table({"i": [tag]}), user_tag=tag)
+            with fast.next(timeout=5):
+                positions.append((seg.mem.load64(seg.participant(fast.index, "cursor")) - 1) & L.SEQ_MASK)
+        middle = seg.slot(positions[1])
+        ready = seg.mem.load64(middle)
+        seg.mem.store64(middle, L.slot_word(positions[1], L.WRITING, L.word_owner(ready)))  # frame 71's publish, not done yet
+        cursor = seg.mem.load64(seg.participant(me, "cursor"))
+        broadcast._evict(seg, me, cursor, positions[0])
+        assert seg.mem.load64(seg.participant(me, "cursor")) == L.CURSOR_EVICTED | positions[1]  # 70 dropped; stopped at 71
+        assert seg.mem.load64(broadcast._pending(seg, positions[2])) & broadcast._bit(me)
+        seg.mem.store64(middle, ready)  # the publish completes
+        with pytest.raises(GpuringError) as evicted:
+            slow.try_next()
+        assert (evicted.value.code, slow.missed) == ("EVICTED", 1)
+        assert _tags(slow) == [71, 72]
+        producer.drain(timeout=5)
+
+
 def test_a_broadcast_ring_holds_at_most_64_participants_and_opens_as_broadcast(ring_name):
     ring = Ring.create(ring_name, slots=8, participants=64, delivery="all")
     assert ring.segment.broadcast
