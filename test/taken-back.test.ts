@@ -14,7 +14,7 @@ import { cProgram, exitOf, withRing } from './helpers/ring.js';
 
 /** Frames until enough claims were taken back; at most MAX_FRAMES, as the sweeper may get no CPU on a busy machine for a while. */
 const ENOUGH = { frames: 30, takenBack: 5 };
-const MAX_FRAMES = 5000;
+const MAX_FRAMES = 20_000;
 
 /** Each way to take one frame; an empty batch means none yet. */
 const takes: Record<string, (c: Consumer) => Promise<Frame[]>> = {

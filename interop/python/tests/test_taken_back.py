@@ -17,7 +17,7 @@ from gpuring import Consumer, Producer, Ring
 
 CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to build interop/tests/take_back.c")
-ENOUGH_FRAMES, ENOUGH_TAKEN_BACK, MAX_FRAMES = 30, 5, 5000
+ENOUGH_FRAMES, ENOUGH_TAKEN_BACK, MAX_FRAMES = 30, 5, 20000
 
 
 @pytest.fixture(scope="module")
