@@ -207,7 +207,6 @@ GPR_INLINE int gpr_ring_confirm(gpr_segment *seg, uint32_t me, uint64_t pos) {
   return rc;
 }
 
-
 /* Publishes that a READY frame sits at `pos`, behind the consumers' head. */
 GPR_INLINE void gpr_ring_mark_redeliver(gpr_segment *seg, uint64_t pos) {
   gpr_control *c = seg->control;
