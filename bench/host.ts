@@ -79,11 +79,11 @@ const exited = (p: ReturnType<typeof child>) => new Promise((r) => p.on('exit', 
  * producer's publish wakes its event loop. `gap` between frames is in the
  * child role's unit (see host-child.ts): ms for gpuring, µs for prepared.
  */
-async function gpuringHandOff(n: number, gap: number, spin: number, role = 'gpuring'): Promise<{ latencies: number[]; printed: string }> {
+async function gpuringHandOff(n: number, gap: number, spin: number, role = 'gpuring', pacing: Pacing = 'asleep'): Promise<{ latencies: number[]; printed: string }> {
   collectGarbage();
   return withRing('bench-ho', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const producer = child(role, name, n + LATENCY_WARMUP, gap);
+    const producer = child(role, name, n + LATENCY_WARMUP, gap, pacing);
     const printed: Buffer[] = [];
     producer.stdout!.on('data', (d: Buffer) => printed.push(d));
     const latencies: number[] = [];
@@ -152,6 +152,9 @@ async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]>
   // A prepared frame every `gapUs` (the producer sleeps between frames, in a futex wait: host-child.ts, pacing 'asleep'), the consumer busy-polling.
   const { latencies: ours, printed } = await gpuringHandOff(n, gapUs, 1_000_000, 'prepared');
   const publish = (JSON.parse(printed) as number[]).slice(LATENCY_WARMUP);
+  // The same with the producer spinning between frames: what its CPU waking from each sleep adds.
+  const busy = await gpuringHandOff(n, gapUs, 1_000_000, 'prepared', 'busy');
+  const busyPublish = (JSON.parse(busy.printed) as number[]).slice(LATENCY_WARMUP);
   const ring = cRingLatency();
   const name = `hand-off, consumer spinning, prepared frame ${gapUs} µs apart (publish call to JS)`;
   return [
@@ -159,6 +162,8 @@ async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]>
     compare(name, 'p50', 'µs', percentile(ours, 50), '3 µs (target)', 3, false),
     // The frame is READY before the call returns: what the producer's side can take of the total.
     hop(`  hop: publish call until it returns (the frame went into the ring before it; the producer's CPU just woke from ${gapUs} µs asleep)`, publish),
+    hop(`  the same hand-off, the producer spinning between frames instead (its CPU never idle)`, busy.latencies),
+    hop(`  hop: its publish call until it returns`, busyPublish),
   ];
 }
 
