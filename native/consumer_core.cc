@@ -220,7 +220,14 @@ void ConsumerState::Service(Napi::Env env) {
         bell->Disarm();  // woke on our own: spare the producer a ring
       }
       Napi::Value record = Receive(env, pos, ref);
-      if (record.IsEmpty()) continue;
+      if (record.IsEmpty()) {
+        // Taken back: claim again after a turn of the loop, so that a process
+        // taking back every claim cannot hold the loop, nor keep requests
+        // from expiring.
+        Expire(env);
+        bell->Sleep(0);
+        return;
+      }
       pending.pop_front();
       Resolve(r, record);
     } catch (const Napi::Error &e) {
@@ -465,8 +472,9 @@ Napi::Value ConsumerCore::NextSync(const Napi::CallbackInfo &info) {
     switch (s_->ClaimBlocking(env, &ref, &pos, static_cast<uint64_t>(spin_us * 1e3), deadline)) {
       case ConsumerState::Blocked::kClaimed: {
         Napi::Value record = s_->Receive(env, pos, ref);
-        if (record.IsEmpty()) continue;  // taken back: claim again
-        return record;
+        if (!record.IsEmpty()) return record;
+        if (gpr_monotonic_ns() < deadline) continue;  // taken back: claim again, while time is left
+        [[fallthrough]];
       }
       case ConsumerState::Blocked::kTimedOut:
         s_->SweepIfDue();

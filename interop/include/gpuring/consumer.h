@@ -194,14 +194,8 @@ GPR_INLINE int gpr_consumer_try_claim(void *ctx) {
   return gpr_ring_try_claim(&a->c->seg, a->c->index, &a->ref, &a->pos);
 }
 
-/* Claims one frame, waiting up to timeout_ms as gpr_consumer_next does. */
-GPR_INLINE int gpr_consumer_claim(gpr_consumer *c, int64_t timeout_ms, gpr_claim_attempt *a,
-                                  gpr_error *err) {
-  int rc = timeout_ms == 0 ? gpr_try_sweeping(&c->seg, gpr_consumer_try_claim, a, -(int)GPR_E_RING_EMPTY)
-                           : gpr_wait_sweeping(&c->seg, &c->seg.control->data_seq,
-                                               &c->seg.control->data_waiters,
-                                               gpr_consumer_try_claim, a,
-                                               -(int)GPR_E_RING_EMPTY, timeout_ms);
+/* The error for what a claim that waited up to timeout_ms came to (rc), or rc. */
+GPR_INLINE int gpr_consumer_claim_error(gpr_consumer *c, int rc, int64_t timeout_ms, gpr_error *err) {
   if (rc == -(int)GPR_E_RING_EMPTY)
     return gpr_fail(err, GPR_E_RING_EMPTY, 0, "no frame is ready in ring '%s'", c->seg.name);
   if (rc == -(int)GPR_E_DETACHED) return gpr_fail_detached(&c->seg, err);
@@ -211,26 +205,34 @@ GPR_INLINE int gpr_consumer_claim(gpr_consumer *c, int64_t timeout_ms, gpr_claim
   return rc;
 }
 
+/* Claims one frame, waiting up to timeout_ms as gpr_consumer_next does: 0, or
+ * the negative code of what it found (gpr_consumer_claim_error words it). */
+GPR_INLINE int gpr_consumer_claim(gpr_consumer *c, int64_t timeout_ms, gpr_claim_attempt *a) {
+  return timeout_ms == 0 ? gpr_try_sweeping(&c->seg, gpr_consumer_try_claim, a, -(int)GPR_E_RING_EMPTY)
+                         : gpr_wait_sweeping(&c->seg, &c->seg.control->data_seq, &c->seg.control->data_waiters,
+                                             gpr_consumer_try_claim, a, -(int)GPR_E_RING_EMPTY, timeout_ms);
+}
+
 /* Takes the next frame, waiting up to timeout_ms (< 0 forever; 0: fail with
  * RING_EMPTY at once when none is ready; otherwise TIMEOUT). A claim taken
  * back before the hand-over is not the caller's concern: it claims again,
- * within what is left of the timeout. */
+ * within what is left of the timeout (with 0 it reports RING_EMPTY: a process
+ * that took back every claim would otherwise hold the call). */
 GPR_INLINE int gpr_consumer_next(gpr_consumer *c, int64_t timeout_ms, gpr_frame **out,
                                  gpr_error *err) {
   if (c->closed) return gpr_fail(err, GPR_E_CLOSED, 0, "the consumer is closed");
   uint64_t deadline = timeout_ms > 0 ? gpr_monotonic_ns() + (uint64_t)timeout_ms * 1000000u : 0;
-  for (;;) {
+  for (int64_t left = timeout_ms;;) {
     gpr_claim_attempt a;
     memset(&a, 0, sizeof a);
     a.c = c;
-    int rc = gpr_consumer_claim(c, timeout_ms, &a, err);
+    int rc = gpr_consumer_claim(c, left, &a);
     if (rc == 0) rc = gpr_consumer_hand_over(c, a.pos, &a.ref, out, err);
-    if (rc != GPR_CLAIM_TAKEN_BACK) return rc;
-    if (timeout_ms > 0) {
-      uint64_t now = gpr_monotonic_ns();
-      /* At least 1 ms: 0 would mean "fail at once with RING_EMPTY", not TIMEOUT. */
-      timeout_ms = now < deadline ? (int64_t)((deadline - now + 999999u) / 1000000u) : 1;
-    }
+    if (rc != GPR_CLAIM_TAKEN_BACK) return gpr_consumer_claim_error(c, rc, timeout_ms, err);
+    uint64_t now = gpr_monotonic_ns();
+    if (timeout_ms == 0) return gpr_consumer_claim_error(c, -(int)GPR_E_RING_EMPTY, timeout_ms, err);
+    if (timeout_ms > 0 && now >= deadline) return gpr_consumer_claim_error(c, -(int)GPR_E_TIMEOUT, timeout_ms, err);
+    if (timeout_ms > 0) left = (int64_t)((deadline - now + 999999u) / 1000000u);
   }
 }
 
