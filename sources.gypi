@@ -9,6 +9,7 @@
     "native/consumer_core.cc",
     "native/doorbell.cc",
     "native/arena_map.cc",
+    "native/lent_mappings.cc",
     "native/cuda_api.cc",
     "native/cuda_context.cc",
     "native/cuda_driver.cc",

@@ -316,6 +316,8 @@ export class Consumer implements AsyncIterable<Frame> {
   /**
    * Leaves the ring: frames still leased are released, waits reject with
    * CLOSED. After DETACHED it succeeds too, touching nothing of the entry.
+   * The arenas this consumer mapped are let go at once: tables and column
+   * views of its frames read zeros from then on.
    */
   close(): void {
     if (this.#closed) return;

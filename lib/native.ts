@@ -361,6 +361,8 @@ export interface NativeAddon {
     /** Broadcast rings: also take the frames still in the ring. */
     fromOldest?: boolean,
   ) => NativeConsumerCore;
+  /** Producer and consumer states of this process not yet freed: closed ones go with their objects (the leak tests). */
+  liveParticipants(): number;
   cudaInfo(): CudaInfo;
   deviceAlloc(ordinal: number, bytes: number): bigint;
   deviceFree(ordinal: number, ptr: bigint): void;

@@ -523,6 +523,8 @@ export class Producer {
    * arenas are removed once the last of them is released. After DETACHED (this
    * producer lost its entry, SPEC.md §4: every publish fails so) it succeeds
    * too, and removes its arenas at once, as no one else knows them.
+   * This process lets go of the arenas at once: `allocate()` and `loan()`
+   * buffers read zeros from then on, and writes to them go nowhere.
    */
   close(): void {
     if (this.#closed) return;

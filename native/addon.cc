@@ -3,6 +3,7 @@
 #include "consumer_core.h"
 #include "cuda_api.h"
 #include "cuda_ipc.h"
+#include "loop_participant.h"
 #include "producer_core.h"
 #include "segment_handle.h"
 
@@ -17,6 +18,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Napi::Array codes = Napi::Array::New(env, GPR_E_COUNT_);
   for (uint32_t i = 0; i < GPR_E_COUNT_; i++) codes.Set(i, Napi::String::New(env, gpr_code_name(static_cast<gpr_code>(i))));
   exports.Set("errorCodes", codes);
+  exports.Set("liveParticipants", Napi::Function::New(env, [](const Napi::CallbackInfo &info) {
+                return Napi::Number::New(info.Env(), static_cast<double>(LoopParticipant::alive.load()));
+              }));
   char hash[20];
   snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(GPR_LAYOUT_HASH));
   exports.Set("layoutHash", Napi::String::New(env, hash));

@@ -3,39 +3,20 @@
 
 namespace gpuring {
 
-namespace {
-struct Mapping {
-  void *base;
-  size_t size;
-};
-}  // namespace
-
-Napi::ArrayBuffer MapArenaBuffer(Napi::Env env, int fd, uint64_t size) {
+Napi::ArrayBuffer MapArenaBuffer(Napi::Env env, LentMappings &lent, int fd, uint64_t size) {
   void *base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
     gpr_error err{};
     gpr_fail(&err, GPR_E_SYSTEM, errno, "mmap of arena failed: %s", strerror(errno));
     Throw(env, err);
   }
-  auto *m = new Mapping{base, size};
-  return Napi::ArrayBuffer::New(
-      env, base, size, [](Napi::Env, void *, Mapping *hint) {
-        munmap(hint->base, hint->size);
-        delete hint;
-      },
-      m);
+  return lent.Lend(env, base, size);
 }
 
-Napi::ArrayBuffer OpenArenaBuffer(Napi::Env env, const gpr_segment &seg, const std::string &name) {
+Napi::ArrayBuffer OpenArenaBuffer(Napi::Env env, LentMappings &lent, const gpr_segment &seg, const std::string &name) {
   gpr_arena_view view{};
   Check(env, [&](gpr_error *e) { return gpr_arena_open(&seg, name.c_str(), &view, e); });
-  auto *m = new Mapping{view.base, view.size};
-  return Napi::ArrayBuffer::New(
-      env, view.base, view.size, [](Napi::Env, void *, Mapping *hint) {
-        munmap(hint->base, hint->size);
-        delete hint;
-      },
-      m);
+  return lent.Lend(env, view.base, view.size);
 }
 
 BodyReader::~BodyReader() {

@@ -1,7 +1,7 @@
 // External ArrayBuffers over host arenas. Each call maps the arena anew and the
-// mapping is owned by the ArrayBuffer: it is unmapped by the buffer's finalizer,
-// so a table that outlives its consumer or producer never reads unmapped memory,
-// and V8 never sees two ArrayBuffers over one address.
+// mapping is lent to JS (LentMappings): unmapped by the buffer's finalizer, so
+// a table that outlives its consumer or producer never reads unmapped memory,
+// V8 never sees two ArrayBuffers over one address, and close() takes it back.
 #pragma once
 #include <napi.h>
 #include <map>
@@ -9,14 +9,15 @@
 #include <string>
 #include <tuple>
 #include "gpuring.h"
+#include "lent_mappings.h"
 
 namespace gpuring {
 
-// Maps `fd` (size bytes) and wraps it. Throws on failure.
-Napi::ArrayBuffer MapArenaBuffer(Napi::Env env, int fd, uint64_t size);
+// Maps `fd` (size bytes) and lends it. Throws on failure.
+Napi::ArrayBuffer MapArenaBuffer(Napi::Env env, LentMappings &lent, int fd, uint64_t size);
 
-// Opens a consumer-side arena by name (validated against the segment) and wraps it.
-Napi::ArrayBuffer OpenArenaBuffer(Napi::Env env, const gpr_segment &seg, const std::string &name);
+// Opens a consumer-side arena by name (validated against the segment) and lends it.
+Napi::ArrayBuffer OpenArenaBuffer(Napi::Env env, LentMappings &lent, const gpr_segment &seg, const std::string &name);
 
 // Process-local, mutex-guarded cache of consumer mappings used to copy frame
 // bodies out of producers' arenas. Lives as long as its consumer.

@@ -397,8 +397,7 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   s.record_cursor_view = Napi::Persistent(cursor);
   Value().Set("recordCursor", cursor);
   Value().Set("recordChunk", s.records.First(env));
-  std::shared_ptr<ConsumerState> state = s_;
-  env.AddCleanupHook([state] { state->Shutdown(); });  // process exit without close()
+  s.HookExit();
   Value().Set("index", Napi::Number::New(env, s.me));
   Value().Set("generation", Napi::Number::New(env, s.gen));
   direct_.Define<&ConsumerCore::TryNext>(Value(), "tryNext");
@@ -409,6 +408,7 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
 }
 
 ConsumerCore::~ConsumerCore() {
+  s_->UnhookExit();
   if (!closed_) s_->Shutdown();
 }
 
@@ -679,14 +679,16 @@ Napi::Value ConsumerCore::WokenAt(const Napi::CallbackInfo &info) {
 Napi::Value ConsumerCore::OpenArena(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
-  return OpenArenaBuffer(env, s_->seg, info[0].As<Napi::String>());
+  return OpenArenaBuffer(env, s_->lent, s_->seg, info[0].As<Napi::String>());
 }
 
 Napi::Value ConsumerCore::Close(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   if (closed_) return env.Undefined();
   closed_ = true;
+  s_->UnhookExit();
   s_->Shutdown();
+  s_->lent.TakeBack();
   for (auto &r : s_->pending) s_->Reject(r, MakeError(env, GPR_E_CLOSED, "the consumer was closed"));
   s_->pending.clear();
   return env.Undefined();

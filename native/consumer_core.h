@@ -168,7 +168,7 @@ struct ConsumerState : LoopParticipant {
   // this process still maps or imports with no frame holding it (publisher.h):
   // once per sweep, and when the consumer closes.
   void ForgetDeadPublishers();
-  void Shutdown();
+  void Shutdown() override;
   // Releases made without their space notification (a work-queue ring's
   // Release): one is owed, and sent before this consumer next takes a frame,
   // sleeps or leaves, or when JS calls notifySpace() (SPEC.md §6, Coalescing).

@@ -34,6 +34,21 @@ void LoopParticipant::SweepIfDue() {
   sweeps++;
 }
 
+void LoopParticipant::HookExit() {
+  exit_hooked = napi_add_env_cleanup_hook(env, AtExit, this) == napi_ok;
+}
+
+void LoopParticipant::UnhookExit() {
+  if (exit_hooked) napi_remove_env_cleanup_hook(env, AtExit, this);
+  exit_hooked = false;
+}
+
+void LoopParticipant::AtExit(void *participant) {
+  auto *p = static_cast<LoopParticipant *>(participant);
+  p->exit_hooked = false;
+  p->Shutdown();
+}
+
 bool LoopParticipant::SpareCores() {
   cpu_set_t set;
   return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 4;

@@ -3,14 +3,20 @@
 // cores, which differ only in what they serve when woken.
 #pragma once
 #include <napi.h>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include "attachment.h"
 #include "doorbell.h"
+#include "lent_mappings.h"
 
 namespace gpuring {
 
 struct LoopParticipant : Attachment {
+  LoopParticipant() { alive++; }
+  virtual ~LoopParticipant() { alive--; }
+  // Producer and consumer states not yet freed in this process (liveParticipants(), for the leak tests).
+  static inline std::atomic<int64_t> alive{0};
   napi_env env = nullptr;
   std::unique_ptr<Napi::AsyncContext> async;
   std::unique_ptr<Doorbell> bell;
@@ -20,6 +26,9 @@ struct LoopParticipant : Attachment {
   uint64_t tick_ms = 250;
   uint64_t last_sweep_ns = 0;
   uint64_t sweeps = 0;  // how many ticks swept: what a core does once per sweep keys on it
+  bool exit_hooked = false;
+  // What JS reads of the shared memory directly: taken back by close().
+  LentMappings lent;
 
   // Creates the doorbell; `on_wake` runs on the event loop (see Woken).
   void StartBell(Napi::Env env, const char *resource, uint32_t tick_ms, std::function<void()> on_wake);
@@ -34,9 +43,20 @@ struct LoopParticipant : Attachment {
   // nothing: a caller that only polls never sleeps, so without it nobody in
   // its process would repair the dead producer's slot it is stuck behind.
   void SweepIfDue();
+  // Leaves the ring: gives the entry back, stops the doorbell. Idempotent.
+  virtual void Shutdown() = 0;
+  // Shuts down as Node tears the environment down, for a process that exits
+  // without close(). close() and the core's finalizer take the hook back
+  // (UnhookExit): a hook holding the state would keep every closed
+  // participant's state, and what it references, until the process ends.
+  void HookExit();
+  void UnhookExit();
   // Whether this process may run on 4 or more CPUs, so that a core polling
   // or waking early leaves a CPU to the process it waits for.
   static bool SpareCores();
+
+ private:
+  static void AtExit(void *participant);
 };
 
 }  // namespace gpuring

@@ -28,9 +28,9 @@ uint64_t DeadlineAfter(double timeout_ms) {
 // publish gives its heads-up (headsUp()) before its own JS work, but only when
 // that count says someone sleeps, so a stream nobody sleeps on pays no call.
 // A second mapping of the segment's first page (mremap with old size 0
-// duplicates a shared mapping), unmapped when the view is collected, so it
-// stays valid after close(). Without one, the count reads 1: always ring.
-Napi::Uint32Array SleepersView(Napi::Env env, const gpr_segment &seg) {
+// duplicates a shared mapping), lent to JS: it reads 0 after close(). Without
+// one, the count reads 1: always ring.
+Napi::Uint32Array SleepersView(Napi::Env env, LentMappings &lent, const gpr_segment &seg) {
   size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   void *copy = mremap(seg.base, 0, page, MREMAP_MAYMOVE);
   if (copy == MAP_FAILED) {
@@ -38,8 +38,7 @@ Napi::Uint32Array SleepersView(Napi::Env env, const gpr_segment &seg) {
     always[0] = 1;
     return always;
   }
-  auto buffer = Napi::ArrayBuffer::New(env, copy, page, [page](Napi::Env, void *p) { munmap(p, page); });
-  return Napi::Uint32Array::New(env, 1, buffer, GPR_CONTROL_OFFSET + offsetof(gpr_control, data_doorbells));
+  return Napi::Uint32Array::New(env, 1, lent.Lend(env, copy, page), GPR_CONTROL_OFFSET + offsetof(gpr_control, data_doorbells));
 }
 
 // How many released frame ids wait for takeReleased(), as JS sees it: a
@@ -308,11 +307,10 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
     s.Shutdown();
     throw;
   }
-  std::shared_ptr<ProducerState> state = s_;
-  env.AddCleanupHook([state] { state->Shutdown(); });  // process exit without close()
+  s.HookExit();
   Value().Set("index", Napi::Number::New(env, s.me));
   Value().Set("generation", Napi::Number::New(env, s.gen));
-  Value().Set("sleepers", SleepersView(env, s.seg));
+  Value().Set("sleepers", SleepersView(env, s.lent, s.seg));
   Value().Set("releasedCount", ReleasedCountView(env, s_));
   direct_.Define<&ProducerCore::Publish>(Value(), "publish");
   direct_.Define<&ProducerCore::PublishPrepared>(Value(), "publishPrepared");
@@ -322,6 +320,7 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
 }
 
 ProducerCore::~ProducerCore() {
+  s_->UnhookExit();
   if (!closed_) s_->Shutdown();
 }
 
@@ -364,7 +363,7 @@ Napi::Value ProducerCore::ArenaBuffer(const Napi::CallbackInfo &info) {
   RequireOpen(env);
   uint32_t n = info[0].As<Napi::Number>().Uint32Value();
   if (n >= s_->pool.count || !s_->pool.arenas[n].base) Throw(env, GPR_E_INVALID_ARGUMENT, "no such arena");
-  return MapArenaBuffer(env, s_->pool.arenas[n].fd, s_->pool.arenas[n].size);
+  return MapArenaBuffer(env, s_->lent, s_->pool.arenas[n].fd, s_->pool.arenas[n].size);
 }
 
 Napi::Value ProducerCore::ArenaName(const Napi::CallbackInfo &info) {
@@ -715,7 +714,9 @@ Napi::Value ProducerCore::Close(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   if (closed_) return env.Undefined();
   closed_ = true;
+  s_->UnhookExit();
   s_->Shutdown();
+  s_->lent.TakeBack();
   for (auto &kv : s_->deferred)
     kv.second.Reject(MakeError(env, GPR_E_CLOSED, "the producer was closed before the frame was published").Value());
   s_->deferred.clear();

@@ -78,7 +78,7 @@ struct ProducerState : LoopParticipant {
   uint64_t NextWakeMs() const;
   void Service(Napi::Env env);
   void OnWake();
-  void Shutdown();
+  void Shutdown() override;
   void ServeDescriptorsIfNeeded(Napi::Env env);
 };
 
