@@ -76,6 +76,8 @@ export class Consumer implements AsyncIterable<Frame> {
   readonly name: string;
   readonly #core: NativeConsumerCore;
   readonly #arenas = new Map<string, ArrayBuffer>();
+  /** The core's arenasTakenBack when #arenas was last valid. */
+  #arenasTakenBack = 0;
   readonly #layouts = new FrameLayouts();
   readonly #source: FrameSource;
   /** What the core turns each record a wait() gets into; it holds this only weakly. */
@@ -339,9 +341,15 @@ export class Consumer implements AsyncIterable<Frame> {
 
   /**
    * One mapping per arena, reused across frames. Producers come and go, so the
-   * cache is bounded; a Table keeps its own mapping alive after eviction.
+   * cache is bounded; a Table keeps its own mapping alive after eviction. The
+   * core lets go of the arenas of producers that left (they then read zeros),
+   * and the cache starts afresh: a name may come back with a new file.
    */
   #arena(name: string): ArrayBuffer {
+    if (this.#core.arenasTakenBack[0] !== this.#arenasTakenBack) {
+      this.#arenasTakenBack = this.#core.arenasTakenBack[0]!;
+      this.#arenas.clear();
+    }
     let arena = this.#arenas.get(name);
     if (!arena) {
       if (this.#arenas.size >= MAX_CACHED_ARENAS) this.#arenas.clear();

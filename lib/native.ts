@@ -241,6 +241,8 @@ export interface NativeConsumerCore {
   notifySpace(): void;
   /** [0] is non-zero while a space notification is owed (shared with the native core). */
   readonly spaceOwed: Uint32Array;
+  /** Counts the times the core let go of arenas no frame can refer to any more: openArena() buffers cached before then may read zeros. */
+  readonly arenasTakenBack: Uint32Array;
   /** Where the next record goes (shared with the native core): [0] its chunk's serial, [1] the offset in it. */
   readonly recordCursor: Float64Array;
   /** The chunk single records go to first (later ones come as a ReceivedRecord). */

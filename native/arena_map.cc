@@ -16,11 +16,24 @@ Napi::ArrayBuffer MapArenaBuffer(Napi::Env env, LentMappings &lent, int fd, uint
 Napi::ArrayBuffer OpenArenaBuffer(Napi::Env env, LentMappings &lent, const gpr_segment &seg, const std::string &name) {
   gpr_arena_view view{};
   Check(env, [&](gpr_error *e) { return gpr_arena_open(&seg, name.c_str(), &view, e); });
-  return lent.Lend(env, view.base, view.size);
+  return lent.Lend(env, view.base, view.size, name);
 }
 
 BodyReader::~BodyReader() {
   for (auto &kv : views_) gpr_arena_view_close(&kv.second);
+}
+
+void BodyReader::ForgetRemoved(const std::function<bool(uint32_t index, uint32_t gen, uint32_t arena)> &removed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = views_.begin(); it != views_.end();) {
+    auto [index, gen, arena] = it->first;
+    if (!removed(index, gen, arena)) {
+      ++it;
+      continue;
+    }
+    gpr_arena_view_close(&it->second);
+    it = views_.erase(it);
+  }
 }
 
 bool BodyReader::Locate(const gpr_frame_ref &ref, const uint8_t **src, gpr_error *err) {

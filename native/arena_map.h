@@ -4,6 +4,7 @@
 // V8 never sees two ArrayBuffers over one address, and close() takes it back.
 #pragma once
 #include <napi.h>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -29,6 +30,8 @@ class BodyReader {
   // lies inside the arena. Returns false with `err` set if not.
   // The mapping stays valid until the next call that maps a new arena.
   bool Locate(const gpr_frame_ref &ref, const uint8_t **src, gpr_error *err);
+  // Unmaps the arenas `removed` says no frame can refer to any more.
+  void ForgetRemoved(const std::function<bool(uint32_t index, uint32_t gen, uint32_t arena)> &removed);
 
  private:
   static constexpr size_t kMaxViews = 64;

@@ -273,6 +273,7 @@ void ConsumerState::Housekeep() {
   if (forgotten_at_sweep != sweeps) {
     forgotten_at_sweep = sweeps;
     ForgetDeadPublishers();
+    ForgetRemovedArenas();
   }
 }
 
@@ -322,12 +323,33 @@ ConsumerState::Blocked ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref
   return Blocked::kClaimed;
 }
 
+bool ConsumerState::PublisherLive(uint32_t index, uint32_t gen) const {
+  return index < seg.participant_capacity && gpr_pgen(gpr_participant_word(&seg, index)) == gen &&
+         gpr_participant_alive(&seg, index);
+}
+
 void ConsumerState::ForgetDeadPublishers() {
-  cuda::LivePublisher live = [this](uint32_t index, uint32_t gen) {
-    return index < seg.participant_capacity && gpr_pgen(gpr_participant_word(&seg, index)) == gen && gpr_participant_alive(&seg, index);
-  };
+  cuda::LivePublisher live = [this](uint32_t index, uint32_t gen) { return PublisherLive(index, gen); };
   cuda::IpcHandleCache::Get().ForgetDeadPublishers(cuda::InternSegment(seg.name), live);
   cuda::PoolImports::Get().ForgetDeadPublishers(seg.name, live);
+}
+
+bool ConsumerState::ArenaRemoved(uint32_t index, uint32_t gen, uint32_t arena) const {
+  if (PublisherLive(index, gen)) return false;
+  char name[GPR_SHM_NAME_MAX];
+  gpr_arena_shm_name(seg.name, index, gen, arena, name);
+  int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+  if (fd >= 0) close(fd);
+  return fd < 0 && errno == ENOENT;
+}
+
+void ConsumerState::ForgetRemovedArenas() {
+  if (bodies) bodies->ForgetRemoved([this](uint32_t i, uint32_t g, uint32_t a) { return ArenaRemoved(i, g, a); });
+  bool any = lent.TakeBackRemoved([this](const std::string &file) {
+    uint32_t i, g, a;
+    return gpr_arena_name_parse(&seg, file.c_str(), &i, &g, &a) == 0 && ArenaRemoved(i, g, a);
+  });
+  if (any) ++*arenas_taken_back;
 }
 
 void ConsumerState::Shutdown() {
@@ -392,6 +414,10 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   s.space_owed = owed.Data();
   s.space_owed_view = Napi::Persistent(owed);
   Value().Set("spaceOwed", owed);
+  Napi::Uint32Array taken_back = Napi::Uint32Array::New(env, 1);
+  s.arenas_taken_back = taken_back.Data();
+  s.arenas_taken_back_view = Napi::Persistent(taken_back);
+  Value().Set("arenasTakenBack", taken_back);
   Napi::Float64Array cursor = Napi::Float64Array::New(env, 2);
   s.records.Share(cursor.Data());
   s.record_cursor_view = Napi::Persistent(cursor);
@@ -438,7 +464,7 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   gpr_frame_ref ref{};
   uint64_t pos = 0;
   if (s_->ClaimWithin(env, &ref, &pos, static_cast<uint64_t>(spin_us > 0 ? spin_us * 1e3 : 0)) != 0) {
-    s_->SweepIfDue();
+    s_->PollFoundNothing();
     return env.Null();
   }
   Napi::Value record = s_->Receive(env, pos, ref);
@@ -521,7 +547,7 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
     claims.push_back(c);
     total += ConsumerState::kRecordBytes + ((c.ref.body_length + 7u) & ~size_t{7});
   }
-  if (claims.empty() && err.code == GPR_E_OK) s_->SweepIfDue();  // a poll that found nothing (see TryNext)
+  if (claims.empty() && err.code == GPR_E_OK) s_->PollFoundNothing();
   // Locate again before copying: mapping a new arena may have evicted earlier views.
   Napi::ArrayBuffer out = Napi::ArrayBuffer::New(env, total);
   auto *at = static_cast<uint8_t *>(out.Data());

@@ -132,6 +132,12 @@ struct ConsumerState : LoopParticipant {
   // collect finished stream releases, and once per sweep let go of dead
   // producers' device memory.
   void Housekeep();
+  // A poll (tryNext, a batch) that found nothing: a consumer that only polls
+  // never sleeps, so it sweeps and housekeeps as a wake-up would.
+  void PollFoundNothing() {
+    SweepIfDue();
+    Housekeep();
+  }
   void Expire(Napi::Env env);
   uint64_t NextWakeMs() const;
   // Copies, validates and leases the frame at `pos`; throws (having released
@@ -168,6 +174,16 @@ struct ConsumerState : LoopParticipant {
   // this process still maps or imports with no frame holding it (publisher.h):
   // once per sweep, and when the consumer closes.
   void ForgetDeadPublishers();
+  // Lets go of the arenas of producers that left, once no frame can refer to
+  // them: the producer is no longer alive and the arena's file was removed,
+  // which happens only when no slot refers to it (SPEC.md §4, Free). Until
+  // then a consumer that stays open would keep their memory in /dev/shm.
+  // Counts in arenas_taken_back what JS must no longer read from its cache.
+  void ForgetRemovedArenas();
+  bool ArenaRemoved(uint32_t index, uint32_t gen, uint32_t arena) const;
+  bool PublisherLive(uint32_t index, uint32_t gen) const;
+  Napi::Reference<Napi::Uint32Array> arenas_taken_back_view;  // ConsumerCore.arenasTakenBack
+  uint32_t *arenas_taken_back = nullptr;
   void Shutdown() override;
   // Releases made without their space notification (a work-queue ring's
   // Release): one is owed, and sent before this consumer next takes a frame,

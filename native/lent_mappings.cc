@@ -7,13 +7,14 @@ namespace gpuring {
 struct LentMappings::Lent {
   void *base;
   size_t size;
+  std::string file;
   std::weak_ptr<Registry> registry;
 };
 
 LentMappings::LentMappings() : lent_(std::make_shared<Registry>()) {}
 
-Napi::ArrayBuffer LentMappings::Lend(Napi::Env env, void *base, size_t size) {
-  auto *lent = new Lent{base, size, lent_};
+Napi::ArrayBuffer LentMappings::Lend(Napi::Env env, void *base, size_t size, std::string file) {
+  auto *lent = new Lent{base, size, std::move(file), lent_};
   Napi::ArrayBuffer buffer;
   try {
     buffer = Napi::ArrayBuffer::New(
@@ -34,11 +35,28 @@ Napi::ArrayBuffer LentMappings::Lend(Napi::Env env, void *base, size_t size) {
 }
 
 void LentMappings::TakeBack() {
-  // Over the whole mapping, so the replacement adds no mapping of its own.
-  // Should it fail, the file stays mapped until the finalizer, as before.
-  for (Lent *l : *lent_)
-    mmap(l->base, l->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  for (Lent *l : *lent_) Replace(*l);
   lent_->clear();
+}
+
+bool LentMappings::TakeBackRemoved(const std::function<bool(const std::string &file)> &removed) {
+  bool any = false;
+  for (auto it = lent_->begin(); it != lent_->end();) {
+    if ((*it)->file.empty() || !removed((*it)->file)) {
+      ++it;
+      continue;
+    }
+    Replace(**it);
+    it = lent_->erase(it);
+    any = true;
+  }
+  return any;
+}
+
+// Over the whole mapping, so the replacement adds no mapping of its own.
+// Should it fail, the file stays mapped until the finalizer, as before.
+void LentMappings::Replace(const Lent &l) {
+  mmap(l.base, l.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
 }  // namespace gpuring

@@ -10,11 +10,14 @@
 // each mapping still lent, in place, with private zero pages: a view read
 // after close() reads zeros and a write goes nowhere, instead of faulting, and
 // the files are freed once nobody else maps them. The finalizer unmaps the
-// replacement.
+// replacement. A consumer takes back an arena sooner, once no frame can refer
+// to it any more (TakeBackRemoved).
 #pragma once
 #include <napi.h>
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <string>
 #include <unordered_set>
 
 namespace gpuring {
@@ -22,14 +25,18 @@ namespace gpuring {
 class LentMappings {
  public:
   LentMappings();
-  // An ArrayBuffer over the mapping [base, base + size), which it now owns.
-  Napi::ArrayBuffer Lend(Napi::Env env, void *base, size_t size);
+  // An ArrayBuffer over the mapping [base, base + size), which it now owns;
+  // `file`: the shared-memory object mapped, for TakeBackRemoved().
+  Napi::ArrayBuffer Lend(Napi::Env env, void *base, size_t size, std::string file = {});
   // Replaces every mapping still lent with zero pages (see above). JS thread only, as finalizers are.
   void TakeBack();
+  // The same for each mapping of a file `removed` says is gone; whether it took any back.
+  bool TakeBackRemoved(const std::function<bool(const std::string &file)> &removed);
 
  private:
   struct Lent;
   using Registry = std::unordered_set<Lent *>;
+  static void Replace(const Lent &l);
   std::shared_ptr<Registry> lent_;
 };
 

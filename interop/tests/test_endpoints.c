@@ -449,6 +449,30 @@ static int arena_exists(const char *ring, uint32_t index, uint32_t gen) {
   return access(path, F_OK) == 0;
 }
 
+/* A consumer that stays open lets go of a departed producer's arena once no
+ * frame can refer to it (SPEC.md §9), and not while it holds one of its frames. */
+static void test_departed_producers_arena_is_let_go(void) {
+  endpoints e;
+  gpr_error err;
+  gpr_frame *held = NULL, *none = NULL;
+  endpoints_open(&e, "departed", 4u);
+  uint32_t pi = e.p->index, pg = e.p->gen;
+  CHECK(publish_ints(e.p, 4, 0, &err) == 0 && gpr_consumer_next(e.c, 0, &held, &err) == 0);
+  gpr_producer_close(e.p);
+  e.p = NULL;
+  CHECK(arena_exists(e.name, pi, pg) && e.c->arena_count == 1); /* named while its frame is out */
+  e.c->forget_due_ns = 0;
+  CHECK_CODE(gpr_consumer_next(e.c, 0, &none, &err), GPR_E_RING_EMPTY);
+  CHECK(e.c->arena_count == 1); /* held: kept */
+  gpr_frame_release(held);
+  gpr_sweep(&e.seg, NULL, NULL); /* frees the entry no slot refers to, removing its arena */
+  CHECK(!arena_exists(e.name, pi, pg) && e.c->arena_count == 1);
+  e.c->forget_due_ns = 0;
+  CHECK_CODE(gpr_consumer_next(e.c, 0, &none, &err), GPR_E_RING_EMPTY);
+  CHECK(e.c->arena_count == 0);
+  endpoints_close(&e);
+}
+
 /* Entries changed under a live producer and consumer (SPEC.md §4, "Losing the
  * entry"): both fail with DETACHED, close quietly (the producer unlinking its
  * own arenas), and the participants opened after them, one in the consumer's
@@ -456,7 +480,7 @@ static int arena_exists(const char *ring, uint32_t index, uint32_t gen) {
 static void test_lost_entries(void) {
   endpoints e;
   gpr_error err;
-  gpr_frame *f = NULL;
+  gpr_frame *f = NULL, *f2 = NULL;
   endpoints_open(&e, "lost", 4u);
   CHECK(publish_ints(e.p, 4, 0, &err) == 0 && gpr_consumer_next(e.c, 0, &f, &err) == 0);
   uint32_t pi = e.p->index, pg = e.p->gen, ci = e.c->index;
@@ -466,8 +490,16 @@ static void test_lost_entries(void) {
   CHECK_CODE(publish_ints(e.p, 4, 100, &err), GPR_E_DETACHED);
   CHECK_CODE(gpr_consumer_next(e.c, 0, &f, &err), GPR_E_DETACHED);
   CHECK(arena_exists(e.name, pi, pg));
+  const uint8_t *v = NULL;
+  CHECK(gpr_frame_host_buffer(f, 1, &v, &err) == 0);
   gpr_producer_close(e.p);
   CHECK(!arena_exists(e.name, pi, pg));
+  /* Its arena removed under a frame still held: the consumer keeps it mapped until the release. */
+  e.c->forget_due_ns = 0;
+  CHECK_CODE(gpr_consumer_next(e.c, 0, &f2, &err), GPR_E_DETACHED);
+  int32_t last;
+  memcpy(&last, v + 12, 4);
+  CHECK(last == 3);
   gpr_consumer *fresh = NULL;
   CHECK(gpr_consumer_open(e.name, 0, &fresh, &err) == 0 && fresh->index == ci);
   CHECK(gpr_producer_open(e.name, NULL, &e.p, &err) == 0);
@@ -735,6 +767,7 @@ int main(void) {
   test_inflight_queue();
   test_release_callback_publishes();
   test_lost_entries();
+  test_departed_producers_arena_is_let_go();
   test_released_frames_of_a_lost_producer();
   test_arena_header_restored();
   test_short_waits_still_sweep();

@@ -60,6 +60,7 @@ typedef struct gpr_consumer {
   gpr_mapped_arena *arenas;
   uint32_t arena_count;
   uint32_t arena_capacity;
+  uint64_t forget_due_ns;        /* when next to let go of removed arenas (gpr_consumer_forget_removed) */
 } gpr_consumer;
 
 typedef struct gpr_frame {
@@ -129,6 +130,43 @@ GPR_INLINE void gpr_consumer_unref_locked(gpr_consumer *c) {
   pthread_mutex_unlock(&c->mu);
   pthread_mutex_destroy(&c->mu);
   free(c);
+}
+
+/* Whether no frame can refer to arena NAME any more (SPEC.md §9): the entry
+ * no longer holds its producer alive with that generation, and its file is
+ * gone, which happens only once no slot refers to the producer (§4 Free). */
+GPR_INLINE int gpr_arena_removed(const gpr_segment *seg, const char *name) {
+  uint32_t index, gen, arena;
+  if (gpr_arena_name_parse(seg, name, &index, &gen, &arena) != 0 || index >= seg->participant_capacity) return 0;
+  if (gpr_pgen(gpr_participant_word(seg, index)) == gen && gpr_participant_alive(seg, index)) return 0;
+  int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+  if (fd >= 0) close(fd);
+  return fd < 0 && errno == ENOENT;
+}
+
+/* Unmaps the arenas no frame can refer to any more, once per sweep interval:
+ * a consumer that stays open while producers come and go would otherwise keep
+ * every departed producer's arenas allocated in /dev/shm. Only while it holds
+ * no frame: a pointer into a frame's buffers must stay readable until the
+ * frame's release, even where damage removed its arena early. */
+GPR_INLINE void gpr_consumer_forget_removed(gpr_consumer *c) {
+  uint64_t now = gpr_monotonic_ns();
+  if (now < c->forget_due_ns) return;
+  pthread_mutex_lock(&c->mu);
+  if (c->refs > 1) {
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  c->forget_due_ns = now + GPR_SWEEP_INTERVAL_NS;
+  for (uint32_t i = 0; i < c->arena_count;) {
+    if (!gpr_arena_removed(&c->seg, c->arenas[i].name)) {
+      i++;
+      continue;
+    }
+    gpr_arena_view_close(&c->arenas[i].view);
+    c->arenas[i] = c->arenas[--c->arena_count];
+  }
+  pthread_mutex_unlock(&c->mu);
 }
 
 /* Copies the body a reference names out of its arena. */
@@ -221,6 +259,7 @@ GPR_INLINE int gpr_consumer_claim(gpr_consumer *c, int64_t timeout_ms, gpr_claim
 GPR_INLINE int gpr_consumer_next(gpr_consumer *c, int64_t timeout_ms, gpr_frame **out,
                                  gpr_error *err) {
   if (c->closed) return gpr_fail(err, GPR_E_CLOSED, 0, "the consumer is closed");
+  gpr_consumer_forget_removed(c);
   uint64_t deadline = timeout_ms > 0 ? gpr_monotonic_ns() + (uint64_t)timeout_ms * 1000000u : 0;
   for (int64_t left = timeout_ms;;) {
     gpr_claim_attempt a;

@@ -11,6 +11,7 @@ import os
 import re
 import struct
 from dataclasses import dataclass
+from typing import Callable
 
 from . import layout as L
 from .errors import GpuringError
@@ -195,6 +196,14 @@ class ArenaPool:
 
 
 _ARENA_NAME = re.compile(r"/gpuring\.([A-Za-z0-9_-]{1,32})\.p(0|[1-9][0-9]*)g(0|[1-9][0-9]*)\.a(0|[1-9][0-9]*)")
+
+
+def arena_removed(name: str, live: Callable[[tuple[int, int]], bool]) -> bool:
+    """Whether no frame can refer to arena ``name`` any more: its producer is
+    gone (``live`` says no) and its file was removed, which happens only once
+    no slot refers to the producer (SPEC.md §4 Free, §9)."""
+    m = _ARENA_NAME.fullmatch(name)
+    return m is not None and not live((int(m.group(2)), int(m.group(3)))) and not os.path.exists("/dev/shm" + name)
 
 
 def open_arena(seg: Segment, name: str) -> SharedMemory:

@@ -158,15 +158,17 @@ class Consumer:
                            missed=self.missed)
 
     def _forget_dead_producers(self) -> None:
-        """At most every FORGET_EVERY seconds (waiting or not): closes the idle
-        IPC mappings and destroys the unused imported pools of producers that
-        are gone, which would keep their device memory allocated (SPEC.md §9a, §9b)."""
-        if self._device is None and self._pools is None:
-            return  # a host-only consumer: nothing to let go, no clock read per claim
+        """At most every FORGET_EVERY seconds (waiting or not): unmaps the arenas
+        no frame can refer to any more (SPEC.md §9), closes the idle IPC
+        mappings and destroys the unused imported pools of producers that are
+        gone, which would keep their memory allocated (SPEC.md §9a, §9b)."""
+        if self._device is None and self._pools is None and not self._maps.maps:
+            return  # nothing to let go, no clock read per claim
         now = time.monotonic()
         if now < self._next_forget:
             return
         self._next_forget = now + FORGET_EVERY
+        self._maps.forget_removed(self._producer_live)
         if self._device is not None:
             self._device.close_idle(self._producer_live)
         if self._pools is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Callable
 
-from .arena import Allocation, ArenaPool, open_arena
+from .arena import Allocation, ArenaPool, arena_removed, open_arena
 from .body_shapes import Shape
 from .arrow_c import ArrowArray, ArrowNode, ArrowSchema, import_record_batch, read_exported
 from .description import BufferDescriptor, ColumnDescriptor, FrameDescription
@@ -127,6 +127,14 @@ class ArenaMaps:
         if mem is None:
             mem = self.maps[name] = open_arena(self.seg, name)
         return mem
+
+    def forget_removed(self, live: Callable[[tuple[int, int]], bool]) -> None:
+        """Drops the maps of arenas no frame can refer to any more (arena_removed):
+        the rest of a long-lived consumer's life would keep every departed
+        producer's arenas allocated in /dev/shm. Arrays still built on one keep
+        it mapped until they go."""
+        for name in [n for n in self.maps if arena_removed(n, live)]:
+            self.maps.pop(name).close()
 
     def address(self, b: BufferDescriptor) -> int:
         name = b.arena_name
