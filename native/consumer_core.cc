@@ -334,22 +334,18 @@ void ConsumerState::ForgetDeadPublishers() {
   cuda::PoolImports::Get().ForgetDeadPublishers(seg.name, live);
 }
 
-bool ConsumerState::ArenaRemoved(uint32_t index, uint32_t gen, uint32_t arena) const {
-  if (PublisherLive(index, gen)) return false;
-  char name[GPR_SHM_NAME_MAX];
-  gpr_arena_shm_name(seg.name, index, gen, arena, name);
-  int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
-  if (fd >= 0) close(fd);
-  return fd < 0 && errno == ENOENT;
-}
-
+// Views of removed arenas go at once: bodies were copied out at the claim. A
+// buffer lent to JS is replaced with zero pages, so even a table kept past
+// its release reads zeros rather than faulting.
 void ConsumerState::ForgetRemovedArenas() {
-  if (bodies) bodies->ForgetRemoved([this](uint32_t i, uint32_t g, uint32_t a) { return ArenaRemoved(i, g, a); });
-  bool any = lent.TakeBackRemoved([this](const std::string &file) {
-    uint32_t i, g, a;
-    return gpr_arena_name_parse(&seg, file.c_str(), &i, &g, &a) == 0 && ArenaRemoved(i, g, a);
-  });
-  if (any) ++*arenas_taken_back;
+  if (bodies)
+    bodies->ForgetRemoved([this](uint32_t index, uint32_t gen, uint32_t arena) {
+      char name[GPR_SHM_NAME_MAX];
+      gpr_arena_shm_name(seg.name, index, gen, arena, name);
+      return gpr_arena_removed(&seg, name) != 0;
+    });
+  if (lent.TakeBackRemoved([this](const std::string &file) { return gpr_arena_removed(&seg, file.c_str()) != 0; }))
+    ++*arenas_taken_back;
 }
 
 void ConsumerState::Shutdown() {

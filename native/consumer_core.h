@@ -175,12 +175,10 @@ struct ConsumerState : LoopParticipant {
   // once per sweep, and when the consumer closes.
   void ForgetDeadPublishers();
   // Lets go of the arenas of producers that left, once no frame can refer to
-  // them: the producer is no longer alive and the arena's file was removed,
-  // which happens only when no slot refers to it (SPEC.md §4, Free). Until
-  // then a consumer that stays open would keep their memory in /dev/shm.
+  // them (gpr_arena_removed, SPEC.md §9). Until then a consumer that stays
+  // open would keep their memory in /dev/shm.
   // Counts in arenas_taken_back what JS must no longer read from its cache.
   void ForgetRemovedArenas();
-  bool ArenaRemoved(uint32_t index, uint32_t gen, uint32_t arena) const;
   bool PublisherLive(uint32_t index, uint32_t gen) const;
   Napi::Reference<Napi::Uint32Array> arenas_taken_back_view;  // ConsumerCore.arenasTakenBack
   uint32_t *arenas_taken_back = nullptr;

@@ -494,7 +494,11 @@ static void test_lost_entries(void) {
   CHECK(gpr_frame_host_buffer(f, 1, &v, &err) == 0);
   gpr_producer_close(e.p);
   CHECK(!arena_exists(e.name, pi, pg));
-  /* Its arena removed under a frame still held: the consumer keeps it mapped until the release. */
+  /* Its arena removed under a frame still held: no consumer lets go of it while a slot refers to it, */
+  char arena[GPR_SHM_NAME_MAX];
+  gpr_arena_shm_name(e.name, pi, pg, 0, arena);
+  CHECK(!gpr_arena_removed(&e.seg, arena));
+  /* and this one keeps it mapped until the release in any case. */
   e.c->forget_due_ns = 0;
   CHECK_CODE(gpr_consumer_next(e.c, 0, &f2, &err), GPR_E_DETACHED);
   int32_t last;

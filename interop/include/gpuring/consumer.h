@@ -132,16 +132,34 @@ GPR_INLINE void gpr_consumer_unref_locked(gpr_consumer *c) {
   free(c);
 }
 
+/* Whether a slot holds a frame that may be read from producer `index`'s
+ * arenas: READY (its owner), CLAIMED or LEASED (its reference's producer), of
+ * any generation. */
+GPR_INLINE int gpr_ring_refers_to(const gpr_segment *seg, uint32_t index) {
+  for (uint64_t i = 0; i < seg->slot_count; i++) {
+    const gpr_slot *s = &seg->slots[i];
+    uint64_t w = gpr_slot_load(s);
+    uint32_t st = gpr_word_state(w);
+    uint32_t producer = st == GPR_SLOT_READY ? gpr_word_owner(w)
+                        : st == GPR_SLOT_CLAIMED || st == GPR_SLOT_LEASED ? s->ref.producer + 1u
+                                                                          : 0u;
+    if (producer == index + 1u) return 1;
+  }
+  return 0;
+}
+
 /* Whether no frame can refer to arena NAME any more (SPEC.md §9): the entry
- * no longer holds its producer alive with that generation, and its file is
- * gone, which happens only once no slot refers to the producer (§4 Free). */
+ * no longer holds its producer alive with that generation and its file is
+ * gone, which happens only once no slot refers to the producer (§4 Free).
+ * The slots are looked at too: a producer that lost its entry to damage
+ * removes its arenas at once, under frames still held. */
 GPR_INLINE int gpr_arena_removed(const gpr_segment *seg, const char *name) {
   uint32_t index, gen, arena;
   if (gpr_arena_name_parse(seg, name, &index, &gen, &arena) != 0 || index >= seg->participant_capacity) return 0;
   if (gpr_pgen(gpr_participant_word(seg, index)) == gen && gpr_participant_alive(seg, index)) return 0;
   int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
   if (fd >= 0) close(fd);
-  return fd < 0 && errno == ENOENT;
+  return fd < 0 && errno == ENOENT && !gpr_ring_refers_to(seg, index);
 }
 
 /* Unmaps the arenas no frame can refer to any more, once per sweep interval:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from . import layout as L
 from .errors import GpuringError
-from .recovery import arena_path
+from .recovery import arena_path, refers_to
 from .segment import Segment, check_shm_space, size_shm
 from .shared_memory import SharedMemory, open_shm
 
@@ -198,12 +198,15 @@ class ArenaPool:
 _ARENA_NAME = re.compile(r"/gpuring\.([A-Za-z0-9_-]{1,32})\.p(0|[1-9][0-9]*)g(0|[1-9][0-9]*)\.a(0|[1-9][0-9]*)")
 
 
-def arena_removed(name: str, live: Callable[[tuple[int, int]], bool]) -> bool:
-    """Whether no frame can refer to arena ``name`` any more: its producer is
-    gone (``live`` says no) and its file was removed, which happens only once
-    no slot refers to the producer (SPEC.md §4 Free, §9)."""
+def arena_removed(seg: Segment, name: str, live: Callable[[tuple[int, int]], bool]) -> bool:
+    """Whether no frame can refer to arena ``name`` any more (SPEC.md §9): its
+    producer is gone (``live`` says no), its file was removed (only once no
+    slot refers to the producer, §4 Free) and no slot refers to it (a producer
+    that lost its entry removes its arenas at once, under frames still held)."""
     m = _ARENA_NAME.fullmatch(name)
-    return m is not None and not live((int(m.group(2)), int(m.group(3)))) and not os.path.exists("/dev/shm" + name)
+    if m is None or live((int(m.group(2)), int(m.group(3)))) or os.path.exists("/dev/shm" + name):
+        return False
+    return not refers_to(seg, int(m.group(2)))
 
 
 def open_arena(seg: Segment, name: str) -> SharedMemory:

@@ -133,7 +133,7 @@ class ArenaMaps:
         the rest of a long-lived consumer's life would keep every departed
         producer's arenas allocated in /dev/shm. Arrays still built on one keep
         it mapped until they go."""
-        for name in [n for n in self.maps if arena_removed(n, live)]:
+        for name in [n for n in self.maps if arena_removed(self.seg, n, live)]:
             self.maps.pop(name).close()
 
     def address(self, b: BufferDescriptor) -> int:

@@ -81,6 +81,19 @@ def _ref_producer(seg: Segment, pos: int) -> int:
     return _ref(seg, pos).producer + 1
 
 
+def refers_to(seg: Segment, index: int) -> bool:
+    """Whether a slot holds a frame that may be read from producer ``index``'s
+    arenas: READY (its owner), CLAIMED or LEASED (its reference's producer), of
+    any generation (gpr_ring_refers_to)."""
+    for i in range(seg.slot_count):
+        w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
+        st = word_state(w)
+        producer = word_owner(w) if st == L.READY else _ref_producer(seg, word_seq(w)) if st in (L.CLAIMED, L.LEASED) else 0
+        if producer == index + 1:
+            return True
+    return False
+
+
 def _sweep_orphan(seg: Segment, i: int) -> int:
     """Moves on slot ``i`` when it holds a RELEASED frame published under
     another generation of its owner's entry than the entry holds now: its
