@@ -496,7 +496,7 @@ static void test_lost_entries(void) {
   CHECK(!arena_exists(e.name, pi, pg));
   /* Its arena removed under a frame still held: no consumer lets go of it while a slot refers to it, */
   char arena[GPR_SHM_NAME_MAX];
-  gpr_arena_shm_name(e.name, pi, pg, 0, arena);
+  gpr_arena_shm_name(e.seg.name, pi, pg, 0, arena);
   CHECK(!gpr_arena_removed(&e.seg, arena));
   /* and this one keeps it mapped until the release in any case. */
   e.c->forget_due_ns = 0;
@@ -689,9 +689,10 @@ static void test_next_claims_again_after_a_take_back(void) {
     usleep(100); /* the sweeper's turn to reach position k */
     gpr_frame *f = NULL;
     CHECK(publish_ints(e.p, 1, 0, &err) == 0);
-    /* Every other frame without waiting: a claim taken back then says RING_EMPTY, and the frame comes next time. */
+    /* Every other frame without waiting: a claim taken back then says RING_EMPTY, and the frame comes
+     * with a next call that may wait (the sweeper makes it findable again a moment after its CAS). */
     int rc = gpr_consumer_next(e.c, k % 2 ? 0 : 1000, &f, &err);
-    if (rc == -(int)GPR_E_RING_EMPTY) rc = gpr_consumer_next(e.c, 0, &f, &err);
+    if (rc == -(int)GPR_E_RING_EMPTY) rc = gpr_consumer_next(e.c, 1000, &f, &err);
     if (rc != 0) fprintf(stderr, "frame %llu: %s: %s\n", (unsigned long long)k, gpr_code_name(err.code), err.message);
     CHECK(rc == 0 && f && f->pos == k);
     if (f) gpr_frame_release(f);
