@@ -323,13 +323,8 @@ ConsumerState::Blocked ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref
   return Blocked::kClaimed;
 }
 
-bool ConsumerState::PublisherLive(uint32_t index, uint32_t gen) const {
-  return index < seg.participant_capacity && gpr_pgen(gpr_participant_word(&seg, index)) == gen &&
-         gpr_participant_alive(&seg, index);
-}
-
 void ConsumerState::ForgetDeadPublishers() {
-  cuda::LivePublisher live = [this](uint32_t index, uint32_t gen) { return PublisherLive(index, gen); };
+  cuda::LivePublisher live = [this](uint32_t index, uint32_t gen) { return gpr_publisher_live(&seg, index, gen) != 0; };
   cuda::IpcHandleCache::Get().ForgetDeadPublishers(cuda::InternSegment(seg.name), live);
   cuda::PoolImports::Get().ForgetDeadPublishers(seg.name, live);
 }

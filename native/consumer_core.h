@@ -179,7 +179,6 @@ struct ConsumerState : LoopParticipant {
   // open would keep their memory in /dev/shm.
   // Counts in arenas_taken_back what JS must no longer read from its cache.
   void ForgetRemovedArenas();
-  bool PublisherLive(uint32_t index, uint32_t gen) const;
   Napi::Reference<Napi::Uint32Array> arenas_taken_back_view;  // ConsumerCore.arenasTakenBack
   uint32_t *arenas_taken_back = nullptr;
   void Shutdown() override;

@@ -155,8 +155,9 @@ GPR_INLINE int gpr_ring_refers_to(const gpr_segment *seg, uint32_t index) {
  * removes its arenas at once, under frames still held. */
 GPR_INLINE int gpr_arena_removed(const gpr_segment *seg, const char *name) {
   uint32_t index, gen, arena;
-  if (gpr_arena_name_parse(seg, name, &index, &gen, &arena) != 0 || index >= seg->participant_capacity) return 0;
-  if (gpr_pgen(gpr_participant_word(seg, index)) == gen && gpr_participant_alive(seg, index)) return 0;
+  if (gpr_arena_name_parse(seg, name, &index, &gen, &arena) != 0 || index >= seg->participant_capacity ||
+      gpr_publisher_live(seg, index, gen))
+    return 0;
   int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
   if (fd >= 0) close(fd);
   return fd < 0 && errno == ENOENT && !gpr_ring_refers_to(seg, index);
@@ -167,8 +168,7 @@ GPR_INLINE int gpr_arena_removed(const gpr_segment *seg, const char *name) {
  * every departed producer's arenas allocated in /dev/shm. Only while it holds
  * no frame: a pointer into a frame's buffers must stay readable until the
  * frame's release, even where damage removed its arena early. */
-GPR_INLINE void gpr_consumer_forget_removed(gpr_consumer *c) {
-  uint64_t now = gpr_monotonic_ns();
+GPR_INLINE void gpr_consumer_forget_removed(gpr_consumer *c, uint64_t now) {
   if (now < c->forget_due_ns) return;
   pthread_mutex_lock(&c->mu);
   if (c->refs > 1) {
@@ -277,8 +277,9 @@ GPR_INLINE int gpr_consumer_claim(gpr_consumer *c, int64_t timeout_ms, gpr_claim
 GPR_INLINE int gpr_consumer_next(gpr_consumer *c, int64_t timeout_ms, gpr_frame **out,
                                  gpr_error *err) {
   if (c->closed) return gpr_fail(err, GPR_E_CLOSED, 0, "the consumer is closed");
-  gpr_consumer_forget_removed(c);
-  uint64_t deadline = timeout_ms > 0 ? gpr_monotonic_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+  uint64_t start = gpr_monotonic_ns();
+  gpr_consumer_forget_removed(c, start);
+  uint64_t deadline = timeout_ms > 0 ? start + (uint64_t)timeout_ms * 1000000u : 0;
   for (int64_t left = timeout_ms;;) {
     gpr_claim_attempt a;
     memset(&a, 0, sizeof a);

@@ -513,3 +513,10 @@ GPR_INLINE int gpr_participant_alive(const gpr_segment *seg, uint32_t index) {
   if (gpr_pstate(w) != GPR_PARTICIPANT_ACTIVE) return 0;
   return gpr_process_alive(pid, p->start_time);
 }
+
+/* Is producer (index, gen) of a frame still attached and alive? Once not, no
+ * new frame of it comes, and what it left mapped in a consumer may go. */
+GPR_INLINE int gpr_publisher_live(const gpr_segment *seg, uint32_t index, uint32_t gen) {
+  return index < seg->participant_capacity && gpr_pgen(gpr_participant_word(seg, index)) == gen &&
+         gpr_participant_alive(seg, index);
+}
