@@ -2,6 +2,7 @@
  * Loads the addon. Every place it may be is tried, and if none works the error
  * lists each attempt with its reason and says how to fix it.
  */
+import { constants } from 'node:buffer';
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -406,6 +407,8 @@ export interface NativeAddon {
   streamDestroy(device: number, stream: bigint): void;
   synchronizeEvent(device: number, event: Uint8Array): void;
   deviceMemsetAsync(device: number, ptr: bigint, value: number, bytes: number, times: number, stream?: bigint, stallMs?: number): void;
+  /** The most bytes one ArrayBuffer over shared memory may hold here (buffer.constants.MAX_LENGTH): larger mappings are refused with UNSUPPORTED. */
+  setLendLimit(bytes: number): void;
   errorCodes: string[];
   layoutHash: string;
   versionMajor: number;
@@ -433,7 +436,7 @@ function load(): NativeAddon {
   const override = process.env.GPURING_ADDON;
   if (override && !existsSync(override)) failures.push(`  ${override} (GPURING_ADDON): no such file`);
   const chosen = override && existsSync(override) ? attempt(override) : undefined;
-  if (chosen) return chosen;
+  if (chosen) return configured(chosen);
   let found: string | undefined;
   try {
     found = (require('node-gyp-build') as { path(dir: string): string }).path(packageRoot);
@@ -441,7 +444,7 @@ function load(): NativeAddon {
     failures.push(`  ${join(packageRoot, 'build')}/{Release,Debug}, ${join(packageRoot, 'prebuilds', `${process.platform}-${process.arch}`)}: no addon built or prebuilt for this platform`);
   }
   const loaded = found && attempt(found);
-  if (loaded) return loaded;
+  if (loaded) return configured(loaded);
   const platform = process.platform === 'linux' ? '' : `\ngpuring runs on Linux only; this is ${process.platform}.`;
   throw new GpuringError(
     'NATIVE_LOAD',
@@ -449,6 +452,12 @@ function load(): NativeAddon {
       'Fix: build it with `npm rebuild gpuring` (or `npm run build:native` in a checkout); ' +
       'that needs cmake (3.20+) and a C++17 compiler, and no network.',
   );
+}
+
+/** Tells the addon what this Node allows: Node runs an outside buffer's finalizer at once when it refuses its size, which the addon must never ask for. */
+function configured(loaded: NativeAddon): NativeAddon {
+  loaded.setLendLimit(constants.MAX_LENGTH);
+  return loaded;
 }
 
 let addon: NativeAddon | undefined;

@@ -80,6 +80,8 @@ export const producerOptions = z
      * small frames does not reserve (and zero) 64 MiB before its first one.
      * When /dev/shm cannot hold an arena of this size but can hold the
      * allocation, the arena is made just large enough for the allocation.
+     * Cut to `buffer.constants.MAX_LENGTH` (4 GiB before Node.js 22): each
+     * arena is lent to JS as one ArrayBuffer, and no allocation may need more.
      */
     arenaBytes: z.number().int().min(1 << 16).max(2 ** 40).optional(),
     openTimeout,

@@ -188,7 +188,11 @@ export class Producer {
     await pollUntil(() => this.subscribers >= count, o, 1, `${count} subscribers`, () => new GpuringError('TIMEOUT', `${this.subscribers} of ${count} subscribers after ${o.timeout} ms`));
   }
 
-  /** Allocates `bytes` of arena memory to fill and publish without a copy. */
+  /**
+   * Allocates `bytes` of arena memory to fill and publish without a copy.
+   * UNSUPPORTED when its arena would be larger than one ArrayBuffer can hold
+   * (`buffer.constants.MAX_LENGTH`: 4 GiB before Node.js 22).
+   */
   allocate(bytes: number): HostAllocation {
     this.#requireOpen();
     if (!Number.isSafeInteger(bytes) || bytes < 0) throw new GpuringError('INVALID_ARGUMENT', `allocate() takes a whole number of bytes >= 0, not ${String(bytes)}`);

@@ -3,6 +3,7 @@
 #include "consumer_core.h"
 #include "cuda_api.h"
 #include "cuda_ipc.h"
+#include "lent_mappings.h"
 #include "loop_participant.h"
 #include "producer_core.h"
 #include "segment_handle.h"
@@ -20,6 +21,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("errorCodes", codes);
   exports.Set("liveParticipants", Napi::Function::New(env, [](const Napi::CallbackInfo &info) {
                 return Napi::Number::New(info.Env(), static_cast<double>(LoopParticipant::alive.load()));
+              }));
+  exports.Set("setLendLimit", Napi::Function::New(env, [](const Napi::CallbackInfo &info) {
+                LentMappings::SetLimit(static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue()));
               }));
   char hash[20];
   snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(GPR_LAYOUT_HASH));

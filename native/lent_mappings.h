@@ -25,9 +25,16 @@ namespace gpuring {
 class LentMappings {
  public:
   LentMappings();
-  // An ArrayBuffer over the mapping [base, base + size), which it now owns;
-  // `file`: the shared-memory object mapped, for TakeBackRemoved().
+  // An ArrayBuffer over the mapping [base, base + size), which it now owns
+  // (unmapped at once when it cannot be lent); `file`: the shared-memory
+  // object mapped, for TakeBackRemoved(). UNSUPPORTED over Limit().
   Napi::ArrayBuffer Lend(Napi::Env env, void *base, size_t size, std::string file = {});
+  // The most bytes one ArrayBuffer over outside memory can hold in this Node
+  // (buffer.constants.MAX_LENGTH: 4 GiB before Node 22, which Node refuses to
+  // exceed by running the buffer's finalizer at once). lib/native.ts sets it
+  // at load; until then the smaller value holds.
+  static uint64_t Limit();
+  static void SetLimit(uint64_t bytes);
   // Replaces every mapping still lent with zero pages (see above). JS thread only, as finalizers are.
   void TakeBack();
   // The same for each mapping of a file `removed` says is gone; whether it took any back.
@@ -37,6 +44,7 @@ class LentMappings {
   struct Lent;
   using Registry = std::unordered_set<Lent *>;
   static void Replace(const Lent &l);
+  static void Finalize(napi_env env, void *data, void *hint);
   std::shared_ptr<Registry> lent_;
 };
 

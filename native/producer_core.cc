@@ -1,4 +1,5 @@
 #include "producer_core.h"
+#include <algorithm>
 #include <utility>
 #include <sched.h>
 #include <stddef.h>
@@ -295,6 +296,10 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
   env_ = env;
   std::string name = info[0].As<Napi::String>();
   uint64_t arena_size = static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue());
+  // Every arena of a Node producer is lent to JS whole (allocate(), loans,
+  // copies in): regular arenas are cut to what one ArrayBuffer holds, as
+  // they are cut to what /dev/shm holds.
+  arena_size = std::min<uint64_t>(arena_size, LentMappings::Limit() & ~uint64_t{4095});
   s_ = std::make_shared<ProducerState>();
   ProducerState &s = *s_;
   s.Attach(env, name, info[2].As<Napi::Number>().Uint32Value(), info[3].As<Napi::Number>().Uint32Value(),
@@ -334,6 +339,11 @@ Napi::Value ProducerCore::Allocate(const Napi::CallbackInfo &info) {
   double bytes = info[0].As<Napi::Number>().DoubleValue();
   if (!(bytes >= 0) || bytes > static_cast<double>(GPR_MAX_COUNT))
     Throw(env, GPR_E_INVALID_ARGUMENT, "allocation size must be a non-negative integer");
+  // The arena a larger allocation gets (gpr_arena_create) must be one JS can be lent.
+  if (gpr_align_up(static_cast<uint64_t>(bytes) + sizeof(gpr_arena_header), 2u << 20) > LentMappings::Limit())
+    Throw(env, GPR_E_UNSUPPORTED, "an allocation of " + std::to_string(static_cast<uint64_t>(bytes)) +
+                                      " bytes needs an arena larger than this Node.js lends as one ArrayBuffer (" +
+                                      std::to_string(LentMappings::Limit()) + " bytes, buffer.constants.MAX_LENGTH); Node.js 22 or later lends up to 2^53 - 1");
   gpr_allocation a{};
   s_->ReapOldest();
   Check(env, [&](gpr_error *e) { return s_->Alloc(static_cast<uint64_t>(bytes), &a, e); });
