@@ -43,6 +43,9 @@ export const ERROR_CODES = [
   'NATIVE_LOAD',
 ] as const;
 
+/** A value an application passed, as an error message names it: strings quoted, anything else (a bigint, a symbol) as String() gives it. */
+export const shown = (value: unknown): string => (typeof value === 'string' ? JSON.stringify(value) : String(value));
+
 /** One of ERROR_CODES. */
 export type ErrorCode = (typeof ERROR_CODES)[number];
 

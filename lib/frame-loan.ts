@@ -2,7 +2,7 @@ import type { Schema } from 'apache-arrow';
 import type { ColumnPlan } from './arrow/flat-batch-writer.js';
 import type { ValuesArray } from './arrow/table-reader.js';
 import { align64 } from './codec/layout.js';
-import { GpuringError } from './errors.js';
+import { GpuringError, shown } from './errors.js';
 import { loanPublishOptions, parseOptions } from './options.js';
 
 /** One column of a loan, as typed arrays over arena memory. */
@@ -127,7 +127,7 @@ export class FrameLoan implements Disposable {
   /** A column by name or position. */
   column(which: string | number): LoanColumn {
     const c = typeof which === 'number' ? this.columns[which] : this.columns.find((col) => col.name === which);
-    if (!c) throw new GpuringError('INVALID_ARGUMENT', `the loan has no column ${JSON.stringify(which)}`);
+    if (!c) throw new GpuringError('INVALID_ARGUMENT', `the loan has no column ${shown(which)}`);
     return c;
   }
 

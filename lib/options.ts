@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import { DeviceStream } from './device-stream.js';
-import { GpuringError } from './errors.js';
+import { GpuringError, shown } from './errors.js';
 
 const segmentName = z
   .string()
@@ -161,6 +161,9 @@ export const loanPublishOptions = publishOptions.pick({ timeout: true, tag: true
 
 export const prepareOptions = z.object({ device: z.number().int().min(0).optional() }).strict();
 
+/** Options of Producer.loan(): character bytes per utf8/binary column, by name. */
+export const loanOptions = z.object({ bytes: z.record(z.string(), z.number().int().nonnegative()).optional() }).strict();
+
 export const nextOptions = z
   .object({
     /** Milliseconds to wait for a frame; TIMEOUT after that. Default: forever. */
@@ -250,7 +253,7 @@ export const segmentPath = (name: string) => `/dev/shm/gpuring.${name}`;
 
 export function parseSegmentName(name: unknown): string {
   const result = segmentName.safeParse(name);
-  if (!result.success) throw new GpuringError('INVALID_ARGUMENT', `invalid segment name ${JSON.stringify(name)}: ${result.error.issues[0]?.message}`);
+  if (!result.success) throw new GpuringError('INVALID_ARGUMENT', `invalid segment name ${shown(name)}: ${result.error.issues[0]?.message}`);
   return result.data;
 }
 

@@ -3,12 +3,12 @@ import { type RecordBatch, Schema, Table } from 'apache-arrow';
 import { describeBatch, toBatch, type BufferPlacer } from './arrow/table-writer.js';
 import { FlatBatchWriter } from './arrow/flat-batch-writer.js';
 import { ByteSink } from './arrow/byte-sink.js';
-import { forEachBuffer, handleName, hostBuffer, type BufferDescriptor, type FrameDescription } from './codec/description.js';
+import { forEachBuffer, handleName, hostBuffer, invalidDescription, type BufferDescriptor, type FrameDescription } from './codec/description.js';
 import { decodeFrame } from './codec/decode.js';
 import { BodyScratch } from './codec/body-scratch.js';
 import { BodyTemplate } from './codec/body-template.js';
 import { encodeFrame } from './codec/encode.js';
-import { align64 } from './codec/layout.js';
+import { align64, HANDLE_BYTES } from './codec/layout.js';
 import { warmUpPublishPath } from './code-warm-up.js';
 import { eventDevice, orderingStream, recordFrameEvent, uploadBatch } from './device-upload.js';
 import { UploadPool } from './upload-pool.js';
@@ -18,7 +18,7 @@ import type { DeviceBuffer } from './device-buffer.js';
 import type { DeviceStream } from './device-stream.js';
 import { awaitNative, callNative, GpuringError, isCudaOutOfMemory } from './errors.js';
 import { native, type NativeProducerCore, type ProducerStats } from './native.js';
-import { openFlags, parseOptions, parseSegmentName, prepareOptions, producerOptions, publishOptions, toNativeTimeout, waitOptions } from './options.js';
+import { loanOptions, openFlags, parseOptions, parseSegmentName, prepareOptions, producerOptions, publishOptions, toNativeTimeout, waitOptions } from './options.js';
 import { pollUntil } from './poll-until.js';
 import { waitTimer } from './wait-timer.js';
 import type { WaitOptions } from './ring.js';
@@ -183,7 +183,7 @@ export class Producer {
    */
   async waitForSubscribers(count: number, options?: WaitOptions): Promise<void> {
     const o = parseOptions(waitOptions, options, 'waitForSubscribers() options');
-    if (!Number.isInteger(count) || count < 1 || count > 64) throw new GpuringError('INVALID_ARGUMENT', `waitForSubscribers() takes 1 to 64 subscribers, not ${count}`);
+    if (!Number.isInteger(count) || count < 1 || count > 64) throw new GpuringError('INVALID_ARGUMENT', `waitForSubscribers() takes 1 to 64 subscribers, not ${String(count)}`);
     if (this.subscribers >= count) return; // and a work queue fails here, before any wait
     await pollUntil(() => this.subscribers >= count, o, 1, `${count} subscribers`, () => new GpuringError('TIMEOUT', `${this.subscribers} of ${count} subscribers after ${o.timeout} ms`));
   }
@@ -338,13 +338,14 @@ export class Producer {
    * a copy; see FrameLoan for the layout and who owns the memory when.
    * `bytes` gives each utf8/binary column its character bytes.
    */
-  loan(schema: Schema, rows: number, options: LoanOptions = {}): FrameLoan {
+  loan(schema: Schema, rows: number, options?: LoanOptions): FrameLoan {
+    const o = parseOptions(loanOptions, options, 'loan() options');
     this.#requireOpen();
     if (!(schema instanceof Schema)) throw new GpuringError('INVALID_ARGUMENT', 'loan() takes an apache-arrow Schema');
-    if (!Number.isSafeInteger(rows) || rows < 0) throw new GpuringError('INVALID_ARGUMENT', `loan(): rows must be a whole number >= 0, not ${rows}`);
+    if (!Number.isSafeInteger(rows) || rows < 0) throw new GpuringError('INVALID_ARGUMENT', `loan(): rows must be a whole number >= 0, not ${String(rows)}`);
     const writer = this.#loanWriter(schema);
     if (!writer) throw new GpuringError('INVALID_ARGUMENT', 'loan() takes flat schemas (no nested or dictionary column); build a Table and publish() it instead');
-    const [regions, total] = loanLayout(schema, writer.plans, rows, options.bytes ?? {});
+    const [regions, total] = loanLayout(schema, writer.plans, rows, o.bytes ?? {});
     const a = total > 0 ? this.#allocate(total, false) : null;
     const memory = a ? new Uint8Array(this.#arenaBuffer(a.arena), a.offset, total) : new Uint8Array(0);
     const sink: LoanSink = {
@@ -395,6 +396,8 @@ export class Producer {
     const used: Loose[] = [];
     const claim = (b: BufferDescriptor) => {
       if (b.kind !== 'host') return;
+      if (!(b.handle instanceof Uint8Array) || b.handle.length !== HANDLE_BYTES) invalidDescription('a host buffer', `its handle must be a Uint8Array of ${HANDLE_BYTES} bytes`);
+      if (!Number.isSafeInteger(b.offset) || !Number.isSafeInteger(b.length)) invalidDescription('a host buffer', 'its offset and length must be whole numbers');
       const a = [...this.#loose.values()].find((l) => !l.internal && this.#arenaName(l.arena) === handleName(b.handle) && b.offset >= l.offset && b.offset + b.length <= l.offset + l.length);
       if (!a) throw new GpuringError('INVALID_ARGUMENT', 'a host buffer does not lie inside an unpublished allocation of this producer');
       if (!used.includes(a)) used.push(a);
@@ -499,6 +502,7 @@ export class Producer {
 
   /** `'release'` fires with a frame id when that frame's memory is free again. */
   on(event: 'release', listener: (frameId: number) => void): this {
+    releaseListener('on', event, listener);
     this.#events.on(event, listener);
     this.#watchReleases();
     return this;
@@ -506,6 +510,7 @@ export class Producer {
 
   /** Removes a listener added with on(). */
   off(event: 'release', listener: (frameId: number) => void): this {
+    releaseListener('off', event, listener);
     this.#events.off(event, listener);
     this.#watchReleases();
     return this;
@@ -815,6 +820,12 @@ function stillShort(short: GpuringError, unreleased: number): GpuringError {
   const code = short.code === 'CUDA' ? 'CUDA' : 'NO_SPACE';
   const cudaError = short.cudaError === undefined ? {} : { cudaError: short.cudaError };
   return new GpuringError(code, `${short.message}; ${unreleased} frames of this producer were still unreleased at the timeout`, cudaError);
+}
+
+/** on() and off() take 'release' and a function; anything else is a mistake to report, not to keep. */
+function releaseListener(call: string, event: unknown, listener: unknown): void {
+  if (event !== 'release') throw new GpuringError('INVALID_ARGUMENT', `${call}(): a Producer emits 'release' only, not ${String(event)}`);
+  if (typeof listener !== 'function') throw new GpuringError('INVALID_ARGUMENT', `${call}('release') takes a function, not ${typeof listener}`);
 }
 
 const NO_ALLOCATIONS = new Float64Array(0);
