@@ -32,8 +32,12 @@ def as_record_batch(data: object) -> Any:
         # from_pylist has no converter for some types (dictionaries); an empty array of each type does.
         return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in data.schema], schema=data.schema)
     if isinstance(data, dict):
-        return pa.RecordBatch.from_pydict({k: v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v
-                                           for k, v in data.items()})
+        try:
+            return pa.RecordBatch.from_pydict({k: v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v
+                                               for k, v in data.items()})
+        except (TypeError, ValueError, pa.ArrowException) as e:
+            raise GpuringError("INVALID_ARGUMENT", f"cannot make host columns of this dict (pyarrow: {e}); "
+                               "pass a pyarrow array or a sequence per column, all of one length") from e
     raise GpuringError("INVALID_ARGUMENT", f"cannot publish a {type(data).__name__} as host columns; "
                        "pass a pyarrow Table, RecordBatch or dict of arrays")
 

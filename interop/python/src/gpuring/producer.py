@@ -222,6 +222,8 @@ class Producer:
         if it is not published. It does not wait: NO_SPACE when shared memory
         is short even after reclaiming the released frames."""
         self._check_open()
+        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or not 0 <= nbytes <= L.MAX_COUNT:
+            raise GpuringError("INVALID_ARGUMENT", f"host_space() takes a whole number of bytes >= 0, not {nbytes!r}")
         alloc = self._alloc(max(nbytes, 1), None, block=False)
         mem = self._pool.memory(alloc)
         return HostSpace(alloc, self._pool.name(alloc.arena), mem.view[alloc.offset:alloc.offset + nbytes])
