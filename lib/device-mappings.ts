@@ -1,5 +1,6 @@
+import { constants } from 'node:buffer';
 import { HANDLE_BYTES } from './codec/layout.js';
-import { callNative } from './errors.js';
+import { callNative, GpuringError } from './errors.js';
 import { native } from './native.js';
 
 /** A frame buffer's address in this process (see Frame.mapDevice()). */
@@ -121,5 +122,8 @@ export class DeviceMappings {
  * native/cuda_ipc.cc). Complete on return.
  */
 export function deviceToHost(view: DeviceView, event: Uint8Array | null): Uint8Array {
+  // Checked before the copy: the bytes could not be handed back as one Uint8Array.
+  if (view.byteLength > constants.MAX_LENGTH)
+    throw new GpuringError('UNSUPPORTED', `a device buffer of ${view.byteLength} bytes is more than one Uint8Array holds in this Node.js (${constants.MAX_LENGTH} bytes, buffer.constants.MAX_LENGTH; Node.js 22 or later holds 2^53 - 1): copy the frame to the device (copyToDevice()) instead`);
   return new Uint8Array(callNative(() => native().copyToHost(view.device, view.ptr, view.byteLength, event)));
 }

@@ -1,6 +1,7 @@
 // The cuda-ipc memory kind between processes on a real GPU: device columns
 // cross without copies, with offsets, null masks, ordering events, one IPC open
 // per allocation, and nothing leaked. Skipped, with the reason, without a GPU.
+import { constants } from 'node:buffer';
 import test from 'ava';
 import { tableDifference } from '../../lib/arrow/compare.js';
 import { Table } from 'apache-arrow';
@@ -113,6 +114,30 @@ async function roundTrip<T>(producer: Producer, consumer: Consumer, buf: DeviceB
     f.release();
   }
 }
+
+gpuTest('a device column over 4 GiB: toTable() says UNSUPPORTED where Node holds no such Uint8Array (Node 20), and copyToDevice() carries it whole', async (t) => {
+  // Its host copy would have been lent as a pinned block or huge pages, which Node
+  // refuses over buffer.constants.MAX_LENGTH by running the finalizer at once (a double free).
+  const low = 2 ** 32;
+  const bytes = low + (64 << 20);
+  const expected = (i: number) => (i < low ? 0x11 : 0x22);
+  await inProcess('gpu-over-4g', bytes, async (producer, consumer, buf) => {
+    native().deviceMemsetAsync(0, buf.ptr, 0x11, low, 1);
+    native().deviceMemsetAsync(0, buf.ptr + BigInt(low), 0x22, bytes - low, 1);
+    await producer.publishFrame(float32Column(buf.ptr, buf.byteLength));
+    const f = await consumer.next({ timeout: 60_000 });
+    if (bytes > constants.MAX_LENGTH) t.throws(() => f.toTable(), { instanceOf: GpuringError, code: 'UNSUPPORTED' });
+    else {
+      const x = f.toTable().getChild('x')!.data[0]!.values as Float32Array;
+      const got = new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
+      t.deepEqual([0, low - 1, low, bytes - 1].map((i) => got[i]), [0, low - 1, low, bytes - 1].map(expected));
+    }
+    const copy = f.copyToDevice();
+    f.release();
+    for (const at of [0, low - 4096, low, bytes - 4096]) t.true(copy.memory.download(at, 4096).every((b) => b === expected(at)), `the copy's bytes at ${at}`);
+    copy.free();
+  });
+});
 
 gpuTest('a frame published after an idle stream needs no event; one published over queued writes reads them complete', async (t) => {
   await inProcess('gpu-event', 64 << 20, async (producer, consumer, buf) => {
