@@ -1,4 +1,5 @@
 import { Frame, type FrameSource, type Lease, recordLength } from './frame.js';
+import { type Arena, ArenaWindows } from './arena-windows.js';
 import { handleName } from './codec/description.js';
 import { warmUpReceivePath } from './code-warm-up.js';
 import { FrameLayouts } from './arrow/frame-layout.js';
@@ -75,7 +76,7 @@ export class Consumer implements AsyncIterable<Frame> {
   /** The ring's name. */
   readonly name: string;
   readonly #core: NativeConsumerCore;
-  readonly #arenas = new Map<string, ArrayBuffer>();
+  readonly #arenas = new Map<string, Arena>();
   /** The core's arenasTakenBack when #arenas was last valid. */
   #arenasTakenBack = 0;
   readonly #layouts = new FrameLayouts();
@@ -343,9 +344,10 @@ export class Consumer implements AsyncIterable<Frame> {
    * One mapping per arena, reused across frames. Producers come and go, so the
    * cache is bounded; a Table keeps its own mapping alive after eviction. The
    * core lets go of the arenas of producers that left (they then read zeros),
-   * and the cache starts afresh: a name may come back with a new file.
+   * and the cache starts afresh: a name may come back with a new file. An
+   * arena too large to lend whole is read through windows (ArenaWindows).
    */
-  #arena(name: string): ArrayBuffer {
+  #arena(name: string): Arena {
     if (this.#core.arenasTakenBack[0] !== this.#arenasTakenBack) {
       this.#arenasTakenBack = this.#core.arenasTakenBack[0]!;
       this.#arenas.clear();
@@ -353,14 +355,15 @@ export class Consumer implements AsyncIterable<Frame> {
     let arena = this.#arenas.get(name);
     if (!arena) {
       if (this.#arenas.size >= MAX_CACHED_ARENAS) this.#arenas.clear();
-      arena = callNative(() => this.#core.openArena(name));
+      const opened = callNative(() => this.#core.openArena(name));
+      arena = typeof opened === 'number' ? new ArenaWindows(opened, native().lendLimit(), (start, length) => callNative(() => this.#core.openArenaWindow(name, start, length))) : opened;
       this.#arenas.set(name, arena);
     }
     return arena;
   }
 
   /** #arena() by a buffer's 64-byte handle (FrameLayout's ArenaResolver), made once rather than per toTable(). */
-  readonly #arenaOfHandle = (handle: Uint8Array): ArrayBuffer => this.#arena(handleName(handle));
+  readonly #arenaOfHandle = (handle: Uint8Array): Arena => this.#arena(handleName(handle));
 
   /** A record the native core wrote into its chunk: at an offset in the one we hold, or first in a new one. */
   #received(record: ReceivedRecord): Frame {

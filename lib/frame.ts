@@ -1,4 +1,5 @@
 import type { Schema, Table } from 'apache-arrow';
+import { type Arena, arenaView } from './arena-windows.js';
 import type { BufferDescriptor, FrameDescription } from './codec/description.js';
 import { bufferIndex, forEachBuffer, handleName, isDeviceKind } from './codec/description.js';
 import { decodeValidatedFrame } from './codec/decode.js';
@@ -27,7 +28,7 @@ export interface Lease {
 
 /** What a Frame needs from its consumer: mapped arenas and the release call. */
 export interface FrameSource {
-  arena(name: string): ArrayBuffer;
+  arena(name: string): Arena;
   release(pos: number): void;
   /** Returns a frame its user never saw to the ring, for redelivery. */
   handBack(pos: number): void;
@@ -363,9 +364,6 @@ export class Frame implements Disposable {
 
   #resolve(b: BufferDescriptor): Uint8Array {
     if (isDeviceKind(b.kind)) return deviceToHost(this.#deviceViews()[(this.#index ??= bufferIndex(this.description)).get(b)!]!, this.#event());
-    const arena = this.#source.arena(handleName(b.handle));
-    if (b.offset + b.length > arena.byteLength)
-      throw new GpuringError('FRAME_BOUNDS', `a buffer [${b.offset}, +${b.length}) lies outside its ${arena.byteLength}-byte arena`);
-    return new Uint8Array(arena, b.offset, b.length);
+    return arenaView(this.#source.arena(handleName(b.handle)), b.offset, b.length);
   }
 }

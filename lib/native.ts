@@ -251,7 +251,10 @@ export interface NativeConsumerCore {
   /** Gives a leased frame its user never saw back to the ring, for redelivery. */
   handBack(pos: number): void;
   releaseAfter(pos: number, device: number, stream: bigint, mappings: Uint8Array): void;
-  openArena(name: string): ArrayBuffer;
+  /** Arena `name` lent whole, or its size when it is larger than lendLimit() (then read it through openArenaWindow()). */
+  openArena(name: string): ArrayBuffer | number;
+  /** The bytes [start, start + length) of arena `name` as their own buffer; `start` a multiple of the page size. */
+  openArenaWindow(name: string, start: number, length: number): ArrayBuffer;
   close(): void;
 }
 
@@ -409,6 +412,7 @@ export interface NativeAddon {
   deviceMemsetAsync(device: number, ptr: bigint, value: number, bytes: number, times: number, stream?: bigint, stallMs?: number): void;
   /** The most bytes one ArrayBuffer over shared memory may hold here (buffer.constants.MAX_LENGTH): larger mappings are refused with UNSUPPORTED. */
   setLendLimit(bytes: number): void;
+  lendLimit(): number;
   errorCodes: string[];
   layoutHash: string;
   versionMajor: number;

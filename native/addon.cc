@@ -25,6 +25,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("setLendLimit", Napi::Function::New(env, [](const Napi::CallbackInfo &info) {
                 LentMappings::SetLimit(static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue()));
               }));
+  exports.Set("lendLimit", Napi::Function::New(env, [](const Napi::CallbackInfo &info) {
+                return Napi::Number::New(info.Env(), static_cast<double>(LentMappings::Limit()));
+              }));
   char hash[20];
   snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(GPR_LAYOUT_HASH));
   exports.Set("layoutHash", Napi::String::New(env, hash));

@@ -3,20 +3,47 @@
 
 namespace gpuring {
 
-Napi::ArrayBuffer MapArenaBuffer(Napi::Env env, LentMappings &lent, int fd, uint64_t size) {
-  void *base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+Napi::ArrayBuffer MapArenaBuffer(Napi::Env env, LentMappings &lent, int fd, uint64_t start, uint64_t length, std::string file) {
+  void *base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
   if (base == MAP_FAILED) {
     gpr_error err{};
     gpr_fail(&err, GPR_E_SYSTEM, errno, "mmap of arena failed: %s", strerror(errno));
     Throw(env, err);
   }
-  return lent.Lend(env, base, size);
+  return lent.Lend(env, base, length, std::move(file));
 }
 
-Napi::ArrayBuffer OpenArenaBuffer(Napi::Env env, LentMappings &lent, const gpr_segment &seg, const std::string &name) {
-  gpr_arena_view view{};
-  Check(env, [&](gpr_error *e) { return gpr_arena_open(&seg, name.c_str(), &view, e); });
-  return lent.Lend(env, view.base, view.size, name);
+namespace {
+
+// The validated file of arena `name`, closed when this goes out of scope.
+struct ArenaFile {
+  int fd = -1;
+  uint64_t size = 0;
+  ArenaFile(Napi::Env env, const gpr_segment &seg, const std::string &name) {
+    Check(env, [&](gpr_error *e) { return gpr_arena_open_file(&seg, name.c_str(), &fd, &size, e); });
+  }
+  ~ArenaFile() {
+    if (fd >= 0) close(fd);
+  }
+  ArenaFile(const ArenaFile &) = delete;
+  ArenaFile &operator=(const ArenaFile &) = delete;
+};
+
+}  // namespace
+
+Napi::Value OpenArenaBuffer(Napi::Env env, LentMappings &lent, const gpr_segment &seg, const std::string &name) {
+  ArenaFile file(env, seg, name);
+  if (file.size > LentMappings::Limit()) return Napi::Number::New(env, static_cast<double>(file.size));
+  return MapArenaBuffer(env, lent, file.fd, 0, file.size, name);
+}
+
+Napi::ArrayBuffer OpenArenaWindow(Napi::Env env, LentMappings &lent, const gpr_segment &seg, const std::string &name,
+                                  uint64_t start, uint64_t length) {
+  ArenaFile file(env, seg, name);
+  if (start % static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) != 0 || length == 0 || !gpr_range_ok(start, length, file.size))
+    Throw(env, GPR_E_FRAME_BOUNDS,
+          "a window [" + std::to_string(start) + ", +" + std::to_string(length) + ") of arena " + name + " (" + std::to_string(file.size) + " bytes) is not page-aligned inside it");
+  return MapArenaBuffer(env, lent, file.fd, start, length, name);
 }
 
 BodyReader::~BodyReader() {

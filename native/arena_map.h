@@ -14,11 +14,20 @@
 
 namespace gpuring {
 
-// Maps `fd` (size bytes) and lends it. Throws on failure.
-Napi::ArrayBuffer MapArenaBuffer(Napi::Env env, LentMappings &lent, int fd, uint64_t size);
+// Maps the bytes [start, start + length) of arena file `fd` and lends them
+// (`file`: its name, for LentMappings::TakeBackRemoved). Throws on failure.
+Napi::ArrayBuffer MapArenaBuffer(Napi::Env env, LentMappings &lent, int fd, uint64_t start, uint64_t length, std::string file = {});
 
-// Opens a consumer-side arena by name (validated against the segment) and lends it.
-Napi::ArrayBuffer OpenArenaBuffer(Napi::Env env, LentMappings &lent, const gpr_segment &seg, const std::string &name);
+// Opens a consumer-side arena by name (validated against the segment) and lends
+// it whole; or, when it is larger than one ArrayBuffer can hold in this Node
+// (LentMappings::Limit()), returns its size, for OpenArenaWindow.
+Napi::Value OpenArenaBuffer(Napi::Env env, LentMappings &lent, const gpr_segment &seg, const std::string &name);
+
+// Lends the bytes [start, start + length) of a consumer-side arena as their own
+// mapping: how JS reads an arena OpenArenaBuffer could not lend whole. `start`
+// must be a multiple of the page size and the range inside the arena.
+Napi::ArrayBuffer OpenArenaWindow(Napi::Env env, LentMappings &lent, const gpr_segment &seg, const std::string &name,
+                                  uint64_t start, uint64_t length);
 
 // Process-local, mutex-guarded cache of consumer mappings used to copy frame
 // bodies out of producers' arenas. Lives as long as its consumer.

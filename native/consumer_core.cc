@@ -369,6 +369,7 @@ Napi::Function ConsumerCore::Define(Napi::Env env) {
                       InstanceMethod<&ConsumerCore::ReleaseAfter>("releaseAfter"),
                       InstanceMethod<&ConsumerCore::HandBack>("handBack"),
                       InstanceMethod<&ConsumerCore::OpenArena>("openArena"),
+                      InstanceMethod<&ConsumerCore::OpenArenaWindow>("openArenaWindow"),
                       InstanceMethod<&ConsumerCore::Close>("close"),
                       InstanceMethod<&ConsumerCore::WokenAt>("wokenAt"),
                       InstanceMethod<&ConsumerCore::SpareCells>("spareCells")});
@@ -697,6 +698,14 @@ Napi::Value ConsumerCore::OpenArena(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
   return OpenArenaBuffer(env, s_->lent, s_->seg, info[0].As<Napi::String>());
+}
+
+// openArenaWindow(name, start, length): see OpenArenaWindow (arena_map.h).
+Napi::Value ConsumerCore::OpenArenaWindow(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  RequireOpen(env);
+  return gpuring::OpenArenaWindow(env, s_->lent, s_->seg, info[0].As<Napi::String>(), static_cast<uint64_t>(info[1].As<Napi::Number>().DoubleValue()),
+                                  static_cast<uint64_t>(info[2].As<Napi::Number>().DoubleValue()));
 }
 
 Napi::Value ConsumerCore::Close(const Napi::CallbackInfo &info) {

@@ -209,6 +209,7 @@ class ConsumerCore : public Napi::ObjectWrap<ConsumerCore> {
   Napi::Value ReleaseAfter(const Napi::CallbackInfo &info);
   Napi::Value HandBack(const Napi::CallbackInfo &info);
   Napi::Value OpenArena(const Napi::CallbackInfo &info);
+  Napi::Value OpenArenaWindow(const Napi::CallbackInfo &info);
   Napi::Value Close(const Napi::CallbackInfo &info);
   Napi::Value WokenAt(const Napi::CallbackInfo &info);
   Napi::Value SpareCells(const Napi::CallbackInfo &info);

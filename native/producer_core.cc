@@ -373,7 +373,7 @@ Napi::Value ProducerCore::ArenaBuffer(const Napi::CallbackInfo &info) {
   RequireOpen(env);
   uint32_t n = info[0].As<Napi::Number>().Uint32Value();
   if (n >= s_->pool.count || !s_->pool.arenas[n].base) Throw(env, GPR_E_INVALID_ARGUMENT, "no such arena");
-  return MapArenaBuffer(env, s_->lent, s_->pool.arenas[n].fd, s_->pool.arenas[n].size);
+  return MapArenaBuffer(env, s_->lent, s_->pool.arenas[n].fd, 0, s_->pool.arenas[n].size);
 }
 
 Napi::Value ProducerCore::ArenaName(const Napi::CallbackInfo &info) {

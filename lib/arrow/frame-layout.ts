@@ -16,13 +16,13 @@ import type { Data, DataType, Table } from 'apache-arrow';
 import type { FrameDescription } from '../codec/description.js';
 import { parseFormat, type FormatInfo } from '../codec/format.js';
 import { Buffer_, BUFFER_BYTES, Header, HEADER_BYTES, HANDLE_BYTES, Node, NODE_BYTES } from '../codec/layout.js';
-import { GpuringError } from '../errors.js';
+import { type Arena, arenaBytes } from '../arena-windows.js';
 import type { NodeSlice } from '../codec/value-offsets.js';
 import { type ByteRange, fixedData, flatData, isFlat, schemaOfFrame } from './table-reader.js';
 import { TableTemplate } from './table-template.js';
 
 /** Maps a buffer's handle (64 bytes, the arena's name) to the arena's memory. */
-export type ArenaResolver = (handle: Uint8Array) => ArrayBuffer;
+export type ArenaResolver = (handle: Uint8Array) => Arena;
 
 /** Where one flat column's node and first buffer lie in the body. */
 interface ColumnPlan {
@@ -60,7 +60,7 @@ export class FrameLayout {
   readonly #columns: ColumnPlan[] | null;
   /** The arena of the last host buffer resolved, by its handle: a stream's frames mostly share one. */
   readonly #lastHandle = new Uint32Array(HANDLE_BYTES / 4);
-  #lastArena: ArrayBuffer | undefined;
+  #lastArena: Arena | undefined;
   /**
    * The words of #lastHandle that hold its arena's name, through its NUL: what
    * follows the NUL is not part of the name (handleName()), so a handle equal
@@ -142,18 +142,11 @@ export class FrameLayout {
   /** #hostBuffer() written into `into` (no view made), or undefined if the buffer is absent. */
   #hostBytes(v: DataView, at: number, arena: ArenaResolver, into: ByteRange): ByteRange | undefined {
     if (v.getUint16(at + Buffer_.kind, true) === KIND_ABSENT) return undefined;
-    const memory = this.#arenaOf(v, at + Buffer_.handle, arena);
-    const offset = u64(v, at + Buffer_.offset);
-    const length = u64(v, at + Buffer_.length);
-    if (offset + length > memory.byteLength) throw new GpuringError('FRAME_BOUNDS', `a buffer [${offset}, +${length}) lies outside its ${memory.byteLength}-byte arena`);
-    into.buffer = memory;
-    into.byteOffset = offset;
-    into.length = length;
-    return into;
+    return arenaBytes(this.#arenaOf(v, at + Buffer_.handle, arena), u64(v, at + Buffer_.offset), u64(v, at + Buffer_.length), into);
   }
 
   /** The arena whose handle is at `at`: the last one when the 64 bytes are the same, else from `arena`. */
-  #arenaOf(v: DataView, at: number, arena: ArenaResolver): ArrayBuffer {
+  #arenaOf(v: DataView, at: number, arena: ArenaResolver): Arena {
     const last = this.#lastHandle;
     let same = this.#lastArena !== undefined;
     for (let k = 0; same && k < this.#lastNameWords; k++) same = v.getUint32(at + 4 * k, true) === last[k];

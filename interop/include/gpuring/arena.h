@@ -324,35 +324,48 @@ GPR_INLINE int gpr_arena_name_parse(const gpr_segment *seg, const char *name, ui
   return 0;
 }
 
-/* Maps an arena named in a frame. The name must be one of this segment's
- * arenas and the file must carry the arena header for its own size. */
-GPR_INLINE int gpr_arena_open(const gpr_segment *seg, const char *name, gpr_arena_view *out,
-                              gpr_error *err) {
+/* Opens an arena named in a frame, for reading: the name must be one of this
+ * segment's arenas and the file must carry the arena header for its own size.
+ * On success *fd is the open file (the caller closes it) and *size the arena's
+ * size; a caller maps what it needs of it (gpr_arena_open maps it whole). */
+GPR_INLINE int gpr_arena_open_file(const gpr_segment *seg, const char *name, int *fd,
+                                   uint64_t *size, gpr_error *err) {
   uint32_t index, gen, arena;
   if (gpr_arena_name_parse(seg, name, &index, &gen, &arena) != 0 ||
       index >= seg->participant_capacity || arena >= GPR_MAX_ARENAS)
     return gpr_fail(err, GPR_E_ARENA_INVALID, 0, "'%.64s' is not an arena of segment '%s'", name,
                     seg->name);
-  int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0)
+  int f = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+  if (f < 0)
     return gpr_fail(err, GPR_E_ARENA_INVALID, errno, "cannot open arena %s: %s", name,
                     strerror(errno));
   struct stat st;
   gpr_arena_header h;
   memset(&h, 0, sizeof h);
-  if (fstat(fd, &st) != 0 || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
+  if (fstat(f, &st) != 0 || pread(f, &h, sizeof h, 0) != (ssize_t)sizeof h ||
       h.magic != GPR_ARENA_MAGIC || h.size != (uint64_t)st.st_size || h.owner_index != index ||
       h.owner_gen != gen || h.arena != arena) {
-    close(fd);
+    close(f);
     return gpr_fail(err, GPR_E_ARENA_INVALID, 0, "arena %s is truncated or foreign", name);
   }
-  void *base = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  *fd = f;
+  *size = h.size;
+  return 0;
+}
+
+/* Maps an arena named in a frame whole (see gpr_arena_open_file). */
+GPR_INLINE int gpr_arena_open(const gpr_segment *seg, const char *name, gpr_arena_view *out,
+                              gpr_error *err) {
+  int fd = -1;
+  uint64_t size = 0;
+  if (gpr_arena_open_file(seg, name, &fd, &size, err) != 0) return -1;
+  void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED)
     return gpr_fail(err, GPR_E_SYSTEM, errno, "mmap of arena %s failed: %s", name,
                     strerror(errno));
   out->base = (uint8_t *)base;
-  out->size = h.size;
+  out->size = size;
   return 0;
 }
 

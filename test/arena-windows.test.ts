@@ -1,0 +1,89 @@
+// A Node consumer reads frames from an arena larger than one ArrayBuffer can
+// hold in this Node (lib/arena-windows.ts): another language's producer may
+// make arenas over buffer.constants.MAX_LENGTH (4 GiB before Node.js 22).
+// Here this process lowers that limit to 8 MiB, so that a Python producer's
+// 64 MiB arenas take the same path in CI that a 5 GiB arena takes in
+// production: buffers at offsets all over the arena, across window
+// boundaries, one larger than a cached window takes (its own window), one
+// larger than the limit (UNSUPPORTED, released all the same).
+import { spawn } from 'node:child_process';
+import test from 'ava';
+import { Consumer, GpuringError, type Frame } from '../lib/index.js';
+import { native } from '../lib/native.js';
+import { exitOf, root, withRing } from './helpers/ring.js';
+
+const LIMIT = 8 << 20;
+native().setLendLimit(LIMIT);
+
+/** Rows per frame: 1,000,000 float64 values (7.6 MiB) lie whole in a cached window only where they start in its first 0.4 MiB. */
+const ROWS = [1, 1000, 250_000, 530_000, 1_000_000, 70_000, 130_000, 3, 262_144, 400_000, 10, 650_000];
+/** 9.6 MB of float64 values: more than one buffer may hold here. */
+const TOO_LARGE = 1_200_000;
+
+const PRODUCER = `
+import sys, pyarrow as pa, gpuring
+rows = [int(n) for n in sys.argv[2].split(",")]
+with gpuring.Producer.open(sys.argv[1], arena_size=64 << 20) as p:
+    for i, n in enumerate(rows):
+        x = pa.array([None if j % 7 == 3 else i * 1e6 + j for j in range(n)], pa.float64())
+        s = pa.array([str(j % 97) for j in range(n)], pa.utf8())
+        p.publish(pa.table({"x": x, "s": s}), timeout=60)
+    p.drain(timeout=60)
+`;
+
+const encoder = new TextEncoder();
+
+/** Checks frame `i`'s columns as views and as a Table, every row against what the producer wrote. */
+function check(t: import('ava').ExecutionContext, frame: Frame, i: number, n: number): void {
+  const [x, s] = frame.columns();
+  const values = x!.values as Float64Array;
+  let wrong = 0;
+  for (let j = 0; j < n; j++) {
+    const valid = x!.validity ? (x!.validity[(x!.offset + j) >> 3]! >> ((x!.offset + j) & 7)) & 1 : 1;
+    if (valid !== (j % 7 === 3 ? 0 : 1) || (valid && values[j] !== i * 1e6 + j)) wrong++;
+    const text = encoder.encode(String(j % 97));
+    const at = Number(s!.offsets![j]);
+    if (Number(s!.offsets![j + 1]) - at !== text.length || text.some((b, k) => s!.values![at + k] !== b)) wrong++;
+  }
+  t.is(wrong, 0, `frame ${i} (${n} rows): its column views`)
+  const table = frame.toTable();
+  const xs = table.getChild('x')!;
+  const ss = table.getChild('s')!;
+  let wrongRows = 0;
+  for (let j = 0; j < n; j += Math.max(1, Math.floor(n / 4099))) {
+    if (xs.get(j) !== (j % 7 === 3 ? null : i * 1e6 + j) || ss.get(j) !== String(j % 97)) wrongRows++;
+  }
+  t.is(wrongRows, 0, `frame ${i}: its Table`);
+  t.is(xs.get(n - 1), (n - 1) % 7 === 3 ? null : i * 1e6 + n - 1);
+}
+
+test('a consumer reads frames in an arena larger than it may lend whole, through windows, and releases them to the producer', async (t) => {
+  t.timeout(120_000);
+  await withRing('windows', { slots: 32 }, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const rows = [...ROWS, TOO_LARGE];
+    const producer = spawn('python3', ['-c', PRODUCER, name, rows.join(',')], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+      env: { ...process.env, PYTHONPATH: `${root}/interop/python/src` },
+    });
+    try {
+      // All held at once: later frames lie further into the arenas.
+      const frames: Frame[] = [];
+      for (let k = 0; k < rows.length; k++) frames.push(await consumer.next({ timeout: 60_000 }));
+      ROWS.forEach((n, i) => check(t, frames[i]!, i, n));
+      const tooLarge = frames[ROWS.length]!;
+      t.is(tooLarge.numRows, TOO_LARGE);
+      t.throws(() => tooLarge.columns(), { instanceOf: GpuringError, code: 'UNSUPPORTED' });
+      t.throws(() => tooLarge.toTable(), { instanceOf: GpuringError, code: 'UNSUPPORTED' });
+      const kept = frames[4]!.column('x')!.values as Float64Array;
+      t.is(kept[1], 4e6 + 1);
+      for (const frame of frames) frame.release();
+      t.deepEqual(await exitOf(producer), { code: 0, signal: null }, 'the producer saw every frame released (drain returned)');
+      consumer.close();
+      t.is(kept[1], 0, 'a window the consumer lent reads zeros once it is closed');
+    } finally {
+      producer.kill();
+      consumer.close();
+    }
+  });
+});
