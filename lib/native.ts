@@ -159,6 +159,8 @@ export interface NativeProducerCore {
   readonly sleepers: Uint32Array;
   /** How many released frame ids takeReleased() would give now (the core's own cell): a publish takes them only when there are some. */
   readonly releasedCount: Float64Array;
+  /** The most bytes allocate() takes: its arena must be one JS can be lent whole (buffer.constants.MAX_LENGTH). */
+  readonly largestAllocation: number;
   allocate(bytes: number): [number, number, number];
   free(arena: number, offset: number): void;
   arenaBuffer(arena: number): ArrayBuffer;

@@ -215,7 +215,9 @@ export class Producer {
    * to the frame id. With `device: N` the columns are uploaded to CUDA device N
    * and travel as cuda-ipc buffers (the consumer maps them; nothing crosses
    * host memory but the frame description). Host columns are copied once into
-   * the producer's arena; batches of a flat schema (no nested or dictionary
+   * the producer's arena (into several allocations where together they exceed
+   * the largest arena this Node can lend JS whole, 4 GiB under Node.js 20; a
+   * single buffer larger than that is UNSUPPORTED); batches of a flat schema (no nested or dictionary
    * column) sharing one Schema object are written from that schema's template
    * without describing them (FlatBatchWriter): publish a stream's batches with
    * one Schema to get that path.
@@ -584,6 +586,7 @@ export class Producer {
    */
   #sendFlat(flat: FlatBatchWriter, batch: RecordBatch, timeout: number, tag: bigint): number | Promise<number> | null {
     const total = flat.gather(batch);
+    if (total > this.#core.largestAllocation) return null; // the describing path splits it (#copyIn)
     // Only an unpublished allocation can hold a buffer to publish in place.
     if (this.#loose.size > 0) for (const part of flat.parts) if (part && this.#arenaIndex.has(part.buffer as ArrayBuffer)) return null;
     if (total === 0) return this.#sendBody(flat.body(0), [], timeout, tag);
@@ -782,10 +785,26 @@ export class Producer {
     return (this.#arenaDescriptors[arena] ??= hostBuffer(this.#arenaName(arena), 0, 0));
   }
 
-  /** Copies a frame's remaining buffers into one allocation (one native call), filling in their descriptors. */
+  /**
+   * Copies a frame's remaining buffers into one allocation (one native call),
+   * filling in their descriptors; into several, in order, where together they
+   * exceed the largest allocation (an arena JS can be lent whole: 4 GiB under
+   * Node.js 20). A single buffer larger than that is refused (UNSUPPORTED).
+   */
   #copyIn(copies: PendingCopy[], used: Loose[]): void {
-    if (!copies.length) return;
-    const total = copies.reduce((n, c) => n + align64(c.bytes.length), 0);
+    const largest = this.#core.largestAllocation;
+    for (let from = 0; from < copies.length; ) {
+      let to = from;
+      let total = 0;
+      do total += align64(copies[to++]!.bytes.length);
+      while (to < copies.length && total + align64(copies[to]!.bytes.length) <= largest);
+      this.#copyInto(copies.slice(from, to), total, used);
+      from = to;
+    }
+  }
+
+  /** #copyIn() of buffers that fit one allocation of `total` bytes. */
+  #copyInto(copies: PendingCopy[], total: number, used: Loose[]): void {
     const a = this.#allocate(total, true);
     used.push(a);
     const arena = new Uint8Array(this.#arenaBuffer(a.arena));

@@ -18,6 +18,14 @@ namespace {
 constexpr uint64_t kForever = UINT64_MAX;
 constexpr uint64_t kLazyReapMs = 20;  // how stale released memory may get while nobody waits for it
 constexpr uint32_t kFullReapEvery = 128;  // publish-path reaps between full passes (ReapOldest)
+
+// The largest allocation whose arena JS can be lent whole: gpr_arena_create
+// gives a larger allocation (rounded up to GPR_ARENA_ALIGN) and the arena
+// header an arena of whole 2 MiB.
+uint64_t LargestAllocation() {
+  uint64_t arena = LentMappings::Limit() & ~((uint64_t{2} << 20) - 1);
+  return arena > sizeof(gpr_arena_header) ? (arena - sizeof(gpr_arena_header)) & ~uint64_t{GPR_ARENA_ALIGN - 1} : 0;
+}
 using PreparedBody = Napi::External<std::vector<uint8_t>>;  // a body prepare() checked (Prepare)
 
 uint64_t DeadlineAfter(double timeout_ms) {
@@ -317,6 +325,7 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
   Value().Set("generation", Napi::Number::New(env, s.gen));
   Value().Set("sleepers", SleepersView(env, s.lent, s.seg));
   Value().Set("releasedCount", ReleasedCountView(env, s_));
+  Value().Set("largestAllocation", Napi::Number::New(env, static_cast<double>(LargestAllocation())));
   direct_.Define<&ProducerCore::Publish>(Value(), "publish");
   direct_.Define<&ProducerCore::PublishPrepared>(Value(), "publishPrepared");
   direct_.Define<&ProducerCore::PublishMany>(Value(), "publishMany");
@@ -339,8 +348,7 @@ Napi::Value ProducerCore::Allocate(const Napi::CallbackInfo &info) {
   double bytes = info[0].As<Napi::Number>().DoubleValue();
   if (!(bytes >= 0) || bytes > static_cast<double>(GPR_MAX_COUNT))
     Throw(env, GPR_E_INVALID_ARGUMENT, "allocation size must be a non-negative integer");
-  // The arena a larger allocation gets (gpr_arena_create) must be one JS can be lent.
-  if (gpr_align_up(static_cast<uint64_t>(bytes) + sizeof(gpr_arena_header), 2u << 20) > LentMappings::Limit())
+  if (static_cast<uint64_t>(bytes) > LargestAllocation())
     Throw(env, GPR_E_UNSUPPORTED, "an allocation of " + std::to_string(static_cast<uint64_t>(bytes)) +
                                       " bytes needs an arena larger than this Node.js lends as one ArrayBuffer (" +
                                       std::to_string(LentMappings::Limit()) + " bytes, buffer.constants.MAX_LENGTH); Node.js 22 or later lends up to 2^53 - 1");

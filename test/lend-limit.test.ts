@@ -1,14 +1,17 @@
-// A Node consumer reads frames from an arena larger than one ArrayBuffer can
-// hold in this Node (lib/arena-windows.ts): another language's producer may
-// make arenas over buffer.constants.MAX_LENGTH (4 GiB before Node.js 22).
-// Here this process lowers that limit to 8 MiB, so that a Python producer's
-// 64 MiB arenas take the same path in CI that a 5 GiB arena takes in
-// production: buffers at offsets all over the arena, across window
-// boundaries, one larger than a cached window takes (its own window), one
-// larger than the limit (UNSUPPORTED, released all the same).
+// Frames larger than one ArrayBuffer can hold in this Node
+// (buffer.constants.MAX_LENGTH: 4 GiB before Node.js 22). This process lowers
+// that limit to 8 MiB, so that these tests take in CI the paths 4 GiB takes in
+// production:
+// - a Node consumer reads frames from another language's larger arena through
+//   windows (lib/arena-windows.ts): buffers at offsets all over the arena,
+//   across window boundaries, one larger than a cached window holds (its own
+//   window), one larger than the limit (UNSUPPORTED, released all the same);
+// - a Node producer publishes a table larger than one arena it may lend in
+//   several allocations, and refuses a single buffer larger than that.
 import { spawn } from 'node:child_process';
+import { tableFromArrays } from 'apache-arrow';
 import test from 'ava';
-import { Consumer, GpuringError, type Frame } from '../lib/index.js';
+import { Consumer, GpuringError, Producer, type Frame } from '../lib/index.js';
 import { native } from '../lib/native.js';
 import { exitOf, root, withRing } from './helpers/ring.js';
 
@@ -84,6 +87,42 @@ test('a consumer reads frames in an arena larger than it may lend whole, through
     } finally {
       producer.kill();
       consumer.close();
+    }
+  });
+});
+
+test('a Node producer publishes a table larger than one arena it may lend, in several allocations; a single buffer that large is refused', async (t) => {
+  await withRing('split', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    try {
+      const n = 700_000; // 5.6 + 2.8 MB of numbers, 2.8 MB of string offsets, 1.4 MB of characters
+      const a = Float64Array.from({ length: n }, (_, j) => j * 0.5);
+      const b = Int32Array.from({ length: n }, (_, j) => n - j);
+      const s = Array.from({ length: n }, (_, j) => String(j % 89));
+      await producer.publish(tableFromArrays({ a, b, s }));
+      const frame = await consumer.next({ timeout: 10_000 });
+      const arenas = new Set(frame.description.columns.flatMap((c) => c.buffers.filter((x) => x.length > 0).map((x) => Buffer.from(x.handle).toString('hex'))));
+      t.true(arenas.size >= 2, `its buffers lie in ${arenas.size} arenas`);
+      const table = frame.toTable();
+      t.deepEqual(table.getChild('a')!.toArray(), a);
+      t.deepEqual(table.getChild('b')!.toArray(), b);
+      let wrong = 0;
+      for (let j = 0; j < n; j += 7) if (table.getChild('s')!.get(j) !== s[j]) wrong++;
+      t.is(wrong, 0);
+      frame.release();
+
+      const huge = new Float64Array(LIMIT / 8);
+      await t.throwsAsync(producer.publish(tableFromArrays({ huge })), { instanceOf: GpuringError, code: 'UNSUPPORTED' });
+      await producer.publish(tableFromArrays({ x: Float64Array.from([7, 8]) }));
+      const after = await consumer.next({ timeout: 10_000 });
+      t.deepEqual(Array.from(after.toTable().getChild('x')!.toArray() as Float64Array), [7, 8]);
+      after.release();
+      await producer.drain({ timeout: 10_000 });
+      t.is(producer.inFlight, 0);
+    } finally {
+      consumer.close();
+      producer.close();
     }
   });
 });
