@@ -7,9 +7,11 @@
 //   across window boundaries, one larger than a cached window holds (its own
 //   window), one larger than the limit (UNSUPPORTED, released all the same);
 // - a Node producer publishes a table larger than one arena it may lend in
-//   several allocations, and refuses a single buffer larger than that.
+//   several allocations, and refuses a single buffer larger than that, and an
+//   allocate() or loan() that large, before it makes an arena.
 import { spawn } from 'node:child_process';
-import { tableFromArrays } from 'apache-arrow';
+import { readdirSync } from 'node:fs';
+import { tableFromArrays, Field, Float64, Schema } from 'apache-arrow';
 import test from 'ava';
 import { Consumer, GpuringError, Producer, type Frame } from '../lib/index.js';
 import { native } from '../lib/native.js';
@@ -17,6 +19,9 @@ import { exitOf, root, withRing } from './helpers/ring.js';
 
 const LIMIT = 8 << 20;
 native().setLendLimit(LIMIT);
+
+const filesOf = (name: string) => readdirSync('/dev/shm').filter((f) => f.startsWith(`gpuring.${name}`)).sort();
+const unsupported = { instanceOf: GpuringError, code: 'UNSUPPORTED' } as const;
 
 /** Rows per frame: 1,000,000 float64 values (7.6 MiB) lie whole in a cached window only where they start in its first 0.4 MiB. */
 const ROWS = [1, 1000, 250_000, 530_000, 1_000_000, 70_000, 130_000, 3, 262_144, 400_000, 10, 650_000];
@@ -76,8 +81,8 @@ test('a consumer reads frames in an arena larger than it may lend whole, through
       ROWS.forEach((n, i) => check(t, frames[i]!, i, n));
       const tooLarge = frames[ROWS.length]!;
       t.is(tooLarge.numRows, TOO_LARGE);
-      t.throws(() => tooLarge.columns(), { instanceOf: GpuringError, code: 'UNSUPPORTED' });
-      t.throws(() => tooLarge.toTable(), { instanceOf: GpuringError, code: 'UNSUPPORTED' });
+      t.throws(() => tooLarge.columns(), unsupported);
+      t.throws(() => tooLarge.toTable(), unsupported);
       const kept = frames[4]!.column('x')!.values as Float64Array;
       t.is(kept[1], 4e6 + 1);
       for (const frame of frames) frame.release();
@@ -113,13 +118,35 @@ test('a Node producer publishes a table larger than one arena it may lend, in se
       frame.release();
 
       const huge = new Float64Array(LIMIT / 8);
-      await t.throwsAsync(producer.publish(tableFromArrays({ huge })), { instanceOf: GpuringError, code: 'UNSUPPORTED' });
+      await t.throwsAsync(producer.publish(tableFromArrays({ huge })), unsupported);
       await producer.publish(tableFromArrays({ x: Float64Array.from([7, 8]) }));
       const after = await consumer.next({ timeout: 10_000 });
       t.deepEqual(Array.from(after.toTable().getChild('x')!.toArray() as Float64Array), [7, 8]);
       after.release();
       await producer.drain({ timeout: 10_000 });
       t.is(producer.inFlight, 0);
+    } finally {
+      consumer.close();
+      producer.close();
+    }
+  });
+});
+
+test('allocations and loans whose arena one ArrayBuffer cannot hold are refused before an arena is made; the producer goes on', async (t) => {
+  await withRing('big-alloc', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    try {
+      producer.allocate(1024).free(); // its first arena, so that the listing below is settled
+      const before = filesOf(name);
+      t.throws(() => producer.allocate(LIMIT), unsupported);
+      const rows = Math.ceil(LIMIT / 8);
+      t.throws(() => producer.loan(new Schema([new Field('x', new Float64(), false)]), rows), unsupported);
+      t.deepEqual(filesOf(name), before, 'no arena was made for them');
+      await producer.publish(tableFromArrays({ x: Float64Array.from([1, 2, 3]) }));
+      const frame = await consumer.next({ timeout: 5000 });
+      t.deepEqual(Array.from(frame.toTable().getChild('x')!.toArray() as Float64Array), [1, 2, 3]);
+      frame.release();
     } finally {
       consumer.close();
       producer.close();
