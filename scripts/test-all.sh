@@ -3,7 +3,8 @@
 # them. Needs `npm install` (or `npm ci`) first: that builds the addon.
 #   C       ctest: plain, AddressSanitizer+UBSan and ThreadSanitizer builds, bounded fuzz runs
 #   TS      ava: codec, API, every type, crashes, bad input, stress, CLI, node-gyp build,
-#           the three-language body fuzz and the kill -9 torture run
+#           the three-language body fuzz and the kill -9 torture run; again on each
+#           Node.js named in GPURING_MORE_NODES (paths of node binaries, space-separated)
 #   Python  pytest interop/python: fixtures, processes, Node interop with pyarrow as referee
 #   GPU     ava test/gpu: skipped, with the reason, where there is no GPU
 set -uo pipefail
@@ -32,6 +33,13 @@ fi
 echo "== TypeScript suites =="
 npx ava --tap 2>&1 | tee "$log/ts.txt"
 count_tap "$log/ts.txt"
+# The same addon and suites on other Node.js lines: Node-API keeps the addon's ABI,
+# but what Node lends and allows changes between them (buffer.constants.MAX_LENGTH).
+for node_bin in ${GPURING_MORE_NODES:-}; do
+  echo "== TypeScript suites on Node.js $("$node_bin" --version) =="
+  PATH="$(dirname "$node_bin"):$PATH" npx ava --tap 2>&1 | tee "$log/ts-more.txt"
+  count_tap "$log/ts-more.txt"
+done
 
 echo "== Python suite =="
 count_pytest() { # file -> adds pytest's final "N passed, N failed, N skipped, N error" line
