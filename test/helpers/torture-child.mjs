@@ -69,7 +69,7 @@ function logFrame(log, f) {
   const p = t.getChild('producer').get(0);
   const s = t.getChild('seq').get(0);
   const ok = ((BigInt(p) << 32n) | BigInt(s)) === f.tag && t.getChild('check').get(0) === checkText(p, s);
-  writeSync(log, ok ? `${f.tag}\n` : `BAD ${f.tag}\n`);
+  writeSync(log, ok ? `${f.tag}\n` : `BAD ${f.tag} (it held ${p}:${s} ${JSON.stringify(t.getChild('check').get(0))})\n`);
 }
 
 /** `take` is how this seat waits: next(), nextSync() or nextBatch(). */

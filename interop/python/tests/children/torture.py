@@ -42,11 +42,14 @@ def log_missed(log: int, e: GpuringError) -> None:
 
 
 def log_frame(log: int, frame: Frame) -> None:
-    """Appends the frame's tag, or "BAD tag" where its columns do not match it, then releases it."""
+    """Appends the frame's tag, or "BAD tag" and what the frame held where its columns
+    do not match it (a later frame of its producer there: its memory was reused under
+    this lease), then releases it."""
     row = frame.to_arrow().to_pylist()[0]
     tag = frame.user_tag
     ok = (row["producer"] << 32 | row["seq"]) == tag and row["check"] == check_text(row["producer"], row["seq"])
-    os.write(log, f"{tag}\n".encode() if ok else f"BAD {tag}\n".encode())
+    held = f" (frame {frame.frame_id}: it held {row['producer']}:{row['seq']} {row['check']!r})"
+    os.write(log, f"{tag}\n".encode() if ok else f"BAD {tag}{held}\n".encode())
     frame.release()
 
 
