@@ -582,11 +582,12 @@ export class Producer {
    * publish() of a flat batch (FlatBatchWriter): its buffers copied into one
    * allocation and the body written from the stream's template, without a
    * description. Null when a buffer already lies in an unpublished allocation
-   * of the caller: the describing path publishes that one without a copy.
+   * of the caller (the describing path publishes that one without a copy), or
+   * when the buffers need more than one allocation (it splits them: #copyIn).
    */
   #sendFlat(flat: FlatBatchWriter, batch: RecordBatch, timeout: number, tag: bigint): number | Promise<number> | null {
     const total = flat.gather(batch);
-    if (total > this.#core.largestAllocation) return null; // the describing path splits it (#copyIn)
+    if (total > this.#core.largestAllocation) return null;
     // Only an unpublished allocation can hold a buffer to publish in place.
     if (this.#loose.size > 0) for (const part of flat.parts) if (part && this.#arenaIndex.has(part.buffer as ArrayBuffer)) return null;
     if (total === 0) return this.#sendBody(flat.body(0), [], timeout, tag);
