@@ -63,13 +63,17 @@ async function produceLoaned(id, log) {
   }
 }
 
-/** Appends the frame's tag, or "BAD tag" where its columns do not match it. */
+const started = performance.now();
+let taken = 0;
+
+/** Appends the frame's tag, or "BAD tag" where its columns do not match it (with what it held, and how many frames this process took before it and when). */
 function logFrame(log, f) {
+  taken++;
   const t = f.toTable();
   const p = t.getChild('producer').get(0);
   const s = t.getChild('seq').get(0);
   const ok = ((BigInt(p) << 32n) | BigInt(s)) === f.tag && t.getChild('check').get(0) === checkText(p, s);
-  writeSync(log, ok ? `${f.tag}\n` : `BAD ${f.tag} (it held ${p}:${s} ${JSON.stringify(t.getChild('check').get(0))})\n`);
+  writeSync(log, ok ? `${f.tag}\n` : `BAD ${f.tag} (it held ${p}:${s} ${JSON.stringify(t.getChild('check').get(0))}; this process's frame ${taken}, ${((performance.now() - started) / 1000).toFixed(3)} s after it started)\n`);
 }
 
 /** `take` is how this seat waits: next(), nextSync() or nextBatch(). */

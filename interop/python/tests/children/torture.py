@@ -15,6 +15,7 @@ the same as the Node children publish."""
 import asyncio
 import os
 import sys
+import time
 
 import pyarrow as pa
 
@@ -41,14 +42,21 @@ def log_missed(log: int, e: GpuringError) -> None:
     os.write(log, f"MISSED {e.missed}\n".encode())
 
 
+OPENED = time.monotonic()
+taken = 0
+
+
 def log_frame(log: int, frame: Frame) -> None:
     """Appends the frame's tag, or "BAD tag" and what the frame held where its columns
     do not match it (a later frame of its producer there: its memory was reused under
-    this lease), then releases it."""
+    this lease), how many frames this process took before it and when, then releases it."""
+    global taken
+    taken += 1
     row = frame.to_arrow().to_pylist()[0]
     tag = frame.user_tag
     ok = (row["producer"] << 32 | row["seq"]) == tag and row["check"] == check_text(row["producer"], row["seq"])
-    held = f" (frame {frame.frame_id}: it held {row['producer']}:{row['seq']} {row['check']!r})"
+    held = (f" (frame {frame.frame_id}: it held {row['producer']}:{row['seq']} {row['check']!r}; this process's frame"
+            f" {taken}, {time.monotonic() - OPENED:.3f} s after it started)")
     os.write(log, f"{tag}\n".encode() if ok else f"BAD {tag}{held}\n".encode())
     frame.release()
 
