@@ -799,18 +799,19 @@ export class Producer {
       let total = 0;
       do total += align64(copies[to++]!.bytes.length);
       while (to < copies.length && total + align64(copies[to]!.bytes.length) <= largest);
-      this.#copyInto(copies.slice(from, to), total, used);
+      this.#copyInto(copies, from, to, total, used);
       from = to;
     }
   }
 
-  /** #copyIn() of buffers that fit one allocation of `total` bytes. */
-  #copyInto(copies: PendingCopy[], total: number, used: Loose[]): void {
+  /** #copyIn() of copies[from, to), which fit one allocation of `total` bytes. */
+  #copyInto(copies: PendingCopy[], from: number, to: number, total: number, used: Loose[]): void {
     const a = this.#allocate(total, true);
     used.push(a);
     const arena = new Uint8Array(this.#arenaBuffer(a.arena));
     let at = a.offset;
-    for (const c of copies) {
+    for (let i = from; i < to; i++) {
+      const c = copies[i]!;
       arena.set(c.bytes, at);
       Object.assign(c.desc, this.#hostBuffer(a.arena, at, c.bytes.length));
       at += align64(c.bytes.length);

@@ -41,6 +41,20 @@ with gpuring.Producer.open(sys.argv[1], arena_size=64 << 20) as p:
 
 const encoder = new TextEncoder();
 
+/** A Node producer and consumer on a new ring, closed after `fn`. */
+async function withEnds(prefix: string, fn: (producer: Producer, consumer: Consumer, name: string) => Promise<void>): Promise<void> {
+  await withRing(prefix, { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    try {
+      await fn(producer, consumer, name);
+    } finally {
+      consumer.close();
+      producer.close();
+    }
+  });
+}
+
 /** Checks frame `i`'s columns as views and as a Table, every row against what the producer wrote. */
 function check(t: import('ava').ExecutionContext, frame: Frame, i: number, n: number): void {
   const [x, s] = frame.columns();
@@ -97,59 +111,45 @@ test('a consumer reads frames in an arena larger than it may lend whole, through
 });
 
 test('a Node producer publishes a table larger than one arena it may lend, in several allocations; a single buffer that large is refused', async (t) => {
-  await withRing('split', { slots: 8 }, async (_ring, name) => {
-    const producer = Producer.open(name);
-    const consumer = Consumer.open(name);
-    try {
-      const n = 700_000; // 5.6 + 2.8 MB of numbers, 2.8 MB of string offsets, 1.4 MB of characters
-      const a = Float64Array.from({ length: n }, (_, j) => j * 0.5);
-      const b = Int32Array.from({ length: n }, (_, j) => n - j);
-      const s = Array.from({ length: n }, (_, j) => String(j % 89));
-      await producer.publish(tableFromArrays({ a, b, s }));
-      const frame = await consumer.next({ timeout: 10_000 });
-      const arenas = new Set(frame.description.columns.flatMap((c) => c.buffers.filter((x) => x.length > 0).map((x) => Buffer.from(x.handle).toString('hex'))));
-      t.true(arenas.size >= 2, `its buffers lie in ${arenas.size} arenas`);
-      const table = frame.toTable();
-      t.deepEqual(table.getChild('a')!.toArray(), a);
-      t.deepEqual(table.getChild('b')!.toArray(), b);
-      let wrong = 0;
-      for (let j = 0; j < n; j += 7) if (table.getChild('s')!.get(j) !== s[j]) wrong++;
-      t.is(wrong, 0);
-      frame.release();
+  await withEnds('split', async (producer, consumer) => {
+    const n = 700_000; // 5.6 + 2.8 MB of numbers, 2.8 MB of string offsets, 1.4 MB of characters
+    const a = Float64Array.from({ length: n }, (_, j) => j * 0.5);
+    const b = Int32Array.from({ length: n }, (_, j) => n - j);
+    const s = Array.from({ length: n }, (_, j) => String(j % 89));
+    await producer.publish(tableFromArrays({ a, b, s }));
+    const frame = await consumer.next({ timeout: 10_000 });
+    const arenas = new Set(frame.description.columns.flatMap((c) => c.buffers.filter((x) => x.length > 0).map((x) => Buffer.from(x.handle).toString('hex'))));
+    t.true(arenas.size >= 2, `its buffers lie in ${arenas.size} arenas`);
+    const table = frame.toTable();
+    t.deepEqual(table.getChild('a')!.toArray(), a);
+    t.deepEqual(table.getChild('b')!.toArray(), b);
+    let wrong = 0;
+    for (let j = 0; j < n; j += 7) if (table.getChild('s')!.get(j) !== s[j]) wrong++;
+    t.is(wrong, 0);
+    frame.release();
 
-      const huge = new Float64Array(LIMIT / 8);
-      await t.throwsAsync(producer.publish(tableFromArrays({ huge })), unsupported);
-      await producer.publish(tableFromArrays({ x: Float64Array.from([7, 8]) }));
-      const after = await consumer.next({ timeout: 10_000 });
-      t.deepEqual(Array.from(after.toTable().getChild('x')!.toArray() as Float64Array), [7, 8]);
-      after.release();
-      await producer.drain({ timeout: 10_000 });
-      t.is(producer.inFlight, 0);
-    } finally {
-      consumer.close();
-      producer.close();
-    }
+    const huge = new Float64Array(LIMIT / 8);
+    await t.throwsAsync(producer.publish(tableFromArrays({ huge })), unsupported);
+    await producer.publish(tableFromArrays({ x: Float64Array.from([7, 8]) }));
+    const after = await consumer.next({ timeout: 10_000 });
+    t.deepEqual(Array.from(after.toTable().getChild('x')!.toArray() as Float64Array), [7, 8]);
+    after.release();
+    await producer.drain({ timeout: 10_000 });
+    t.is(producer.inFlight, 0);
   });
 });
 
 test('allocations and loans whose arena one ArrayBuffer cannot hold are refused before an arena is made; the producer goes on', async (t) => {
-  await withRing('big-alloc', { slots: 8 }, async (_ring, name) => {
-    const producer = Producer.open(name);
-    const consumer = Consumer.open(name);
-    try {
-      producer.allocate(1024).free(); // its first arena, so that the listing below is settled
-      const before = filesOf(name);
-      t.throws(() => producer.allocate(LIMIT), unsupported);
-      const rows = Math.ceil(LIMIT / 8);
-      t.throws(() => producer.loan(new Schema([new Field('x', new Float64(), false)]), rows), unsupported);
-      t.deepEqual(filesOf(name), before, 'no arena was made for them');
-      await producer.publish(tableFromArrays({ x: Float64Array.from([1, 2, 3]) }));
-      const frame = await consumer.next({ timeout: 5000 });
-      t.deepEqual(Array.from(frame.toTable().getChild('x')!.toArray() as Float64Array), [1, 2, 3]);
-      frame.release();
-    } finally {
-      consumer.close();
-      producer.close();
-    }
+  await withEnds('big-alloc', async (producer, consumer, name) => {
+    producer.allocate(1024).free(); // its first arena, so that the listing below is settled
+    const before = filesOf(name);
+    t.throws(() => producer.allocate(LIMIT), unsupported);
+    const rows = Math.ceil(LIMIT / 8);
+    t.throws(() => producer.loan(new Schema([new Field('x', new Float64(), false)]), rows), unsupported);
+    t.deepEqual(filesOf(name), before, 'no arena was made for them');
+    await producer.publish(tableFromArrays({ x: Float64Array.from([1, 2, 3]) }));
+    const frame = await consumer.next({ timeout: 5000 });
+    t.deepEqual(Array.from(frame.toTable().getChild('x')!.toArray() as Float64Array), [1, 2, 3]);
+    frame.release();
   });
 });
