@@ -385,7 +385,7 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
            GPR_ROLE_CONSUMER);
   s.on_slow = info.Length() > 6 && info[6].IsNumber() ? info[6].As<Napi::Number>().Uint32Value() : 0u;
   bool oldest = info.Length() > 7 && info[7].IsBoolean() && info[7].As<Napi::Boolean>().Value();
-  if (s.seg.broadcast) gpr_bc_subscribe(&s.seg, s.me, s.on_slow, oldest);
+  if (s.seg.broadcast) gpr_bc_join(&s.seg, s.me, s.on_slow, oldest);
   static const bool spare_cores = LoopParticipant::SpareCores();
   s.busy_poll = spare_cores && !s.seg.broadcast;
   try {

@@ -75,7 +75,7 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
 /* ------------------------------------------------------------------------ */
 
 #define GPR_VERSION_MAJOR 2u
-#define GPR_VERSION_MINOR 3u
+#define GPR_VERSION_MINOR 4u
 /* "GPURING\0" read as a little-endian u64. */
 #define GPR_SEGMENT_MAGIC 0x00474E4952555047ull
 /* "GPRARENA" read as a little-endian u64. */
@@ -96,8 +96,8 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
  * and older, which ignore header flags) refuses one with SEGMENT_LAYOUT rather
  * than taking its frames as a work queue. */
 #define GPR_LAYOUT_STRING_BROADCAST \
-  GPR_LAYOUT_STRING ";delivery=all;control.subscribers@576;participant.cursor@80.missed@88.missed_seen@96.subscription@104;slot.pending@8"
-#define GPR_LAYOUT_HASH_BROADCAST 0xfeed42585dba9dfbull
+  GPR_LAYOUT_STRING ";delivery=all;control.subscribers@576;participant.cursor@80.missed@88.missed_seen@96.subscription@104.proxy@112;slot.pending@8"
+#define GPR_LAYOUT_HASH_BROADCAST 0xb6b792def69da75dull
 
 #define GPR_CACHE_LINE 128u
 #define GPR_NAME_MAX 32u            /* segment name: [A-Za-z0-9_-]{1,32} */
@@ -281,7 +281,8 @@ typedef struct gpr_participant {
   uint64_t missed_seen;           /*  96 of those, how many it has reported (written by owner) */
   uint32_t subscription;          /* 104 0 = not subscribed, else on_slow policy + 1 */
   uint32_t reserved2;             /* 108 */
-  uint8_t reserved[16];           /* 112 */
+  uint64_t proxy;                 /* 112 who acts for this subscriber now: pid << 32 | start time mod 2^32; 0 = nobody */
+  uint8_t reserved[8];            /* 120 */
 } gpr_participant;
 
 enum gpr_slot_state {
@@ -458,6 +459,7 @@ GPR_CHECK_OFFSET(gpr_participant, cursor, 80);
 GPR_CHECK_OFFSET(gpr_participant, missed, 88);
 GPR_CHECK_OFFSET(gpr_participant, missed_seen, 96);
 GPR_CHECK_OFFSET(gpr_participant, subscription, 104);
+GPR_CHECK_OFFSET(gpr_participant, proxy, 112);
 
 GPR_CHECK_SIZE(gpr_frame_ref, 48);
 GPR_CHECK_OFFSET(gpr_frame_ref, frame_id, 0);

@@ -294,7 +294,10 @@ int main(int argc, char **argv) {
   uint32_t timeout = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 30000u;
   ring r;
   if (ring_open(&r, argv[1], timeout) != 0 || ring_attach(&r, ROLE_CONSUMER) != 0) return 1;
-  if (r.broadcast) bc_subscribe(&r, ON_SLOW_BLOCK); /* §5.4: a subscriber; producers wait for it */
+  if (r.broadcast) { /* §5.4: a subscriber; producers wait for it */
+    proxy_await(&r);
+    bc_subscribe(&r, ON_SLOW_BLOCK);
+  }
   doorbell bell;
   if (sleep_on_bell && doorbell_open(&r, &bell) != 0) return 1;
   const doorbell *waits_on = sleep_on_bell ? &bell : NULL;

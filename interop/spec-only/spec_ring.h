@@ -37,7 +37,7 @@
 #define ARENA_MAGIC 0x414E455241525047ull
 #define BODY_MAGIC 0x46525047u
 #define LAYOUT_HASH 0xddb92fd56ec23d52ull
-#define LAYOUT_HASH_BROADCAST 0xfeed42585dba9dfbull
+#define LAYOUT_HASH_BROADCAST 0xb6b792def69da75dull
 #define FLAG_BROADCAST 1u
 #define CURSOR_EVICTED (1ull << 63)
 #define CURSOR_DROPPING (1ull << 62)
@@ -55,7 +55,7 @@ enum { C_TAIL = 256, C_HEAD = 384, C_DATA_SEQ = 512, C_DATA_WAITERS = 516, C_DAT
        C_SUBSCRIBERS = 832, C_RECOVERED = 896, C_REDELIVERED = 904 };
 enum { P_STATE = 0, P_PID = 8, P_ROLES = 12, P_START = 16, P_ATTACHED = 24, P_ARENAS = 32,
        P_PUBLISHED = 40, P_LEASED = 48, P_RELEASED = 56, P_BELL = 64, P_KEY = 72,
-       P_CURSOR = 80, P_MISSED = 88, P_MISSED_SEEN = 96, P_SUBSCRIPTION = 104 };
+       P_CURSOR = 80, P_MISSED = 88, P_MISSED_SEEN = 96, P_SUBSCRIPTION = 104, P_PROXY = 112 };
 enum { SLOT_PENDING = 8 }; /* §5.4: a broadcast frame's subscribers yet to release it */
 enum { REF_FRAME_ID = 0, REF_PRODUCER = 8, REF_PRODUCER_GEN = 12, REF_BODY_ARENA = 16,
        REF_BODY_LENGTH = 20, REF_BODY_OFFSET = 24, REF_USER_TAG = 32 };
@@ -538,6 +538,39 @@ static inline uint64_t bc_settle_drop(const ring *r, uint32_t k, uint64_t c, uin
 #define DROP_WAIT_NS 20000ull       /* §5.4 Settling: how long to wait for a dropper to clear its mark */
 #define DROP_STALE_NS 20000000ull   /* and after how long, seen unchanged, the mark is stale */
 
+/* §5.4 Proxies: whoever acts on entry k's shares or cursor, k's occupant aside, holds
+ * k's proxy word (pid << 32 | start time mod 2^32); a consumer that attached waits,
+ * before it subscribes, until no live process holds its own (at most 1 s). */
+static uint64_t proxy_me;
+static inline int proxy_alive(uint64_t v) {
+  char st;
+  uint64_t start;
+  return proc_stat((uint32_t)(v >> 32), &st, &start) == 0 && st != 'Z' && st != 'X' && (uint32_t)start == (uint32_t)v;
+}
+static inline int proxy_take(const ring *r, uint32_t k) {
+  if (!proxy_me) {
+    char st;
+    uint64_t start = 0;
+    proc_stat((uint32_t)getpid(), &st, &start);
+    proxy_me = (uint64_t)getpid() << 32 | (uint32_t)start;
+  }
+  uint64_t *word = w64(r, entry(r, k) + P_PROXY), held = 0;
+  if (!__atomic_compare_exchange_n(word, &held, proxy_me, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) &&
+      (held == proxy_me || proxy_alive(held) ||
+       !__atomic_compare_exchange_n(word, &held, proxy_me, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)))
+    return 0;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST); /* judge the entry only after the take */
+  return 1;
+}
+static inline void proxy_give(const ring *r, uint32_t k) { cas64(w64(r, entry(r, k) + P_PROXY), proxy_me, 0); }
+static inline void proxy_await(const ring *r) {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST); /* our ACTIVE store before the load below */
+  uint64_t v, until = now_ns(CLOCK_MONOTONIC) + 1000000000ull;
+  while ((v = __atomic_load_n(w64(r, entry(r, r->me) + P_PROXY), __ATOMIC_SEQ_CST)) && proxy_alive(v) &&
+         now_ns(CLOCK_MONOTONIC) < until)
+    usleep(20);
+}
+
 /* Subscribe: cursor a lap behind the tail (or where an eviction left it) by CAS, then subscription, then the bit. */
 static inline void bc_subscribe(const ring *r, uint32_t on_slow) {
   uint64_t t = __atomic_load_n(w64(r, C_TAIL), __ATOMIC_RELAXED) & MASK48;
@@ -686,6 +719,26 @@ static inline void bc_drop_through(const ring *r, uint32_t k, uint64_t *c, uint6
   }
 }
 
+/* What a producer does about subscriber k holding the READY frame at q, as k's proxy. */
+static inline void bc_act_for(const ring *r, uint32_t k, uint64_t q) {
+  if (!bc_subscribed(r, k)) {
+    bc_release_as(r, k, q); /* a leftover bit, or damage */
+    return;
+  }
+  uint64_t c = __atomic_load_n(cursor_of(r, k), __ATOMIC_ACQUIRE);
+  if (c & CURSOR_DROPPING) c = bc_settle_drop(r, k, c, DROP_WAIT_NS); /* another's drop */
+  if ((c & CURSOR_DROPPING) || seqdiff(c & MASK48, q) > 0) return;   /* not done yet; or it took the frame */
+  uint32_t policy = __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE) - 1u;
+  if ((c & CURSOR_EVICTED) || policy == ON_SLOW_DROP_OLDEST) {
+    bc_drop_through(r, k, &c, q);
+  } else if (policy == ON_SLOW_EVICT) {
+    uint64_t evicted = CURSOR_EVICTED | (c & MASK48);
+    if (!cas64(cursor_of(r, k), c, evicted)) return;
+    bc_drop_through(r, k, &evicted, q + r->slots - 1u);
+    ring_notify(r, BELL_DATA);
+  }
+}
+
 /* Slow subscribers: the slot we need still serves the READY frame at q; each holder's policy. */
 static inline void bc_relieve(const ring *r, uint64_t q) {
   uint64_t w = __atomic_load_n(w64(r, slot_at(r, q)), __ATOMIC_ACQUIRE);
@@ -694,22 +747,11 @@ static inline void bc_relieve(const ring *r, uint64_t q) {
   if (!m) bc_retire(r, q, w); /* every share released, its last releaser died before moving it on */
   for (; m; m &= m - 1u) {
     uint32_t k = (uint32_t)__builtin_ctzll(m);
-    if (!bc_subscribed(r, k)) {
-      bc_release_as(r, k, q);
-      continue;
-    }
-    uint64_t c = __atomic_load_n(cursor_of(r, k), __ATOMIC_ACQUIRE);
-    if (c & CURSOR_DROPPING) c = bc_settle_drop(r, k, c, DROP_WAIT_NS); /* another's drop */
-    if (c & CURSOR_DROPPING) continue; /* not done yet: next time */
-    if (seqdiff(c & MASK48, q) > 0) continue; /* it took the frame: never taken back */
-    uint32_t policy = __atomic_load_n(w32(r, entry(r, k) + P_SUBSCRIPTION), __ATOMIC_ACQUIRE) - 1u;
-    if ((c & CURSOR_EVICTED) || policy == ON_SLOW_DROP_OLDEST) {
-      bc_drop_through(r, k, &c, q);
-    } else if (policy == ON_SLOW_EVICT) {
-      uint64_t evicted = CURSOR_EVICTED | (c & MASK48);
-      if (!cas64(cursor_of(r, k), c, evicted)) continue;
-      bc_drop_through(r, k, &evicted, q + r->slots - 1u);
-      ring_notify(r, BELL_DATA);
+    if (k >= r->capacity) {
+      bc_release_as(r, k, q); /* damage: nobody there ever subscribes */
+    } else if (proxy_take(r, k)) {
+      bc_act_for(r, k, q);
+      proxy_give(r, k);
     }
   }
 }
@@ -870,7 +912,12 @@ static inline int64_t sweep_slot(const ring *r, uint64_t i, uint32_t also) {
     if (!m) bc_retire(r, pos, w); /* its last releaser died before moving the slot on */
     for (; m; m &= m - 1u) {
       uint32_t k = (uint32_t)__builtin_ctzll(m);
-      if (k >= r->capacity || owner_dead(r, k, also) || !bc_subscribed(r, k)) bc_release_as(r, k, pos);
+      if (k >= r->capacity) {
+        bc_release_as(r, k, pos); /* damage: nobody there ever subscribes */
+      } else if (proxy_take(r, k)) { /* §5.4 Proxies: judged and released holding k's proxy word */
+        if (owner_dead(r, k, also) || !bc_subscribed(r, k)) bc_release_as(r, k, pos);
+        proxy_give(r, k);
+      }
     }
   }
   if (dead && (st == S_WRITING || st == S_RELEASED)) {
@@ -925,8 +972,10 @@ static inline void ring_sweep(const ring *r) {
   }
   if (r->broadcast) /* §7 step 1: drops their producers left half done (dead bits leave at free, §4) */
     for (uint32_t i = 0; i < r->capacity && i < 64u; i++) {
+      if (!(__atomic_load_n(cursor_of(r, i), __ATOMIC_ACQUIRE) & CURSOR_DROPPING) || !proxy_take(r, i)) continue;
       uint64_t c = __atomic_load_n(cursor_of(r, i), __ATOMIC_ACQUIRE);
       if ((c & CURSOR_DROPPING) && bc_subscribed(r, i)) bc_settle_drop(r, i, c, 0); /* finished once stale */
+      proxy_give(r, i);
     }
   uint8_t *referred = (uint8_t *)calloc(r->capacity, 1);
   for (uint64_t i = 0; i < r->slots; i++) { /* step 3 */

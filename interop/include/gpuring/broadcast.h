@@ -91,6 +91,75 @@ GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow
   __atomic_fetch_or(&seg->control->subscribers, gpr_bc_bit(me), __ATOMIC_SEQ_CST);
 }
 
+/* How long a consumer that attached waits, before it subscribes, for a proxy
+ * that took its entry's proxy word before the attach to let go
+ * (gpr_bc_await_proxies). A proxy holds it for a few instructions unless it
+ * lost its CPU; one that holds it longer is left behind. */
+#define GPR_PROXY_WAIT_NS 1000000000ull
+
+/* A proxy word naming this process: pid << 32 | its start time mod 2^32. */
+GPR_INLINE uint64_t gpr_bc_proxy_self(gpr_segment *seg) {
+  if (!seg->proxy_self) seg->proxy_self = (uint64_t)getpid() << 32 | (uint32_t)gpr_self_start_time();
+  return seg->proxy_self;
+}
+
+/* Does proxy word `v` name a process that runs (its pid, not a zombie, with
+ * that start time)? A proxy killed while acting leaves its word behind. */
+GPR_INLINE int gpr_bc_proxy_alive(uint64_t v) {
+  char state;
+  uint64_t started;
+  if (gpr_proc_stat((uint32_t)(v >> 32), &state, &started) != 0) return 0;
+  return state != 'Z' && state != 'X' && state != 'x' && (uint32_t)started == (uint32_t)v;
+}
+
+/* Takes entry `k`'s proxy word, which anyone but `k`'s occupant holds while it
+ * acts on `k`'s shares or cursor: a release made for it, a drop, the finish of
+ * a drop (SPEC.md §5.4, Proxies). A consumer that attaches at `k` waits for the
+ * word before it subscribes, so no action judged on an earlier occupant can
+ * land on the frames the new one takes: a sweep that judged the entry not a
+ * subscriber and was held up before its AND released a frame under a new
+ * subscriber there, which had taken it (the 16-core torture found Python
+ * subscribers whose first frame's memory its producer reused). Returns 0 when
+ * another live process, or another thread of this one, holds it: leave `k`
+ * for next time. */
+GPR_INLINE int gpr_bc_proxy_take(gpr_segment *seg, uint32_t k) {
+  uint64_t *word = &seg->participants[k].proxy, self = gpr_bc_proxy_self(seg), held = 0;
+  if (!__atomic_compare_exchange_n(word, &held, self, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) &&
+      (held == self || gpr_bc_proxy_alive(held) ||
+       !__atomic_compare_exchange_n(word, &held, self, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)))
+    return 0;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);  /* the entry is judged after the take (gpr_bc_await_proxies) */
+  return 1;
+}
+
+GPR_INLINE void gpr_bc_proxy_give(gpr_segment *seg, uint32_t k) {
+  uint64_t self = seg->proxy_self;
+  __atomic_compare_exchange_n(&seg->participants[k].proxy, &self, 0, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
+/* A consumer that attached as entry `me` (ACTIVE stored), before it first
+ * subscribes: waits until no live process holds the entry's proxy word, for
+ * up to GPR_PROXY_WAIT_NS. A proxy that takes the word after this looks sees
+ * the entry ACTIVE as this consumer, a subscriber or joining, and leaves its
+ * shares to it. */
+GPR_INLINE void gpr_bc_await_proxies(const gpr_segment *seg, uint32_t me) {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);  /* our ACTIVE store before the load below */
+  uint64_t until = gpr_monotonic_ns() + GPR_PROXY_WAIT_NS;
+  for (uint64_t v; (v = __atomic_load_n(&seg->participants[me].proxy, __ATOMIC_SEQ_CST)) != 0;) {
+    if (!gpr_bc_proxy_alive(v) || gpr_monotonic_ns() >= until) return;
+    struct timespec pause = {0, 20000};
+    nanosleep(&pause, NULL);
+  }
+}
+
+/* A consumer that attached as entry `me` joins the subscribers: once no proxy
+ * that took the entry's proxy word before the attach still acts for it
+ * (gpr_bc_await_proxies, SPEC.md §5.4 Proxies), it subscribes. */
+GPR_INLINE void gpr_bc_join(gpr_segment *seg, uint32_t me, uint32_t on_slow, int oldest) {
+  gpr_bc_await_proxies(seg, me);
+  gpr_bc_subscribe(seg, me, on_slow, oldest);
+}
+
 /* Frames dropped for `me` that it has not been told of. `missed` may stand
  * below `missed_seen` after it was told of a count taken back (a dropper and
  * one that took it for dead both counted a drop, gpr_bc_finish_drop): none,
@@ -410,8 +479,8 @@ GPR_INLINE uint32_t gpr_ring_subscriber_count(const gpr_segment *seg) {
 }
 
 /* What a producer that needs the slot of position q + slot_count does about
- * subscriber `k`, which still holds the frame at `q`. */
-GPR_INLINE void gpr_bc_relieve_one(gpr_segment *seg, uint32_t k, uint64_t q) {
+ * subscriber `k`, which still holds the frame at `q`, as its proxy. */
+GPR_INLINE void gpr_bc_act_for(gpr_segment *seg, uint32_t k, uint64_t q) {
   if (!gpr_bc_subscribed(seg, k)) {
     gpr_bc_release_as(seg, k, q);
     return;
@@ -427,6 +496,15 @@ GPR_INLINE void gpr_bc_relieve_one(gpr_segment *seg, uint32_t k, uint64_t q) {
     gpr_bc_drop_through(seg, k, &c, q);  /* evicted: published to it around or after its eviction */
   } else if (policy == GPR_ON_SLOW_EVICT) {
     gpr_bc_evict(seg, k, c, q);
+  }
+}
+
+GPR_INLINE void gpr_bc_relieve_one(gpr_segment *seg, uint32_t k, uint64_t q) {
+  if (k >= seg->participant_capacity) {
+    gpr_bc_release_as(seg, k, q);  /* damage: no entry there will ever subscribe */
+  } else if (gpr_bc_proxy_take(seg, k)) {
+    gpr_bc_act_for(seg, k, q);
+    gpr_bc_proxy_give(seg, k);
   }
 }
 
@@ -471,8 +549,12 @@ GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos) {
     gpr_bc_retire(seg, pos, w);  /* its last releaser died between clearing its bit and moving the slot on */
   for (; m; m &= m - 1u) {
     uint32_t k = (uint32_t)__builtin_ctzll(m);
-    int gone = k >= seg->participant_capacity || !gpr_bc_subscribed(seg, k);  /* as of now, never as the sweep began */
-    if (gone && gpr_bc_release_as(seg, k, pos) == 0) released++;
+    if (k >= seg->participant_capacity) {
+      released += gpr_bc_release_as(seg, k, pos) == 0;  /* damage: no entry there will ever subscribe */
+    } else if (gpr_bc_proxy_take(seg, k)) {
+      if (!gpr_bc_subscribed(seg, k) && gpr_bc_release_as(seg, k, pos) == 0) released++;  /* as of now */
+      gpr_bc_proxy_give(seg, k);
+    }
   }
   return released;
 }
@@ -482,8 +564,12 @@ GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos) {
  * finished for the live subscribers they name. */
 GPR_INLINE void gpr_bc_finish_dead_drops(gpr_segment *seg) {
   for (uint32_t k = 0; k < seg->participant_capacity && k < 64u; k++) {
+    if (!(__atomic_load_n(&seg->participants[k].cursor, __ATOMIC_ACQUIRE) & GPR_CURSOR_DROPPING) ||
+        !gpr_bc_proxy_take(seg, k))
+      continue;
     uint64_t c = __atomic_load_n(&seg->participants[k].cursor, __ATOMIC_ACQUIRE);
     if (gpr_bc_subscribed(seg, k) && (c & GPR_CURSOR_DROPPING)) gpr_bc_settle_drop(seg, k, c, 0);
+    gpr_bc_proxy_give(seg, k);
   }
 }
 

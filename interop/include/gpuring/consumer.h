@@ -92,7 +92,7 @@ GPR_INLINE int gpr_consumer_open_with(const char *name, const gpr_consumer_optio
   c->refs = 1;
   c->on_slow = on_slow;
   gpr_sweep(&c->seg, NULL, NULL);
-  if (c->seg.broadcast) gpr_bc_subscribe(&c->seg, c->index, on_slow, o && o->from_oldest);
+  if (c->seg.broadcast) gpr_bc_join(&c->seg, c->index, on_slow, o && o->from_oldest);
   *out = c;
   return 0;
 }

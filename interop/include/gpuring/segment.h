@@ -56,6 +56,9 @@ typedef struct gpr_segment {
    * died before clearing it (gpr_bc_settle_drop). */
   uint64_t drop_mark[64];
   uint64_t drop_mark_ns[64];
+  /* This process as a broadcast entry's proxy word names it (gpr_bc_proxy_take);
+   * 0 until first needed. */
+  uint64_t proxy_self;
 } gpr_segment;
 
 typedef struct gpr_layout {

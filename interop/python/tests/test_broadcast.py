@@ -2,7 +2,9 @@
 language, receives every frame in order; a killed subscriber gives its share
 back; the three on_slow policies."""
 import json
+import select
 import signal
+import subprocess
 import time
 
 import pyarrow as pa
@@ -11,6 +13,7 @@ import pytest
 from conftest import node_available, node_child, python_child
 from gpuring import Consumer, GpuringError, Producer, Ring
 from gpuring import broadcast, layout as L
+from gpuring.process import proc_stat
 
 FRAMES = 3000
 
@@ -209,6 +212,49 @@ def test_a_leftover_bit_of_a_freed_entry_is_released_by_the_next_sweep_that_find
         report = ring.sweep()
         assert (report.found_dead, report.released) == (1, 1)
         assert producer.reap() == 1
+    ring.close()
+
+
+def _ready_position(seg) -> int:
+    return next(seg.mem.load64(seg.slots_at + i * 128) >> 16 for i in range(seg.slot_count)
+                if (seg.mem.load64(seg.slots_at + i * 128) >> 13) & 7 == 2)
+
+
+def test_a_subscriber_waits_for_a_proxy_of_its_entry_and_a_proxy_leaves_an_entry_another_acts_for(ring_name):
+    """SPEC.md §5.4, Proxies. Another live process holds entry j's proxy word (a sweep or
+    producer acting for j, held up): a consumer that attaches at j waits for it before it
+    subscribes, so nothing that proxy judged on j's previous occupant lands on a frame the
+    new subscriber takes (the torture found a frame released under a subscriber's first
+    read). Meanwhile sweeps and relieving producers leave j's shares alone; once the holder
+    is dead they take the word over and release them."""
+    ring = Ring.create(ring_name, slots=8, delivery="all")
+    seg = ring.segment
+    holder = subprocess.Popen(["sleep", "60"])
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        j = consumer.index + 1
+        at = seg.participant(j, "proxy")
+        held = holder.pid << 32 | (proc_stat(holder.pid)[1] & 0xFFFFFFFF)
+        seg.mem.store64(at, held)
+        joiner = python_child("hold", ring_name, "0")
+        assert select.select([joiner.stdout], [], [], 0.3)[0] == []  # it waits for the proxy
+        seg.mem.store64(at, 0)  # the proxy is done
+        assert joiner.stdout.readline().split() == ["held"]
+        joiner.kill()
+        joiner.wait()
+        ring.sweep()  # frees j
+        assert L.pword_state(seg.participant_word(j)) == L.P_FREE
+        seg.mem.store64(at, held)  # a leftover bit of j on a READY frame, the live holder acting for j
+        producer.publish(pa.table({"i": [86]}), user_tag=86)
+        frame = consumer.next(timeout=5)
+        pos = _ready_position(seg)
+        seg.mem.or64(seg.slot(pos) + 8, 1 << j)  # `pending`
+        frame.release()
+        broadcast.relieve(seg, pos)
+        assert broadcast.sweep_dead(seg) == 0 and producer.reap() == 0  # left to the holder
+        holder.kill()
+        holder.wait()
+        assert broadcast.sweep_dead(seg) == 1 and producer.reap() == 1  # taken over
+        assert seg.mem.load64(at) == 0
     ring.close()
 
 

@@ -10,11 +10,13 @@ back to its producer. A producer that finds the ring full applies each holder's
 """
 from __future__ import annotations
 
+import os
 import time
 
 from . import layout as L
 from .errors import GpuringError
 from .layout import seq_diff, slot_word, word_owner, word_seq, word_state
+from .process import proc_stat, self_start_time
 from .segment import Segment
 from .slot_protocol import FrameRef, notify_data, notify_space, producer_active, _scan_limit
 
@@ -39,6 +41,57 @@ def _adopt_retained(seg: Segment, me: int) -> None:
             pass
         if m and mem.load64(at) != w:  # recycled meanwhile: the bit landed on a later frame
             _released(seg, me, word_seq(mem.load64(at)))
+
+
+PROXY_WAIT_S = 1.0
+"""How long a consumer that attached waits, before it subscribes, for a proxy that took its
+entry's proxy word before the attach to let go (see GPR_PROXY_WAIT_NS)."""
+
+
+def _proxy_self(seg: Segment) -> int:
+    """A proxy word naming this process: pid << 32 | its start time mod 2^32."""
+    if not seg.proxy_self:
+        seg.proxy_self = os.getpid() << 32 | (self_start_time() & 0xFFFFFFFF)
+    return seg.proxy_self
+
+
+def _proxy_alive(v: int) -> bool:
+    """Does proxy word ``v`` name a process that runs (pid, not a zombie, that start time)?"""
+    st = proc_stat(v >> 32)
+    return st is not None and st[0] not in ("Z", "X", "x") and st[1] & 0xFFFFFFFF == v & 0xFFFFFFFF
+
+
+def proxy_take(seg: Segment, k: int) -> bool:
+    """Takes entry k's proxy word, held by anyone but its occupant while acting on its
+    shares or cursor (a release made for it, a drop, a drop's finish): a consumer that
+    attaches at k waits for it before subscribing, so nothing judged on an earlier
+    occupant lands on the new one's frames (SPEC.md §5.4, Proxies; see
+    gpr_bc_proxy_take). False when another live process, or another thread here,
+    holds it: leave k for next time."""
+    at, me = seg.participant(k, "proxy"), _proxy_self(seg)
+    if seg.mem.cas64(at, 0, me):
+        return True
+    held = seg.mem.load64(at)
+    return held not in (0, me) and not _proxy_alive(held) and seg.mem.cas64(at, held, me)
+
+
+def proxy_give(seg: Segment, k: int) -> None:
+    seg.mem.cas64(seg.participant(k, "proxy"), _proxy_self(seg), 0)
+
+
+def _await_proxies(seg: Segment, me: int) -> None:
+    """After the attach stored ACTIVE: waits until no live process holds entry ``me``'s
+    proxy word, for up to PROXY_WAIT_S (see gpr_bc_await_proxies)."""
+    until = time.monotonic() + PROXY_WAIT_S
+    while (v := seg.mem.load64(seg.participant(me, "proxy"))) and _proxy_alive(v) and time.monotonic() < until:
+        time.sleep(0.00002)
+
+
+def join(seg: Segment, me: int, on_slow: int, oldest: bool = False) -> None:
+    """A consumer that attached as entry ``me`` joins the subscribers, once no proxy that
+    took the entry's proxy word before the attach still acts for it."""
+    _await_proxies(seg, me)
+    subscribe(seg, me, on_slow, oldest)
 
 
 def subscribe(seg: Segment, me: int, on_slow: int, oldest: bool = False) -> None:
@@ -353,6 +406,18 @@ def _subscribed(seg: Segment, k: int) -> bool:
 
 
 def _relieve_one(seg: Segment, k: int, q: int) -> None:
+    if k >= seg.participant_capacity:
+        _released(seg, k, q)  # damage: no entry there will ever subscribe
+    elif proxy_take(seg, k):
+        try:
+            _act_for(seg, k, q)
+        finally:
+            proxy_give(seg, k)
+
+
+def _act_for(seg: Segment, k: int, q: int) -> None:
+    """What a producer that needs the slot of position q + slot_count does about
+    subscriber k, which still holds the frame at q, as its proxy."""
     if not _subscribed(seg, k):
         _released(seg, k, q)  # a bit left over from an earlier occupant
         return
@@ -420,9 +485,14 @@ def sweep_dead(seg: Segment) -> int:
     that had loaded ``subscribers`` earlier was in flight (see gpr_bc_sweep_slot).
     Returns how many shares."""
     for k in range(min(seg.participant_capacity, 64)):  # drops their dead producers left half done
-        c = seg.mem.load64(seg.participant(k, "cursor"))
-        if c & L.CURSOR_DROPPING and _subscribed(seg, k):
-            _settle_drop(seg, k, c, 0)
+        if not seg.mem.load64(seg.participant(k, "cursor")) & L.CURSOR_DROPPING or not proxy_take(seg, k):
+            continue
+        try:
+            c = seg.mem.load64(seg.participant(k, "cursor"))
+            if c & L.CURSOR_DROPPING and _subscribed(seg, k):
+                _settle_drop(seg, k, c, 0)
+        finally:
+            proxy_give(seg, k)
     released = 0
     for i in range(seg.slot_count):
         w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
@@ -435,8 +505,13 @@ def sweep_dead(seg: Segment) -> int:
         while m:
             k = (m & -m).bit_length() - 1
             m &= m - 1
-            if k >= seg.participant_capacity or not _subscribed(seg, k):
-                released += _released(seg, k, pos)
+            if k >= seg.participant_capacity:
+                released += _released(seg, k, pos)  # damage: no entry there will ever subscribe
+            elif proxy_take(seg, k):
+                try:
+                    released += not _subscribed(seg, k) and _released(seg, k, pos)  # as of now
+                finally:
+                    proxy_give(seg, k)
     return released
 
 

@@ -61,7 +61,7 @@ class Consumer:
         self._next_forget = 0.0
         sweep(seg)
         if seg.broadcast:
-            broadcast.subscribe(seg, self.index, self._on_slow, start == "oldest")
+            broadcast.join(seg, self.index, self._on_slow, start == "oldest")
 
     @classmethod
     def open(cls, name: str, *, timeout: float = 1.0, any_owner: bool = False, on_slow: str = "block",

@@ -6,10 +6,10 @@ the C and TypeScript suites check against the header itself.
 from __future__ import annotations
 
 VERSION_MAJOR = 2
-VERSION_MINOR = 3
+VERSION_MINOR = 4
 LAYOUT_HASH = 0xDDB92FD56EC23D52
 # A broadcast ring (SPEC.md §5.4, header flag RING_BROADCAST) has this hash instead.
-LAYOUT_HASH_BROADCAST = 0xFEED42585DBA9DFB
+LAYOUT_HASH_BROADCAST = 0xB6B792DEF69DA75D
 RING_BROADCAST = 1
 MAX_BROADCAST_PARTICIPANTS = 64
 CURSOR_EVICTED = 1 << 63
@@ -57,7 +57,7 @@ CONTROL = dict(tail=0, head=128, data_seq=256, data_waiters=260, data_doorbells=
                redelivered=648)
 PARTICIPANT = dict(state=0, pid=8, roles=12, start_time=16, attached_unix_ns=24, arena_count=32,
                    published=40, leased=48, released=56, doorbell=64, doorbell_key=72, cursor=80, missed=88,
-                   missed_seen=96, subscription=104)
+                   missed_seen=96, subscription=104, proxy=112)
 SLOT = dict(word=0, pending=8, ref=16)
 FRAME_REF = dict(frame_id=0, producer=8, producer_gen=12, body_arena=16, body_length=20,
                  body_offset=24, user_tag=32, flags=40)

@@ -126,6 +126,7 @@ class Segment:
         # Broadcast rings: subscriber k -> a DROPPING cursor of its this view found, and when
         # it first did (monotonic ns): left that long, its dropper died (broadcast._settle_drop).
         self.drop_marks: dict[int, tuple[int, int]] = {}
+        self.proxy_self = 0  # this process as a broadcast entry's proxy word names it (broadcast.proxy_take)
 
     @classmethod
     def create(cls, name: str, slots: int = 1024, participants: int = 64, mode: int = 0o600,
