@@ -559,14 +559,12 @@ static inline int proxy_take(const ring *r, uint32_t k) {
       (held == proxy_me || proxy_alive(held) ||
        !__atomic_compare_exchange_n(word, &held, proxy_me, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)))
     return 0;
-  __atomic_thread_fence(__ATOMIC_SEQ_CST); /* judge the entry only after the take */
-  return 1;
+  return 1; /* the CAS is a seq_cst RMW: the entry is judged after it */
 }
 static inline void proxy_give(const ring *r, uint32_t k) { cas64(w64(r, entry(r, k) + P_PROXY), proxy_me, 0); }
 static inline void proxy_await(const ring *r) {
-  __atomic_thread_fence(__ATOMIC_SEQ_CST); /* our ACTIVE store before the load below */
-  uint64_t v, until = now_ns(CLOCK_MONOTONIC) + 1000000000ull;
-  while ((v = __atomic_load_n(w64(r, entry(r, r->me) + P_PROXY), __ATOMIC_SEQ_CST)) && proxy_alive(v) &&
+  uint64_t v, until = now_ns(CLOCK_MONOTONIC) + 1000000000ull; /* loaded by a seq_cst RMW, after our ACTIVE store */
+  while ((v = __atomic_fetch_add(w64(r, entry(r, r->me) + P_PROXY), 0u, __ATOMIC_SEQ_CST)) && proxy_alive(v) &&
          now_ns(CLOCK_MONOTONIC) < until)
     usleep(20);
 }

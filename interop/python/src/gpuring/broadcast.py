@@ -82,8 +82,9 @@ def proxy_give(seg: Segment, k: int) -> None:
 def _await_proxies(seg: Segment, me: int) -> None:
     """After the attach stored ACTIVE: waits until no live process holds entry ``me``'s
     proxy word, for up to PROXY_WAIT_S (see gpr_bc_await_proxies)."""
-    until = time.monotonic() + PROXY_WAIT_S
-    while (v := seg.mem.load64(seg.participant(me, "proxy"))) and _proxy_alive(v) and time.monotonic() < until:
+    until, at = time.monotonic() + PROXY_WAIT_S, seg.participant(me, "proxy")
+    # Loaded by a seq_cst read-modify-write (adding 0), ordered after our ACTIVE store.
+    while (v := seg.mem.add64(at, 0)) and _proxy_alive(v) and time.monotonic() < until:
         time.sleep(0.00002)
 
 

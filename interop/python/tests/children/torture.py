@@ -37,26 +37,46 @@ START = os.environ.get("GPURING_TORTURE_START", "newest")
 
 def log_missed(log: int, e: GpuringError) -> None:
     """Appends "MISSED n" for frames dropped for this subscriber; any other error is the run's failure."""
+    global missed
     if e.code not in ("FRAMES_MISSED", "EVICTED"):
         raise e
+    missed += e.missed
     os.write(log, f"MISSED {e.missed}\n".encode())
 
 
 OPENED = time.monotonic()
 taken = 0
+missed = 0
 
 
-def log_frame(log: int, frame: Frame) -> None:
+def share_of(consumer: Consumer) -> str:
+    """On a broadcast ring, the frame the consumer holds as its slot says now: the slot's
+    position and state, whether the frame still carries the consumer's bit, the cursor."""
+    seg = consumer._seg
+    if not seg.broadcast or len(consumer._held) != 1:
+        return "-"
+    pos = next(iter(consumer._held))
+    w = seg.mem.load64(seg.slot(pos))
+    bit = seg.mem.load64(seg.slot(pos) + 8) >> consumer.index & 1
+    return (f"pos {pos}: slot {w >> 16}/{(w >> 13) & 7} bit {bit} cursor "
+            f"{seg.mem.load64(seg.participant(consumer.index, 'cursor')):#x}")
+
+
+def log_frame(log: int, frame: Frame, consumer: Consumer) -> None:
     """Appends the frame's tag, or "BAD tag" and what the frame held where its columns
     do not match it (a later frame of its producer there: its memory was reused under
-    this lease), how many frames this process took before it and when, then releases it."""
+    this lease), how many frames this process took before it and when, how many it was
+    told it missed, and its share as taken and as it stands after the read; then
+    releases it."""
     global taken
     taken += 1
+    at_take = share_of(consumer)
     row = frame.to_arrow().to_pylist()[0]
     tag = frame.user_tag
     ok = (row["producer"] << 32 | row["seq"]) == tag and row["check"] == check_text(row["producer"], row["seq"])
     held = (f" (frame {frame.frame_id}: it held {row['producer']}:{row['seq']} {row['check']!r}; this process's frame"
-            f" {taken}, {time.monotonic() - OPENED:.3f} s after it started)")
+            f" {taken}, {time.monotonic() - OPENED:.3f} s after it started, {missed} missed before, entry"
+            f" {consumer.index}, start {START}; taken: {at_take}; after: {share_of(consumer)})")
     os.write(log, f"{tag}\n".encode() if ok else f"BAD {tag}{held}\n".encode())
     frame.release()
 
@@ -76,7 +96,7 @@ def consume(name: str, log: int) -> None:
         print("ready", flush=True)
         while True:
             try:
-                log_frame(log, consumer.next(timeout=None))
+                log_frame(log, consumer.next(timeout=None), consumer)
             except GpuringError as e:
                 log_missed(log, e)
 
@@ -96,7 +116,7 @@ async def consume_async(name: str, log: int) -> None:
         print("ready", flush=True)
         while True:
             try:
-                log_frame(log, await consumer.next_async(timeout=None))
+                log_frame(log, await consumer.next_async(timeout=None), consumer)
             except GpuringError as e:
                 log_missed(log, e)
 
