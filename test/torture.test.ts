@@ -99,9 +99,10 @@ function start(role: Role, name: string, id: number, dir: string, onSlow: OnSlow
   return inc;
 }
 
+/** A log's complete lines: a process killed inside a write that crosses a page of the file leaves the start of a line (a tag cut short reads as a frame never published). */
 const lines = (file: string): string[] => {
   try {
-    return readFileSync(file, 'utf8').split('\n').filter(Boolean);
+    return readFileSync(file, 'utf8').split('\n').slice(0, -1).filter(Boolean);
   } catch {
     return []; // killed before it opened its log
   }

@@ -604,6 +604,13 @@ static inline int bc_release_as(const ring *r, uint32_t k, uint64_t pos) {
   return 0;
 }
 
+/* Does the READY frame at pos (slot word w) carry bit? The word is loaded again after
+ * `pending`: a frame gone meanwhile, its slot published a lap on, shows the new one's. */
+static inline int bc_carries(const ring *r, uint64_t pos, uint64_t w, uint64_t bit) {
+  return (__atomic_load_n(pending_of(r, pos), __ATOMIC_ACQUIRE) & bit) &&
+         __atomic_load_n(w64(r, slot_at(r, pos)), __ATOMIC_ACQUIRE) == w;
+}
+
 /* Claim: from the cursor, the first READY frame carrying our bit, taken by the cursor CAS. */
 static inline int bc_claim(const ring *r, uint64_t *out, frame_ref *f) {
   uint64_t *cur = cursor_of(r, r->me), bit = 1ull << r->me, e = entry(r, r->me);
@@ -628,7 +635,7 @@ static inline int bc_claim(const ring *r, uint64_t *out, frame_ref *f) {
         continue;
       }
       if (d < 0 || (d == 0 && (st == S_EMPTY || st == S_WRITING))) break;
-      if (d == 0 && st == S_READY && (__atomic_load_n(pending_of(r, pos), __ATOMIC_ACQUIRE) & bit)) {
+      if (d == 0 && st == S_READY && bc_carries(r, pos, w, bit)) {
         if (!cas64(cur, c, (pos + 1u) & MASK48)) {
           lost = 1;
           break;
@@ -710,8 +717,7 @@ static inline void bc_drop_through(const ring *r, uint32_t k, uint64_t *c, uint6
     uint64_t pw = __atomic_load_n(w64(r, slot_at(r, p)), __ATOMIC_ACQUIRE);
     int64_t d = seqdiff(sw_seq(pw), p);
     if (d < 0 || (d == 0 && (sw_state(pw) == S_EMPTY || sw_state(pw) == S_WRITING))) return;
-    if (d == 0 && sw_state(pw) == S_READY && (__atomic_load_n(pending_of(r, p), __ATOMIC_ACQUIRE) & (1ull << k)) &&
-        !bc_drop(r, k, c, p))
+    if (d == 0 && sw_state(pw) == S_READY && bc_carries(r, p, pw, 1ull << k) && !bc_drop(r, k, c, p))
       return;
     p = (d > (int64_t)r->slots ? sw_seq(pw) - r->slots : p + 1u) & MASK48; /* more than a lap past: nothing before */
   }

@@ -371,6 +371,36 @@ static void test_leftover_bit(const char *name) {
   gpr_producer_close(p);
 }
 
+/* A subscriber decides a frame is its own by the bit in the slot's pending
+ * word, loaded after the slot word; the frame may go meanwhile and a publish a
+ * lap later store a pending word carrying every subscriber's bit. Taking the
+ * old position on it held no share of the frame read, whose memory its
+ * producer then reused under the reader: a Python subscriber's first frame in
+ * the 16-core torture. gpr_bc_carries only says yes while the slot word is
+ * still the one the bit was judged by. */
+static void test_carries_judges_by_an_unchanged_word(const char *name) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  gpr_consumer *a = subscribe(name, GPR_ON_SLOW_BLOCK);
+  CHECK(publish(p, 87, 0) == 0);
+  gpr_slot *s = NULL;
+  for (uint32_t i = 0; i < SLOTS; i++)
+    if (gpr_word_state(gpr_slot_load(&p->seg.slots[i])) == GPR_SLOT_READY) s = &p->seg.slots[i];
+  CHECK(s != NULL);
+  if (!s) return;
+  uint64_t w = gpr_slot_load(s), bit = gpr_bc_bit(a->index);
+  CHECK(gpr_bc_carries(s, w, bit) && !gpr_bc_carries(s, w, gpr_bc_bit(a->index + 1u)));
+  uint64_t later = gpr_slot_word(gpr_word_seq(w) + SLOTS, GPR_SLOT_WRITING, gpr_word_owner(w)); /* a lap on */
+  __atomic_store_n(&s->word, later, __ATOMIC_SEQ_CST);
+  CHECK(!gpr_bc_carries(s, w, bit));
+  __atomic_store_n(&s->word, w, __ATOMIC_SEQ_CST);
+  CHECK(take(a, 0, NULL) == 87);
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  gpr_consumer_close(a);
+  gpr_producer_close(p);
+}
+
 /* A live process's value in entry j's proxy word: pid << 32 | start time mod 2^32. */
 static uint64_t proxy_of(pid_t pid) {
   char state;
@@ -586,6 +616,7 @@ int main(int argc, char **argv) {
   test_stray_share(name);
   test_stale_sweep(name);
   test_proxy_word(name);
+  test_carries_judges_by_an_unchanged_word(name);
   test_processes(name, argc > 1 ? atoi(argv[1]) : 100000);
   gpr_segment_unlink(name, NULL);
   return CHECK_DONE();

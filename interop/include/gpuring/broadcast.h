@@ -42,6 +42,20 @@ GPR_INLINE uint64_t gpr_bc_settle_drop(gpr_segment *seg, uint32_t k, uint64_t c,
 
 GPR_INLINE uint64_t gpr_bc_bit(uint32_t index) { return 1ull << index; }
 
+/* Does the frame slot `s` held when its word was `w` (READY) carry `bit` in
+ * its pending word? The slot word is loaded again after `pending`: the frame
+ * may have gone meanwhile (its last share released, its producer reaping it)
+ * and a publish of a lap later stored its own `pending`, which carries the bit
+ * of every subscriber. A subscriber that took the old position on that bit
+ * held no share of the frame whose reference it then read, and its producer
+ * reused that frame's memory under it (the 16-core torture found Python
+ * subscribers whose first frame, the oldest in the ring, changed as they read
+ * it). The word cannot come back once it moved on, so an unchanged word means
+ * `pending` was the frame's own. */
+GPR_INLINE int gpr_bc_carries(const gpr_slot *s, uint64_t w, uint64_t bit) {
+  return (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & bit) && gpr_slot_load(s) == w;
+}
+
 /* Takes a share of every frame still in the ring (READY, some subscriber yet
  * to release it) for `me`, which is about to join: the "oldest retained" start.
  * Runs before `me` joins control.subscribers, so no frame can carry its bit yet:
@@ -314,7 +328,7 @@ GPR_INLINE int gpr_bc_try_claim(gpr_segment *seg, uint32_t me, gpr_frame_ref *ou
         continue;
       }
       if (gpr_bc_unpublished(w, pos)) break;
-      if (d == 0 && st == GPR_SLOT_READY && (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & bit)) {
+      if (d == 0 && st == GPR_SLOT_READY && gpr_bc_carries(s, w, bit)) {
         /* The cursor CAS is the claim: a producer dropping frames for us moves
          * it too, so exactly one of us decides what becomes of this frame. */
         uint64_t *takes = gpr_bc_takes(seg, me);
@@ -433,8 +447,8 @@ GPR_INLINE void gpr_bc_drop_through(gpr_segment *seg, uint32_t k, uint64_t *c, u
     gpr_slot *s = gpr_slot_at(seg, pos);
     uint64_t w = gpr_slot_load(s);
     if (gpr_bc_unpublished(w, pos)) return;
-    if (gpr_word_seq(w) == pos && gpr_word_state(w) == GPR_SLOT_READY &&
-        (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & gpr_bc_bit(k)) && !gpr_bc_drop(seg, k, c, pos))
+    if (gpr_word_seq(w) == pos && gpr_word_state(w) == GPR_SLOT_READY && gpr_bc_carries(s, w, gpr_bc_bit(k)) &&
+        !gpr_bc_drop(seg, k, c, pos))
       return;
     pos = gpr_bc_pass(seg, pos, w);
   }

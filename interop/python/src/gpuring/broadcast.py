@@ -29,6 +29,13 @@ def _pending(seg: Segment, pos: int) -> int:
     return seg.slot(pos) + L.SLOT["pending"]
 
 
+def _carries(seg: Segment, pos: int, w: int, bit: int) -> bool:
+    """Does the READY frame at ``pos`` (slot word ``w``) carry ``bit``? The word is loaded
+    again after ``pending``: a frame gone meanwhile, its slot published a lap on, shows the
+    new frame's pending word, which carries every subscriber's bit (see gpr_bc_carries)."""
+    return bool(seg.mem.load64(_pending(seg, pos)) & bit) and seg.mem.load64(seg.slot(pos)) == w
+
+
 def _adopt_retained(seg: Segment, me: int) -> None:
     """A share of every frame still in the ring for ``me``, about to join (see gpr_bc_adopt_retained)."""
     mem, bit = seg.mem, _bit(me)
@@ -267,7 +274,7 @@ def try_claim(seg: Segment, me: int) -> tuple[int, FrameRef] | None:
                 continue
             if _unpublished(w, pos):
                 break
-            if d == 0 and st == L.READY and mem.load64(_pending(seg, pos)) & bit:
+            if d == 0 and st == L.READY and _carries(seg, pos, w, bit):
                 if not _take(seg, me, cur, pos):
                     lost = True
                     break
@@ -376,7 +383,7 @@ def _drop_through(seg: Segment, k: int, c: int, last: int) -> None:
         w = mem.load64(seg.slot(pos))
         if _unpublished(w, pos):
             return
-        if word_seq(w) == pos and word_state(w) == L.READY and mem.load64(_pending(seg, pos)) & bit:
+        if word_seq(w) == pos and word_state(w) == L.READY and _carries(seg, pos, w, bit):
             moved = _drop(seg, k, c, pos)
             if moved is None:
                 return  # it went on meanwhile
