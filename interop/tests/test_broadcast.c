@@ -420,8 +420,8 @@ static int line_within(int fd, int ms) {
 /* SPEC.md §5.4, Proxies. Another process holds entry j's proxy word (a sweep
  * or producer acting for j, held up): a consumer that attaches at j waits for
  * it before subscribing, so that nothing that proxy judged on j's previous
- * occupant lands on a frame the new subscriber takes (the torture found a
- * frame released under a subscriber's first read). Meanwhile sweeps and
+ * occupant lands on a frame the new subscriber takes (a release judged on a
+ * FREE entry, landing after the new subscriber took the frame). Meanwhile sweeps and
  * relieving producers leave j's shares alone; once the holder is dead, they
  * take the word over and release them. */
 static void test_proxy_word(const char *name) {

@@ -130,10 +130,10 @@ GPR_INLINE int gpr_bc_proxy_alive(uint64_t v) {
  * acts on `k`'s shares or cursor: a release made for it, a drop, the finish of
  * a drop (SPEC.md §5.4, Proxies). A consumer that attaches at `k` waits for the
  * word before it subscribes, so no action judged on an earlier occupant can
- * land on the frames the new one takes: a sweep that judged the entry not a
- * subscriber and was held up before its AND released a frame under a new
- * subscriber there, which had taken it (the 16-core torture found Python
- * subscribers whose first frame's memory its producer reused). Returns 0 when
+ * land on the frames the new one takes: a sweep that judged the entry FREE or
+ * DEAD and was held up before its AND would release a frame under a new
+ * subscriber there that had adopted or received it and taken it (SPEC.md
+ * called this window open until format 2.4). Returns 0 when
  * another live process, or another thread of this one, holds it: leave `k`
  * for next time. */
 GPR_INLINE int gpr_bc_proxy_take(gpr_segment *seg, uint32_t k) {

@@ -224,8 +224,8 @@ def test_a_subscriber_waits_for_a_proxy_of_its_entry_and_a_proxy_leaves_an_entry
     """SPEC.md §5.4, Proxies. Another live process holds entry j's proxy word (a sweep or
     producer acting for j, held up): a consumer that attaches at j waits for it before it
     subscribes, so nothing that proxy judged on j's previous occupant lands on a frame the
-    new subscriber takes (the torture found a frame released under a subscriber's first
-    read). Meanwhile sweeps and relieving producers leave j's shares alone; once the holder
+    new subscriber takes (a release judged on a FREE entry, landing after the new subscriber
+    took the frame). Meanwhile sweeps and relieving producers leave j's shares alone; once the holder
     is dead they take the word over and release them."""
     ring = Ring.create(ring_name, slots=8, delivery="all")
     seg = ring.segment
