@@ -148,15 +148,18 @@ static inline int proc_stat(uint32_t pid, char *state, uint64_t *start) {
   *start = strtoull(p, NULL, 10);
   return 0;
 }
-static inline int pid_running(uint32_t pid) {
+/* The start time of a running process (not a zombie): 0, or -1. */
+static inline int running_start(uint32_t pid, uint64_t *start) {
   char st;
+  return pid != 0 && proc_stat(pid, &st, start) == 0 && st != 'Z' && st != 'X' ? 0 : -1;
+}
+static inline int pid_running(uint32_t pid) {
   uint64_t start;
-  return pid != 0 && proc_stat(pid, &st, &start) == 0 && st != 'Z' && st != 'X';
+  return running_start(pid, &start) == 0;
 }
 static inline int process_alive(uint32_t pid, uint64_t start_time) {
-  char st;
   uint64_t start;
-  return pid != 0 && proc_stat(pid, &st, &start) == 0 && st != 'Z' && st != 'X' && start == start_time;
+  return running_start(pid, &start) == 0 && start == start_time;
 }
 
 /* ---- §3.1 opening a segment ---- */
@@ -543,9 +546,8 @@ static inline uint64_t bc_settle_drop(const ring *r, uint32_t k, uint64_t c, uin
  * before it subscribes, until no live process holds its own (at most 1 s). */
 static uint64_t proxy_me;
 static inline int proxy_alive(uint64_t v) {
-  char st;
   uint64_t start;
-  return proc_stat((uint32_t)(v >> 32), &st, &start) == 0 && st != 'Z' && st != 'X' && (uint32_t)start == (uint32_t)v;
+  return running_start((uint32_t)(v >> 32), &start) == 0 && (uint32_t)start == (uint32_t)v;
 }
 static inline int proxy_take(const ring *r, uint32_t k) {
   if (!proxy_me) {

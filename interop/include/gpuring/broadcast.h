@@ -120,10 +120,8 @@ GPR_INLINE uint64_t gpr_bc_proxy_self(gpr_segment *seg) {
 /* Does proxy word `v` name a process that runs (its pid, not a zombie, with
  * that start time)? A proxy killed while acting leaves its word behind. */
 GPR_INLINE int gpr_bc_proxy_alive(uint64_t v) {
-  char state;
   uint64_t started;
-  if (gpr_proc_stat((uint32_t)(v >> 32), &state, &started) != 0) return 0;
-  return state != 'Z' && state != 'X' && state != 'x' && (uint32_t)started == (uint32_t)v;
+  return gpr_running_start_time((uint32_t)(v >> 32), &started) == 0 && (uint32_t)started == (uint32_t)v;
 }
 
 /* Takes entry `k`'s proxy word, which anyone but `k`'s occupant holds while it

@@ -36,23 +36,26 @@ GPR_INLINE int gpr_proc_stat(uint32_t pid, char *state, uint64_t *start_time) {
   return 0;
 }
 
-/* A participant is alive while a process with its pid and start time exists and
- * is not a zombie (a killed child its parent has not reaped yet is dead to us). */
-GPR_INLINE int gpr_process_alive(uint32_t pid, uint64_t start_time) {
+/* The start time of process `pid` while it runs (exists and is not a zombie:
+ * a killed child its parent has not reaped yet is dead to us). Returns 0 and
+ * sets *start_time, or -1. */
+GPR_INLINE int gpr_running_start_time(uint32_t pid, uint64_t *start_time) {
   char state;
-  uint64_t started;
-  if (pid == 0 || gpr_proc_stat(pid, &state, &started) != 0) return 0;
-  if (state == 'Z' || state == 'X' || state == 'x') return 0;
-  return started == start_time;
+  if (pid == 0 || gpr_proc_stat(pid, &state, start_time) != 0) return -1;
+  return state == 'Z' || state == 'X' || state == 'x' ? -1 : 0;
 }
 
-/* Is some process `pid` running (not a zombie)? For the transient participant
- * states, whose word names a pid but no start time. */
-GPR_INLINE int gpr_pid_running(uint32_t pid) {
-  char state;
+/* A participant is alive while a process with its pid and start time runs. */
+GPR_INLINE int gpr_process_alive(uint32_t pid, uint64_t start_time) {
   uint64_t started;
-  if (pid == 0 || gpr_proc_stat(pid, &state, &started) != 0) return 0;
-  return state != 'Z' && state != 'X' && state != 'x';
+  return gpr_running_start_time(pid, &started) == 0 && started == start_time;
+}
+
+/* Is some process `pid` running? For the transient participant states, whose
+ * word names a pid but no start time. */
+GPR_INLINE int gpr_pid_running(uint32_t pid) {
+  uint64_t started;
+  return gpr_running_start_time(pid, &started) == 0;
 }
 
 GPR_INLINE uint64_t gpr_self_start_time(void) {

@@ -16,7 +16,7 @@ import time
 from . import layout as L
 from .errors import GpuringError
 from .layout import seq_diff, slot_word, word_owner, word_seq, word_state
-from .process import proc_stat, self_start_time
+from .process import running_start_time, self_start_time
 from .segment import Segment
 from .slot_protocol import FrameRef, notify_data, notify_space, producer_active, _scan_limit
 
@@ -64,8 +64,8 @@ def _proxy_self(seg: Segment) -> int:
 
 def _proxy_alive(v: int) -> bool:
     """Does proxy word ``v`` name a process that runs (pid, not a zombie, that start time)?"""
-    st = proc_stat(v >> 32)
-    return st is not None and st[0] not in ("Z", "X", "x") and st[1] & 0xFFFFFFFF == v & 0xFFFFFFFF
+    started = running_start_time(v >> 32)
+    return started is not None and started & 0xFFFFFFFF == v & 0xFFFFFFFF
 
 
 def proxy_take(seg: Segment, k: int) -> bool:

@@ -23,16 +23,20 @@ def proc_stat(pid: int) -> tuple[str, int] | None:
         return None
 
 
-def process_alive(pid: int, start_time: int) -> bool:
-    """Alive while a process with this pid and start time exists and is not a zombie."""
+def running_start_time(pid: int) -> int | None:
+    """The start time of process ``pid`` while it runs (exists, not a zombie), else None."""
     st = proc_stat(pid) if pid else None
-    return st is not None and st[0] not in ("Z", "X", "x") and st[1] == start_time
+    return st[1] if st is not None and st[0] not in ("Z", "X", "x") else None
+
+
+def process_alive(pid: int, start_time: int) -> bool:
+    """Alive while a process with this pid and start time runs."""
+    return running_start_time(pid) == start_time
 
 
 def pid_running(pid: int) -> bool:
-    """Some process ``pid`` runs (not a zombie): for ATTACHING and FREEING words, which name a pid only."""
-    st = proc_stat(pid) if pid else None
-    return st is not None and st[0] not in ("Z", "X", "x")
+    """Some process ``pid`` runs: for ATTACHING and FREEING words, which name a pid only."""
+    return running_start_time(pid) is not None
 
 
 def self_start_time() -> int:
