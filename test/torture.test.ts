@@ -278,6 +278,7 @@ test(`kill -9 torture: ${KILLS} kills of Node, Python and C producers and consum
  */
 function subscriberFaults(c: Incarnation, log: string[], producedBy: Map<number, number>, roleOf: Map<number, Role>, onSlow: OnSlowPolicy) {
   const faults: string[] = [];
+  const skipped: string[] = []; // tags of frames a 'block' subscriber went past
   const last = new Map<number, [seq: number, count: number]>(); // producer id -> the last seq this subscriber got, how many
   let told = 0;
   let gaps = 0;
@@ -298,10 +299,26 @@ function subscriberFaults(c: Incarnation, log: string[], producedBy: Map<number,
     // the bit of its entry's previous occupant (SPEC.md §5.4, Subscribe): a gap may follow it.
     if (seq <= before + 1 || count === 1 || (c.start === 'oldest' && deliveries <= SLOTS + 1)) continue;
     gaps += seq - before - 1;
-    if (onSlow === 'block') faults.push(`${c.role} ${c.id}: ${roleOf.get(id)} ${id}'s frame ${seq} after ${before}`);
+    if (onSlow === 'block') {
+      faults.push(`${c.role} ${c.id}: ${roleOf.get(id)} ${id}'s frame ${seq} after ${before}`);
+      for (let gone = before + 1; gone < seq && skipped.length < 10; gone++) skipped.push(String((BigInt(id) << 32n) | BigInt(gone)));
+    }
     else if (gaps > told) faults.push(`${c.role} ${c.id}: ${roleOf.get(id)} ${id}'s frame ${seq} after ${before}, ${gaps} frames skipped so far, told of ${told}`);
   }
-  return { faults, deliveries, told };
+  return { faults, deliveries, told, skipped };
+}
+
+/**
+ * Which subscribers did get the frames some subscriber went past: tells a frame
+ * nobody got (lost as a whole: its publish, or its slot) from shares lost one
+ * subscriber at a time (its bit, or its cursor).
+ */
+function whoGot(tags: string[], consumers: Incarnation[], tagsOf: (c: Incarnation) => string[]): string[] {
+  return [...new Set(tags)].map((tag) => {
+    const [id, seq] = split(tag);
+    const got = consumers.filter((c) => tagsOf(c).includes(tag)).map((c) => `${c.role} ${c.id} (start '${c.start}')`);
+    return `frame ${id}:${seq} reached ${got.length} subscriber(s)${got.length ? `: ${got.join(', ')}` : ''}`;
+  });
 }
 
 for (const onSlow of ['block', 'drop-oldest', 'evict'] as const) {
@@ -315,7 +332,7 @@ for (const onSlow of ['block', 'drop-oldest', 'evict'] as const) {
         const all = await torture(name, dir, kills, onSlow);
         await drain(name);
         ring.sweep();
-        const { consumers, bad, withMissed } = logged(all);
+        const { consumers, bad, withMissed, tagsOf } = logged(all);
         t.deepEqual(bad, [], 'every delivered frame holds what its producer wrote');
         const producedBy = publishedBy(all);
         const roleOf = new Map(all.map((i) => [i.id, i.role]));
@@ -323,6 +340,8 @@ for (const onSlow of ['block', 'drop-oldest', 'evict'] as const) {
         const faults = each.flatMap((e) => e.faults);
         const deliveries = each.reduce((n, e) => n + e.deliveries, 0);
         const told = each.reduce((n, e) => n + e.told, 0);
+        const skipped = each.flatMap((e) => e.skipped);
+        if (skipped.length) t.log(whoGot(skipped, consumers, tagsOf).join('\n'));
         t.deepEqual(faults.slice(0, 10), [], `in order, no repeat, nothing invented, ${promise}`);
         const state = assertNothingLeft(t, ring, name);
         const published = [...producedBy.values()].reduce((a, b) => a + b, 0);
