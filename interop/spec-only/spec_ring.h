@@ -997,7 +997,13 @@ static inline void ring_sweep(const ring *r) {
 /* §4 attach: the slots (and, broadcast, the bits) still naming entry `index`
  * were left by an occupant that lost it; repair them as a dead owner's. */
 static inline void repair_leftovers(const ring *r, uint32_t index) {
-  if (r->broadcast && index < 64u) __atomic_fetch_and(w64(r, C_SUBSCRIBERS), ~(1ull << index), __ATOMIC_SEQ_CST);
+  if (r->broadcast && index < 64u) {
+    __atomic_fetch_and(w64(r, C_SUBSCRIBERS), ~(1ull << index), __ATOMIC_SEQ_CST);
+    for (uint64_t i = 0; i < r->slots; i++) { /* our bit's shares, released by us: not through the proxy word */
+      uint64_t w = __atomic_load_n(w64(r, r->soff + 128u * i), __ATOMIC_ACQUIRE);
+      if (sw_state(w) == S_READY && bc_carries(r, sw_seq(w), w, 1ull << index)) bc_release_as(r, index, sw_seq(w));
+    }
+  }
   for (uint64_t i = 0; i < r->slots; i++) sweep_slot(r, i, index);
 }
 

@@ -474,6 +474,56 @@ static void test_proxy_word(const char *name) {
   gpr_producer_close(p);
 }
 
+/* SPEC.md §4, Attach: a consumer attaching at entry j releases j's bit from
+ * every READY frame, the shares j's previous occupant left, itself: not
+ * through j's proxy word, which a live process holds here (a relieving
+ * producer, held up). Left there, the frame, published before the consumer
+ * joined, would come to it (a 16-core torture found subscribers taking two
+ * such frames and then missing one published between them and their join). */
+static void test_attach_releases_leftovers_under_a_proxy(const char *name) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  gpr_consumer *a = subscribe(name, GPR_ON_SLOW_BLOCK);
+  const uint32_t j = a->index + 1u;
+  CHECK(gpr_pstate(gpr_participant_word(&p->seg, j)) == GPR_PARTICIPANT_FREE);
+  gpr_frame *f = NULL;
+  CHECK(publish(p, 87, 0) == 0 && gpr_consumer_next(a, 0, &f, &err) == 0 && f);
+  if (!f) return;
+  gpr_slot *s = gpr_slot_at(&p->seg, f->pos);
+  __atomic_fetch_or(&s->pending, gpr_bc_bit(j), __ATOMIC_SEQ_CST); /* j's previous occupant's share */
+  pid_t holder = fork();
+  if (holder == 0) {
+    pause();
+    _exit(0);
+  }
+  __atomic_store_n(&p->seg.participants[j].proxy, proxy_of(holder), __ATOMIC_SEQ_CST);
+  int lines[2];
+  CHECK(pipe(lines) == 0);
+  pid_t joiner = fork();
+  if (joiner == 0) {
+    int code = 0;
+    gpr_consumer *c = subscribe(name, GPR_ON_SLOW_BLOCK);
+    dprintf(lines[1], "%d\n", c->index == j ? 100 + (int)take(c, 0, &code) : 0); /* 99: no frame */
+    _exit(0);
+  }
+  /* Until it attached (repairing j's leftovers then); it waits for the proxy. */
+  for (int ms = 0; ms < 10000 && gpr_pstate(gpr_participant_word(&p->seg, j)) != GPR_PARTICIPANT_ACTIVE; ms++)
+    usleep(1000);
+  __atomic_store_n(&p->seg.participants[j].proxy, 0, __ATOMIC_SEQ_CST);
+  CHECK(line_within(lines[0], 5000) == 99); /* not frame 87 (187): published before it joined */
+  CHECK((__atomic_load_n(&s->pending, __ATOMIC_SEQ_CST) & gpr_bc_bit(j)) == 0);
+  waitpid(joiner, NULL, 0);
+  kill(holder, SIGKILL);
+  waitpid(holder, NULL, 0);
+  close(lines[0]);
+  close(lines[1]);
+  gpr_frame_release(f);
+  CHECK(gpr_sweep(&p->seg, NULL, NULL) == 0 && gpr_producer_reap(p) == 1); /* nothing else held it */
+  gpr_consumer_close(a);
+  gpr_producer_close(p);
+}
+
 /* 4 subscriber processes each read `frames` frames and check every one is
  * there exactly once, in order; a fifth subscribes and is killed holding the
  * ring up; the producer goes on once a sweep released its shares. */
@@ -616,6 +666,7 @@ int main(int argc, char **argv) {
   test_stray_share(name);
   test_stale_sweep(name);
   test_proxy_word(name);
+  test_attach_releases_leftovers_under_a_proxy(name);
   test_carries_judges_by_an_unchanged_word(name);
   test_processes(name, argc > 1 ? atoi(argv[1]) : 100000);
   gpr_segment_unlink(name, NULL);

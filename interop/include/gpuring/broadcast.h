@@ -585,6 +585,24 @@ GPR_INLINE void gpr_bc_finish_dead_drops(gpr_segment *seg) {
   }
 }
 
+/* The attach of entry `index` (ATTACHING, its bit out of control.subscribers)
+ * releases the entry's bit from every READY frame that carries it: the shares
+ * its previous occupant left. The attacher does this itself, without the
+ * entry's proxy word: it is the entry's occupant now, and a proxy holding the
+ * word would leave such a share to it. Left, they would come to the new
+ * subscriber, frames published before it joined, with the frames published
+ * between them missing (a 16-core torture found a subscriber taking two and
+ * then missing one, while relieving producers held its entry's word). */
+GPR_INLINE void gpr_bc_release_leftovers(gpr_segment *seg, uint32_t index) {
+  if (index >= 64u) return;
+  for (uint64_t i = 0; i < seg->slot_count; i++) {
+    gpr_slot *s = &seg->slots[i];
+    uint64_t w = gpr_slot_load(s);
+    if (gpr_word_state(w) == GPR_SLOT_READY && gpr_bc_carries(s, w, gpr_bc_bit(index)))
+      gpr_bc_release_as(seg, index, gpr_word_seq(w));
+  }
+}
+
 /* Entry `index` leaves control.subscribers. Only its freer (holding FREEING)
  * and its attacher (holding ATTACHING, clearing a lost occupant's bit) do
  * this: an AND made on a DEAD entry could land after another sweeper freed it

@@ -143,7 +143,10 @@ GPR_INLINE void gpr_sweep_owners(gpr_segment *seg, const uint64_t *dead, uint32_
 GPR_INLINE void gpr_sweep_leftovers(gpr_segment *seg, uint32_t index, uint64_t attaching) {
   uint64_t *dead = (uint64_t *)calloc(seg->participant_capacity, sizeof *dead);
   uint32_t *refs = (uint32_t *)calloc(seg->participant_capacity, sizeof *refs);
-  if (seg->broadcast) gpr_bc_leave(seg, index);
+  if (seg->broadcast) {
+    gpr_bc_leave(seg, index);
+    gpr_bc_release_leftovers(seg, index);
+  }
   if (dead && refs) {
     gpr_sweep_report rep;
     memset(&rep, 0, sizeof rep);

@@ -258,6 +258,38 @@ def test_a_subscriber_waits_for_a_proxy_of_its_entry_and_a_proxy_leaves_an_entry
     ring.close()
 
 
+def test_an_attach_releases_its_entrys_leftover_shares_itself_while_a_proxy_holds_its_word(ring_name):
+    """SPEC.md §4, Attach: a consumer attaching at entry j releases j's bit from every READY
+    frame (the shares j's previous occupant left) itself, not through j's proxy word, which
+    a live process holds here. Left there, the frame, published before it joined, would
+    come to it (see test_broadcast.c test_attach_releases_leftovers_under_a_proxy)."""
+    ring = Ring.create(ring_name, slots=8, delivery="all")
+    seg = ring.segment
+    holder = subprocess.Popen(["sleep", "60"])
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        j = consumer.index + 1
+        producer.publish(pa.table({"i": [87]}), user_tag=87)
+        frame = consumer.next(timeout=5)
+        pending = seg.slot(_ready_position(seg)) + 8
+        seg.mem.or64(pending, 1 << j)  # j's previous occupant's share
+        at = seg.participant(j, "proxy")
+        seg.mem.store64(at, holder.pid << 32 | (proc_stat(holder.pid)[1] & 0xFFFFFFFF))
+        joiner = python_child("hold", ring_name, "0")
+        deadline = time.monotonic() + 10
+        while L.pword_state(seg.participant_word(j)) != L.P_ACTIVE and time.monotonic() < deadline:
+            time.sleep(0.001)  # until it attached (and so repaired j's leftovers); it waits for the proxy
+        seg.mem.store64(at, 0)
+        assert joiner.stdout.readline().split() == ["held"]
+        assert not seg.mem.load64(pending) & (1 << j)
+        joiner.kill()
+        joiner.wait()
+        holder.kill()
+        holder.wait()
+        frame.release()
+        assert producer.reap() == 1  # nobody else held it
+    ring.close()
+
+
 def test_a_ready_frame_whose_last_releaser_died_half_way_is_moved_on_by_the_next_sweep(ring_name):
     """A releaser killed between clearing the last bit of ``pending`` and moving the
     slot on leaves a READY frame nobody holds (SPEC.md §5.4, Release)."""

@@ -477,6 +477,20 @@ def holds(seg: Segment, me: int, pos: int) -> bool:
             and bool(seg.mem.load64(_pending(seg, pos)) & _bit(me)) and seq_diff(c & L.SEQ_MASK, pos) > 0)
 
 
+def release_leftovers(seg: Segment, index: int) -> None:
+    """The attach of entry ``index`` (ATTACHING, its bit out of ``subscribers``) releases
+    the entry's bit from every READY frame carrying it, the shares its previous occupant
+    left: itself, not through the entry's proxy word, which a proxy holding it would leave
+    to it. Left, they would come to the new subscriber, frames published before it joined,
+    with gaps between them (see gpr_bc_release_leftovers)."""
+    if index >= 64:
+        return
+    for i in range(seg.slot_count):
+        w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
+        if word_state(w) == L.READY and _carries(seg, word_seq(w), w, _bit(index)):
+            _released(seg, index, word_seq(w))
+
+
 def leave(seg: Segment, index: int) -> None:
     """Entry ``index`` leaves ``subscribers``: done only by its freer (holding
     FREEING) and its attacher (holding ATTACHING), never on a DEAD entry another

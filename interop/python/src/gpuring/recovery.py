@@ -151,8 +151,9 @@ def sweep_leftovers(seg: Segment, index: int, attaching: int) -> None:
     words = memoryview(seg.mem.read(seg.slots_at, seg.slot_count * L.SLOT_BYTES)).cast("Q")[::L.SLOT_BYTES // 8]
     named = [i for i, w in enumerate(words) if word_owner(w) == index + 1]
     if seg.broadcast:
-        from .broadcast import leave  # broadcast.py builds on slot_protocol, as this module does
+        from .broadcast import leave, release_leftovers  # broadcast.py builds on slot_protocol, as this module does
         leave(seg, index)
+        release_leftovers(seg, index)
     dead = [attaching if k == index else 0 for k in range(seg.participant_capacity)]  # our own word: it holds
     _sweep_owners(seg, dead, [0] * seg.participant_capacity, SweepReport(), named)
 
