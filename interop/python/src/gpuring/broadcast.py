@@ -531,7 +531,8 @@ def sweep_dead(seg: Segment) -> int:
                 released += _released(seg, k, pos)  # damage: no entry there will ever subscribe
             elif proxy_take(seg, k):
                 try:
-                    released += not _subscribed(seg, k) and _released(seg, k, pos)  # as of now
+                    if not _subscribed(seg, k) and _released(seg, k, pos):  # as of now
+                        released += 1
                 finally:
                     proxy_give(seg, k)
     return released
