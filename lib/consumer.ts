@@ -271,13 +271,17 @@ export class Consumer implements AsyncIterable<Frame> {
   /** `first`, and the frames ready after it, `max` in all. */
   #batchFrom(first: Frame, max: number): Frame[] {
     if (max === 1 || this.#closed) return [first];
-    return [first, ...this.#takeReady(max - 1)];
+    return [first, ...this.#takeReady(max - 1, true)];
   }
 
-  /** Frames ready now, up to `max`, from one native call and one buffer. */
-  #takeReady(max: number): Frame[] {
+  /**
+   * Frames ready now, up to `max`, from one native call and one buffer. `after`:
+   * the caller holds frames of this batch already, so an error (frames missed,
+   * a damaged frame) waits for the next call rather than cost it them.
+   */
+  #takeReady(max: number, after = false): Frame[] {
     this.#watchIfDue();
-    const ready = callNative(() => this.#core.tryNextMany(max));
+    const ready = callNative(() => this.#core.tryNextMany(max, after));
     if (!ready) return [];
     const [records, used] = ready;
     const view = new DataView(records);

@@ -221,8 +221,12 @@ export interface NativeConsumerCore {
   readonly index: number;
   readonly generation: number;
   tryNext(spinMicros?: number): ReceivedRecord | null;
-  /** Every frame ready now, up to `max`, as records back to back in one buffer (`used` bytes of it); never waits. */
-  tryNextMany(max: number): [records: ArrayBuffer, used: number] | null;
+  /**
+   * Every frame ready now, up to `max`, as records back to back in one buffer
+   * (`used` bytes of it); never waits. With `after` (frames of the batch went
+   * to the caller already) an error is held for the next call, not thrown.
+   */
+  tryNextMany(max: number, after?: boolean): [records: ArrayBuffer, used: number] | null;
   /** The next record, the calling thread blocked until it comes (asleep on the doorbell); throws TIMEOUT after timeoutMs (-1: never). */
   nextSync(timeoutMs: number, spinMicros: number, spare?: object, at?: number, cell?: number): ReceivedRecord;
   /**

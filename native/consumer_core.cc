@@ -503,12 +503,16 @@ Napi::Value ConsumerCore::NextSync(const Napi::CallbackInfo &info) {
   }
 }
 
-// tryNextMany(max): every frame ready now, up to max, in one ArrayBuffer:
-// records one after another, each 8-aligned (record, then its body). Returns
-// null when none is ready. Never waits, never overtakes a waiting request.
+// tryNextMany(max[, after]): every frame ready now, up to max, in one
+// ArrayBuffer: records one after another, each 8-aligned (record, then its
+// body). Returns null when none is ready. Never waits, never overtakes a
+// waiting request. `after`: the batch's first frame went to the caller
+// already (nextBatch() waited for it): an error is held for the next call,
+// never thrown, which would cost the caller that frame.
 Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
+  bool after = info.Length() > 1 && info[1].ToBoolean().Value();
   ThrowHeldError(env);
   uint32_t max = info[0].As<Napi::Number>().Uint32Value();
   s_->NotifySpaceOwed();
@@ -526,7 +530,7 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
     try {
       return s_->TryClaim(env, &c.ref, &c.pos) == 0;
     } catch (const Napi::Error &e) {
-      if (claims.empty()) throw;
+      if (claims.empty() && !after) throw;
       s_->held_error = e;  // the frames before it come now, the loss with the next call
       return false;
     }
@@ -563,7 +567,7 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
     if (err.code == GPR_E_OK) err = e;
   }
   if (err.code != GPR_E_OK) {
-    if (!any) Throw(env, err);
+    if (!any && !after) Throw(env, err);
     if (!s_->held_error) s_->held_error = MakeError(env, err);
   }
   if (!any) return env.Null();

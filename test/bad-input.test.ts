@@ -211,6 +211,31 @@ for (const mode of ['ready', 'asleep'] as const)
     });
   });
 
+// nextBatch() waits for its first frame, then takes the frames ready after it:
+// a damaged one among those must not cost the caller the first, which it holds
+// by then (a lease nobody would release until garbage collection).
+test('nextBatch() that waited gets its frame when a damaged frame follows it; the next call reports the damage, then the ring goes on', async (t) => {
+  await withRing('garbage-after-wait', { slots: 8 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const waiting = consumer.nextBatch({ timeout: 2000 });
+    await producer.publish(frame(0));
+    await producer.publish(frame(10));
+    const { arena, body } = locate(name, 1);
+    patch(arena, body, u32(0x12345678)); // bad magic, before the consumer's event loop runs
+    const batch = await waiting;
+    t.deepEqual(batch.map((f) => f.toTable().getChild('i')!.get(0)), [0]);
+    batch.forEach((f) => f.release());
+    await expectCode(t, consumer.nextBatch({ timeout: 2000 }), ['FRAME_INVALID']);
+    await producer.publish(frame(20));
+    const [good] = await consumer.nextBatch({ timeout: 2000 });
+    t.is(good!.toTable().getChild('i')!.get(0), 20);
+    good!.release();
+    consumer.close();
+    producer.close();
+  });
+});
+
 test('a buffer offset past the end of its arena: decoding succeeds, toTable() refuses with FRAME_BOUNDS', async (t) => {
   await withRing('oob', { slots: 8 }, async (_ring, name) => {
     const producer = Producer.open(name);
