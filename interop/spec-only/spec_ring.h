@@ -972,11 +972,11 @@ static inline void ring_sweep(const ring *r) {
     if (entry_dead(r, i)) marked[i] = __atomic_load_n(w64(r, e + P_STATE), __ATOMIC_ACQUIRE);
     any |= marked[i] != 0;
   }
-  if (!any) {
+  if (!any && !r->broadcast) { /* a broadcast ring's step 3 releases left-over shares with nobody dead too */
     free(marked);
     return;
   }
-  if (r->broadcast) /* §7 step 1: drops their producers left half done (dead bits leave at free, §4) */
+  if (r->broadcast && any) /* §7 step 1: drops their producers left half done (dead bits leave at free, §4) */
     for (uint32_t i = 0; i < r->capacity && i < 64u; i++) {
       if (!(__atomic_load_n(cursor_of(r, i), __ATOMIC_ACQUIRE) & CURSOR_DROPPING) || !proxy_take(r, i)) continue;
       uint64_t c = __atomic_load_n(cursor_of(r, i), __ATOMIC_ACQUIRE);

@@ -474,6 +474,31 @@ static void test_proxy_word(const char *name) {
   gpr_producer_close(p);
 }
 
+/* SPEC.md §7 step 3: a share of an entry that is FREE, with nobody dead (its
+ * freer's own sweep left it: the entry's proxy word was held elsewhere, or a
+ * publish was in flight), is released by the next sweep all the same. A
+ * producer that never fills the ring waited for that frame for good (drain()
+ * in test/broadcast.test.ts hung once in CI). */
+static void test_leftover_share_with_nobody_dead(const char *name) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  gpr_consumer *a = subscribe(name, GPR_ON_SLOW_BLOCK);
+  const uint32_t freed_entry = 7; /* nobody attached there */
+  CHECK(gpr_pstate(gpr_participant_word(&p->seg, freed_entry)) == GPR_PARTICIPANT_FREE);
+  gpr_frame *f = NULL;
+  CHECK(publish(p, 88, 0) == 0 && gpr_consumer_next(a, 0, &f, &err) == 0 && f);
+  if (!f) return;
+  __atomic_fetch_or(&gpr_slot_at(&p->seg, f->pos)->pending, gpr_bc_bit(freed_entry), __ATOMIC_SEQ_CST);
+  gpr_frame_release(f);
+  CHECK(gpr_producer_reap(p) == 0); /* the leftover share holds it */
+  gpr_sweep_report r;
+  CHECK(gpr_sweep(&p->seg, &r, NULL) == 0 && r.found_dead == 0 && r.released == 1);
+  CHECK(gpr_producer_reap(p) == 1);
+  gpr_consumer_close(a);
+  gpr_producer_close(p);
+}
+
 /* SPEC.md §4, Attach: a consumer attaching at entry j releases j's bit from
  * every READY frame, the shares j's previous occupant left, itself: not
  * through j's proxy word, which a live process holds here (a relieving
@@ -667,6 +692,7 @@ int main(int argc, char **argv) {
   test_stale_sweep(name);
   test_proxy_word(name);
   test_attach_releases_leftovers_under_a_proxy(name);
+  test_leftover_share_with_nobody_dead(name);
   test_carries_judges_by_an_unchanged_word(name);
   test_processes(name, argc > 1 ? atoi(argv[1]) : 100000);
   gpr_segment_unlink(name, NULL);

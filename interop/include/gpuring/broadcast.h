@@ -571,6 +571,34 @@ GPR_INLINE uint32_t gpr_bc_sweep_slot(gpr_segment *seg, uint64_t pos) {
   return released;
 }
 
+/* The entries that are subscribers now (gpr_bc_subscribed), as bits. */
+GPR_INLINE uint64_t gpr_bc_subscribed_mask(const gpr_segment *seg) {
+  uint64_t live = 0;
+  for (uint32_t k = 0; k < seg->participant_capacity && k < 64u; k++)
+    if (gpr_bc_subscribed(seg, k)) live |= gpr_bc_bit(k);
+  return live;
+}
+
+/* Sweep step 3 of a broadcast ring when no entry is dead, over the window of
+ * slots step 2 checked: a READY frame with a share of an entry that is no
+ * subscriber now, or with no share left, goes through gpr_bc_sweep_slot. Such
+ * a share is left when its entry was freed while its proxy word was held
+ * elsewhere, or while a publish that had loaded its bit was in flight; nobody
+ * dead, no sweep looked at it, and a producer that never fills the ring (its
+ * drain(), say) waited for that frame for good. Returns how many shares. */
+GPR_INLINE uint32_t gpr_bc_sweep_window(gpr_segment *seg, uint64_t from, uint32_t window) {
+  uint64_t live = gpr_bc_subscribed_mask(seg);
+  uint32_t released = 0;
+  for (uint32_t k = 0; k < window; k++) {
+    gpr_slot *s = &seg->slots[(from + k) & seg->mask];
+    uint64_t w = gpr_slot_load(s);
+    if (gpr_word_state(w) != GPR_SLOT_READY) continue;
+    uint64_t m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE);
+    if (m == 0 || (m & ~live)) released += gpr_bc_sweep_slot(seg, gpr_word_seq(w));
+  }
+  return released;
+}
+
 /* Sweep, before the slots: drops that a dead producer left half done (their
  * mark seen unchanged for GPR_DROP_STALE_NS, over this mapping's sweeps) are
  * finished for the live subscribers they name. */

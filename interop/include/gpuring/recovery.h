@@ -389,6 +389,8 @@ GPR_INLINE int gpr_sweep(gpr_segment *seg, gpr_sweep_report *rep, gpr_error *err
     gpr_sweep_owners(seg, dead, refs, rep);
     for (uint32_t i = 0; i < seg->participant_capacity; i++)
       if (dead[i] && refs[i] == 0 && gpr_sweep_free(seg, i, dead[i])) rep->freed++;
+  } else if (seg->broadcast) {
+    rep->released += gpr_bc_sweep_window(seg, from, window);
   }
   uint32_t repaired = rep->skipped + rep->redelivered + rep->released + rep->recycled + rep->corrupt;
   if (repaired) __atomic_fetch_add(&seg->control->recovered, repaired, __ATOMIC_RELAXED);

@@ -290,6 +290,27 @@ def test_an_attach_releases_its_entrys_leftover_shares_itself_while_a_proxy_hold
     ring.close()
 
 
+def test_a_share_of_a_free_entry_is_released_by_a_sweep_with_nobody_dead(ring_name):
+    """SPEC.md §7 step 3: a share of an entry that is FREE (its freer's own sweep left
+    it: the entry's proxy word held elsewhere, or a publish in flight) is released by
+    the next sweep though no entry is dead (see test_broadcast.c
+    test_leftover_share_with_nobody_dead)."""
+    ring = Ring.create(ring_name, slots=8, delivery="all")
+    seg = ring.segment
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:
+        free_entry = 7
+        assert L.pword_state(seg.participant_word(free_entry)) == L.P_FREE
+        producer.publish(pa.table({"i": [88]}), user_tag=88)
+        frame = consumer.next(timeout=5)
+        seg.mem.or64(seg.slot(_ready_position(seg)) + 8, 1 << free_entry)  # `pending`
+        frame.release()
+        assert producer.reap() == 0  # the leftover share holds it
+        report = ring.sweep()
+        assert report.found_dead == 0 and report.released == 1
+        assert producer.reap() == 1
+    ring.close()
+
+
 def test_a_ready_frame_whose_last_releaser_died_half_way_is_moved_on_by_the_next_sweep(ring_name):
     """A releaser killed between clearing the last bit of ``pending`` and moving the
     slot on leaves a READY frame nobody holds (SPEC.md §5.4, Release)."""

@@ -518,23 +518,45 @@ def sweep_dead(seg: Segment) -> int:
     released = 0
     for i in range(seg.slot_count):
         w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
-        if word_state(w) != L.READY:
-            continue
-        pos = word_seq(w)
-        m = seg.mem.load64(_pending(seg, pos))
-        if m == 0 and seg.mem.load64(seg.slot(pos)) == w:
-            _retire(seg, pos, w)  # its last releaser died between clearing its bit and moving the slot on
-        while m:
-            k = (m & -m).bit_length() - 1
-            m &= m - 1
-            if k >= seg.participant_capacity:
-                released += _released(seg, k, pos)  # damage: no entry there will ever subscribe
-            elif proxy_take(seg, k):
-                try:
-                    if not _subscribed(seg, k) and _released(seg, k, pos):  # as of now
-                        released += 1
-                finally:
-                    proxy_give(seg, k)
+        if word_state(w) == L.READY:
+            released += _sweep_ready(seg, w)
+    return released
+
+
+def sweep_window(seg: Segment, start: int, window: int) -> int:
+    """Sweep step 3 when no entry is dead, over the window of slots step 2 checked: a
+    READY frame with a share of an entry that is no subscriber now, or with no share
+    left, is swept as sweep_dead would (see gpr_bc_sweep_window). Returns how many shares."""
+    live = sum(_bit(k) for k in range(min(seg.participant_capacity, 64)) if _subscribed(seg, k))
+    released = 0
+    for k in range(window):
+        w = seg.mem.load64(seg.slots_at + ((start + k) & seg.mask) * L.SLOT_BYTES)
+        if word_state(w) == L.READY:
+            m = seg.mem.load64(_pending(seg, word_seq(w)))
+            if m == 0 or m & ~live:
+                released += _sweep_ready(seg, w)
+    return released
+
+
+def _sweep_ready(seg: Segment, w: int) -> int:
+    """The READY frame of slot word ``w``: moved on when no share is left, and the shares
+    of entries that are not subscribers now released, each as that entry's proxy (see
+    gpr_bc_sweep_slot). Returns how many shares."""
+    pos, released = word_seq(w), 0
+    m = seg.mem.load64(_pending(seg, pos))
+    if m == 0 and seg.mem.load64(seg.slot(pos)) == w:
+        _retire(seg, pos, w)  # its last releaser died between clearing its bit and moving the slot on
+    while m:
+        k = (m & -m).bit_length() - 1
+        m &= m - 1
+        if k >= seg.participant_capacity:
+            released += _released(seg, k, pos)  # damage: no entry there will ever subscribe
+        elif proxy_take(seg, k):
+            try:
+                if not _subscribed(seg, k) and _released(seg, k, pos):  # as of now
+                    released += 1
+            finally:
+                proxy_give(seg, k)
     return released
 
 

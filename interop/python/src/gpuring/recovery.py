@@ -217,12 +217,15 @@ def sweep(seg: Segment) -> SweepReport:
         rep.corrupt += repair_hints(seg, centre)
     for k in range(window):
         rep.recycled += _sweep_orphan(seg, (seg.damage_cursor + k) & seg.mask)
-    seg.damage_cursor = (seg.damage_cursor + window) & seg.mask
+    start, seg.damage_cursor = seg.damage_cursor, (seg.damage_cursor + window) & seg.mask
     if any(dead):
         _sweep_owners(seg, dead, refs, rep, range(seg.slot_count))
         for i, d in enumerate(dead):
             if d and refs[i] == 0 and _free(seg, i, d):
                 rep.freed += 1
+    elif seg.broadcast:
+        from .broadcast import sweep_window  # broadcast.py builds on slot_protocol, as this module does
+        rep.released += sweep_window(seg, start, window)
     repaired = rep.skipped + rep.redelivered + rep.released + rep.recycled + rep.corrupt
     if repaired:
         seg.mem.add64(seg.control("recovered"), repaired)
