@@ -119,7 +119,9 @@ export const consumerOptions = z
     /**
      * Broadcast rings: 'newest' receives the frames published from now on;
      * 'oldest' also those still in the ring (some subscriber has yet to release
-     * them), in order, before the new ones.
+     * them), in order, before the new ones. A frame being published while it
+     * joins may reach it by neither way: the frames it gets of one producer can
+     * skip some after (and between) the old ones, never after the new ones start.
      */
     start: z.enum(['newest', 'oldest']).default('newest'),
   })
