@@ -228,6 +228,60 @@ static void test_unlink_origin_logs(void) {
   for (int i = 0; i < 3; i++) CHECK(shm_unlink(near[i]) == 0);
 }
 
+/* A creator killed at any moment of its create leaves no segment under the
+ * name, or a ready one (SPEC.md §3.1): never one that openers wait on and then
+ * refuse (SEGMENT_NOT_READY) until someone removes it. The ring is large so
+ * that its create takes a while; the kills land anywhere in it. */
+static void test_creator_killed_midway(void) {
+  gpr_segment_options big = {1u << 16, 1024, 0600, 0, 0, GPR_DELIVERY_EACH};
+  gpr_segment seg;
+  gpr_error err;
+  uint64_t t0 = gpr_monotonic_ns();
+  CHECK(gpr_segment_create(&seg, name, &big, &err) == 0);
+  uint64_t create_us = (gpr_monotonic_ns() - t0) / 1000 + 1;
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, &err);
+  gpr_segment_options quick = {0, 0, 0, 1, 0, GPR_DELIVERY_EACH};
+  int ready = 0, absent = 0;
+  srand((unsigned)getpid());
+  for (int i = 0; i < 150; i++) {
+    int go[2];
+    CHECK(pipe(go) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      char c;
+      if (read(go[0], &c, 1) != 1) _exit(2);
+      _exit(gpr_segment_create(&seg, name, &big, &err) == 0 ? 0 : 1);
+    }
+    CHECK(write(go[1], "g", 1) == 1);
+    usleep((useconds_t)(rand() % (int)(2 * create_us + 200)));
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(go[0]);
+    close(go[1]);
+    int rc = gpr_segment_open(&seg, name, &quick, &err);
+    CHECK(rc == 0 || rc == -(int)GPR_E_SEGMENT_NOT_FOUND);
+    if (rc == 0) gpr_segment_close(&seg);
+    ready += rc == 0;
+    absent += rc != 0;
+    gpr_segment_unlink(name, NULL);
+  }
+  printf("creator killed 150 times (create %llu us): %d left a ready segment, %d none\n",
+         (unsigned long long)create_us, ready, absent);
+}
+
+/* Every call takes a NULL error: a failure is then only its return code. */
+static void test_null_error(void) {
+  gpr_segment seg, other;
+  gpr_error err;
+  CHECK(gpr_segment_create(&seg, name, NULL, &err) == 0);
+  CHECK_CODE(gpr_segment_create(&other, name, NULL, NULL), GPR_E_SEGMENT_EXISTS);
+  memcpy(seg.base, "NOTGPRNG", 8);
+  CHECK_CODE(gpr_segment_open(&other, name, NULL, NULL), GPR_E_SEGMENT_FOREIGN);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, NULL);
+}
+
 int main(void) {
   snprintf(name, sizeof name, "ctest-seg-%d", (int)getpid());
   CHECK(fnv1a(GPR_LAYOUT_STRING) == GPR_LAYOUT_HASH);
@@ -240,5 +294,7 @@ int main(void) {
   test_damage_found_by_window();
   test_foreign_owner();
   test_unlink_origin_logs();
+  test_creator_killed_midway();
+  test_null_error();
   return CHECK_DONE();
 }

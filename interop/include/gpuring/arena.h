@@ -105,12 +105,10 @@ GPR_INLINE int gpr_arena_pool_grow(gpr_arena_pool *pool, gpr_error *err) {
 GPR_INLINE int gpr_arena_file_create(gpr_arena_pool *pool, uint32_t *number, char *name,
                                      gpr_error *err) {
   /* arena_count lives in the entry: one taken from us is not ours to raise. */
-  if (!gpr_participant_held(pool->seg, pool->index, pool->gen)) {
-    gpr_fail_detached(pool->seg, err);
-    return -1;
-  }
+  if (!gpr_participant_held(pool->seg, pool->index, pool->gen)) return gpr_fail_detached(pool->seg, err);
   for (;;) {
-    if (gpr_arena_pool_grow(pool, err) != 0) return -1;
+    int rc = gpr_arena_pool_grow(pool, err);
+    if (rc != 0) return rc;
     *number = pool->count;
     __atomic_store_n(&pool->seg->participants[pool->index].arena_count, *number + 1u,
                      __ATOMIC_RELEASE);
@@ -118,10 +116,7 @@ GPR_INLINE int gpr_arena_file_create(gpr_arena_pool *pool, uint32_t *number, cha
     shm_unlink(name); /* a stale arena of a crashed earlier occupant of this entry/gen */
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)pool->mode);
     if (fd >= 0) return fd;
-    if (errno != EEXIST) {
-      gpr_fail(err, GPR_E_SYSTEM, errno, "shm_open(%s): %s", name, strerror(errno));
-      return -1;
-    }
+    if (errno != EEXIST) return gpr_fail(err, GPR_E_SYSTEM, errno, "shm_open(%s): %s", name, strerror(errno));
     gpr_arena *skipped = &pool->arenas[pool->count++];
     memset(skipped, 0, sizeof *skipped);
     skipped->fd = -1;
@@ -163,20 +158,24 @@ GPR_INLINE int gpr_arena_create(gpr_arena_pool *pool, uint64_t min_bytes, gpr_er
   uint64_t want = min_bytes + sizeof(gpr_arena_header);
   uint64_t regular = gpr_arena_regular_size(pool);
   uint64_t size = want <= regular ? regular : gpr_align_up(want, 2u << 20);
-  if (gpr_check_shm_space(size, err) != 0) {
+  int rc = gpr_check_shm_space(size, err);
+  if (rc != 0) {
     uint64_t least = gpr_align_up(want, 4096u);
-    if (least >= size || gpr_check_shm_space(least, err) != 0) return -(int)err->code;
+    if (least >= size) return rc;
+    rc = gpr_check_shm_space(least, err);
+    if (rc != 0) return rc;
     size = least;
   }
-  uint32_t number;
+  uint32_t number = 0;
   char name[GPR_SHM_NAME_MAX];
   int fd = gpr_arena_file_create(pool, &number, name, err);
-  if (fd < 0) return -(int)err->code;
+  if (fd < 0) return fd;
   (void)fchmod(fd, (mode_t)pool->mode);
-  if (gpr_size_shm(fd, size, err) != 0) {
+  rc = gpr_size_shm(fd, size, err);
+  if (rc != 0) {
     close(fd);
     shm_unlink(name);
-    return -(int)err->code;
+    return rc;
   }
   void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
@@ -227,7 +226,8 @@ GPR_INLINE int gpr_arena_alloc(gpr_arena_pool *pool, uint64_t bytes, gpr_allocat
   uint64_t want = gpr_align_up(bytes ? bytes : 1u, GPR_ARENA_ALIGN);
   for (uint32_t i = 0; i < pool->count; i++)
     if (gpr_arena_take(&pool->arenas[i], want, out)) return 0;
-  if (gpr_arena_create(pool, want, err) != 0) return -(int)err->code;
+  int rc = gpr_arena_create(pool, want, err);
+  if (rc != 0) return rc;
   gpr_arena_take(&pool->arenas[pool->count - 1u], want, out);
   return 0;
 }

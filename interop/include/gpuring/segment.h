@@ -139,8 +139,67 @@ GPR_INLINE void gpr_segment_bind(gpr_segment *seg, uint8_t *base, uint64_t size,
   seg->slots = (gpr_slot *)(base + l->slots_offset);
 }
 
-/* Creates NAME exclusively and initializes it. The ready word is stored last,
- * with release order, so an opener that sees it sees everything before it. */
+/* The file a new segment is built in: an unnamed one in /dev/shm (O_TMPFILE),
+ * which no opener can see and which vanishes with a creator killed before it
+ * named it (gpr_segment_name_file); or, where the kernel or filesystem lacks
+ * O_TMPFILE, the name itself, exclusively, which openers see half-built (they
+ * wait for its ready word; one whose creator died stays unready until removed). */
+GPR_INLINE int gpr_segment_new_file(const char *shm, uint32_t mode, int *named, gpr_error *err) {
+  int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, (mode_t)mode);
+  *named = fd < 0;
+  if (fd < 0) fd = shm_open(shm, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
+  if (fd < 0) {
+    if (errno == EEXIST)
+      return gpr_fail(err, GPR_E_SEGMENT_EXISTS, errno, "segment '%s' already exists", shm + strlen("/gpuring."));
+    return gpr_fail(err, GPR_E_SYSTEM, errno, "shm_open(%s) failed: %s", shm, strerror(errno));
+  }
+  (void)fchmod(fd, (mode_t)mode); /* the umask must not narrow an explicit mode */
+  return fd;
+}
+
+/* Gives the unnamed file of a ready segment its name: link(2) never replaces, so
+ * a name taken meanwhile is SEGMENT_EXISTS. */
+GPR_INLINE int gpr_segment_name_file(int fd, const char *shm, gpr_error *err) {
+  char from[32], to[GPR_SHM_NAME_MAX + 16];
+  snprintf(from, sizeof from, "/proc/self/fd/%d", fd);
+  snprintf(to, sizeof to, "/dev/shm%s", shm);
+  if (linkat(AT_FDCWD, from, AT_FDCWD, to, AT_SYMLINK_FOLLOW) == 0) return 0;
+  if (errno == EEXIST)
+    return gpr_fail(err, GPR_E_SEGMENT_EXISTS, errno, "segment '%s' already exists", shm + strlen("/gpuring."));
+  return gpr_fail(err, GPR_E_SYSTEM, errno, "naming the new segment %s failed: %s (is /proc mounted?)", to,
+                  strerror(errno));
+}
+
+/* Writes a new segment's header and slot words, then its ready word, last, with
+ * release order, so an opener that sees it sees everything before it. */
+GPR_INLINE void gpr_segment_init(gpr_segment *seg, const char *name, uint32_t slot_count,
+                                 uint32_t participant_capacity, int broadcast, const gpr_layout *l) {
+  gpr_segment_header *h = seg->header;
+  h->magic = GPR_SEGMENT_MAGIC;
+  h->header_size = (uint32_t)sizeof(gpr_segment_header);
+  seg->broadcast = broadcast;
+  h->layout_hash = broadcast ? GPR_LAYOUT_HASH_BROADCAST : GPR_LAYOUT_HASH;
+  h->flags = broadcast ? GPR_RING_BROADCAST : 0u;
+  h->total_size = l->total_size;
+  h->slot_count = slot_count;
+  h->slot_size = (uint32_t)sizeof(gpr_slot);
+  h->participant_capacity = participant_capacity;
+  h->participant_size = (uint32_t)sizeof(gpr_participant);
+  h->control_offset = GPR_CONTROL_OFFSET;
+  h->participants_offset = l->participants_offset;
+  h->slots_offset = l->slots_offset;
+  h->pid_namespace = gpr_pid_namespace();
+  h->created_unix_ns = gpr_now_ns(CLOCK_REALTIME);
+  h->creator_pid = (uint32_t)getpid();
+  memcpy(h->name, name, strlen(name));
+  for (uint32_t i = 0; i < slot_count; i++)
+    seg->slots[i].word = gpr_slot_word(i, GPR_SLOT_EMPTY, 0);
+  __atomic_store_n(&h->ready_version, (GPR_VERSION_MAJOR << 16) | GPR_VERSION_MINOR,
+                   __ATOMIC_RELEASE);
+}
+
+/* Creates ring NAME's segment, ready, or fails with SEGMENT_EXISTS: it is built
+ * unnamed and named only once ready (SPEC.md §3.1). */
 GPR_INLINE int gpr_segment_create(gpr_segment *seg, const char *name,
                                   const gpr_segment_options *opt, gpr_error *err) {
   gpr_segment_options o = {1024u, 64u, 0600u, 1000u, 0, GPR_DELIVERY_EACH};
@@ -166,54 +225,32 @@ GPR_INLINE int gpr_segment_create(gpr_segment *seg, const char *name,
     return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "a broadcast ring holds at most %u participants",
                     GPR_MAX_BROADCAST_PARTICIPANTS);
   gpr_layout l = gpr_layout_for(o.slot_count, o.participant_capacity);
-  if (gpr_check_shm_space(l.total_size, err) != 0) return -(int)err->code;
+  int rc = gpr_check_shm_space(l.total_size, err);
+  if (rc != 0) return rc;
   char shm[GPR_SHM_NAME_MAX];
   gpr_segment_shm_name(name, shm);
-  int fd = shm_open(shm, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)o.mode);
-  if (fd < 0) {
-    if (errno == EEXIST)
-      return gpr_fail(err, GPR_E_SEGMENT_EXISTS, errno, "segment '%s' already exists", name);
-    return gpr_fail(err, GPR_E_SYSTEM, errno, "shm_open(%s) failed: %s", shm, strerror(errno));
+  int named;
+  int fd = gpr_segment_new_file(shm, o.mode, &named, err);
+  if (fd < 0) return fd;
+  void *base = MAP_FAILED;
+  rc = gpr_size_shm(fd, l.total_size, err);
+  if (rc == 0) {
+    base = mmap(NULL, l.total_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) rc = gpr_fail(err, GPR_E_SYSTEM, errno, "mmap failed: %s", strerror(errno));
   }
-  (void)fchmod(fd, (mode_t)o.mode); /* the umask must not narrow an explicit mode */
-  if (gpr_size_shm(fd, l.total_size, err) != 0) {
-    close(fd);
-    shm_unlink(shm);
-    return -(int)err->code;
+  if (rc == 0) {
+    seg->fd = fd;
+    gpr_segment_bind(seg, (uint8_t *)base, l.total_size, o.slot_count, o.participant_capacity, &l);
+    snprintf(seg->name, sizeof seg->name, "%s", name);
+    gpr_segment_init(seg, name, o.slot_count, o.participant_capacity, o.delivery == GPR_DELIVERY_ALL, &l);
+    if (named || (rc = gpr_segment_name_file(fd, shm, err)) == 0) return 0;
+    munmap(base, l.total_size);
+    memset(seg, 0, sizeof *seg);
+    seg->fd = seg->bell_fd = -1;
   }
-  void *base = mmap(NULL, l.total_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    int e = errno;
-    close(fd);
-    shm_unlink(shm);
-    return gpr_fail(err, GPR_E_SYSTEM, e, "mmap failed: %s", strerror(e));
-  }
-  seg->fd = fd;
-  gpr_segment_bind(seg, (uint8_t *)base, l.total_size, o.slot_count, o.participant_capacity, &l);
-  snprintf(seg->name, sizeof seg->name, "%s", name);
-  gpr_segment_header *h = seg->header;
-  h->magic = GPR_SEGMENT_MAGIC;
-  h->header_size = (uint32_t)sizeof(gpr_segment_header);
-  seg->broadcast = o.delivery == GPR_DELIVERY_ALL;
-  h->layout_hash = seg->broadcast ? GPR_LAYOUT_HASH_BROADCAST : GPR_LAYOUT_HASH;
-  h->flags = seg->broadcast ? GPR_RING_BROADCAST : 0u;
-  h->total_size = l.total_size;
-  h->slot_count = o.slot_count;
-  h->slot_size = (uint32_t)sizeof(gpr_slot);
-  h->participant_capacity = o.participant_capacity;
-  h->participant_size = (uint32_t)sizeof(gpr_participant);
-  h->control_offset = GPR_CONTROL_OFFSET;
-  h->participants_offset = l.participants_offset;
-  h->slots_offset = l.slots_offset;
-  h->pid_namespace = gpr_pid_namespace();
-  h->created_unix_ns = gpr_now_ns(CLOCK_REALTIME);
-  h->creator_pid = (uint32_t)getpid();
-  memcpy(h->name, name, strlen(name));
-  for (uint32_t i = 0; i < o.slot_count; i++)
-    seg->slots[i].word = gpr_slot_word(i, GPR_SLOT_EMPTY, 0);
-  __atomic_store_n(&h->ready_version, (GPR_VERSION_MAJOR << 16) | GPR_VERSION_MINOR,
-                   __ATOMIC_RELEASE);
-  return 0;
+  close(fd);
+  if (named) shm_unlink(shm);
+  return rc;
 }
 
 /* Checks a ready header against this build and the file it came from. */
@@ -312,10 +349,11 @@ GPR_INLINE int gpr_segment_open(gpr_segment *seg, const char *name,
   gpr_segment_header h;
   uint64_t file_size = 0;
   uint32_t timeout = opt && opt->open_timeout_ms ? opt->open_timeout_ms : 1000u;
-  if (gpr_await_header(fd, name, timeout, &h, &file_size, err) != 0 ||
-      gpr_header_check(&h, file_size, name, err) != 0) {
+  int rc = gpr_await_header(fd, name, timeout, &h, &file_size, err);
+  if (rc == 0) rc = gpr_header_check(&h, file_size, name, err);
+  if (rc != 0) {
     close(fd);
-    return -(int)err->code;
+    return rc;
   }
   gpr_layout l = gpr_layout_for(h.slot_count, h.participant_capacity);
   void *base = mmap(NULL, l.total_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

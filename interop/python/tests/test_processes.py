@@ -149,6 +149,26 @@ def test_damaged_segments_are_refused_with_their_code(ring_name, damage, code):
     assert e.value.code == code
 
 
+def test_a_creator_killed_at_any_moment_leaves_no_ring_or_a_ready_one(ring_name):
+    """SPEC.md §3.1: never a half-built segment that openers refuse (SEGMENT_NOT_READY)
+    until someone removes it. The kills land before, during and after the create."""
+    outcomes = []
+    for i in range(12):
+        child = python_child("create", ring_name, str(1 << 16))
+        assert child.stdout.readline() == "go\n"
+        time.sleep(i * 0.02)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        try:
+            Ring.open(ring_name, timeout=0.001).close()
+            outcomes.append("ready")
+            Ring.unlink(ring_name)
+        except GpuringError as e:
+            assert e.code == "SEGMENT_NOT_FOUND", f"kill {i}: {e}"
+            outcomes.append("none")
+    print("a creator killed 12 times:", outcomes)
+
+
 def test_garbage_slot_reference_is_rejected_and_the_ring_moves_on(ring_name):
     ring = Ring.create(ring_name, slots=4)
     with Producer.open(ring_name) as producer, Consumer.open(ring_name) as consumer:

@@ -36,6 +36,41 @@ def segment_path(name: str) -> str:
     return f"/dev/shm/gpuring.{name}"
 
 
+def _new_segment_file(name: str, mode: int) -> tuple[int, bool]:
+    """The file a new segment is built in, and whether it has its name already: an
+    unnamed file in /dev/shm (O_TMPFILE), which no opener sees and which vanishes
+    with a creator killed before it named it (_name_segment_file); or, where the
+    kernel or filesystem lacks O_TMPFILE, the name itself, exclusively, which
+    openers see half-built (SPEC.md §3.1)."""
+    try:
+        fd, named = open_shm("/dev/shm", os.O_TMPFILE | os.O_RDWR, mode), False
+    except OSError:
+        try:
+            fd, named = open_shm(segment_path(name), os.O_RDWR | os.O_CREAT | os.O_EXCL, mode), True
+        except FileExistsError:
+            raise GpuringError("SEGMENT_EXISTS", f"segment '{name}' already exists", errno.EEXIST) from None
+    os.fchmod(fd, mode)  # the umask must not narrow an explicit mode
+    return fd, named
+
+
+def _name_segment_file(fd: int, name: str) -> None:
+    """Gives the unnamed file of a ready segment its name: link(2) never replaces,
+    so a name taken meanwhile is SEGMENT_EXISTS."""
+    try:
+        # linkat(AT_SYMLINK_FOLLOW) on /proc/self/fd/N; Python calls plain link(2),
+        # which would link the symlink itself, unless a directory fd is given.
+        fds = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.link(str(fd), segment_path(name), src_dir_fd=fds, follow_symlinks=True)
+        finally:
+            os.close(fds)
+    except FileExistsError:
+        raise GpuringError("SEGMENT_EXISTS", f"segment '{name}' already exists", errno.EEXIST) from None
+    except OSError as e:
+        raise GpuringError("SYSTEM", f"naming the new segment {segment_path(name)} failed: {e.strerror} "
+                           "(is /proc mounted?)", e.errno) from None
+
+
 def check_shm_space(size: int) -> None:
     vfs = os.statvfs("/dev/shm")
     if vfs.f_bavail * vfs.f_frsize < size:
@@ -146,17 +181,14 @@ class Segment:
             raise GpuringError("INVALID_ARGUMENT", f"participant capacity must be 1 to {L.MAX_PARTICIPANTS}")
         p_at, s_at, total = L.segment_size(slots, participants)
         check_shm_space(total)
+        fd, named = _new_segment_file(name, mode)
         try:
-            fd = open_shm(segment_path(name), os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
-        except FileExistsError:
-            raise GpuringError("SEGMENT_EXISTS", f"segment '{name}' already exists", errno.EEXIST) from None
-        try:
-            os.fchmod(fd, mode)  # the umask must not narrow an explicit mode
             size_shm(fd, total)
             seg = cls(name, fd, slots, participants, broadcast)
         except BaseException:
             os.close(fd)
-            os.unlink(segment_path(name))
+            if named:
+                os.unlink(segment_path(name))
             raise
         header = _HEADER.pack(L.SEGMENT_MAGIC, 0, L.HEADER_BYTES, L.LAYOUT_HASH_BROADCAST if broadcast else L.LAYOUT_HASH,
                               total, slots, L.SLOT_BYTES, participants, L.PARTICIPANT_BYTES, L.CONTROL_OFFSET, p_at,
@@ -167,6 +199,12 @@ class Segment:
             seg.mem.store64(seg.slot(i), L.slot_word(i, L.EMPTY, 0))
         # The ready word last: an opener that sees it sees everything before it.
         seg.mem.store32(L.SEGMENT_HEADER["ready_version"], L.VERSION_MAJOR << 16 | L.VERSION_MINOR)
+        if not named:
+            try:
+                _name_segment_file(fd, name)
+            except BaseException:
+                seg.close()
+                raise
         return seg
 
     @classmethod
