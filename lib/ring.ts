@@ -36,6 +36,8 @@ export class Ring {
    * Creates ring `name`; fails with SEGMENT_EXISTS if it exists (unless
    * `ifExists: 'open'`, which opens that ring as it is), NO_SPACE if
    * /dev/shm cannot hold it. The segment persists until `Ring.unlink(name)`.
+   * It is built unnamed and named once whole, so a process killed while
+   * creating it leaves no ring or a ready one (SPEC.md §3.1).
    */
   static create(name: string, options?: CreateOptions): Ring {
     const n = parseSegmentName(name);
