@@ -244,20 +244,20 @@ static inline int shm_reserve(int fd, uint64_t bytes) {
   return e ? spec_fail("NO_SPACE: posix_fallocate: %s", strerror(e)) : 0;
 }
 
-/* §3.1 creating: exclusively, sized and reserved (§2), every field, slot words, then ready_version (release). */
+/* §3.1 creating: an unnamed file in /dev/shm, sized and reserved (§2), every field, slot
+ * words, then ready_version (release), and only then the name (linkat, never replacing). */
 static inline int ring_create(const char *name, uint32_t slots, uint32_t capacity, int broadcast) {
-  char shm[64];
-  snprintf(shm, sizeof shm, "/gpuring.%s", name);
-  int fd = shm_open(shm, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) return errno == EEXIST ? 1 : spec_fail("shm_open(%s): %s", shm, strerror(errno));
+  char path[64], self[32];
+  snprintf(path, sizeof path, "/dev/shm/gpuring.%s", name);
+  int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return spec_fail("open(/dev/shm, O_TMPFILE): %s", strerror(errno));
   uint64_t soff = 1024ull + 128ull * capacity, total = (soff + 128ull * slots + 4095u) & ~4095ull;
   uint8_t *b = NULL;
   if (fchmod(fd, 0600) != 0 || shm_reserve(fd, total) != 0 ||
       (b = (uint8_t *)mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
     close(fd);
-    return spec_fail("cannot create %s", shm);
+    return spec_fail("cannot create %s", path);
   }
-  close(fd);
   struct stat ns;
   uint64_t u64v[] = {SEG_MAGIC, broadcast ? LAYOUT_HASH_BROADCAST : LAYOUT_HASH, total, 256, 1024, soff, 0, now_ns(CLOCK_REALTIME)};
   uint32_t u32v[] = {256, slots, 128, capacity, 128, (uint32_t)getpid(), broadcast ? FLAG_BROADCAST : 0u};
@@ -284,7 +284,11 @@ static inline int ring_create(const char *name, uint32_t slots, uint32_t capacit
   }
   __atomic_store_n((uint32_t *)(b + H_READY), VERSION_MAJOR << 16, __ATOMIC_RELEASE);
   munmap(b, total);
-  return 0;
+  snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+  int named = linkat(AT_FDCWD, self, AT_FDCWD, path, AT_SYMLINK_FOLLOW), e = errno;
+  close(fd);
+  if (named == 0) return 0;
+  return e == EEXIST ? 1 : spec_fail("linkat(%s): %s", path, strerror(e));
 }
 
 /* §2: removing the segment (the detach before it freed our entry and our arenas). */

@@ -144,8 +144,13 @@ GPR_INLINE void gpr_segment_bind(gpr_segment *seg, uint8_t *base, uint64_t size,
  * named it (gpr_segment_name_file); or, where the kernel or filesystem lacks
  * O_TMPFILE, the name itself, exclusively, which openers see half-built (they
  * wait for its ready word; one whose creator died stays unready until removed). */
+#ifdef O_TMPFILE
+#define GPR_O_TMPFILE O_TMPFILE
+#else /* glibc declares it only under _GNU_SOURCE; Linux's value on x86-64 and arm64 */
+#define GPR_O_TMPFILE (020000000 | O_DIRECTORY)
+#endif
 GPR_INLINE int gpr_segment_new_file(const char *shm, uint32_t mode, int *named, gpr_error *err) {
-  int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, (mode_t)mode);
+  int fd = open("/dev/shm", GPR_O_TMPFILE | O_RDWR | O_CLOEXEC, (mode_t)mode);
   *named = fd < 0;
   if (fd < 0) fd = shm_open(shm, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
   if (fd < 0) {
