@@ -1,11 +1,12 @@
 // kill -9 in the middle of things: no frame is lost, leases are reclaimed,
 // and the ring keeps working.
 import { spawn } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import test from 'ava';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
-import { Consumer, GpuringError, Producer, type Ring } from '../lib/index.js';
-import { child, cProgram, eventually, exitOf, nextLine, withRing } from './helpers/ring.js';
+import { Consumer, GpuringError, Producer, Ring } from '../lib/index.js';
+import { child, cProgram, eventually, exitOf, nextLine, uniqueName, withRing } from './helpers/ring.js';
 
 const frame = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
 
@@ -210,6 +211,28 @@ test('a consumer blocked in nextSync() gets past a slot a killed producer left c
     t.is(ring.inspect().slots.writing, 0);
     consumer.close();
   });
+});
+
+test('a process killed while creating a ring leaves no ring or a ready one, never one that openers refuse (SEGMENT_NOT_READY)', async (t) => {
+  const name = uniqueName('create');
+  const outcomes: string[] = [];
+  t.teardown(() => rmSync(`/dev/shm/gpuring.${name}`, { force: true }));
+  for (let i = 0; i < 10; i++) {
+    const creator = child('create', name, 1 << 16);
+    t.deepEqual(await nextLine(creator), { go: true });
+    await new Promise((resolve) => setTimeout(resolve, i));
+    creator.kill('SIGKILL');
+    await exitOf(creator);
+    try {
+      Ring.open(name, { openTimeout: 1 }).close();
+      outcomes.push('ready');
+      Ring.unlink(name);
+    } catch (error) {
+      t.is((error as GpuringError).code, 'SEGMENT_NOT_FOUND', `kill ${i} ms after the create began: ${(error as Error).message}`);
+      outcomes.push('none');
+    }
+  }
+  t.log(`killed 0-9 ms into its create: ${outcomes.join(' ')}`);
 });
 
 test('a process that forgets to close exits promptly, and its entries are reclaimed', async (t) => {

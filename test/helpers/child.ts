@@ -18,6 +18,8 @@
  *   subscribe NAME FRAMES         subscribes to a broadcast ring, says it is ready, takes FRAMES frames in
  *                                 batches, reports how many carried tags 0, 1, 2, ... in order
  *   subscribe-idle NAME           subscribes to a broadcast ring, says it is ready, takes nothing, waits to be killed
+ *   create NAME SLOTS             says it goes, creates ring NAME with SLOTS slots and 1024 entries (a segment
+ *                                 large enough to take a few ms), says it made it, waits to be killed
  *   subscribe-slow NAME POLICY MS subscribes with onSlow POLICY, says it is ready, and for MS ms takes frames,
  *                                 holding each a random 0-500 µs (busy) before checking that its column v
  *                                 still holds its tag and releasing it, then busy another 0-500 µs; reports
@@ -202,6 +204,16 @@ async function main(): Promise<void> {
       }
       consumer.close();
       say(seen);
+      return;
+    }
+    case 'create': {
+      try {
+        Ring.open(`${name!}-none`); // loads the addon first, so that the kills land in the create itself
+      } catch {}
+      say({ go: true });
+      Ring.create(name!, { slots: Number(args[0]), participants: 1024 }).close();
+      say({ made: true });
+      setInterval(() => {}, 1000);
       return;
     }
     case 'subscribe-idle': {
