@@ -579,13 +579,14 @@ GPR_INLINE uint64_t gpr_bc_subscribed_mask(const gpr_segment *seg) {
   return live;
 }
 
-/* Sweep step 3 of a broadcast ring when no entry is dead, over the window of
- * slots step 2 checked: a READY frame with a share of an entry that is no
- * subscriber now, or with no share left, goes through gpr_bc_sweep_slot. Such
- * a share is left when its entry was freed while its proxy word was held
- * elsewhere, or while a publish that had loaded its bit was in flight; nobody
- * dead, no sweep looked at it, and a producer that never fills the ring (its
- * drain(), say) waited for that frame for good. Returns how many shares. */
+/* Sweep step 3 of a broadcast ring over `window` slots from `from`: over every
+ * slot when an entry is dead, else over the window step 2 checked. A READY frame
+ * with a share of an entry that is no subscriber now, or with no share left,
+ * goes through gpr_bc_sweep_slot; one whose shares all name subscribers costs
+ * no proxy word. With nobody dead, such a share is left when its entry was
+ * freed while its proxy word was held elsewhere, or while a publish that had
+ * loaded its bit was in flight, and a producer that never fills the ring (its
+ * drain(), say) would wait for that frame for good. Returns how many shares. */
 GPR_INLINE uint32_t gpr_bc_sweep_window(gpr_segment *seg, uint64_t from, uint32_t window) {
   uint64_t live = gpr_bc_subscribed_mask(seg);
   uint32_t released = 0;

@@ -103,7 +103,6 @@ GPR_INLINE void gpr_sweep_slot(gpr_segment *seg, uint64_t i, const uint64_t *dea
   uint64_t w = gpr_slot_load(s);
   uint64_t pos = gpr_word_seq(w);
   uint32_t st = gpr_word_state(w), owner = gpr_word_owner(w);
-  if (seg->broadcast && st == GPR_SLOT_READY) rep->released += gpr_bc_sweep_slot(seg, pos);
   uint32_t producer = st >= GPR_SLOT_CLAIMED && st <= GPR_SLOT_LEASED ? s->ref.producer + 1u
                                                                        : owner;
   int owner_dead = gpr_is_dead_owner(seg, dead, owner);
@@ -129,9 +128,14 @@ GPR_INLINE void gpr_sweep_slot(gpr_segment *seg, uint64_t i, const uint64_t *dea
   }
 }
 
-/* Repairs every slot (and broadcast share) the entries marked in dead[] held. */
+/* Repairs every slot (and broadcast share) the entries marked in dead[] held.
+ * The shares first, over every slot: a frame whose last share that releases
+ * becomes RELEASED (or EMPTY), and its slot is then repaired as such. */
 GPR_INLINE void gpr_sweep_owners(gpr_segment *seg, const uint64_t *dead, uint32_t *refs, gpr_sweep_report *rep) {
-  if (seg->broadcast) gpr_bc_finish_dead_drops(seg);
+  if (seg->broadcast) {
+    gpr_bc_finish_dead_drops(seg);
+    rep->released += gpr_bc_sweep_window(seg, 0, seg->slot_count);
+  }
   for (uint64_t i = 0; i < seg->slot_count; i++) gpr_sweep_slot(seg, i, dead, refs, rep);
 }
 

@@ -515,18 +515,15 @@ def sweep_dead(seg: Segment) -> int:
                 _settle_drop(seg, k, c, 0)
         finally:
             proxy_give(seg, k)
-    released = 0
-    for i in range(seg.slot_count):
-        w = seg.mem.load64(seg.slots_at + i * L.SLOT_BYTES)
-        if word_state(w) == L.READY:
-            released += _sweep_ready(seg, w)
-    return released
+    return sweep_window(seg, 0, seg.slot_count)
 
 
 def sweep_window(seg: Segment, start: int, window: int) -> int:
-    """Sweep step 3 when no entry is dead, over the window of slots step 2 checked: a
-    READY frame with a share of an entry that is no subscriber now, or with no share
-    left, is swept as sweep_dead would (see gpr_bc_sweep_window). Returns how many shares."""
+    """Sweep step 3 over ``window`` slots from ``start``: every slot when an entry is
+    dead, else the window step 2 checked. A READY frame with a share of an entry that
+    is no subscriber now, or with no share left, goes through _sweep_ready; one whose
+    shares all name subscribers costs no proxy word (see gpr_bc_sweep_window).
+    Returns how many shares."""
     live = sum(_bit(k) for k in range(min(seg.participant_capacity, 64)) if _subscribed(seg, k))
     released = 0
     for k in range(window):
