@@ -27,7 +27,9 @@ class Ring:
         participants and mode), so that a producer can be started again.
         ``delivery``: ``"each"`` frame to one consumer (a work queue), or ``"all"``
         subscribers receive every frame (a broadcast ring of at most 64
-        participants, SPEC.md §5.4; see ``Consumer.open``'s ``on_slow``)."""
+        participants, SPEC.md §5.4; see ``Consumer.open``'s ``on_slow``). The
+        segment is built unnamed and named once whole, so a process killed while
+        creating it leaves no ring or a ready one (SPEC.md §3.1)."""
         for _ in range(100):
             try:
                 return Ring(Segment.create(name, slots, participants, mode, delivery))
