@@ -37,6 +37,12 @@ maybe('with nothing to come back, publishing fails with NO_SPACE: at once with t
   t.true((out.ms as number) >= 250);
 });
 
+maybe("creating a ring that is there with ifExists: 'open' opens it even when /dev/shm could not hold a second copy", (t) => {
+  const out = inSmallShm('12m', 'reopen', 'short-reopen');
+  t.true((out.freeBytes as number) < (out.totalBytes as number), `the ring (${out.totalBytes} bytes) would not fit again in the ${out.freeBytes} bytes free`);
+  t.true(out.sameCreator);
+});
+
 maybe('an arena shrinks to fit the shared memory left', (t) => {
   // A 64 MiB arena does not fit in the 12 MiB left; one of the frame's size does.
   t.is(inSmallShm('48m', 'fallback', 'short-fallback').frameId, 1);

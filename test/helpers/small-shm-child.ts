@@ -4,6 +4,7 @@
  *   stream NAME FRAMES MIB   a slow consumer (another process) checks every frame
  *   stuck NAME MIB           nobody consumes: publishing must fail with NO_SPACE, not hang
  *   fallback NAME            /dev/shm nearly full: a producer of 64 MiB arenas publishes 1 MiB
+ *   reopen NAME              Ring.create(ifExists: 'open') of a ring there, no room for a second copy
  *   consume NAME FRAMES      (the stream's consumer)
  */
 import { execFileSync, spawn } from 'node:child_process';
@@ -68,7 +69,20 @@ async function fallback(): Promise<void> {
   ring.close();
 }
 
+/** Create-or-open of a ring that is there, with /dev/shm too full for a second copy of it. */
+function reopen(): void {
+  const geometry = { slots: 1 << 16, participants: 1024 };
+  const first = Ring.create(name!, geometry);
+  const { bavail, bsize } = statfsSync('/dev/shm');
+  const again = Ring.create(name!, { ...geometry, ifExists: 'open' });
+  const { creatorPid, totalBytes } = again.inspect();
+  say({ freeBytes: bavail * bsize, totalBytes, sameCreator: creatorPid === process.pid });
+  again.close();
+  first.close();
+}
+
 if (role === 'consume') await consume(Number(args[0]));
+else if (role === 'reopen') reopen();
 else if (role === 'stream') await stream(Number(args[0]), Number(args[1]));
 else if (role === 'stuck') await stuck(Number(args[0]));
 else if (role === 'fallback') await fallback();

@@ -229,11 +229,16 @@ GPR_INLINE int gpr_segment_create(gpr_segment *seg, const char *name,
   if (o.delivery == GPR_DELIVERY_ALL && o.participant_capacity > GPR_MAX_BROADCAST_PARTICIPANTS)
     return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "a broadcast ring holds at most %u participants",
                     GPR_MAX_BROADCAST_PARTICIPANTS);
+  char shm[GPR_SHM_NAME_MAX], path[GPR_SHM_NAME_MAX + 16];
+  gpr_segment_shm_name(name, shm);
+  snprintf(path, sizeof path, "/dev/shm%s", shm);
+  /* Before the space check: a full /dev/shm must not hide that the ring is there
+   * (create-or-open would fail with NO_SPACE), nor is a copy built to be dropped. */
+  if (access(path, F_OK) == 0)
+    return gpr_fail(err, GPR_E_SEGMENT_EXISTS, EEXIST, "segment '%s' already exists", name);
   gpr_layout l = gpr_layout_for(o.slot_count, o.participant_capacity);
   int rc = gpr_check_shm_space(l.total_size, err);
   if (rc != 0) return rc;
-  char shm[GPR_SHM_NAME_MAX];
-  gpr_segment_shm_name(name, shm);
   int named;
   int fd = gpr_segment_new_file(shm, o.mode, &named, err);
   if (fd < 0) return fd;

@@ -46,3 +46,9 @@ def test_with_nothing_to_come_back_publishing_fails_with_no_space():
 def test_an_arena_shrinks_to_fit_the_shared_memory_left():
     # A 64 MiB arena does not fit in the 12 MiB left; one of the frame's size does.
     assert in_small_shm("48m", "fallback", "short-fallback")["frame_id"] == 1
+
+
+def test_creating_a_ring_that_is_there_with_exist_ok_opens_it_even_with_no_room_for_a_second_copy():
+    out = in_small_shm("12m", "reopen", "short-reopen")
+    assert out["free_bytes"] < out["total_bytes"]
+    assert out["slots"] == 1 << 16

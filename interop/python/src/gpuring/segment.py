@@ -179,6 +179,8 @@ class Segment:
             raise GpuringError("INVALID_ARGUMENT", f"slot count must be a power of two, 2 to {L.MAX_SLOTS}")
         if not 1 <= participants <= L.MAX_PARTICIPANTS:
             raise GpuringError("INVALID_ARGUMENT", f"participant capacity must be 1 to {L.MAX_PARTICIPANTS}")
+        if os.path.lexists(segment_path(name)):  # before the space check, as gpr_segment_create
+            raise GpuringError("SEGMENT_EXISTS", f"segment '{name}' already exists", errno.EEXIST)
         p_at, s_at, total = L.segment_size(slots, participants)
         check_shm_space(total)
         fd, named = _new_segment_file(name, mode)

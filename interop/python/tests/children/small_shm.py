@@ -4,6 +4,7 @@ and prints one JSON line of what happened:
     small_shm.py stream RING FRAMES MIB   a slow consumer (a child) checks every frame
     small_shm.py stuck RING MIB           nobody consumes: publishing must fail, not hang
     small_shm.py fallback RING            /dev/shm nearly full: a 64 MiB-arena producer publishes
+    small_shm.py reopen RING              Ring.create(exist_ok=True) of a ring there, no room for a copy
     small_shm.py consume RING FRAMES      (the stream's consumer)
 """
 from __future__ import annotations
@@ -80,11 +81,23 @@ def fallback(ring: str) -> dict:
     return {"frame_id": frame_id}
 
 
+def reopen(ring: str) -> dict:
+    """Ring.create(exist_ok=True) of a ring that is there, with no room for a second copy."""
+    first = gpuring.Ring.create(ring, slots=1 << 16, participants=1024)
+    vfs = os.statvfs("/dev/shm")
+    again = gpuring.Ring.create(ring, slots=1 << 16, participants=1024, exist_ok=True)
+    info = again.inspect()
+    result = {"free_bytes": vfs.f_bavail * vfs.f_frsize, "total_bytes": info["bytes"], "slots": info["slots"]}
+    again.close()
+    first.close()
+    return result
+
+
 if __name__ == "__main__":
     mode, ring, *rest = sys.argv[1:]
     if mode == "consume":
         consume(ring, int(rest[0]))
     else:
         result = {"stream": lambda: stream(ring, int(rest[0]), int(rest[1])), "stuck": lambda: stuck(ring, int(rest[0])),
-                  "fallback": lambda: fallback(ring)}[mode]()
+                  "fallback": lambda: fallback(ring), "reopen": lambda: reopen(ring)}[mode]()
         print(json.dumps(result), flush=True)
