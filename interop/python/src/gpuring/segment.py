@@ -49,7 +49,6 @@ def _new_segment_file(name: str, mode: int) -> tuple[int, bool]:
             fd, named = open_shm(segment_path(name), os.O_RDWR | os.O_CREAT | os.O_EXCL, mode), True
         except FileExistsError:
             raise GpuringError("SEGMENT_EXISTS", f"segment '{name}' already exists", errno.EEXIST) from None
-    os.fchmod(fd, mode)  # the umask must not narrow an explicit mode
     return fd, named
 
 
@@ -185,6 +184,7 @@ class Segment:
         check_shm_space(total)
         fd, named = _new_segment_file(name, mode)
         try:
+            os.fchmod(fd, mode)  # the umask must not narrow an explicit mode
             size_shm(fd, total)
             seg = cls(name, fd, slots, participants, broadcast)
         except BaseException:
