@@ -149,29 +149,26 @@ GPR_INLINE void gpr_segment_bind(gpr_segment *seg, uint8_t *base, uint64_t size,
 #else /* glibc declares it only under _GNU_SOURCE; Linux's value on x86-64 and arm64 */
 #define GPR_O_TMPFILE (020000000 | O_DIRECTORY)
 #endif
-GPR_INLINE int gpr_segment_new_file(const char *shm, uint32_t mode, int *named, gpr_error *err) {
+GPR_INLINE int gpr_segment_new_file(const char *name, const char *shm, uint32_t mode, int *named, gpr_error *err) {
   int fd = open("/dev/shm", GPR_O_TMPFILE | O_RDWR | O_CLOEXEC, (mode_t)mode);
   *named = fd < 0;
   if (fd < 0) fd = shm_open(shm, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
   if (fd < 0) {
-    if (errno == EEXIST)
-      return gpr_fail(err, GPR_E_SEGMENT_EXISTS, errno, "segment '%s' already exists", shm + strlen("/gpuring."));
+    if (errno == EEXIST) return gpr_fail(err, GPR_E_SEGMENT_EXISTS, errno, "segment '%s' already exists", name);
     return gpr_fail(err, GPR_E_SYSTEM, errno, "shm_open(%s) failed: %s", shm, strerror(errno));
   }
   (void)fchmod(fd, (mode_t)mode); /* the umask must not narrow an explicit mode */
   return fd;
 }
 
-/* Gives the unnamed file of a ready segment its name: link(2) never replaces, so
- * a name taken meanwhile is SEGMENT_EXISTS. */
-GPR_INLINE int gpr_segment_name_file(int fd, const char *shm, gpr_error *err) {
-  char from[32], to[GPR_SHM_NAME_MAX + 16];
+/* Gives the unnamed file of a ready segment its name, at `path` in /dev/shm:
+ * link(2) never replaces, so a name taken meanwhile is SEGMENT_EXISTS. */
+GPR_INLINE int gpr_segment_name_file(int fd, const char *name, const char *path, gpr_error *err) {
+  char from[32];
   snprintf(from, sizeof from, "/proc/self/fd/%d", fd);
-  snprintf(to, sizeof to, "/dev/shm%s", shm);
-  if (linkat(AT_FDCWD, from, AT_FDCWD, to, AT_SYMLINK_FOLLOW) == 0) return 0;
-  if (errno == EEXIST)
-    return gpr_fail(err, GPR_E_SEGMENT_EXISTS, errno, "segment '%s' already exists", shm + strlen("/gpuring."));
-  return gpr_fail(err, GPR_E_SYSTEM, errno, "naming the new segment %s failed: %s (is /proc mounted?)", to,
+  if (linkat(AT_FDCWD, from, AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0) return 0;
+  if (errno == EEXIST) return gpr_fail(err, GPR_E_SEGMENT_EXISTS, errno, "segment '%s' already exists", name);
+  return gpr_fail(err, GPR_E_SYSTEM, errno, "naming the new segment %s failed: %s (is /proc mounted?)", path,
                   strerror(errno));
 }
 
@@ -240,7 +237,7 @@ GPR_INLINE int gpr_segment_create(gpr_segment *seg, const char *name,
   int rc = gpr_check_shm_space(l.total_size, err);
   if (rc != 0) return rc;
   int named;
-  int fd = gpr_segment_new_file(shm, o.mode, &named, err);
+  int fd = gpr_segment_new_file(name, shm, o.mode, &named, err);
   if (fd < 0) return fd;
   void *base = MAP_FAILED;
   rc = gpr_size_shm(fd, l.total_size, err);
@@ -253,7 +250,7 @@ GPR_INLINE int gpr_segment_create(gpr_segment *seg, const char *name,
     gpr_segment_bind(seg, (uint8_t *)base, l.total_size, o.slot_count, o.participant_capacity, &l);
     snprintf(seg->name, sizeof seg->name, "%s", name);
     gpr_segment_init(seg, name, o.slot_count, o.participant_capacity, o.delivery == GPR_DELIVERY_ALL, &l);
-    if (named || (rc = gpr_segment_name_file(fd, shm, err)) == 0) return 0;
+    if (named || (rc = gpr_segment_name_file(fd, name, path, err)) == 0) return 0;
     munmap(base, l.total_size);
     memset(seg, 0, sizeof *seg);
     seg->fd = seg->bell_fd = -1;
