@@ -141,13 +141,26 @@ int ConsumerState::TryClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos) {
 // producer CPU per frame against 7 with one consumer, fewer frames/s than
 // one consumer). So the poll goes on while the consumers' head moves, that
 // is while other consumers take frames, up to kStreamPollMaxNs.
-int ConsumerState::ClaimWithin(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, bool follow_stream) {
+//
+// Yielding between looks, after a ring: Linux often wakes a sleeper on the
+// CPU of the producer that rang it, and a sleeper woken by a heads-up (rung
+// before its frame is READY) may run there ahead of that producer. Polling
+// then holds up the very publish it waits for, until the poll gives up and
+// sleeps, and the publish rings it a second time (frames 2 ms apart, 2-core
+// VM, a producer at nice 10 so that its woken consumer always runs first:
+// 27-29 µs from publish to nextSync()'s wake-up; yielding, 5-6). Where the
+// CPU is the sleeper's alone, sched_yield() returns at once.
+int ConsumerState::ClaimWithin(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, bool follow_stream,
+                               Between between) {
   int rc = TryClaim(env, ref, pos);
   if (rc == 0 || spin_ns == 0) return rc;
   uint64_t now = gpr_monotonic_ns(), until = now + spin_ns, cap = now + kStreamPollMaxNs;
   uint64_t head = __atomic_load_n(&seg.control->head, __ATOMIC_RELAXED);
   while (rc != 0 && now < until) {
-    for (int i = 0; i < 32; i++) gpr_cpu_relax();
+    if (between == Between::kYield)
+      sched_yield();
+    else
+      for (int i = 0; i < 32; i++) gpr_cpu_relax();
     rc = TryClaim(env, ref, pos);
     now = gpr_monotonic_ns();
     if (!follow_stream) continue;
@@ -203,7 +216,9 @@ void ConsumerState::Service(Napi::Env env) {
       // A ring may be a producer's heads-up, sent before its frame is READY
       // (gpuring/doorbell.h): wait that long for the frame rather than sleep
       // again and need a second wake-up.
-      int rc = ClaimWithin(env, &ref, &pos, bell->TakeRung() ? kHeadsUpWaitNs : BusySpinNs(), busy_poll);
+      bool rung = bell->TakeRung();
+      int rc = ClaimWithin(env, &ref, &pos, rung ? kHeadsUpWaitNs : BusySpinNs(), busy_poll,
+                           rung ? Between::kYield : Between::kRelax);
       if (rc != 0) {
         // Requests time out only when no frame is ready: a loop held up past a
         // deadline (a synchronous call elsewhere in the process) still hands
@@ -295,10 +310,13 @@ ConsumerState::Blocked ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref
     bool has = false;
     return napi_has_named_property(env, probe, "x", &has) != napi_ok;
   };
+  bool rung = false;
   try {
     for (;;) {
       NotifySpaceOwed();
-      if (ClaimWithin(env, ref, pos, std::max(spin_ns, BusySpinNs()), busy_poll) == 0) return Blocked::kClaimed;
+      if (ClaimWithin(env, ref, pos, std::max(spin_ns, BusySpinNs()), busy_poll,
+                      rung ? Between::kYield : Between::kRelax) == 0)
+        return Blocked::kClaimed;
       uint64_t now = gpr_monotonic_ns();
       if (now >= deadline_ns) return Blocked::kTimedOut;
       // Before the sleep rather than after the wake-up, where every step
@@ -309,7 +327,7 @@ ConsumerState::Blocked ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref
       if (TryClaim(env, ref, pos) == 0) break;
       uint64_t left_ms = deadline_ns == UINT64_MAX ? UINT64_MAX : (deadline_ns - now + 999999) / 1000000;
       // A ring may be a heads-up, sent before its frame is READY (see Service).
-      bool rung = bell->Block(GPR_BELL_DATA, std::min<uint64_t>({tick_ms, left_ms, StopCheckMs()}));
+      rung = bell->Block(GPR_BELL_DATA, std::min<uint64_t>({tick_ms, left_ms, StopCheckMs()}));
       spin_ns = rung ? kHeadsUpWaitNs : 0;
       woken_ns = gpr_monotonic_ns();
       bell->Disarm();  // a ringer cleared our bit; a timeout or a signal did not

@@ -111,8 +111,11 @@ struct ConsumerState : LoopParticipant {
   // leases it held went with it, so releasing them is no error.
   bool Lost() const { return !gpr_participant_held(&seg, me, gen); }
   // TryClaim, busy-polling while nothing is ready: for `spin_ns`, or, with
-  // `follow_stream`, until no consumer has taken a frame for `spin_ns`.
-  int ClaimWithin(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, bool follow_stream = false);
+  // `follow_stream`, until no consumer has taken a frame for `spin_ns`;
+  // between looks a pause, or (after a ring) giving up the CPU.
+  enum class Between { kRelax, kYield };
+  int ClaimWithin(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos, uint64_t spin_ns, bool follow_stream = false,
+                  Between between = Between::kRelax);
 
   // ClaimWithin(spin_ns), then, while nothing is ready, Service's sleep (look,
   // arm, look again) with this thread blocked on the doorbell (Doorbell::Block)
