@@ -37,6 +37,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <stdarg.h>
