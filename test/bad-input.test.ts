@@ -1,41 +1,14 @@
 // Shared memory is untrusted: damaged segments, slots and bodies give typed
 // errors, never a crash or a hang, and the ring keeps working afterwards.
-import { chownSync, closeSync, ftruncateSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs';
+import { chownSync, closeSync, ftruncateSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import test from 'ava';
 import { Dictionary, Int32, Table, Utf8, vectorFromArray } from 'apache-arrow';
 import { absentBuffer, Consumer, decodeFrame, GpuringError, hostBuffer, Producer, Ring } from '../lib/index.js';
 import { Buffer_, BUFFER_BYTES, HEADER_BYTES, Node, NODE_BYTES } from '../lib/codec/layout.js';
 import { child, exitOf, uniqueName, withRing } from './helpers/ring.js';
+import { locate, patch, read, u32, u64 } from './helpers/shm-patch.js';
 
-const SLOT_BYTES = 128;
 const frame = (i: number) => new Table({ i: vectorFromArray([i, i + 1], new Int32()) });
-
-function patch(path: string, offset: number, bytes: Uint8Array): void {
-  const fd = openSync(path, 'r+');
-  writeSync(fd, bytes, 0, bytes.length, offset);
-  closeSync(fd);
-}
-
-function read(path: string, offset: number, length: number): DataView {
-  const out = new Uint8Array(length);
-  const fd = openSync(path, 'r');
-  readSync(fd, out, 0, length, offset);
-  closeSync(fd);
-  return new DataView(out.buffer);
-}
-
-const u32 = (v: number) => new Uint8Array(new Uint32Array([v]).buffer);
-const u64 = (v: bigint) => new Uint8Array(new BigUint64Array([v]).buffer);
-
-/** Where slot `pos`'s frame reference and that frame's body lie. */
-function locate(name: string, pos: number) {
-  const seg = `/dev/shm/gpuring.${name}`;
-  const h = read(seg, 0, 256);
-  const slot = Number(h.getBigUint64(64, true)) + (pos % h.getUint32(32, true)) * SLOT_BYTES;
-  const ref = read(seg, slot + 16, 48);
-  const arena = `/dev/shm/gpuring.${name}.p${ref.getUint32(8, true)}g${ref.getUint32(12, true)}.a${ref.getUint32(16, true)}`;
-  return { seg, slot, arena, body: Number(ref.getBigUint64(24, true)) };
-}
 
 async function expectCode(t: import('ava').ExecutionContext, promise: Promise<unknown>, codes: string[]) {
   const error = await t.throwsAsync(promise, { instanceOf: GpuringError });

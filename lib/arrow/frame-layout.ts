@@ -7,33 +7,43 @@
  * its body, with no FrameDescription decoded and no type built again: the
  * consumer's half of "schema once, frames as fixed binary descriptors".
  *
- * Only flat host frames take this path (columns without children or
- * dictionaries, every buffer in host memory or absent); the rest build their
- * Table from the description as before. Both give the same Table, with the
- * same checks (buffers inside their arena, value offsets: table-reader.ts).
+ * Frames of every type take this path (nested columns and dictionaries too)
+ * where every buffer lies in host memory or is absent; device frames build
+ * their Table from the description, copying each buffer to the host. Both give
+ * the same Table, with the same checks (buffers inside their arena, value
+ * offsets, dictionary indices: table-reader.ts).
  */
-import type { Data, DataType, Table } from 'apache-arrow';
-import type { FrameDescription } from '../codec/description.js';
+import type { Data, DataType, Schema, Table } from 'apache-arrow';
+import type { ColumnDescriptor, FrameDescription } from '../codec/description.js';
 import { parseFormat, type FormatInfo } from '../codec/format.js';
 import { Buffer_, BUFFER_BYTES, Header, HEADER_BYTES, HANDLE_BYTES, Node, NODE_BYTES } from '../codec/layout.js';
 import { type Arena, arenaBytes } from '../arena-windows.js';
 import type { NodeSlice } from '../codec/value-offsets.js';
-import { type ByteRange, fixedData, flatData, isFlat, schemaOfFrame } from './table-reader.js';
+import { type ByteRange, fixedData, flatData, isFlat, nestedData, type NestedParts, schemaOfFrame } from './table-reader.js';
 import { TableTemplate } from './table-template.js';
 
 /** Maps a buffer's handle (64 bytes, the arena's name) to the arena's memory. */
 export type ArenaResolver = (handle: Uint8Array) => Arena;
 
-/** Where one flat column's node and first buffer lie in the body. */
-interface ColumnPlan {
-  type: DataType;
+/**
+ * Where one node (a column, a child, a dictionary) and its first buffer lie
+ * in the body, and the plans of its children and dictionary. Its type is not
+ * here: it comes down from the column's, as the description path passes it.
+ */
+interface NodePlan {
   format: FormatInfo;
   nodeAt: number;
   buffersAt: number;
-  buffers: number;
-  /** Filled for each frame (toTable() runs to its end before another starts): this column's slice... */
+  /** No children, no dictionary: flatData(); else nestedData() through `parts`. */
+  flat: boolean;
+  children: NodePlan[];
+  /** The plan of its dictionary's root, for a dictionary-encoded node. */
+  dictionary: NodePlan | null;
+  /** nestedData()'s way to `children` and `dictionary`, for the frame being read (see #view). */
+  parts: NestedParts | null;
+  /** Filled for each frame (toTable() runs to its end before another starts): this node's slice... */
   node: NodeSlice;
-  /** ...and, for a fixed-width column, where its values lie. */
+  /** ...and, for a fixed-width node, where its values lie. */
   values: ByteRange;
 }
 
@@ -56,8 +66,15 @@ export class FrameLayout {
   /** Where the string table, the last layout bytes, ends. */
   readonly #end: number;
   readonly #tables: TableTemplate;
-  /** null: not a flat frame (Tables come from the description). */
-  readonly #columns: ColumnPlan[] | null;
+  readonly #columns: NodePlan[];
+  /** The columns' types, in order: each column's plan is read as its type. */
+  readonly #types: DataType[];
+  /** Where the buffer descriptors start, and how many there are. */
+  readonly #buffersAt: number;
+  readonly #buffers: number;
+  /** The body and arenas of the frame being read, for the plans' `parts`; only during table(). */
+  #view: DataView | undefined;
+  #arena: ArenaResolver | undefined;
   /** The arena of the last host buffer resolved, by its handle: a stream's frames mostly share one. */
   readonly #lastHandle = new Uint32Array(HANDLE_BYTES / 4);
   #lastArena: Arena | undefined;
@@ -68,30 +85,56 @@ export class FrameLayout {
    * compared for every buffer of every frame.
    */
   #lastNameWords = 0;
-  /** #hostBuffer()'s scratch (see ColumnPlan). */
+  /** #hostBuffer()'s scratch (see NodePlan). */
   readonly #bytes = noBytes();
 
-  private constructor(body: Uint8Array, tables: TableTemplate, columns: ColumnPlan[] | null) {
+  private constructor(body: Uint8Array, schema: Schema, columns: NodePlan[], dictionaries: NodePlan[]) {
     const words: number[] = [];
     const at: number[] = [];
     this.#end = forEachLayoutWord(body, (word, offset) => void (words.push(word), at.push(offset)));
     this.#words = Uint32Array.from(words);
     this.#at = Uint32Array.from(at);
-    this.#tables = tables;
+    this.#tables = new TableTemplate(schema);
     this.#columns = columns;
+    this.#types = schema.fields.map((f) => f.type);
+    const v = new DataView(body.buffer, body.byteOffset, body.byteLength);
+    this.#buffersAt = HEADER_BYTES + v.getUint32(Header.nodeCount, true) * NODE_BYTES;
+    this.#buffers = v.getUint32(Header.bufferCount, true);
+    for (const plan of [...columns, ...dictionaries]) this.#connect(plan);
   }
 
   /** The layout of a validated body and its description. */
   static of(body: Uint8Array, frame: FrameDescription): FrameLayout {
-    const schema = schemaOfFrame(frame);
-    let buffersAt = HEADER_BYTES + frame.columns.length * NODE_BYTES;
-    const columns = frame.columns.map((c, i) => {
-      const plan = { type: schema.fields[i]!.type, format: parseFormat(c.format)!, nodeAt: HEADER_BYTES + i * NODE_BYTES, buffersAt, buffers: c.buffers.length, node: { name: c.name, offset: 0, length: 0 }, values: noBytes() };
+    // Nodes lie in the body in the description's order: each column's tree
+    // depth-first, then each dictionary's; their buffers in the same order.
+    let nodeAt = HEADER_BYTES;
+    let buffersAt = HEADER_BYTES + new DataView(body.buffer, body.byteOffset, body.byteLength).getUint32(Header.nodeCount, true) * NODE_BYTES;
+    const linked: [NodePlan, number][] = [];
+    const plan = (c: ColumnDescriptor): NodePlan => {
+      const format = parseFormat(c.format)!;
+      const p: NodePlan = { format, nodeAt, buffersAt, flat: false, children: [], dictionary: null, parts: null, node: { name: c.name, offset: 0, length: 0 }, values: noBytes() };
+      nodeAt += NODE_BYTES;
       buffersAt += c.buffers.length * BUFFER_BYTES;
-      return plan;
-    });
-    const flat = frame.dictionaries.length === 0 && frame.columns.every((c, i) => c.children.length === 0 && c.dictionary < 0 && isFlat(columns[i]!.format));
-    return new FrameLayout(body, new TableTemplate(schema), flat ? columns : null);
+      p.children = c.children.map(plan);
+      p.flat = c.children.length === 0 && c.dictionary < 0 && isFlat(format);
+      if (c.dictionary >= 0) linked.push([p, c.dictionary]);
+      return p;
+    };
+    const columns = frame.columns.map(plan);
+    const dictionaries = frame.dictionaries.map(plan);
+    for (const [p, d] of linked) p.dictionary = dictionaries[d]!;
+    return new FrameLayout(body, schemaOfFrame(frame), columns, dictionaries);
+  }
+
+  /** Gives a plan that is not flat, and each of its children, their `parts`. */
+  #connect(p: NodePlan): void {
+    for (const child of p.children) this.#connect(child);
+    if (p.flat) return;
+    p.parts = {
+      child: (k, type) => this.#data(p.children[k]!, type),
+      dictionaryLength: () => u64(this.#view!, p.dictionary!.nodeAt + Node.length),
+      dictionary: (type) => this.#data(p.dictionary!, type),
+    };
   }
 
   /**
@@ -108,29 +151,35 @@ export class FrameLayout {
     return true;
   }
 
-  /** The frame whose body `v` views as a Table, or null when it must be built from its description (not flat, or device buffers). */
+  /** The frame whose body `v` views as a Table, or null when it must be built from its description (device buffers). */
   table(v: DataView, arena: ArenaResolver): Table | null {
-    const columns = this.#columns;
-    if (!columns) return null;
-    for (const c of columns)
-      for (let i = 0, at = c.buffersAt; i < c.buffers; i++, at += BUFFER_BYTES) {
-        const kind = v.getUint16(at + Buffer_.kind, true);
-        if (kind !== KIND_HOST && kind !== KIND_ABSENT) return null;
-      }
-    const children: Data[] = [];
-    for (const c of columns) children.push(this.#data(v, c, arena));
-    return this.#tables.table(u64(v, Header.rowCount), children);
+    for (let i = 0, at = this.#buffersAt; i < this.#buffers; i++, at += BUFFER_BYTES) {
+      const kind = v.getUint16(at + Buffer_.kind, true);
+      if (kind !== KIND_HOST && kind !== KIND_ABSENT) return null;
+    }
+    this.#view = v;
+    this.#arena = arena;
+    try {
+      const children: Data[] = [];
+      for (let i = 0; i < this.#columns.length; i++) children.push(this.#data(this.#columns[i]!, this.#types[i]!));
+      return this.#tables.table(u64(v, Header.rowCount), children);
+    } finally {
+      this.#view = this.#arena = undefined;
+    }
   }
 
-  /** One column's Data; a fixed-width column's values become one typed array (no byte view first). */
-  #data(v: DataView, c: ColumnPlan, arena: ArenaResolver): Data {
-    const node = c.node;
-    node.offset = u64(v, c.nodeAt + Node.offset);
-    node.length = u64(v, c.nodeAt + Node.length);
-    const nullCount = i64(v, c.nodeAt + Node.nullCount);
-    if (c.format.layout === 'fixed')
-      return fixedData(c.type, c.format, node, nullCount, this.#hostBuffer(v, c.buffersAt, arena), this.#hostBytes(v, c.buffersAt + BUFFER_BYTES, arena, c.values));
-    return flatData(c.type, c.format, node, nullCount, (i) => this.#hostBuffer(v, c.buffersAt + i * BUFFER_BYTES, arena));
+  /** One node's Data, read as `type`; a fixed-width node's values become one typed array (no byte view first). */
+  #data(p: NodePlan, type: DataType): Data {
+    const v = this.#view!;
+    const node = p.node;
+    node.offset = u64(v, p.nodeAt + Node.offset);
+    node.length = u64(v, p.nodeAt + Node.length);
+    const nullCount = i64(v, p.nodeAt + Node.nullCount);
+    const arena = this.#arena!;
+    if (p.flat && p.format.layout === 'fixed')
+      return fixedData(type, p.format, node, nullCount, this.#hostBuffer(v, p.buffersAt, arena), this.#hostBytes(v, p.buffersAt + BUFFER_BYTES, arena, p.values));
+    const buffer = (i: number) => this.#hostBuffer(v, p.buffersAt + i * BUFFER_BYTES, arena);
+    return p.flat ? flatData(type, p.format, node, nullCount, buffer) : nestedData(type, p.format, node, nullCount, buffer, p.parts!);
   }
 
   /** The bytes of the host buffer described at `at` in the body, or undefined if it is absent. */

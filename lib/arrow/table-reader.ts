@@ -16,7 +16,6 @@ import { indexTypeOfFormat, typeOfFormat } from './types.js';
 export type BufferResolver = (buffer: BufferDescriptor) => Uint8Array;
 
 class Reader {
-  readonly dictionaryTypes = new Map<number, DataType>();
   constructor(readonly frame: FrameDescription, readonly resolve: BufferResolver) {}
 
   fieldOf(c: ColumnDescriptor): Field {
@@ -36,45 +35,64 @@ class Reader {
     return b.kind === 'absent' ? new Uint8Array(0) : this.resolve(b);
   }
 
-  /** Value offsets of a var-size node, checked against `limit` (every one of the slice). */
-  offsets(c: ColumnDescriptor, width: number, limit: number): Int32Array | BigInt64Array {
-    return checkedOffsets(c, this.buffer(c, 1), width, limit);
-  }
-
   data(c: ColumnDescriptor, type: DataType): Data {
     const f = parseFormat(c.format)!;
     const buffer = (i: number) => (c.buffers[i]!.kind === 'absent' ? undefined : this.buffer(c, i));
     if (type.typeId !== Type.Dictionary && isFlat(f)) return flatData(type, f, c, c.nullCount, buffer);
-    const common = { offset: c.offset, length: c.length, nullCount: c.nullCount < 0 ? undefined : c.nullCount, nullBitmap: buffer(0) };
-    switch (f.layout) {
-      case 'fixed': {
-        const indices = (type as Dictionary).indices.ArrayType.BYTES_PER_ELEMENT;
-        const values = aligned(this.buffer(c, 1).subarray(c.offset * indices, (c.offset + c.length) * indices), indices);
-        const dictionary = this.frame.dictionaries[c.dictionary]!;
-        const IndexArray = (type as Dictionary).indices.ArrayType;
-        checkIndices(c, new IndexArray(values.buffer as ArrayBuffer, values.byteOffset, c.length), this.buffer(c, 0), dictionary.length);
-        return makeData({ type, ...common, data: values, dictionary: makeVector(this.data(dictionary, (type as Dictionary).dictionary)) } as never);
-      }
-      case 'list': {
-        const child = c.children[0]!;
-        const childData = this.data(child, (type as DataType & { children: Field[] }).children[0]!.type);
-        return makeData({ type, ...common, valueOffsets: this.offsets(c, f.offsetBytes, child.length), child: childData } as never);
-      }
-      case 'fixed-list': {
-        const child = c.children[0]!;
-        const childData = this.data(child, (type as DataType & { children: Field[] }).children[0]!.type);
-        return makeData({ type, ...common, child: childData.slice(c.offset * f.listSize, c.length * f.listSize) } as never);
-      }
-      case 'struct': {
-        const fields = (type as Struct).children;
-        const children = c.children.map((child, i) => this.data(child, fields[i]!.type).slice(c.offset, c.length));
-        return makeData({ type, ...common, children } as never);
-      }
-      default:
-        throw new Error(`unreachable: ${f.layout} reaches flatData`);
-    }
+    const dictionary = this.frame.dictionaries[c.dictionary]!;
+    return nestedData(type, f, c, c.nullCount, buffer, {
+      child: (k, childType) => this.data(c.children[k]!, childType),
+      dictionaryLength: () => dictionary.length,
+      dictionary: (valuesType) => this.data(dictionary, valuesType),
+    });
   }
 }
+
+/** How nestedData() reaches a node's children and dictionary: through whichever reader calls it. */
+export interface NestedParts {
+  /** The Data of the node's `k`-th child, of type `type`. */
+  child(k: number, type: DataType): Data;
+  /** How many entries the node's dictionary has (dictionary-encoded nodes). */
+  dictionaryLength(): number;
+  /** The Data of the node's dictionary, of type `type`. */
+  dictionary(type: DataType): Data;
+}
+
+/**
+ * The Data of a node that is not flat (a list, fixed-size list or struct, or
+ * dictionary-encoded indices) over its buffers (`buffer(i)`, undefined when
+ * absent), its children and dictionary built through `parts`. Value offsets
+ * and dictionary indices are checked first, as flatData() checks a flat
+ * node's. `nullCount` -1 means unknown.
+ */
+export function nestedData(type: DataType, f: FormatInfo, node: NodeSlice, nullCount: number, buffer: (i: number) => Uint8Array | undefined, parts: NestedParts): Data {
+  const common = { offset: node.offset, length: node.length, nullCount: nullCount < 0 ? undefined : nullCount, nullBitmap: buffer(0) };
+  switch (f.layout) {
+    case 'fixed': {
+      const IndexArray = (type as Dictionary).indices.ArrayType;
+      const width = IndexArray.BYTES_PER_ELEMENT;
+      const values = aligned((buffer(1) ?? EMPTY).subarray(node.offset * width, (node.offset + node.length) * width), width);
+      checkIndices(node, new IndexArray(values.buffer as ArrayBuffer, values.byteOffset, node.length), buffer(0) ?? EMPTY, parts.dictionaryLength());
+      return makeData({ type, ...common, data: values, dictionary: makeVector(parts.dictionary((type as Dictionary).dictionary)) } as never);
+    }
+    case 'list': {
+      const child = parts.child(0, childType(type, 0));
+      return makeData({ type, ...common, valueOffsets: checkedOffsets(node, buffer(1) ?? EMPTY, f.offsetBytes, child.length), child } as never);
+    }
+    case 'fixed-list': {
+      const child = parts.child(0, childType(type, 0));
+      return makeData({ type, ...common, child: child.slice(node.offset * f.listSize, node.length * f.listSize) } as never);
+    }
+    case 'struct': {
+      const children = (type as Struct).children.map((field, k) => parts.child(k, field.type).slice(node.offset, node.length));
+      return makeData({ type, ...common, children } as never);
+    }
+    default:
+      throw new Error(`unreachable: ${f.layout} reaches flatData`);
+  }
+}
+
+const childType = (type: DataType, k: number) => (type as DataType & { children: Field[] }).children[k]!.type;
 
 /** Layouts whose nodes have no children: bool, fixed-width and var-size binary. */
 export const isFlat = (f: FormatInfo) => f.layout === 'bool' || f.layout === 'fixed' || f.layout === 'varbin';
