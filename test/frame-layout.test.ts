@@ -9,7 +9,8 @@ import { readdirSync, readFileSync } from 'node:fs';
 import test from 'ava';
 import { Bool, Dictionary, Field, FixedSizeList, Float32, Float64, Int32, List, Struct, Table, Utf8, vectorFromArray } from 'apache-arrow';
 import { tableDifference } from '../lib/arrow/compare.js';
-import { Consumer, Producer } from '../lib/index.js';
+import { forEachBuffer, handleName } from '../lib/codec/description.js';
+import { Consumer, GpuringError, Producer } from '../lib/index.js';
 import { withRing } from './helpers/ring.js';
 import { locate, patch, u32 } from './helpers/shm-patch.js';
 
@@ -131,6 +132,45 @@ test('a nested frame whose layout the consumer knows is checked as the first was
     const f = await consumer.next({ timeout: 2000 });
     t.throws(() => f.toTable(), { code: 'FRAME_BOUNDS', message: /column 'l': value offset 2 is 99/ });
     f.release();
+    consumer.close();
+    producer.close();
+  });
+});
+
+/** Deterministic bytes for the damage below. */
+function numbers(seed: number) {
+  let s = seed >>> 0 || 1;
+  return (n: number) => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) % n);
+}
+
+test("nested frames whose buffers are overwritten at random under the consumer: toTable() and reading every value give the values or a typed error, never another exception", async (t) => {
+  const next = numbers(Number(process.env.GPURING_FUZZ_SEED ?? 20261202));
+  await withRing('layout-nested-fuzz', { slots: 16 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const codes: Record<string, number> = {};
+    for (let i = 0; i < Number(process.env.GPURING_FUZZ_FRAMES ?? 400); i++) {
+      await producer.publish(nested(i, 4 + next(20)));
+      const f = await consumer.next({ timeout: 2000 });
+      const buffers: { arena: string; offset: number; length: number }[] = [];
+      forEachBuffer(f.description, (b) => void (b.kind === 'host' && b.length > 0 && buffers.push({ arena: `/dev/shm/${handleName(b.handle)}`, offset: b.offset, length: b.length })));
+      for (let k = 1 + next(4); k > 0; k--) {
+        const b = buffers[next(buffers.length)]!;
+        patch(b.arena, b.offset + next(b.length), Uint8Array.of(next(256)));
+      }
+      try {
+        const table = f.toTable();
+        for (const column of table.schema.fields) Array.from(table.getChild(column.name)!, (v) => JSON.stringify(v));
+        codes.ok = (codes.ok ?? 0) + 1;
+      } catch (error) {
+        if (!(error instanceof GpuringError)) throw error;
+        codes[error.code] = (codes[error.code] ?? 0) + 1;
+      }
+      f.release();
+    }
+    t.log(codes);
+    t.deepEqual(Object.keys(codes).filter((c) => c !== 'ok' && c !== 'FRAME_BOUNDS'), [], 'damage is FRAME_BOUNDS or harmless');
+    t.true((codes.ok ?? 0) > 0 && (codes.FRAME_BOUNDS ?? 0) > 0, 'some frames read, some refused');
     consumer.close();
     producer.close();
   });
