@@ -143,14 +143,15 @@ function numbers(seed: number) {
   return (n: number) => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) % n);
 }
 
-test("nested frames whose buffers are overwritten at random under the consumer: toTable() and reading every value give the values or a typed error, never another exception", async (t) => {
+test("frames (nested and flat) whose buffers are overwritten at random under the consumer: toTable() and reading every value give the values or a typed error, never another exception", async (t) => {
   const next = numbers(Number(process.env.GPURING_FUZZ_SEED ?? 20261202));
   await withRing('layout-nested-fuzz', { slots: 16 }, async (_ring, name) => {
     const producer = Producer.open(name);
     const consumer = Consumer.open(name);
     const codes: Record<string, number> = {};
     for (let i = 0; i < Number(process.env.GPURING_FUZZ_FRAMES ?? 400); i++) {
-      await producer.publish(nested(i, 4 + next(20)));
+      const rows = 4 + next(20);
+      await producer.publish(i % 4 === 3 ? flat(i, rows) : nested(i, rows)); // flat ones too, between nested layouts
       const f = await consumer.next({ timeout: 2000 });
       const buffers: { arena: string; offset: number; length: number }[] = [];
       forEachBuffer(f.description, (b) => void (b.kind === 'host' && b.length > 0 && buffers.push({ arena: `/dev/shm/${handleName(b.handle)}`, offset: b.offset, length: b.length })));
