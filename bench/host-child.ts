@@ -17,6 +17,9 @@
  *   big NAME BYTES            writes a BYTES float64 column into arena memory, then publishes it once
  *   ipc PATH BYTES            builds the same table, sends it with tableToIPC over a Unix socket
  *   flood-loan NAME N         as flood, each frame written in place into producer.loan() memory
+ *   flood-nested NAME N       as flood, each frame the nested 5-column Table (frames.ts nestedFrame())
+ *   ipc-stream PATH N         sends N + WARMUP_FRAMES nested Tables (nestedFrame()) as Arrow IPC streams
+ *                             (tableToIPC per frame), each after its byte length (u32), as fast as the socket takes them
  *   flood NAME N              publishes N small frames as fast as backpressure allows, then drains;
  *                             prints {"seconds", "cpuUs"} from first publish to last release, with
  *                             its main thread's CPU time in µs (after WARMUP_FRAMES more, untimed, each released)
@@ -40,7 +43,7 @@ import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { Float64, makeData, makeVector, Table, tableToIPC } from 'apache-arrow';
 import { Producer } from '../dist/index.js';
-import { emptyFrameDescription, smallFrame, smallFrameDescription, toJson, WARMUP_FRAMES } from './frames.js';
+import { emptyFrameDescription, nestedFrame, smallFrame, smallFrameDescription, toJson, WARMUP_FRAMES } from './frames.js';
 
 const [role, target, count, gap, pacing] = process.argv.slice(2);
 const n = Number(count);
@@ -208,12 +211,27 @@ async function ipc(): Promise<void> {
   await new Promise((r) => s.on('close', r));
 }
 
-async function flood(): Promise<void> {
+/** publish() of `table` N times as fast as backpressure allows, timed (see timed()). */
+async function floodWith(table: Table): Promise<void> {
   const producer = Producer.open(target!);
-  const table = smallFrame();
   await timed(producer, async (count) => {
     for (let i = 0; i < count; i++) await producer.publish(table);
   });
+}
+
+/** The nested frames as Arrow IPC down a socket: what Node processes exchange Arrow tables with otherwise. */
+async function ipcStream(): Promise<void> {
+  const s = connect(target!);
+  const table = nestedFrame();
+  const length = new Uint32Array(1);
+  for (let i = 0; i < n + WARMUP_FRAMES; i++) {
+    const bytes = tableToIPC(table);
+    length[0] = bytes.length;
+    s.write(new Uint8Array(length.buffer.slice(0)));
+    if (!s.write(bytes)) await new Promise((r) => s.once('drain', r));
+  }
+  s.end();
+  await new Promise((r) => s.on('close', r));
 }
 
 /** The same 8-column frames as flood(), each written in place into a loan of arena memory (no Table, no copy). */
@@ -259,7 +277,7 @@ async function stream(): Promise<void> {
   await new Promise((r) => s.on('close', r));
 }
 
-const roles: Record<string, () => Promise<void>> = { gpuring, prepared, 'flood-prepared': floodPrepared, 'flood-loan': floodLoan, socket: () => socketLines(true), 'socket-paced': () => socketLines(false), big, ipc, flood, sink, stream, 'fan-flood': fanFlood, 'fan-paced': fanPaced, 'latency-sink': latencySink };
+const roles: Record<string, () => Promise<void>> = { gpuring, prepared, 'flood-prepared': floodPrepared, 'flood-loan': floodLoan, socket: () => socketLines(true), 'socket-paced': () => socketLines(false), big, ipc, flood: () => floodWith(smallFrame()), 'flood-nested': () => floodWith(nestedFrame()), 'ipc-stream': ipcStream, sink, stream, 'fan-flood': fanFlood, 'fan-paced': fanPaced, 'latency-sink': latencySink };
 const run = roles[role ?? ''];
 if (!run) throw new Error(`host-child: no role ${String(role)} (see the comment at the top)`);
 await run();

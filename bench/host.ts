@@ -378,6 +378,34 @@ async function socketThroughput(frames: number): Promise<number> {
   return frames / seconds;
 }
 
+/** Frames/s of nested Tables sent as Arrow IPC over a Unix socket (host-child ipc-stream), each read back with tableFromIPC. */
+async function ipcThroughput(frames: number): Promise<number> {
+  const path = join(dir, 'ipc.sock');
+  let received = 0;
+  let started = 0;
+  let done!: () => void;
+  const all = new Promise<void>((r) => (done = r));
+  const server = createServer((s: Socket) => {
+    let pending: Buffer = Buffer.alloc(0);
+    s.on('data', (chunk: Buffer) => {
+      pending = pending.length ? Buffer.concat([pending, chunk]) : chunk;
+      while (pending.length >= 4 && pending.length >= 4 + pending.readUInt32LE(0)) {
+        const length = pending.readUInt32LE(0);
+        if (received === WARMUP_FRAMES) started = performance.now();
+        tableFromIPC(pending.subarray(4, 4 + length));
+        pending = pending.subarray(4 + length);
+        if (++received === frames + WARMUP_FRAMES) done();
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(path, r));
+  child('ipc-stream', path, frames);
+  await all;
+  const seconds = (performance.now() - started) / 1000;
+  server.close();
+  return frames / seconds;
+}
+
 try {
   const records: BenchRecord[] = [];
   if (want('ring')) {
@@ -430,6 +458,10 @@ try {
     const prepared = await throughput(200_000, 1, true, 'flood-prepared');
     records.push(compare('throughput, prepared frame, publishMany(256) to 1 consumer taking nextBatch()', 'rate', 'frames/s', prepared.rate, '1,000,000 frames/s (target)', 1e6, true));
     records.push(...cpuRecords('prepared frames, publishMany(256), 1 consumer', prepared));
+    const nested = await throughput(50_000, 1, true, 'flood-nested', true);
+    const nestedName = 'throughput, publish(table) of nested 16-row frames (list, fixed-size list, struct, dictionary, list of structs), 1 consumer taking toTable(), batched';
+    records.push(compare(nestedName, 'rate', 'frames/s', nested.rate, 'the same Tables as Arrow IPC over a Unix socket (tableToIPC, tableFromIPC), 1 consumer', await ipcThroughput(20_000), true));
+    records.push(...cpuRecords('nested frames, 1 consumer taking toTable(), batched', nested));
     charts['throughput-vs-consumers'] = { title: 'Throughput, 8-column frames, one Node producer', x: { label: 'consumer processes' }, y: { label: 'frames per second' }, series };
   }
   if (want('fan-out')) records.push(...(await fanOutRecords(child, progress)));
