@@ -29,6 +29,22 @@ test('every type round-trips between processes: full, sliced (offset 3) and zero
   });
 });
 
+test('a Table of no batches (new Table(schema)) of every type, nested ones too, publishes a zero-row frame of that schema', async (t) => {
+  await withRing('types-empty', { slots: 8 }, async (_ring, name) => {
+    const { Consumer, Producer } = await import('../lib/index.js');
+    const { Table } = await import('apache-arrow');
+    const producer = Producer.open(name);
+    const consumer = Consumer.open(name);
+    const schema = allTypesTable(ROWS).schema;
+    await producer.publish(new Table(schema));
+    const got = (await consumer.next({ timeout: 5000 })).toTable();
+    t.is(got.numRows, 0);
+    t.deepEqual(got.schema.fields.map((f) => String(f.type)), schema.fields.map((f) => String(f.type)));
+    consumer.close();
+    producer.close();
+  });
+});
+
 test('a frame of 1,000 columns crosses intact', async (t) => {
   await withRing('wide', { slots: 4 }, async (_ring, name) => {
     const { Consumer } = await import('../lib/index.js');

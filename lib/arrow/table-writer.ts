@@ -4,7 +4,7 @@
  * lies in an unpublished arena allocation). Columns are normalized to offset 0:
  * apache-arrow re-bases values at a slice's start, the wire format does not.
  */
-import { Data, DataType, Dictionary, Field, makeData, RecordBatch, Struct, Table, Type } from 'apache-arrow';
+import { Data, DataType, Dictionary, Field, makeData, RecordBatch, Struct, Table, Type, vectorFromArray } from 'apache-arrow';
 import { GpuringError } from '../errors.js';
 import { absentBuffer, type BufferDescriptor, type ColumnDescriptor, type FrameDescription } from '../codec/description.js';
 import { parseFormat, type FormatInfo } from '../codec/format.js';
@@ -26,7 +26,7 @@ export function byteView(values: ArrayBufferView | undefined, byteLength: number
   return new Uint8Array(values.buffer, values.byteOffset, Math.min(values.byteLength, byteLength));
 }
 
-/** Format strings and layouts by type object: a stream's batches share their schema's types (FlatBatchWriter uses them too). */
+/** Format strings and layouts by type object: a stream's batches share their schema's types (BatchWriter uses them too). */
 const layouts = new WeakMap<DataType, { format: string; f: FormatInfo }>();
 
 export function layoutOf(type: DataType): { format: string; f: FormatInfo } {
@@ -133,6 +133,7 @@ export function toBatch(source: RecordBatch | Table): RecordBatch {
   if (source.batches.length > 1)
     throw new GpuringError('INVALID_ARGUMENT', `the table has ${source.batches.length} record batches and a frame is one; publish each: for (const b of table.batches) await producer.publish(b)`);
   const fields = source.schema.fields;
-  const children = fields.map((f) => makeData({ type: f.type, length: 0 } as never) as Data);
+  // Built, not made: makeData() gives a list, struct or dictionary of no rows no child or dictionary.
+  const children = fields.map((f) => vectorFromArray([], f.type).data[0]!);
   return new RecordBatch(source.schema, makeData({ type: new Struct(fields), length: 0, nullCount: 0, children }));
 }
