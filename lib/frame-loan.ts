@@ -1,5 +1,5 @@
 import type { Schema } from 'apache-arrow';
-import type { ColumnPlan } from './arrow/flat-batch-writer.js';
+import type { ColumnPlan } from './arrow/batch-writer.js';
 import type { ValuesArray } from './arrow/table-reader.js';
 import { align64 } from './codec/layout.js';
 import { GpuringError, shown } from './errors.js';

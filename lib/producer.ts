@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { type RecordBatch, Schema, Table } from 'apache-arrow';
 import { describeBatch, toBatch, type BufferPlacer } from './arrow/table-writer.js';
-import { FlatBatchWriter } from './arrow/flat-batch-writer.js';
+import { BatchWriter } from './arrow/batch-writer.js';
 import { ByteSink } from './arrow/byte-sink.js';
 import { forEachBuffer, handleName, hostBuffer, invalidDescription, type BufferDescriptor, type FrameDescription } from './codec/description.js';
 import { decodeFrame } from './codec/decode.js';
@@ -115,8 +115,8 @@ export class Producer {
   #lastLayout: BodyTemplate | undefined;
   /** Where #encode() writes bodies that go straight to the native publish, which copies them. */
   readonly #scratch = new BodyScratch();
-  /** Per Schema: its FlatBatchWriter, or null where the schema is not flat. */
-  readonly #flat = new WeakMap<object, FlatBatchWriter | null>();
+  /** Per Schema: its BatchWriter, or null where it has none (BatchWriter.of). */
+  readonly #writers = new WeakMap<object, BatchWriter | null>();
   /** Rings a sleeping consumer now, as a publish starts: its wake-up then overlaps the publish (SPEC.md §6.1, heads-up). No call while nobody sleeps. */
   readonly #headsUp = (): void => {
     if (this.#core.sleepers[0] !== 0) this.#core.headsUp();
@@ -217,10 +217,10 @@ export class Producer {
    * host memory but the frame description). Host columns are copied once into
    * the producer's arena (into several allocations where together they exceed
    * the largest arena this Node can lend JS whole, 4 GiB under Node.js 20; a
-   * single buffer larger than that is UNSUPPORTED); batches of a flat schema (no nested or dictionary
-   * column) sharing one Schema object are written from that schema's template
-   * without describing them (FlatBatchWriter): publish a stream's batches with
-   * one Schema to get that path.
+   * single buffer larger than that is UNSUPPORTED); batches sharing one
+   * Schema object are written from that schema's template without describing
+   * them (BatchWriter; every schema but one whose dictionary values hold a
+   * dictionary): publish a stream's batches with one Schema to get that path.
    *
    * Memory: when /dev/shm cannot hold the copy (NO_SPACE), released frames
    * are reclaimed first; if that is not enough, publish() waits for this
@@ -274,8 +274,8 @@ export class Producer {
 
   /** Host columns into the arena and the ring (memory errors are thrown, never rejected). */
   #publishHost(batch: RecordBatch, schema: Schema, timeout: number, tag: bigint): number | Promise<number> {
-    const flat = this.#flatWriter(batch);
-    const sent = flat && this.#sendFlat(flat, batch, timeout, tag);
+    const writer = this.#batchWriter(batch);
+    const sent = writer && this.#sendGathered(writer, batch, timeout, tag);
     if (sent !== null && sent !== undefined) return sent;
     const used: Loose[] = [];
     const copies: PendingCopy[] = [];
@@ -346,7 +346,7 @@ export class Producer {
     if (!(schema instanceof Schema)) throw new GpuringError('INVALID_ARGUMENT', 'loan() takes an apache-arrow Schema');
     if (!Number.isSafeInteger(rows) || rows < 0) throw new GpuringError('INVALID_ARGUMENT', `loan(): rows must be a whole number >= 0, not ${String(rows)}`);
     const writer = this.#loanWriter(schema);
-    if (!writer) throw new GpuringError('INVALID_ARGUMENT', 'loan() takes flat schemas (no nested or dictionary column); build a Table and publish() it instead');
+    if (!writer?.flat) throw new GpuringError('INVALID_ARGUMENT', 'loan() takes flat schemas (no nested or dictionary column); build a Table and publish() it instead');
     const [regions, total] = loanLayout(schema, writer.plans, rows, o.bytes ?? {});
     const a = total > 0 ? this.#allocate(total, false) : null;
     const memory = a ? new Uint8Array(this.#arenaBuffer(a.arena), a.offset, total) : new Uint8Array(0);
@@ -362,18 +362,16 @@ export class Producer {
     return new FrameLoan(schema, rows, regions, memory, sink);
   }
 
-  /** The FlatBatchWriter of a loan's `schema`: made from an empty Table on first use only (building one costs more than the rest of a loan). */
-  #loanWriter(schema: Schema): FlatBatchWriter | null {
-    let flat = this.#flat.get(schema);
-    if (flat === undefined) this.#flat.set(schema, (flat = this.#flatWriter(toBatch(new Table(schema)))));
-    return flat;
+  /** The BatchWriter of a loan's `schema`: made from an empty Table on first use only (building one costs more than the rest of a loan). */
+  #loanWriter(schema: Schema): BatchWriter | null {
+    return this.#writers.get(schema) ?? this.#batchWriter(toBatch(new Table(schema)));
   }
 
-  /** The FlatBatchWriter of `batch`'s Schema (made on first use), or null where that schema is not flat. */
-  #flatWriter(batch: RecordBatch): FlatBatchWriter | null {
-    let flat = this.#flat.get(batch.schema);
-    if (flat === undefined) this.#flat.set(batch.schema, (flat = FlatBatchWriter.of(batch)));
-    return flat;
+  /** The BatchWriter of `batch`'s Schema (made on first use), or null where it has none. */
+  #batchWriter(batch: RecordBatch): BatchWriter | null {
+    let writer = this.#writers.get(batch.schema);
+    if (writer === undefined) this.#writers.set(batch.schema, (writer = BatchWriter.of(batch)));
+    return writer;
   }
 
   /**
@@ -579,15 +577,17 @@ export class Producer {
   }
 
   /**
-   * publish() of a flat batch (FlatBatchWriter): its buffers copied into one
+   * publish() of a batch through its Schema's BatchWriter: its buffers copied into one
    * allocation and the body written from the stream's template, without a
    * description. Null when a buffer already lies in an unpublished allocation
-   * of the caller (the describing path publishes that one without a copy), or
-   * when the buffers need more than one allocation (it splits them: #copyIn).
+   * of the caller (the describing path publishes that one without a copy),
+   * when the buffers need more than one allocation (it splits them: #copyIn),
+   * or when the writer cannot write it (a dictionary in chunks, which the
+   * describing path refuses with its error).
    */
-  #sendFlat(flat: FlatBatchWriter, batch: RecordBatch, timeout: number, tag: bigint): number | Promise<number> | null {
+  #sendGathered(flat: BatchWriter, batch: RecordBatch, timeout: number, tag: bigint): number | Promise<number> | null {
     const total = flat.gather(batch);
-    if (total > this.#core.largestAllocation) return null;
+    if (total < 0 || total > this.#core.largestAllocation) return null;
     // Only an unpublished allocation can hold a buffer to publish in place.
     if (this.#loose.size > 0) for (const part of flat.parts) if (part && this.#arenaIndex.has(part.buffer as ArrayBuffer)) return null;
     if (total === 0) return this.#sendBody(flat.body(0), [], timeout, tag);
@@ -859,7 +859,7 @@ const NOTHING_USED: Loose[] = [];
  */
 const STAGED_BYTES = 8192;
 
-/** Copies gathered column bytes one after another from `at`, each at a 64-byte boundary (as FlatBatchWriter.body() places them). */
+/** Copies gathered column bytes one after another from `at`, each at a 64-byte boundary (as BatchWriter.body() places them). */
 /** An allocation's key among the loose ones: arena indexes stay far below 2^12 and offsets below 2^40, so the number is exact. */
 const looseKey = (a: { arena: number; offset: number }): number => a.arena * 2 ** 40 + a.offset;
 
