@@ -364,7 +364,10 @@ export class Producer {
 
   /** The BatchWriter of a loan's `schema`: made from an empty Table on first use only (building one costs more than the rest of a loan). */
   #loanWriter(schema: Schema): BatchWriter | null {
-    return this.#writers.get(schema) ?? this.#batchWriter(toBatch(new Table(schema)));
+    // Kept under the loan's own Schema as well: the empty Table's batch may carry another.
+    let writer = this.#writers.get(schema);
+    if (writer === undefined) this.#writers.set(schema, (writer = this.#batchWriter(toBatch(new Table(schema)))));
+    return writer;
   }
 
   /** The BatchWriter of `batch`'s Schema (made on first use), or null where it has none. */
