@@ -356,55 +356,49 @@ const cpuRecords = (what: string, t: Throughput): BenchRecord[] => [
   aside(`  hop: consumer CPU per frame (${what}; polling for the next frame included)`, 'mean', 'µs', t.consumerUs),
 ];
 
-async function socketThroughput(frames: number): Promise<number> {
-  const path = join(dir, 'stream.sock');
+/**
+ * Frames/s host-child `role` sends down a Unix socket to a server here, timed
+ * from the first frame after the warm-up, as gpuring's producer times itself
+ * from its first publish after it. `read` hands each frame it has read to
+ * `frame`, which runs the receiver's work on it.
+ */
+async function socketRate(file: string, role: string, frames: number, read: (s: Socket, frame: (work: () => void) => void) => void): Promise<number> {
+  const path = join(dir, file);
   let received = 0;
+  let started = 0;
   let done!: () => void;
   const all = new Promise<void>((r) => (done = r));
-  // Timed from the first line after the warm-up, as gpuring's producer times itself from its first publish after it.
-  let started = 0;
-  const server = createServer((s: Socket) =>
-    createInterface({ input: s }).on('line', (line) => {
-      if (received === WARMUP_FRAMES) started = performance.now();
-      JSON.parse(line);
-      if (++received === frames + WARMUP_FRAMES) done();
-    }),
-  );
+  const frame = (work: () => void) => {
+    if (received === WARMUP_FRAMES) started = performance.now();
+    work();
+    if (++received === frames + WARMUP_FRAMES) done();
+  };
+  const server = createServer((s: Socket) => read(s, frame));
   await new Promise<void>((r) => server.listen(path, r));
-  child('stream', path, frames);
+  child(role, path, frames);
   await all;
   const seconds = (performance.now() - started) / 1000;
   server.close();
   return frames / seconds;
 }
 
+/** Frames/s of small frame descriptions as JSON lines over a Unix socket, each parsed. */
+const socketThroughput = (frames: number) =>
+  socketRate('stream.sock', 'stream', frames, (s, frame) => createInterface({ input: s }).on('line', (line) => frame(() => JSON.parse(line))));
+
 /** Frames/s of nested Tables sent as Arrow IPC over a Unix socket (host-child ipc-stream), each read back with tableFromIPC. */
-async function ipcThroughput(frames: number): Promise<number> {
-  const path = join(dir, 'ipc.sock');
-  let received = 0;
-  let started = 0;
-  let done!: () => void;
-  const all = new Promise<void>((r) => (done = r));
-  const server = createServer((s: Socket) => {
+const ipcThroughput = (frames: number) =>
+  socketRate('ipc.sock', 'ipc-stream', frames, (s, frame) => {
     let pending: Buffer = Buffer.alloc(0);
     s.on('data', (chunk: Buffer) => {
       pending = pending.length ? Buffer.concat([pending, chunk]) : chunk;
       while (pending.length >= 4 && pending.length >= 4 + pending.readUInt32LE(0)) {
-        const length = pending.readUInt32LE(0);
-        if (received === WARMUP_FRAMES) started = performance.now();
-        tableFromIPC(pending.subarray(4, 4 + length));
-        pending = pending.subarray(4 + length);
-        if (++received === frames + WARMUP_FRAMES) done();
+        const message = pending.subarray(4, 4 + pending.readUInt32LE(0));
+        frame(() => tableFromIPC(message));
+        pending = pending.subarray(4 + message.length);
       }
     });
   });
-  await new Promise<void>((r) => server.listen(path, r));
-  child('ipc-stream', path, frames);
-  await all;
-  const seconds = (performance.now() - started) / 1000;
-  server.close();
-  return frames / seconds;
-}
 
 try {
   const records: BenchRecord[] = [];

@@ -6,7 +6,7 @@
 // lies in (the consumer reuses the last arena while handles name it); nested
 // columns and dictionaries as well as flat ones, checked as on the first frame.
 import { readdirSync, readFileSync } from 'node:fs';
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { Bool, Dictionary, Field, FixedSizeList, Float32, Float64, Int32, List, Struct, Table, Utf8, vectorFromArray } from 'apache-arrow';
 import { tableDifference } from '../lib/arrow/compare.js';
 import { forEachBuffer, handleName } from '../lib/codec/description.js';
@@ -27,14 +27,19 @@ function flat(seed: number, rows: number): Table {
 const retyped = (seed: number, rows: number) =>
   new Table({ id: vectorFromArray(Array.from({ length: rows }, (_, i) => seed + i / 4), new Float32()), word: vectorFromArray(Array(rows).fill('z'), new Utf8()), flag: vectorFromArray(Array(rows).fill(true), new Bool()) });
 
-test('Tables from the learned layout equal the description path frame after frame: rows, slices, nulls, alternating and retyped layouts', async (t) => {
-  await withRing('layout', { slots: 256 }, async (_ring, name) => {
+/**
+ * Publishes `count` frames, frame `seed` the table `make(seed, rows)` (rows
+ * < `most`; a third of them sliced from row 3, where the table has 6 rows
+ * more), then checks each frame's Table, built twice, against its table.
+ */
+async function sendAndCompare(t: ExecutionContext, ring: string, count: number, most: number, make: (seed: number, rows: number) => Table) {
+  await withRing(ring, { slots: 256 }, async (_ring, name) => {
     const producer = Producer.open(name);
     const consumer = Consumer.open(name);
     const sent: Table[] = [];
-    for (let seed = 0; seed < 120; seed++) {
-      const rows = pick(seed, 40);
-      const whole = seed % 5 === 4 ? retyped(seed, rows) : flat(seed, rows + 6);
+    for (let seed = 0; seed < count; seed++) {
+      const rows = pick(seed, most);
+      const whole = make(seed, rows);
       const table = seed % 3 === 1 && whole.numRows > 6 ? whole.slice(3, 3 + rows) : whole; // offset 3
       sent.push(table);
       await producer.publish(table);
@@ -48,7 +53,10 @@ test('Tables from the learned layout equal the description path frame after fram
     consumer.close();
     producer.close();
   });
-});
+}
+
+test('Tables from the learned layout equal the description path frame after frame: rows, slices, nulls, alternating and retyped layouts', (t) =>
+  sendAndCompare(t, 'layout', 120, 40, (seed, rows) => (seed % 5 === 4 ? retyped(seed, rows) : flat(seed, rows + 6))));
 
 /** About 20 KB of int32 values: three fill a producer's 64 KiB arena. */
 const wide = (seed: number) => new Table({ id: vectorFromArray(Array.from({ length: 5000 }, (_, i) => seed * 10_000 + i), new Int32()) });
@@ -92,28 +100,8 @@ function nested(seed: number, rows: number): Table {
 // A Node producer writes every nested node at offset 0 (it re-bases sliced
 // tables); offsets on nested nodes come from Python producers, whose frames
 // interop/python/tests/test_node_interop.py reads through the same layouts.
-test('nested Tables (lists, fixed-size lists, structs, dictionaries, lists of structs) from the learned layout equal what was sent, frame after frame: rows, nulls, sliced tables, alternating layouts', async (t) => {
-  await withRing('layout-nested', { slots: 256 }, async (_ring, name) => {
-    const producer = Producer.open(name);
-    const consumer = Consumer.open(name);
-    const sent: Table[] = [];
-    for (let seed = 0; seed < 90; seed++) {
-      const rows = pick(seed, 30);
-      const whole = seed % 4 === 3 ? flat(seed, rows) : nested(seed, rows + 6);
-      const table = seed % 3 === 1 && whole.numRows > 6 ? whole.slice(3, 3 + rows) : whole; // offset 3, on every level
-      sent.push(table);
-      await producer.publish(table);
-    }
-    for (const [i, expected] of sent.entries()) {
-      const f = consumer.tryNext()!;
-      t.is(tableDifference(expected, f.toTable()), null, `frame ${i}`);
-      t.is(tableDifference(expected, f.toTable()), null, `frame ${i}, built again`);
-      f.release();
-    }
-    consumer.close();
-    producer.close();
-  });
-});
+test('nested Tables (lists, fixed-size lists, structs, dictionaries, lists of structs) from the learned layout equal what was sent, frame after frame: rows, nulls, sliced tables, alternating layouts', (t) =>
+  sendAndCompare(t, 'layout-nested', 90, 30, (seed, rows) => (seed % 4 === 3 ? flat(seed, rows) : nested(seed, rows + 6))));
 
 test('a nested frame whose layout the consumer knows is checked as the first was: list offsets past the child are FRAME_BOUNDS', async (t) => {
   const table = () => new Table({ l: vectorFromArray([[1, 2], [3], [4, 5, 6]], new List(new Field('item', new Int32(), true))) });
