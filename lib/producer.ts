@@ -588,19 +588,19 @@ export class Producer {
    * or when the writer cannot write it (a dictionary in chunks, which the
    * describing path refuses with its error).
    */
-  #sendGathered(flat: BatchWriter, batch: RecordBatch, timeout: number, tag: bigint): number | Promise<number> | null {
-    const total = flat.gather(batch);
+  #sendGathered(writer: BatchWriter, batch: RecordBatch, timeout: number, tag: bigint): number | Promise<number> | null {
+    const total = writer.gather(batch);
     if (total < 0 || total > this.#core.largestAllocation) return null;
     // Only an unpublished allocation can hold a buffer to publish in place.
-    if (this.#loose.size > 0) for (const part of flat.parts) if (part && this.#arenaIndex.has(part.buffer as ArrayBuffer)) return null;
-    if (total === 0) return this.#sendBody(flat.body(0), [], timeout, tag);
+    if (this.#loose.size > 0) for (const part of writer.parts) if (part && this.#arenaIndex.has(part.buffer as ArrayBuffer)) return null;
+    if (total === 0) return this.#sendBody(writer.body(0), [], timeout, tag);
     if (total <= STAGED_BYTES) {
-      flat.copyTo(this.#staged, 0);
-      return this.#sent([], () => this.#core.publishStaged(flat.body(0), this.#staged.bytes, total, tag, toNativeTimeout(timeout)));
+      writer.copyTo(this.#staged, 0);
+      return this.#sent([], () => this.#core.publishStaged(writer.body(0), this.#staged.bytes, total, tag, toNativeTimeout(timeout)));
     }
     const a = this.#allocate(total, true);
-    flat.copyTo((this.#arenaSinks[a.arena] ??= new ByteSink(new Uint8Array(this.#arenaBuffer(a.arena)))), a.offset);
-    return this.#sendBody(flat.body(a.offset, this.#arenaDescriptor(a.arena).handle), [a], timeout, tag);
+    writer.copyTo((this.#arenaSinks[a.arena] ??= new ByteSink(new Uint8Array(this.#arenaBuffer(a.arena)))), a.offset);
+    return this.#sendBody(writer.body(a.offset, this.#arenaDescriptor(a.arena).handle), [a], timeout, tag);
   }
 
   /** Encodes and publishes; the id at once when the ring had space, else a promise of it. */
