@@ -22,6 +22,7 @@ import { align64, Buffer_, BUFFER_BYTES, Header, HANDLE_BYTES, HEADER_BYTES, Nod
 import { sliceBits } from './bits.js';
 import type { ByteSink } from './byte-sink.js';
 import { describeBatch, layoutOf } from './table-writer.js';
+import { childFields } from './types.js';
 
 /** A flat column's buffers after its validity (what a FrameLoan lays out). */
 export type ColumnPlan = { layout: 'fixed'; bits: number } | { layout: 'bool' } | { layout: 'varbin'; offsetBytes: number };
@@ -42,8 +43,6 @@ const NO_HANDLE = new Uint8Array(HANDLE_BYTES);
 /** A column of rows whose array apache-arrow left out: a present buffer of 0 bytes, as describeBatch() places it. */
 const EMPTY = new Uint8Array(0);
 
-const childTypes = (type: DataType) => ((type as DataType & { children?: { type: DataType }[] }).children ?? []).map((f) => f.type);
-
 /** The plan of a node of `type`, or null for dictionary values that hold a dictionary (their indices would interleave). */
 function planOf(type: DataType, inDictionary = false): NodePlan | null {
   const { f } = layoutOf(type);
@@ -54,7 +53,7 @@ function planOf(type: DataType, inDictionary = false): NodePlan | null {
   if (f.layout === 'fixed') return { layout: 'fixed', bits: f.bitWidth };
   if (f.layout === 'bool') return { layout: 'bool' };
   if (f.layout === 'varbin') return { layout: 'varbin', offsetBytes: f.offsetBytes };
-  const children = childTypes(type).map((t) => planOf(t, inDictionary));
+  const children = childFields(type).map((field) => planOf(field.type, inDictionary));
   if (children.some((c) => !c)) return null;
   if (f.layout === 'list') return { layout: 'list', offsetBytes: f.offsetBytes, child: children[0]! };
   return { layout: 'parent', children: children as NodePlan[] };
@@ -71,6 +70,8 @@ const isColumnPlan = (plan: NodePlan): plan is ColumnPlan => plan.layout === 'fi
 
 export class BatchWriter {
   readonly #plans: NodePlan[];
+  /** Whether every column is flat (no children, no dictionary): what loan() lays out. */
+  readonly flat: boolean;
   /** The body of every frame: the schema's encoding, whose counts and buffer descriptors body() rewrites. */
   readonly #out: Uint8Array;
   /** #out as little-endian words (gpuring runs on little-endian machines only: gpuring.h): its u64 fields are 8-aligned. */
@@ -108,6 +109,7 @@ export class BatchWriter {
 
   private constructor(plans: NodePlan[], template: Uint8Array) {
     this.#plans = plans;
+    this.flat = plans.every(isColumnPlan);
     this.#out = template;
     this.#words = new Uint32Array(template.buffer, template.byteOffset, template.byteLength >>> 2);
     this.#view = new DataView(template.buffer, template.byteOffset, template.byteLength);
@@ -136,10 +138,6 @@ export class BatchWriter {
     return new BatchWriter(plans, encodeFrame(describeBatch(batch, { place: () => ABSENT })));
   }
 
-  /** Whether every column is flat (no children, no dictionary): what loan() lays out. */
-  get flat(): boolean {
-    return this.#plans.every(isColumnPlan);
-  }
 
   /**
    * Gathers `batch`'s buffers (the columns' arrays, or re-based bit slices)

@@ -10,7 +10,7 @@ import type { BufferDescriptor, ColumnDescriptor, FrameDescription } from '../co
 import { parseFormat, type FormatInfo } from '../codec/format.js';
 import { checkIndices } from '../codec/dictionary-indices.js';
 import { aligned, checkedOffsets, type NodeSlice } from '../codec/value-offsets.js';
-import { indexTypeOfFormat, typeOfFormat } from './types.js';
+import { childFields, indexTypeOfFormat, typeOfFormat } from './types.js';
 
 /** Resolves a buffer descriptor to its bytes (exactly descriptor.length of them). */
 export type BufferResolver = (buffer: BufferDescriptor) => Uint8Array;
@@ -76,11 +76,11 @@ export function nestedData(type: DataType, f: FormatInfo, node: NodeSlice, nullC
       return makeData({ type, ...common, data: values, dictionary: makeVector(parts.dictionary((type as Dictionary).dictionary)) } as never);
     }
     case 'list': {
-      const child = parts.child(0, childType(type, 0));
+      const child = parts.child(0, childFields(type)[0]!.type);
       return makeData({ type, ...common, valueOffsets: checkedOffsets(node, buffer(1) ?? EMPTY, f.offsetBytes, child.length), child } as never);
     }
     case 'fixed-list': {
-      const child = parts.child(0, childType(type, 0));
+      const child = parts.child(0, childFields(type)[0]!.type);
       return makeData({ type, ...common, child: child.slice(node.offset * f.listSize, node.length * f.listSize) } as never);
     }
     case 'struct': {
@@ -91,8 +91,6 @@ export function nestedData(type: DataType, f: FormatInfo, node: NodeSlice, nullC
       throw new Error(`unreachable: ${f.layout} reaches flatData`);
   }
 }
-
-const childType = (type: DataType, k: number) => (type as DataType & { children: Field[] }).children[k]!.type;
 
 /** Layouts whose nodes have no children: bool, fixed-width and var-size binary. */
 export const isFlat = (f: FormatInfo) => f.layout === 'bool' || f.layout === 'fixed' || f.layout === 'varbin';

@@ -10,7 +10,7 @@ import { absentBuffer, type BufferDescriptor, type ColumnDescriptor, type FrameD
 import { parseFormat, type FormatInfo } from '../codec/format.js';
 import { HANDLE_BYTES } from '../codec/layout.js';
 import { sliceBits } from './bits.js';
-import { formatOf } from './types.js';
+import { childFields, formatOf } from './types.js';
 
 export interface BufferPlacer {
   /** Puts `bytes` where consumers can map them and describes where. */
@@ -75,9 +75,9 @@ class Writer {
       buffers.push(this.place(byteView(data.values as Uint8Array, end), n > 0));
     } else if (f.layout === 'list') {
       buffers.push(this.place(this.offsets(data, f.offsetBytes), n > 0));
-      children = [this.column(childField(type, 0), data.children[0]!)];
+      children = [this.column(childFields(type)[0]!, data.children[0]!)];
     } else {
-      children = data.children.map((child, i) => this.column(childField(type, i), child));
+      children = data.children.map((child, i) => this.column(childFields(type)[i]!, child));
     }
     return {
       name: field.name,
@@ -106,9 +106,6 @@ class Writer {
   }
 }
 
-function childField(type: DataType, i: number): Field {
-  return (type as DataType & { children: Field[] }).children[i]!;
-}
 
 /** Describes one record batch (or a table of at most one batch) as a frame. */
 export function describeBatch(source: RecordBatch | Table, placer: BufferPlacer): FrameDescription {

@@ -85,3 +85,8 @@ export function typeOfFormat(format: string, children: Field[]): DataType {
 export function indexTypeOfFormat(format: string): Int {
   return INTS[format]!() as Int;
 }
+
+/** The fields of a nested type's children (a list's one, a struct's each); none for other types. */
+export function childFields(type: DataType): Field[] {
+  return (type as DataType & { children?: Field[] }).children ?? [];
+}
