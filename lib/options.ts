@@ -119,9 +119,12 @@ export const consumerOptions = z
     /**
      * Broadcast rings: 'newest' receives the frames published from now on;
      * 'oldest' also those still in the ring (some subscriber has yet to release
-     * them), in order, before the new ones. A frame being published while it
-     * joins may reach it by neither way: the frames it gets of one producer can
-     * skip some after (and between) the old ones, never after the new ones start.
+     * them), in order, before the new ones, frames being published as it joins
+     * included: opening waits up to 10 ms in all for those publishes to end (a
+     * publish held up longer, its producer descheduled or dead there, may reach
+     * it by neither way). Frames every subscriber had released before it joined
+     * are not among them, so its frames of one producer can skip some between
+     * the old ones.
      */
     start: z.enum(['newest', 'oldest']).default('newest'),
   })

@@ -274,8 +274,9 @@ test(`kill -9 torture: ${KILLS} kills of Node, Python and C producers and consum
  * drops, every frame after a gap must come after the subscriber was told of at
  * least as many lost frames (MISSED lines) as its gaps hold so far. A
  * subscriber that started at the oldest frames may find gaps among and after
- * the lap it adopted (frames every other subscriber had released before it
- * joined, or in flight while it subscribed).
+ * the lap it adopted: frames every other subscriber had released before it
+ * joined, and a publish in flight as it joined that stayed WRITING longer than
+ * the join waits for it (its producer killed there, SPEC.md §5.4 Adopting).
  */
 function subscriberFaults(c: Incarnation, log: string[], producedBy: Map<number, number>, roleOf: Map<number, Role>, onSlow: OnSlowPolicy) {
   const faults: string[] = [];
@@ -299,7 +300,7 @@ function subscriberFaults(c: Incarnation, log: string[], producedBy: Map<number,
     // A subscriber's first frame of a producer may be one published as it joined, carrying
     // the bit of its entry's previous occupant (SPEC.md §5.4, Subscribe): a gap may follow it.
     // One that started at the oldest frames adopted at most a lap of them, with gaps between
-    // them and after them (frames released by all, or in flight while it subscribed).
+    // them and after them (frames released by all, or a publish killed in flight as it joined).
     if (seq <= before + 1 || count === 1 || (c.start === 'oldest' && count <= SLOTS)) continue;
     gaps += seq - before - 1;
     if (onSlow === 'block') {

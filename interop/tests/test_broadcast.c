@@ -269,6 +269,54 @@ static void test_evict_stops_at_a_publish_in_flight(const char *name) {
   gpr_producer_close(p);
 }
 
+/* A subscriber that joins at the oldest frames while a publish is in flight
+ * (WRITING, its `subscribers` loaded before the join) adopts that frame too,
+ * once it goes READY: it once adopted before joining, passed the slot still
+ * WRITING, and the frame came neither way (the 16-core torture found the gap).
+ * A publish held up past GPR_ADOPT_WAIT_NS delays the join no longer. The
+ * publish completes in another process, while the join waits. */
+static void test_oldest_adopts_a_publish_in_flight(const char *name) {
+  gpr_error err;
+  gpr_producer *p = NULL;
+  CHECK(gpr_producer_open(name, NULL, &p, &err) == 0);
+  gpr_consumer *holder = subscribe(name, GPR_ON_SLOW_BLOCK);
+  gpr_frame *held[3] = {NULL, NULL, NULL};
+  for (int32_t i = 0; i < 3; i++) {
+    CHECK(publish(p, 80 + i, 0) == 0);
+    CHECK(gpr_consumer_next(holder, 0, &held[i], &err) == 0 && held[i]);
+  }
+  if (!held[0] || !held[1] || !held[2]) return;
+  gpr_slot *middle = gpr_slot_at(&p->seg, held[1]->pos), *last = gpr_slot_at(&p->seg, held[2]->pos);
+  uint64_t ready = gpr_slot_load(middle), last_ready = gpr_slot_load(last);
+  __atomic_store_n(&middle->word, gpr_slot_word(held[1]->pos, GPR_SLOT_WRITING, gpr_word_owner(ready)), __ATOMIC_SEQ_CST);
+  pid_t finisher = fork();
+  if (finisher == 0) {
+    usleep(2000);
+    __atomic_store_n(&middle->word, ready, __ATOMIC_SEQ_CST); /* frame 81's publish completes */
+    _exit(0);
+  }
+  gpr_consumer_options oldest_first = {0, GPR_ON_SLOW_BLOCK, 1};
+  gpr_consumer *old = NULL;
+  CHECK(gpr_consumer_open_with(name, &oldest_first, &old, &err) == 0);
+  int status = 0;
+  CHECK(waitpid(finisher, &status, 0) == finisher && WIFEXITED(status));
+  CHECK(take(old, 0, NULL) == 80 && take(old, 0, NULL) == 81 && take(old, 0, NULL) == 82 && take(old, 0, NULL) == -1);
+  gpr_consumer_close(old);
+  /* Frame 82's publish never completes while a second one joins: it waits GPR_ADOPT_WAIT_NS, no longer. */
+  __atomic_store_n(&last->word, gpr_slot_word(held[2]->pos, GPR_SLOT_WRITING, gpr_word_owner(last_ready)), __ATOMIC_SEQ_CST);
+  uint64_t before = gpr_monotonic_ns();
+  CHECK(gpr_consumer_open_with(name, &oldest_first, &old, &err) == 0);
+  uint64_t joined_ns = gpr_monotonic_ns() - before;
+  CHECK(joined_ns >= GPR_ADOPT_WAIT_NS && joined_ns < 50 * GPR_ADOPT_WAIT_NS);
+  __atomic_store_n(&last->word, last_ready, __ATOMIC_SEQ_CST);
+  CHECK(take(old, 0, NULL) == 80 && take(old, 0, NULL) == 81 && take(old, 0, NULL) == -1);
+  gpr_consumer_close(old);
+  for (int i = 0; i < 3; i++) gpr_frame_release(held[i]);
+  CHECK(gpr_producer_drain(p, 1000, &err) == 0);
+  gpr_consumer_close(holder);
+  gpr_producer_close(p);
+}
+
 /* A producer killed half-way through dropping a frame (its cursor CAS made,
  * marked DROPPING, the share not yet released): while the mark is fresh its
  * dropper may be alive, about to count the loss and clear it, and nobody else
@@ -685,6 +733,7 @@ int main(int argc, char **argv) {
   test_drop_oldest(name);
   test_evict(name);
   test_evict_stops_at_a_publish_in_flight(name);
+  test_oldest_adopts_a_publish_in_flight(name);
   test_leftover_bit(name);
   test_joining_consumer_keeps_its_share(name);
   test_half_done_drop(name);

@@ -56,24 +56,71 @@ GPR_INLINE int gpr_bc_carries(const gpr_slot *s, uint64_t w, uint64_t bit) {
   return (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) & bit) && gpr_slot_load(s) == w;
 }
 
-/* Takes a share of every frame still in the ring (READY, some subscriber yet
- * to release it) for `me`, which is about to join: the "oldest retained" start.
- * Runs before `me` joins control.subscribers, so no frame can carry its bit yet:
- * a bit set on a slot that was recycled meanwhile (its new frame's pending
- * happened to equal the old) is given back at once. */
-GPR_INLINE void gpr_bc_adopt_retained(gpr_segment *seg, uint32_t me) {
-  uint64_t bit = gpr_bc_bit(me);
-  for (uint32_t i = 0; i < seg->slot_count; i++) {
-    gpr_slot *s = &seg->slots[i];
-    uint64_t w = gpr_slot_load(s);
-    if (gpr_word_state(w) != GPR_SLOT_READY) continue;
-    uint64_t m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE);
-    while (m != 0 && !__atomic_compare_exchange_n(&s->pending, &m, m | bit, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-    }
-    if (m == 0) continue;  /* released meanwhile: nothing to adopt */
-    uint64_t now = gpr_slot_load(s);
-    if (now != w) gpr_bc_release_as(seg, me, gpr_word_seq(now));
+/* How long, in all, a subscriber that joins at the oldest retained frames waits
+ * for the publishes in flight as it joins (slots WRITING) to end, so as to adopt
+ * them too (gpr_bc_adopt_retained). A publish is WRITING for a few instructions
+ * unless its producer lost its CPU or died there. */
+#define GPR_ADOPT_WAIT_NS 10000000ull
+
+/* Waits, within the budget `*left_ns`, for slot `s` to leave word `w` (a
+ * publish in flight); returns its word then, or `w` once the budget is spent. */
+GPR_INLINE uint64_t gpr_bc_await_publish(const gpr_slot *s, uint64_t w, uint64_t *left_ns) {
+  uint64_t now = gpr_monotonic_ns(), until = now + *left_ns, v = w;
+  for (int spins = 0; v == w && now < until; spins++, now = gpr_monotonic_ns()) {
+    if (spins < 64)
+      gpr_cpu_relax();
+    else
+      sched_yield();  /* its producer may be waiting for this CPU */
+    v = gpr_slot_load(s);
   }
+  *left_ns = now < until ? until - now : 0;
+  return v;
+}
+
+/* Takes a share for `me` of the frame slot `s` serves, if READY and some
+ * subscriber has yet to release it; `me` joined control.subscribers already.
+ * A frame carrying `me`'s bit is its own (published after the join). One
+ * without it was published before the join: the bit goes in by CAS while
+ * `pending` is not 0 (a frame every share of which was released is not
+ * adopted). If the slot moved on under the CAS (recycled, and the CAS met an
+ * equal `pending` of a later frame), the later frame is judged again: it too
+ * lacked the bit, so it too was published before the join. A frame the
+ * cursor has passed meanwhile (a producer dropped frames for `me`) is given
+ * back at once. */
+GPR_INLINE void gpr_bc_adopt_slot(gpr_segment *seg, uint32_t me, gpr_slot *s, uint64_t *left_ns) {
+  /* Seq_cst, after the join's seq_cst OR: a publish that loaded `subscribers`
+   * (seq_cst) before the OR had claimed its slot before that, so this load
+   * finds the slot WRITING or later, never still EMPTY. */
+  uint64_t bit = gpr_bc_bit(me), w = __atomic_load_n(&s->word, __ATOMIC_SEQ_CST);
+  for (;;) {
+    if (gpr_word_state(w) == GPR_SLOT_WRITING && *left_ns > 0) {
+      w = gpr_bc_await_publish(s, w, left_ns);
+      continue;
+    }
+    if (gpr_word_state(w) != GPR_SLOT_READY) return;
+    uint64_t m = __atomic_load_n(&s->pending, __ATOMIC_ACQUIRE);
+    while (m != 0 && !(m & bit) && !__atomic_compare_exchange_n(&s->pending, &m, m | bit, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+    }
+    if (m == 0 || (m & bit)) return;  /* released meanwhile, or its own */
+    uint64_t now = gpr_slot_load(s);
+    if (now != w) {
+      w = now;
+      continue;
+    }
+    uint64_t c = __atomic_load_n(&seg->participants[me].cursor, __ATOMIC_SEQ_CST) & GPR_SEQ_MASK;
+    if (gpr_seq_diff(c, gpr_word_seq(w)) > 0) gpr_bc_release_as(seg, me, gpr_word_seq(w));
+    return;
+  }
+}
+
+/* The "oldest retained" start: a share of every frame still in the ring for
+ * `me`, which has just joined control.subscribers. Adopting after the join
+ * leaves no frame out: a publish in flight then (WRITING; its `subscribers`
+ * loaded before the join) is waited for, within GPR_ADOPT_WAIT_NS in all, and
+ * adopted once READY; every later publish carries the bit. */
+GPR_INLINE void gpr_bc_adopt_retained(gpr_segment *seg, uint32_t me) {
+  uint64_t left_ns = GPR_ADOPT_WAIT_NS;
+  for (uint32_t i = 0; i < seg->slot_count; i++) gpr_bc_adopt_slot(seg, me, &seg->slots[i], &left_ns);
 }
 
 /* Joins the subscribers of a broadcast ring as entry `me` (attached already),
@@ -101,8 +148,8 @@ GPR_INLINE void gpr_bc_subscribe(gpr_segment *seg, uint32_t me, uint32_t on_slow
     if (__atomic_compare_exchange_n(&p->cursor, &c, start, 0, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) break;
   }
   __atomic_store_n(&p->subscription, on_slow + 1u, __ATOMIC_SEQ_CST);
-  if (oldest) gpr_bc_adopt_retained(seg, me);
   __atomic_fetch_or(&seg->control->subscribers, gpr_bc_bit(me), __ATOMIC_SEQ_CST);
+  if (oldest) gpr_bc_adopt_retained(seg, me);
 }
 
 /* How long a consumer that attached waits, before it subscribes, for a proxy

@@ -2,6 +2,7 @@
 language, receives every frame in order; a killed subscriber gives its share
 back; the three on_slow policies."""
 import json
+import os
 import select
 import signal
 import subprocess
@@ -187,6 +188,41 @@ def test_start_oldest_also_receives_the_frames_still_in_the_ring(ring_name):
             assert _tags(oldest) == [0, 1, 2, 3]
             assert _tags(newest) == [3]
             assert _tags(first) == [0, 1, 2, 3]
+        producer.drain(timeout=5)
+
+
+def test_start_oldest_adopts_a_publish_in_flight_as_it_joins(ring_name):
+    """A subscriber joining at the oldest frames while a publish is in flight (WRITING,
+    its ``subscribers`` loaded before the join) gets that frame too, once READY: it once
+    adopted before joining, passed the slot, and the frame came neither way. A publish
+    held up past ADOPT_WAIT_S delays the join no longer. C:
+    test_oldest_adopts_a_publish_in_flight."""
+    Ring.create(ring_name, slots=8, delivery="all").close()
+    with Producer.open(ring_name) as producer, Consumer.open(ring_name) as holder:
+        seg, held, positions = producer._seg, [], []
+        for tag in (80, 81, 82):
+            producer.publish(pa.table({"i": [tag]}), user_tag=tag)
+            held.append(holder.next(timeout=5))
+            positions.append((seg.mem.load64(seg.participant(holder.index, "cursor")) - 1) & L.SEQ_MASK)
+        middle, last = seg.slot(positions[1]), seg.slot(positions[2])
+        ready, last_ready = seg.mem.load64(middle), seg.mem.load64(last)
+        seg.mem.store64(middle, L.slot_word(positions[1], L.WRITING, L.word_owner(ready)))
+        pid = os.fork()
+        if pid == 0:  # another process completes frame 81's publish while the join waits
+            time.sleep(0.002)
+            seg.mem.store64(middle, ready)
+            os._exit(0)
+        with Consumer.open(ring_name, start="oldest") as oldest:
+            os.waitpid(pid, 0)
+            assert _tags(oldest) == [80, 81, 82]
+        seg.mem.store64(last, L.slot_word(positions[2], L.WRITING, L.word_owner(last_ready)))  # never completes
+        started = time.monotonic()
+        with Consumer.open(ring_name, start="oldest") as oldest:
+            assert broadcast.ADOPT_WAIT_S <= time.monotonic() - started < 50 * broadcast.ADOPT_WAIT_S
+            seg.mem.store64(last, last_ready)
+            assert _tags(oldest) == [80, 81]
+        for frame in held:
+            frame.release()
         producer.drain(timeout=5)
 
 

@@ -18,6 +18,7 @@ from .errors import GpuringError
 from .layout import seq_diff, slot_word, word_owner, word_seq, word_state
 from .process import running_start_time, self_start_time
 from .segment import Segment
+from .shared_memory import SharedMemory
 from .slot_protocol import FrameRef, notify_data, notify_space, producer_active, _scan_limit
 
 
@@ -36,18 +37,50 @@ def _carries(seg: Segment, pos: int, w: int, bit: int) -> bool:
     return bool(seg.mem.load64(_pending(seg, pos)) & bit) and seg.mem.load64(seg.slot(pos)) == w
 
 
-def _adopt_retained(seg: Segment, me: int) -> None:
-    """A share of every frame still in the ring for ``me``, about to join (see gpr_bc_adopt_retained)."""
+ADOPT_WAIT_S = 0.010
+"""How long, in all, a subscriber joining at the oldest retained frames waits for the
+publishes in flight as it joins (slots WRITING) to end, so as to adopt them too (see
+GPR_ADOPT_WAIT_NS)."""
+
+
+def _await_publish(mem: SharedMemory, at: int, w: int, until: float) -> int:
+    """Slot ``at``'s word once it leaves ``w`` (a publish in flight), or ``w`` at ``until``."""
+    while (v := mem.load64(at)) == w and time.monotonic() < until:
+        os.sched_yield()  # its producer may be waiting for this CPU
+    return v
+
+
+def _adopt_slot(seg: Segment, me: int, at: int, until: float) -> None:
+    """A share for ``me`` (joined already) of the READY frame slot ``at`` serves, unless it
+    carries the bit (its own) or every share was released; a slot that moved on under the
+    CAS is judged again, and a frame the cursor passed meanwhile given back (see
+    gpr_bc_adopt_slot)."""
     mem, bit = seg.mem, _bit(me)
-    for i in range(seg.slot_count):
-        at = seg.slots_at + i * L.SLOT_BYTES
-        w = mem.load64(at)
-        if word_state(w) != L.READY:
+    w = mem.load64(at)
+    while True:
+        if word_state(w) == L.WRITING and time.monotonic() < until:
+            w = _await_publish(mem, at, w, until)
             continue
-        while (m := mem.load64(at + L.SLOT["pending"])) and not mem.cas64(at + L.SLOT["pending"], m, m | bit):
+        if word_state(w) != L.READY:
+            return
+        while (m := mem.load64(at + L.SLOT["pending"])) and not m & bit and not mem.cas64(at + L.SLOT["pending"], m, m | bit):
             pass
-        if m and mem.load64(at) != w:  # recycled meanwhile: the bit landed on a later frame
-            _released(seg, me, word_seq(mem.load64(at)))
+        if not m or m & bit:  # released meanwhile, or its own
+            return
+        if (now := mem.load64(at)) != w:  # recycled under the CAS: the later frame lacked the bit too
+            w = now
+            continue
+        if seq_diff(mem.load64(seg.participant(me, "cursor")) & L.SEQ_MASK, word_seq(w)) > 0:
+            _released(seg, me, word_seq(w))
+        return
+
+
+def _adopt_retained(seg: Segment, me: int) -> None:
+    """A share of every frame still in the ring for ``me``, which has just joined; a publish
+    in flight as it joined is waited for, within ADOPT_WAIT_S in all (see gpr_bc_adopt_retained)."""
+    until = time.monotonic() + ADOPT_WAIT_S
+    for i in range(seg.slot_count):
+        _adopt_slot(seg, me, seg.slots_at + i * L.SLOT_BYTES, until)
 
 
 PROXY_WAIT_S = 1.0
@@ -122,9 +155,9 @@ def subscribe(seg: Segment, me: int, on_slow: int, oldest: bool = False) -> None
         if mem.cas64(seg.participant(me, "cursor"), c, start):
             break
     mem.store32(seg.participant(me, "subscription"), on_slow + 1)
+    mem.or64(seg.control("subscribers"), _bit(me))
     if oldest:
         _adopt_retained(seg, me)
-    mem.or64(seg.control("subscribers"), _bit(me))
 
 
 def subscriber_count(seg: Segment) -> int:

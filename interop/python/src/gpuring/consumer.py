@@ -76,8 +76,9 @@ class Consumer:
         it returns any frame published after them, and the next call goes on
         with the frames published since. Frames it has taken
         are never taken back. ``start``: ``"newest"`` receives the frames
-        published from now on; ``"oldest"`` also those still in the ring (a
-        frame in flight as it joins may come neither way).
+        published from now on; ``"oldest"`` also those still in the ring, frames
+        being published as it joins included (it waits up to 10 ms in all for
+        them).
         ``extra_roles``: ``layout.ROLE_BRIDGE`` marks a bridge end for ``inspect``."""
         return cls(Segment.open(name, timeout, any_owner), on_slow, start, extra_roles)
 
