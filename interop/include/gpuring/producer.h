@@ -63,7 +63,7 @@ typedef struct gpr_producer {
   gpr_channel_lookup channel_lookup;
   void *channel_context;
   uint32_t heads_up;             /* entry the pending heads-up reached, or GPR_RUNG_NOBODY */
-  uint64_t published_ns;         /* CLOCK_MONOTONIC when the last publish returned (gpr_producer_yield_to_woken) */
+  uint64_t published_ns;         /* CLOCK_MONOTONIC as the last publish ended (gpr_producer_yield_to_woken) */
   char arena_prefix[GPR_SHM_NAME_MAX]; /* "/gpuring.SEG.pIgG.a": its arenas' names without the number */
   uint32_t arena_prefix_len;
 } gpr_producer;
@@ -292,9 +292,10 @@ GPR_INLINE void gpr_producer_heads_up(gpr_producer *p) {
  * Only after an idle spell: in a busy stream consumers take frames in batches
  * whenever they run, and a switch per frame would cost throughput. Where the
  * consumer woke on another CPU, the call returns at once. */
-GPR_INLINE void gpr_producer_yield_to_woken(gpr_producer *p, uint32_t rung, uint64_t started_ns) {
-  if (rung != GPR_RUNG_NOBODY && started_ns - p->published_ns >= GPR_YIELD_AFTER_IDLE_NS) sched_yield();
-  p->published_ns = gpr_monotonic_ns();
+GPR_INLINE void gpr_producer_yield_to_woken(gpr_producer *p, uint32_t rung) {
+  uint64_t now = gpr_monotonic_ns();  /* one clock read a publish: the idle spell is end to end */
+  if (rung != GPR_RUNG_NOBODY && now - p->published_ns >= GPR_YIELD_AFTER_IDLE_NS) sched_yield();
+  p->published_ns = now;
 }
 
 typedef struct gpr_publish_attempt {
@@ -360,7 +361,6 @@ GPR_INLINE int gpr_producer_publish(gpr_producer *p, const gpr_frame_desc *d,
   uint32_t owned = o ? o->owned_count : 0u;
   if (owned && !o->owned)
     return gpr_fail(err, GPR_E_INVALID_ARGUMENT, 0, "owned_count without owned allocations");
-  uint64_t started_ns = gpr_monotonic_ns();
   gpr_producer_heads_up(p); /* the wake-up overlaps encoding the body */
   uint32_t rung = p->heads_up;
   int rc = gpr_producer_check_buffers(p, d, err);
@@ -403,7 +403,7 @@ GPR_INLINE int gpr_producer_publish(gpr_producer *p, const gpr_frame_desc *d,
   gpr_producer_track(p, a.pos, ref.frame_id, allocs, owned + 1u, o);
   if (frame_id) *frame_id = ref.frame_id;
   p->next_frame_id++;
-  gpr_producer_yield_to_woken(p, rung, started_ns);
+  gpr_producer_yield_to_woken(p, rung);
   return 0;
 }
 
