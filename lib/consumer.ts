@@ -206,7 +206,8 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#requireOpen();
     const spare = this.#spare.forWait(true);
     const timeout = toNativeTimeout(o.timeout);
-    return this.#received(callNative(() => (spare ? this.#core.nextSync(timeout, o.spin, ...spare) : this.#core.nextSync(timeout, o.spin))));
+    const record = callNative(() => (spare ? this.#core.nextSync(timeout, o.spin, spare[1], spare[2]) : this.#core.nextSync(timeout, o.spin)));
+    return record === true ? this.#spare.takeHeld() : this.#received(record);
   }
 
   /** Throws synchronously; with a signal, an async wait that cancels on abort. */

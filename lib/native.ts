@@ -227,8 +227,12 @@ export interface NativeConsumerCore {
    * to the caller already) an error is held for the next call, not thrown.
    */
   tryNextMany(max: number, after?: boolean): [records: ArrayBuffer, used: number] | null;
-  /** The next record, the calling thread blocked until it comes (asleep on the doorbell); throws TIMEOUT after timeoutMs (-1: never). */
-  nextSync(timeoutMs: number, spinMicros: number, spare?: object, at?: number, cell?: number): ReceivedRecord;
+  /**
+   * The next record, the calling thread blocked until it comes (asleep on the doorbell); throws TIMEOUT after
+   * timeoutMs (-1: never). `true`: the record landed where JS made its spare Frame (`at`), whose pos went into
+   * cell `cell` (lib/spare-frame.ts).
+   */
+  nextSync(timeoutMs: number, spinMicros: number, at?: number, cell?: number): ReceivedRecord | true;
   /**
    * A request id and its promise: the record, or received(record) (see the
    * constructor); or `spare`, a Frame over offset `at` of the chunk last handed

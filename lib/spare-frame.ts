@@ -18,8 +18,9 @@
  * collected between waits. Except for a blocked wait (nextSync()): a WeakRef
  * keeps its target alive until the running job ends, which a thread looping
  * on nextSync() never lets happen, so every spare it made would stay (about
- * 0.3 KB a frame, until the loop yields). There JS holds the spare strongly,
- * and the call's return says whether the core handed it over (handedOver()).
+ * 0.3 KB a frame, until the loop yields). There JS holds the spare strongly
+ * and the core none: the call returns `true` when the record landed in the
+ * spare (takeHeld()), which spares the wake-up a reference to read and drop.
  * No JS runs when the core hands a spare over, so
  * its lease is watched for collection from the start rather than from the next
  * turn of the event loop, as other frames' are; its pos lives in a cell the
@@ -129,9 +130,16 @@ export class SpareFrame {
     return this.#keep(frame, at, lease, blocked);
   }
 
-  /** A blocked wait returned `frame`: if it is the spare, it is its user's now. */
+  /** The core handed `frame`, a spare, over: if it is the one held for a blocked wait, it is its user's now. */
   handedOver(frame: Frame): void {
     if (frame === this.#held) this.#held = undefined;
+  }
+
+  /** A blocked wait's record landed in the spare JS holds for it (nextSync() returned `true`): that Frame, its user's now. */
+  takeHeld(): Frame {
+    const frame = this.#held!;
+    this.#held = undefined;
+    return frame;
   }
 
   #keep(frame: Frame, at: number, lease: SpareLease, strongly: boolean): Spare {

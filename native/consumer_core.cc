@@ -32,6 +32,7 @@ Napi::Value ConsumerState::Receive(Napi::Env env, uint64_t pos, const gpr_frame_
   Taken();
   double at = static_cast<double>(records.Commit(bytes));
   if (!fresh.IsEmpty()) return fresh;
+  if (TakeHeldSpare(at, pos)) return Napi::Boolean::New(env, true);
   Napi::Value spare_frame = TakeSpare(at, pos);
   return spare_frame.IsEmpty() ? Napi::Number::New(env, at) : spare_frame;
 }
@@ -59,6 +60,18 @@ Napi::Value ConsumerState::TakeSpare(double at, uint64_t pos) {
   if (frame.IsEmpty() || spare_cell >= spare_cells_length) return Napi::Value();
   spare_cells_data[spare_cell] = static_cast<double>(pos);
   return frame;
+}
+
+void ConsumerState::OfferHeldSpare(double at, uint32_t cell) {
+  if (at != records.Used() || cell >= spare_cells_length) return;  // stale, or nowhere to say it was handed over
+  held_spare = {at, records.Serial(), cell};
+}
+
+bool ConsumerState::TakeHeldSpare(double at, uint64_t pos) {
+  if (at != held_spare.at || records.Serial() != held_spare.serial || held_spare.cell >= spare_cells_length) return false;
+  spare_cells_data[held_spare.cell] = static_cast<double>(pos);
+  held_spare.at = -1;
+  return true;
 }
 
 void ConsumerState::StopWaiting() {
@@ -481,9 +494,10 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   return record.IsEmpty() ? env.Null() : record;  // taken back: none for now
 }
 
-// nextSync(timeoutMs, -1 = forever, spinMicros): the next frame (as tryNext
-// returns it), with the calling thread blocked until it comes; TIMEOUT after
-// timeoutMs. Refused while a wait() request is pending: that request would be
+// nextSync(timeoutMs, -1 = forever, spinMicros[, at, cell]): the next frame
+// (as tryNext returns it, or `true`: the spare Frame JS made at `at`, whose
+// pos went into cell `cell`), with the calling thread blocked until it comes;
+// TIMEOUT after timeoutMs. Refused while a wait() request is pending: that request would be
 // overtaken, and the event loop that serves it cannot run while we block.
 Napi::Value ConsumerCore::NextSync(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
@@ -494,14 +508,13 @@ Napi::Value ConsumerCore::NextSync(const Napi::CallbackInfo &info) {
   double timeout_ms = info[0].As<Napi::Number>().DoubleValue();
   double spin_us = info[1].As<Napi::Number>().DoubleValue();
   uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : gpr_monotonic_ns() + static_cast<uint64_t>(timeout_ms * 1e6);
-  // A spare Frame, as wait() takes one: made before the sleep, it spares the
-  // caller's wake-up making one on cold caches. Held strongly for this call only.
-  if (info.Length() > 4 && info[2].IsObject())
-    s_->OfferSpare(info[2].As<Napi::Object>(), info[3].As<Napi::Number>().DoubleValue(), info[4].As<Napi::Number>().Uint32Value());
-  struct WeakAfter {
+  // Where JS made a spare Frame: made before the sleep, it spares the caller's
+  // wake-up making one on cold caches. JS holds it; offered for this call only.
+  if (info.Length() > 3) s_->OfferHeldSpare(info[2].As<Napi::Number>().DoubleValue(), info[3].As<Napi::Number>().Uint32Value());
+  struct ForgetAfter {
     ConsumerState &s;
-    ~WeakAfter() { s.HoldSpareWeakly(); }
-  } weak_after{*s_};
+    ~ForgetAfter() { s.held_spare.at = -1; }
+  } forget_after{*s_};
   for (;;) {
     gpr_frame_ref ref{};
     uint64_t pos = 0;
