@@ -206,7 +206,15 @@ export class Consumer implements AsyncIterable<Frame> {
     this.#requireOpen();
     const spare = this.#spare.forWait(true);
     const timeout = toNativeTimeout(o.timeout);
-    const record = callNative(() => (spare ? this.#core.nextSync(timeout, o.spin, spare[1], spare[2]) : this.#core.nextSync(timeout, o.spin)));
+    // Called here, not through callNative(): each JS frame between the native
+    // return and the caller is one more step on caches the sleep emptied
+    // (about 1 µs of the 6 µs that return took with caches evicted, 2-core VM).
+    let record: ReturnType<NativeConsumerCore['nextSync']>;
+    try {
+      record = spare ? this.#core.nextSync(timeout, o.spin, spare[1], spare[2]) : this.#core.nextSync(timeout, o.spin);
+    } catch (error) {
+      throw fromNative(error);
+    }
     return record === true ? this.#spare.takeHeld() : this.#received(record);
   }
 
