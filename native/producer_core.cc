@@ -467,11 +467,19 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   return Send(env, body.Data(), body.ByteLength(), std::move(allocs), tag, timeout_ms, heads_up);
 }
 
+// The reap comes after the frame is READY: a consumer waits for that, not for
+// the reap, whose slot loads are misses on slots a consumer just wrote (a
+// prepared frame 20 µs apart to a spinning consumer, H200 host: 0.3 µs of
+// reap and 0.4 µs more on the publish itself before READY; hand-off p50 3.3-4.1
+// -> 2.8-2.9 µs in three of four alternated pairs). Space is not lost by it:
+// an allocation short of memory and a publish that finds the ring full reap
+// first themselves (Alloc, Enqueue).
 Napi::Value ProducerCore::Send(Napi::Env env, const uint8_t *body, size_t length, FrameAllocations allocs,
                                uint64_t tag, double timeout_ms, HeadsUpGiven heads_up) {
-  s_->ReapOldest();
   CopyBody(env, body, length, &allocs.body);
-  return Commit(env, std::move(allocs), length, tag, timeout_ms, heads_up);
+  Napi::Value out = Commit(env, std::move(allocs), length, tag, timeout_ms, heads_up);
+  s_->ReapOldest();
+  return out;
 }
 
 Napi::Value ProducerCore::Commit(Napi::Env env, FrameAllocations allocs, size_t length, uint64_t tag,
