@@ -467,6 +467,12 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
   return Send(env, body.Data(), body.ByteLength(), std::move(allocs), tag, timeout_ms, heads_up);
 }
 
+Napi::Value ProducerCore::Send(Napi::Env env, const uint8_t *body, size_t length, FrameAllocations allocs,
+                               uint64_t tag, double timeout_ms, HeadsUpGiven heads_up) {
+  CopyBody(env, body, length, &allocs.body);
+  return Commit(env, std::move(allocs), length, tag, timeout_ms, heads_up);
+}
+
 // The reap comes after the frame is READY: a consumer waits for that, not for
 // the reap, whose slot loads are misses on slots a consumer just wrote (a
 // prepared frame 20 µs apart to a spinning consumer, H200 host: 0.3 µs of
@@ -474,19 +480,12 @@ Napi::Value ProducerCore::Publish(const Napi::CallbackInfo &info) {
 // -> 2.8-2.9 µs in three of four alternated pairs). Space is not lost by it:
 // an allocation short of memory and a publish that finds the ring full reap
 // first themselves (Alloc, Enqueue).
-Napi::Value ProducerCore::Send(Napi::Env env, const uint8_t *body, size_t length, FrameAllocations allocs,
-                               uint64_t tag, double timeout_ms, HeadsUpGiven heads_up) {
-  CopyBody(env, body, length, &allocs.body);
-  Napi::Value out = Commit(env, std::move(allocs), length, tag, timeout_ms, heads_up);
-  s_->ReapOldest();
-  return out;
-}
-
 Napi::Value ProducerCore::Commit(Napi::Env env, FrameAllocations allocs, size_t length, uint64_t tag,
                                  double timeout_ms, HeadsUpGiven heads_up) {
   Napi::Value out = Enqueue(env, std::move(allocs), length, tag, timeout_ms, heads_up.rung);
   YieldToWoken(heads_up, out.IsNumber());
   if (out.IsEmpty()) ThrowRingFull(env);
+  s_->ReapOldest();
   return out;
 }
 
@@ -589,7 +588,6 @@ Napi::Value ProducerCore::PublishStaged(const Napi::CallbackInfo &info) {
   uint64_t tag = ToU64(info[3]);
   double timeout_ms = info[4].As<Napi::Number>().DoubleValue();
   size_t columns_at = gpr_align_up(body.ByteLength(), 64u);
-  s_->ReapOldest();
   FrameAllocations allocs;
   Check(env, [&](gpr_error *e) { return s_->Alloc(columns_at + columns, &allocs.body, e); });
   memcpy(allocs.body.ptr, body.Data(), body.ByteLength());
