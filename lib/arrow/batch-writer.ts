@@ -138,7 +138,6 @@ export class BatchWriter {
     return new BatchWriter(plans, encodeFrame(describeBatch(batch, { place: () => ABSENT })));
   }
 
-
   /**
    * Gathers `batch`'s buffers (the columns' arrays, or re-based bit slices)
    * in wire order; returns the bytes they take, each at a 64-byte boundary,

@@ -77,7 +77,8 @@ class Writer {
       buffers.push(this.place(this.offsets(data, f.offsetBytes), n > 0));
       children = [this.column(childFields(type)[0]!, data.children[0]!)];
     } else {
-      children = data.children.map((child, i) => this.column(childFields(type)[i]!, child));
+      const fields = childFields(type);
+      children = data.children.map((child, i) => this.column(fields[i]!, child));
     }
     return {
       name: field.name,
@@ -105,7 +106,6 @@ class Writer {
     return index;
   }
 }
-
 
 /** Describes one record batch (or a table of at most one batch) as a frame. */
 export function describeBatch(source: RecordBatch | Table, placer: BufferPlacer): FrameDescription {
