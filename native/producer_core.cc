@@ -285,15 +285,14 @@ void ProducerState::Shutdown() {
 
 // ---------------------------------------------------------------------------
 
-// publish, publishPrepared, publishMany, publishStaged and takeReleased are
-// defined on each instance (DirectMethods).
+// headsUp, publish, publishPrepared, publishMany, publishStaged and
+// takeReleased are defined on each instance (DirectMethods).
 Napi::Function ProducerCore::Define(Napi::Env env) {
   return DefineClass(env, "ProducerCore",
                      {InstanceMethod<&ProducerCore::Allocate>("allocate"),
                       InstanceMethod<&ProducerCore::Free>("free"),
                       InstanceMethod<&ProducerCore::ArenaBuffer>("arenaBuffer"),
                       InstanceMethod<&ProducerCore::ArenaName>("arenaName"),
-                      InstanceMethod<&ProducerCore::GiveHeadsUp>("headsUp"),
                       InstanceMethod<&ProducerCore::Prepare>("prepare"),
                       InstanceMethod<&ProducerCore::OnRelease>("onRelease"),
                       InstanceMethod<&ProducerCore::Stats>("stats"),
@@ -331,6 +330,7 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
   Value().Set("sleepers", SleepersView(env, s.lent, s.seg));
   Value().Set("releasedCount", ReleasedCountView(env, s_));
   Value().Set("largestAllocation", Napi::Number::New(env, static_cast<double>(LargestAllocation())));
+  direct_.Define<&ProducerCore::GiveHeadsUp>(Value(), "headsUp");
   direct_.Define<&ProducerCore::Publish>(Value(), "publish");
   direct_.Define<&ProducerCore::PublishPrepared>(Value(), "publishPrepared");
   direct_.Define<&ProducerCore::PublishMany>(Value(), "publishMany");
