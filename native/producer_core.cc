@@ -33,6 +33,12 @@ uint64_t DeadlineAfter(double timeout_ms) {
   return gpr_monotonic_ns() + static_cast<uint64_t>(timeout_ms * 1e6);
 }
 
+// Whether headsUp() rings at all: only where a CPU is spare (see GiveHeadsUp).
+bool GivesEarlyHeadsUps() {
+  static const bool spare_cores = LoopParticipant::SpareCores();
+  return spare_cores;
+}
+
 // The ring's count of consumers asleep on a DATA doorbell, as JS sees it: a
 // publish gives its heads-up (headsUp()) before its own JS work, but only when
 // that count says someone sleeps, so a stream nobody sleeps on pays no call.
@@ -43,8 +49,7 @@ uint64_t DeadlineAfter(double timeout_ms) {
 // publish on a CPU just woken its coldest step (6-8 µs on a 2-core VM, 2 ms
 // asleep), before the native publish that gives the heads-up there.
 Napi::Uint32Array SleepersView(Napi::Env env, LentMappings &lent, const gpr_segment &seg) {
-  static const bool spare_cores = LoopParticipant::SpareCores();
-  if (!spare_cores) return Napi::Uint32Array::New(env, 1);
+  if (!GivesEarlyHeadsUps()) return Napi::Uint32Array::New(env, 1);
   size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   void *copy = mremap(seg.base, 0, page, MREMAP_MAYMOVE);
   if (copy == MAP_FAILED) {
@@ -428,8 +433,7 @@ ProducerCore::HeadsUpGiven ProducerCore::HeadsUp() {
 // Only where a CPU is spare: on 2 cores the consumer woke onto the CPU of the
 // producer still encoding, and waited for it (24 and 23 µs became 42 and 29).
 Napi::Value ProducerCore::GiveHeadsUp(const Napi::CallbackInfo &info) {
-  static const bool spare_cores = LoopParticipant::SpareCores();
-  if (!spare_cores) return info.Env().Undefined();
+  if (!GivesEarlyHeadsUps()) return info.Env().Undefined();
   early_ = HeadsUp();
   early_ns_ = gpr_monotonic_ns();
   return info.Env().Undefined();
