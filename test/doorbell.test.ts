@@ -14,10 +14,18 @@ import { Consumer, type Frame, GpuringError, Producer, type Ring } from '../lib/
 import { describeBatch } from '../lib/arrow/table-writer.js';
 import { absentBuffer } from '../lib/codec/description.js';
 import { cReport } from './helpers/c-consumer.js';
-import { child, cProgram, eventually, exitOf, nextLine, root, SPEC_ONLY, withRing } from './helpers/ring.js';
+import { child, cProgram, eventually, exitOf, nextLine, ringWords, root, SPEC_ONLY, withRing } from './helpers/ring.js';
 
 const NEVER_SWEEP = 600_000;
 const WAIT = { timeout: 20_000 };
+/**
+ * For the tests that failed in CI with a Node consumer child that stopped
+ * taking frames for 20-30 s: locally, under this file's own load (its tests
+ * run at once, each with child processes) on 2 cores, they took 15 and 33 s
+ * where alone they take 2 and 3, and then passed. explainedStall() says, should
+ * one fail again, whether the consumer still ran and what the ring words held.
+ */
+const CROWDED_WAIT = { timeout: 80_000 };
 
 /** `count` consecutive frame ids (in publication order, none missing), whatever the first. */
 const run = (ids: number[], count: number) => Array.from({ length: count }, (_, i) => ids[0]! + i);
@@ -400,6 +408,20 @@ const consumers: Record<string, (name: string, frames: number) => ChildProcess> 
 };
 
 /** A zero-row frame with no buffers, for prepare(). */
+/**
+ * `work`, failing with what the ring and consumer process `proc` looked like
+ * when it failed: whether the consumer still ran, who slept, and the slot words.
+ */
+async function explainedStall<T>(work: Promise<T>, ring: Ring, name: string, proc: ChildProcess): Promise<T> {
+  try {
+    return await work;
+  } catch (error) {
+    const exit = proc.exitCode ?? proc.signalCode ?? 'still running';
+    const people = ring.inspect().participants.map((p) => `${p.index} ${p.roles.join('+')} pid ${p.pid} ${p.state} alive ${p.alive} asleep [${p.asleep.join(',')}] leased ${p.leased} released ${p.released} published ${p.published}`);
+    throw new Error(`${(error as Error).message}\nconsumer process: ${exit}\nparticipants: ${people.join('; ')}\n${ringWords(name)}`, { cause: error });
+  }
+}
+
 const emptyFrame = () => describeBatch(new Table({ i: vectorFromArray([], new Int32()) }), { place: () => absentBuffer() });
 
 for (const [language, start] of Object.entries(consumers)) {
@@ -431,7 +453,7 @@ for (const [language, start] of Object.entries(consumers)) {
       const producer = spawn(cProgram('spec_producer', SPEC_ONLY), [name, '40', '3', '--doorbell'], { stdio: ['ignore', 'pipe', 'inherit'] });
       t.true(await eventually(() => ring.inspect().doorbells.space === 1), 'the spec-only producer declares itself asleep');
       const consumer = start(name, 40);
-      t.deepEqual(await nextLine(producer), { published: 40 });
+      t.deepEqual(await explainedStall(nextLine(producer), ring, name, consumer), { published: 40 });
       t.is((await exitOf(consumer)).code, 0);
       t.is((await exitOf(producer)).code, 0);
       t.is(ring.inspect().doorbells.space, 0);
@@ -464,11 +486,11 @@ test('publishMany() through a full ring while a consumer releases: every frame i
   // Releases of a batch's first frames are reported while its last ones still
   // wait for space; a frame tracked only once the whole batch was in would stay
   // "in flight" for ever, and drain() would never resolve.
-  await withRing('space-many', { slots: 8 }, async (_ring, name) => {
+  await withRing('space-many', { slots: 8 }, async (ring, name) => {
     const producer = Producer.open(name);
     const frame = producer.prepare(emptyFrame());
     const consumer = child('take-release', name, 400);
-    for (let i = 0; i < 400; i += 100) t.is((await frame.publishMany(100, WAIT)).length, 100);
+    for (let i = 0; i < 400; i += 100) t.is((await explainedStall(frame.publishMany(100, CROWDED_WAIT), ring, name, consumer)).length, 100);
     await Promise.race([producer.drain(), new Promise((_, reject) => setTimeout(() => reject(new Error(`drain() still waits; in flight: ${producer.inFlight}`)), 20_000))]);
     t.is(producer.inFlight, 0);
     t.is((await exitOf(consumer)).code, 0);

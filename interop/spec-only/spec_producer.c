@@ -19,7 +19,9 @@
 #include "spec_frame.h"
 
 #define REGIONS 8u
-#define TIMEOUT_MS 30000u
+/* Long: on a 2-core CI machine running a whole test file's processes at once,
+ * a consumer can be off the CPU for many seconds (a stall there is no bug). */
+#define TIMEOUT_MS 90000u
 
 /* Where each part of a frame lies in its region (offsets from the region start). */
 typedef struct plan {

@@ -1,6 +1,6 @@
 /** Names, rings and processes for tests. */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createInterface } from 'node:readline';
 import { join } from 'node:path';
@@ -38,6 +38,38 @@ function helper(script: string, role: string, args: (string | number)[], env?: N
     stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
     ...(env ? { env: { ...process.env, ...env } } : {}),
   });
+}
+
+/**
+ * The raw words of ring `name` that decide who takes what (SPEC.md §5, §6.1),
+ * read from its segment file: the head and tail hints, the redelivery word,
+ * each slot's (position, state, owner) and each entry's doorbell bits. For the
+ * message of a test whose ring stopped moving: inspect() says what stands, this
+ * says why no scan gets past it.
+ */
+export function ringWords(name: string): string {
+  const fd = openSync(`/dev/shm/gpuring.${name}`, 'r');
+  try {
+    const header = Buffer.alloc(72);
+    readSync(fd, header, 0, 72, 0);
+    const slots = header.readUInt32LE(32), capacity = header.readUInt32LE(40);
+    const at = (offset: bigint, bytes: number) => {
+      const b = Buffer.alloc(bytes);
+      readSync(fd, b, 0, bytes, Number(offset));
+      return b;
+    };
+    const control = at(header.readBigUInt64LE(48), 520);
+    const slotBytes = at(header.readBigUInt64LE(64), slots * 128);
+    const entries = at(header.readBigUInt64LE(56), capacity * 128);
+    const words = Array.from({ length: slots }, (_, i) => {
+      const w = slotBytes.readBigUInt64LE(i * 128);
+      return `${w >> 16n}:${'EWRCLX??'[Number((w >> 13n) & 7n)]}:${w & 0x1fffn}`;
+    });
+    const bells = Array.from({ length: capacity }, (_, i) => entries.readUInt32LE(i * 128 + 64)).map((b, i) => (b ? `${i}=${b}` : '')).filter(Boolean);
+    return `head ${control.readBigUInt64LE(128)} tail ${control.readBigUInt64LE(0)} redeliver ${control.readBigUInt64LE(512) >> 16n} doorbells data ${control.readUInt32LE(264)} space ${control.readUInt32LE(392)} [${bells.join(' ')}]; slots (pos:state:owner+1) ${words.join(' ')}`;
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** Runs test/helpers/child.ts ROLE ARGS in a new Node process. */
