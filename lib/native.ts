@@ -155,7 +155,7 @@ export type PreparedBody = { readonly __preparedBody: never };
 export interface NativeProducerCore {
   readonly index: number;
   readonly generation: number;
-  /** The ring's count of consumers asleep on a DATA doorbell (shared memory; 1 when it cannot be read): headsUp() is worth a call only when it is not 0. */
+  /** The ring's count of consumers asleep on a DATA doorbell (shared memory; 1 when it cannot be read, 0 always where headsUp() gives none: fewer than 4 CPUs): headsUp() is worth a call only when it is not 0. */
   readonly sleepers: Uint32Array;
   /** How many released frame ids takeReleased() would give now (the core's own cell): a publish takes them only when there are some. */
   readonly releasedCount: Float64Array;

@@ -1,5 +1,5 @@
 import { HANDLE_BYTES, Header } from './codec/layout.js';
-import { parseOptions, preparedPublishOptions, publishManyOptions } from './options.js';
+import { hostPublishOptions, parseOptions, preparedPublishOptions, publishManyOptions } from './options.js';
 import { native } from './native.js';
 import { callNative, GpuringError } from './errors.js';
 import type { DeviceStream } from './device-stream.js';
@@ -83,9 +83,11 @@ export class PreparedFrame {
     // Before anything else: a publish often runs on a CPU just woken from
     // sleep, where each step of JS here costs microseconds.
     this.#headsUp();
-    const o = parseOptions(preparedPublishOptions, options, 'publish() options');
     // The native publish copies the body before it returns, so the header can
     // be patched for every frame without a copy here.
+    const plain = this.#eventDevice < 0 ? hostPublishOptions(options) : undefined;
+    if (plain) return this.#send(this.#body, -1, plain.timeout, plain.tag);
+    const o = parseOptions(preparedPublishOptions, options, 'publish() options');
     return this.#send(this.#body, this.#orderAfter(o.stream), o.timeout, o.tag);
   }
 

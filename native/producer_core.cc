@@ -33,13 +33,23 @@ uint64_t DeadlineAfter(double timeout_ms) {
   return gpr_monotonic_ns() + static_cast<uint64_t>(timeout_ms * 1e6);
 }
 
+// Whether headsUp() rings at all: only where a CPU is spare (see GiveHeadsUp).
+bool GivesEarlyHeadsUps() {
+  static const bool spare_cores = LoopParticipant::SpareCores();
+  return spare_cores;
+}
+
 // The ring's count of consumers asleep on a DATA doorbell, as JS sees it: a
 // publish gives its heads-up (headsUp()) before its own JS work, but only when
 // that count says someone sleeps, so a stream nobody sleeps on pays no call.
 // A second mapping of the segment's first page (mremap with old size 0
 // duplicates a shared mapping), lent to JS: it reads 0 after close(). Without
-// one, the count reads 1: always ring.
+// one, the count reads 1: always ring. Where headsUp() gives none (fewer than
+// 4 CPUs, see GiveHeadsUp) it reads 0 always: the call would only cost a
+// publish on a CPU just woken its coldest step (6-8 µs on a 2-core VM, 2 ms
+// asleep), before the native publish that gives the heads-up there.
 Napi::Uint32Array SleepersView(Napi::Env env, LentMappings &lent, const gpr_segment &seg) {
+  if (!GivesEarlyHeadsUps()) return Napi::Uint32Array::New(env, 1);
   size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   void *copy = mremap(seg.base, 0, page, MREMAP_MAYMOVE);
   if (copy == MAP_FAILED) {
@@ -280,15 +290,14 @@ void ProducerState::Shutdown() {
 
 // ---------------------------------------------------------------------------
 
-// publish, publishPrepared, publishMany, publishStaged and takeReleased are
-// defined on each instance (DirectMethods).
+// headsUp, publish, publishPrepared, publishMany, publishStaged and
+// takeReleased are defined on each instance (DirectMethods).
 Napi::Function ProducerCore::Define(Napi::Env env) {
   return DefineClass(env, "ProducerCore",
                      {InstanceMethod<&ProducerCore::Allocate>("allocate"),
                       InstanceMethod<&ProducerCore::Free>("free"),
                       InstanceMethod<&ProducerCore::ArenaBuffer>("arenaBuffer"),
                       InstanceMethod<&ProducerCore::ArenaName>("arenaName"),
-                      InstanceMethod<&ProducerCore::GiveHeadsUp>("headsUp"),
                       InstanceMethod<&ProducerCore::Prepare>("prepare"),
                       InstanceMethod<&ProducerCore::OnRelease>("onRelease"),
                       InstanceMethod<&ProducerCore::Stats>("stats"),
@@ -326,6 +335,7 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
   Value().Set("sleepers", SleepersView(env, s.lent, s.seg));
   Value().Set("releasedCount", ReleasedCountView(env, s_));
   Value().Set("largestAllocation", Napi::Number::New(env, static_cast<double>(LargestAllocation())));
+  direct_.Define<&ProducerCore::GiveHeadsUp>(Value(), "headsUp");
   direct_.Define<&ProducerCore::Publish>(Value(), "publish");
   direct_.Define<&ProducerCore::PublishPrepared>(Value(), "publishPrepared");
   direct_.Define<&ProducerCore::PublishMany>(Value(), "publishMany");
@@ -423,8 +433,7 @@ ProducerCore::HeadsUpGiven ProducerCore::HeadsUp() {
 // Only where a CPU is spare: on 2 cores the consumer woke onto the CPU of the
 // producer still encoding, and waited for it (24 and 23 µs became 42 and 29).
 Napi::Value ProducerCore::GiveHeadsUp(const Napi::CallbackInfo &info) {
-  static const bool spare_cores = LoopParticipant::SpareCores();
-  if (!spare_cores) return info.Env().Undefined();
+  if (!GivesEarlyHeadsUps()) return info.Env().Undefined();
   early_ = HeadsUp();
   early_ns_ = gpr_monotonic_ns();
   return info.Env().Undefined();

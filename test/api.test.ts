@@ -9,6 +9,7 @@ import { absentBuffer, Consumer, ERROR_CODES, GpuringError, hostBuffer, Producer
 import { native } from '../lib/native.js';
 import { HANDLE_BYTES } from '../lib/codec/layout.js';
 import { encodeFrame } from '../lib/codec/encode.js';
+import { hostPublishOptions, preparedPublishOptions } from '../lib/options.js';
 import { root, uniqueName, withRing } from './helpers/ring.js';
 
 const frame = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
@@ -462,6 +463,38 @@ test('prepare(): a description validated and encoded once, published again and a
     t.is((await t.throwsAsync(prepared.publish({ device: 0 } as never), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
     producer.close();
     t.is((await t.throwsAsync(prepared.publish(), { instanceOf: GpuringError }))!.code, 'CLOSED');
+  });
+});
+
+test('a prepared publish reads { tag, timeout } by hand as zod would, and leaves every other shape to zod', (t) => {
+  const values: unknown[] = [undefined, {}, { tag: 0n }, { tag: 2n ** 64n - 1n, timeout: 0 }, { timeout: 5, tag: 3n }, { tag: undefined, stream: undefined }, Object.assign(Object.create(null), { tag: 9n }),
+    { tag: -1n }, { tag: 2n ** 64n }, { tag: 5 }, { timeout: -1 }, { timeout: Number.NaN }, { timeout: '5' }, { bogus: 1 }, { bogus: undefined }, { stream: 5n }, null, 7, 'tag', [1n]];
+  let handled = 0;
+  for (const value of values) {
+    const shown = String(JSON.stringify(value, (_k, v) => (typeof v === 'bigint' ? `${v}n` : v)));
+    const quick = hostPublishOptions(value);
+    if (quick === undefined) continue;
+    handled++;
+    const zod = preparedPublishOptions.safeParse(value ?? {});
+    t.true(zod.success, `zod accepts ${shown} too`);
+    if (zod.success) t.deepEqual({ timeout: quick.timeout, tag: quick.tag }, { timeout: zod.data.timeout, tag: zod.data.tag }, shown);
+  }
+  t.is(handled, 7, 'the seven good shapes take the hand path');
+});
+
+test('a prepared publish refuses bad options with INVALID_ARGUMENT and publishes nothing', async (t) => {
+  await withRing('prepared-opt', {}, async (ring, name) => {
+    using producer = Producer.open(name);
+    const prepared = producer.prepare({ rowCount: 0, metadata: null, columns: [], dictionaries: [], syncKind: 0, syncHandle: new Uint8Array(HANDLE_BYTES) });
+    for (const bad of [{ tag: -1n }, { tag: 2n ** 64n }, { tag: 5 }, { timeout: -1 }, { timeout: Number.NaN }, { bogus: 1 }, { stream: 5n }]) {
+      t.is((await t.throwsAsync(prepared.publish(bad as never), { instanceOf: GpuringError }))!.code, 'INVALID_ARGUMENT');
+    }
+    t.is(ring.inspect().participants.find((p) => p.index === producer.index)?.published, 0);
+    using consumer = Consumer.open(name);
+    await prepared.publish({ tag: 2n ** 64n - 1n, timeout: 0 });
+    const f = await consumer.next({ timeout: 5000 });
+    t.is(f.tag, 2n ** 64n - 1n);
+    f.release();
   });
 });
 
