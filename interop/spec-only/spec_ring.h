@@ -127,39 +127,46 @@ static inline uint64_t now_ns(clockid_t clock) {
 }
 
 /* ---- §4 process identity: /proc/PID/stat state (field 3) and start time (field 22) ---- */
+/* 0: read; -1: no such process (ENOENT, ESRCH); -2: cannot tell (any other failure). */
 static inline int proc_stat(uint32_t pid, char *state, uint64_t *start) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%u/stat", pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
+  if (fd < 0) return errno == ENOENT || errno == ESRCH ? -1 : -2;
   ssize_t n = read(fd, buf, sizeof buf - 1u);
+  int e = errno;
   close(fd);
-  if (n <= 0) return -1;
+  if (n == 0 || (n < 0 && e == ESRCH)) return -1;
+  if (n < 0) return -2;
   buf[n] = 0;
   char *p = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
-  if (!p || p[1] != ' ') return -1;
+  if (!p || p[1] != ' ') return -2;
   *state = p[2];
   p += 2;
   for (int field = 3; field < 22; field++) {
     p = strchr(p, ' ');
-    if (!p) return -1;
+    if (!p) return -2;
     p++;
   }
   *start = strtoull(p, NULL, 10);
   return 0;
 }
-/* The start time of a running process (not a zombie): 0, or -1. */
+/* The start time of a running process (not a zombie): 0, -1 (not running) or -2 (cannot tell). */
 static inline int running_start(uint32_t pid, uint64_t *start) {
   char st;
-  return pid != 0 && proc_stat(pid, &st, start) == 0 && st != 'Z' && st != 'X' ? 0 : -1;
+  if (pid == 0) return -1;
+  int rc = proc_stat(pid, &st, start);
+  return rc != 0 ? rc : st == 'Z' || st == 'X' ? -1 : 0;
 }
+/* Alive also while we cannot tell: a sweep must never free a live peer. */
 static inline int pid_running(uint32_t pid) {
   uint64_t start;
-  return running_start(pid, &start) == 0;
+  return running_start(pid, &start) != -1;
 }
 static inline int process_alive(uint32_t pid, uint64_t start_time) {
   uint64_t start;
-  return running_start(pid, &start) == 0 && start == start_time;
+  int rc = running_start(pid, &start);
+  return rc == -2 || (rc == 0 && start == start_time);
 }
 
 /* ---- §3.1 opening a segment ---- */
@@ -309,6 +316,8 @@ static inline uint64_t self_start_time(void) {
 static inline void repair_leftovers(const ring *r, uint32_t index); /* §4 attach, below */
 
 static inline int ring_attach(ring *r, uint32_t roles) {
+  uint64_t start = self_start_time();
+  if (start == 0) return spec_fail("SYSTEM"); /* recorded wrong, we would be swept while alive */
   for (uint32_t i = 0; i < r->capacity; i++) {
     uint64_t *state = w64(r, entry(r, i) + P_STATE);
     uint64_t w = __atomic_load_n(state, __ATOMIC_ACQUIRE);
@@ -316,7 +325,7 @@ static inline int ring_attach(ring *r, uint32_t roles) {
     uint32_t g = pw_gen(w) + 1u;
     if (!cas64(state, w, pword(g, (uint32_t)getpid(), P_ATTACHING))) continue;
     uint64_t e = entry(r, i);
-    *w64(r, e + P_START) = self_start_time();
+    *w64(r, e + P_START) = start;
     __atomic_store_n(w32(r, e + P_PID), (uint32_t)getpid(), __ATOMIC_RELEASE);
     *w32(r, e + P_ROLES) = roles;
     *w64(r, e + P_ATTACHED) = now_ns(CLOCK_REALTIME);
@@ -551,7 +560,8 @@ static inline uint64_t bc_settle_drop(const ring *r, uint32_t k, uint64_t c, uin
 static uint64_t proxy_me;
 static inline int proxy_alive(uint64_t v) {
   uint64_t start;
-  return running_start((uint32_t)(v >> 32), &start) == 0 && (uint32_t)start == (uint32_t)v;
+  int rc = running_start((uint32_t)(v >> 32), &start);
+  return rc == -2 || (rc == 0 && (uint32_t)start == (uint32_t)v);
 }
 static inline int proxy_take(const ring *r, uint32_t k) {
   if (!proxy_me) {

@@ -1,6 +1,7 @@
 /* Segment creation, validation of foreign/damaged segments, participants. */
 #include "gpuring.h"
 #include "check.h"
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 static char name[32];
@@ -100,6 +101,92 @@ static void test_process_identity(void) {
   gpr_proc_stat((uint32_t)child, &s, &cst);
   CHECK(!gpr_process_alive((uint32_t)child, cst)); /* a zombie is dead */
   waitpid(child, NULL, 0);
+}
+
+/* Fills the descriptor table (soft limit lowered to 64), so that the next
+ * open() fails with EMFILE; returns how many it opened into fds. */
+static int exhaust_descriptors(int *fds, int max, struct rlimit *saved) {
+  CHECK(getrlimit(RLIMIT_NOFILE, saved) == 0);
+  struct rlimit low = {64, saved->rlim_max};
+  CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  int n = 0;
+  while (n < max && (fds[n] = open("/dev/null", O_RDONLY)) >= 0) n++;
+  CHECK(n < max && errno == EMFILE);
+  return n;
+}
+
+static void restore_descriptors(int *fds, int n, const struct rlimit *saved) {
+  while (n > 0) close(fds[--n]);
+  CHECK(setrlimit(RLIMIT_NOFILE, saved) == 0);
+}
+
+/* A sweeper that cannot read /proc (here: at its descriptor limit) cannot tell
+ * a live peer from a dead one, and must not free it. Before, any failed open
+ * of /proc/PID/stat meant "dead": the sweep freed a live consumer's entry. */
+static void test_sweep_at_descriptor_limit(void) {
+  gpr_segment seg;
+  gpr_error err;
+  gpr_segment_options o = {8, 4, 0600, 0, 0, GPR_DELIVERY_EACH};
+  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
+  int ready[2];
+  CHECK(pipe(ready) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    gpr_segment mine;
+    uint32_t idx, g;
+    if (gpr_segment_join(&mine, name, 1000, GPR_ROLE_CONSUMER, &idx, &g, &err) != 0) _exit(1);
+    if (write(ready[1], "a", 1) != 1) _exit(2);
+    pause();
+    _exit(0);
+  }
+  char byte;
+  CHECK(read(ready[0], &byte, 1) == 1);
+  int fds[128], n;
+  struct rlimit saved;
+  n = exhaust_descriptors(fds, 128, &saved);
+  char state;
+  uint64_t started;
+  CHECK(gpr_proc_stat((uint32_t)child, &state, &started) == GPR_PROC_UNKNOWN);
+  CHECK(gpr_participant_alive(&seg, 0));
+  gpr_sweep_report rep;
+  CHECK(gpr_sweep(&seg, &rep, &err) == 0);
+  CHECK(rep.found_dead == 0);
+  CHECK(gpr_pstate(gpr_participant_word(&seg, 0)) == GPR_PARTICIPANT_ACTIVE);
+  restore_descriptors(fds, n, &saved);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  CHECK(gpr_proc_stat((uint32_t)child, &state, &started) == GPR_PROC_GONE);
+  CHECK(gpr_sweep(&seg, &rep, &err) == 0);
+  CHECK(rep.found_dead == 1);
+  close(ready[0]);
+  close(ready[1]);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, &err);
+}
+
+/* A process that cannot read its own start time must not attach: recorded
+ * wrong, it would be judged dead, and swept, while it runs. */
+static void test_attach_without_start_time(void) {
+  gpr_segment seg;
+  gpr_error err;
+  gpr_segment_options o = {8, 4, 0600, 0, 0, GPR_DELIVERY_EACH};
+  CHECK(gpr_segment_create(&seg, name, &o, &err) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    /* A forked child has its own start time: the parent's cached one is not it. */
+    int fds[128], n;
+    struct rlimit saved;
+    uint32_t idx, g;
+    n = exhaust_descriptors(fds, 128, &saved);
+    int rc = gpr_participant_attach(&seg, GPR_ROLE_CONSUMER, &idx, &g, &err);
+    restore_descriptors(fds, n, &saved);
+    _exit(rc == -(int)GPR_E_SYSTEM && err.code == GPR_E_SYSTEM && err.sys_errno == EMFILE ? 0 : 1);
+  }
+  int status;
+  CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (uint32_t i = 0; i < 4; i++) CHECK(gpr_pstate(gpr_participant_word(&seg, i)) == GPR_PARTICIPANT_FREE);
+  gpr_segment_close(&seg);
+  gpr_segment_unlink(name, &err);
 }
 
 static uint32_t dead_pid(void) {
@@ -290,6 +377,8 @@ int main(void) {
   test_damaged();
   test_process_identity();
   test_orphaned_transients();
+  test_sweep_at_descriptor_limit();
+  test_attach_without_start_time();
   test_one_freer();
   test_damage_found_by_window();
   test_foreign_owner();

@@ -165,10 +165,12 @@ GPR_INLINE uint64_t gpr_bc_proxy_self(gpr_segment *seg) {
 }
 
 /* Does proxy word `v` name a process that runs (its pid, not a zombie, with
- * that start time)? A proxy killed while acting leaves its word behind. */
+ * that start time), or one we cannot judge now? A proxy killed while acting
+ * leaves its word behind. */
 GPR_INLINE int gpr_bc_proxy_alive(uint64_t v) {
   uint64_t started;
-  return gpr_running_start_time((uint32_t)(v >> 32), &started) == 0 && (uint32_t)started == (uint32_t)v;
+  int rc = gpr_running_start_time((uint32_t)(v >> 32), &started);
+  return rc == GPR_PROC_UNKNOWN || (rc == GPR_PROC_RUNNING && (uint32_t)started == (uint32_t)v);
 }
 
 /* Takes entry `k`'s proxy word, which anyone but `k`'s occupant holds while it

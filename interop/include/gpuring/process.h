@@ -9,59 +9,84 @@ GPR_INLINE uint64_t gpr_now_ns(int clock) {
 
 GPR_INLINE uint64_t gpr_monotonic_ns(void) { return gpr_now_ns(CLOCK_MONOTONIC); }
 
+/* What /proc says of a pid. UNKNOWN is not GONE: a process at its descriptor
+ * limit (EMFILE), a full file table (ENFILE), a signal or no memory must never
+ * make a live peer look dead, for a sweeper frees a dead peer's entry, slots
+ * and memory. Only ENOENT or ESRCH (the pid is not in /proc) mean gone. */
+#define GPR_PROC_RUNNING 0
+#define GPR_PROC_GONE (-1)
+#define GPR_PROC_UNKNOWN (-2)
+
 /* Reads state and start time (field 22, clock ticks since boot) of a process
- * from /proc/PID/stat. Returns 0 on success, -1 if the process does not exist.
+ * from /proc/PID/stat: GPR_PROC_RUNNING (0), GPR_PROC_GONE, or
+ * GPR_PROC_UNKNOWN when /proc could not be read or parsed.
  * The pid alone is not an identity: pids are reused, start times are not. */
 GPR_INLINE int gpr_proc_stat(uint32_t pid, char *state, uint64_t *start_time) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%u/stat", pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
+  if (fd < 0) return errno == ENOENT || errno == ESRCH ? GPR_PROC_GONE : GPR_PROC_UNKNOWN;
   ssize_t n = read(fd, buf, sizeof buf - 1);
+  int read_errno = errno;
   close(fd);
-  if (n <= 0) return -1;
+  /* A process reaped after the open reads as ESRCH, or as nothing. */
+  if (n == 0 || (n < 0 && read_errno == ESRCH)) return GPR_PROC_GONE;
+  if (n < 0) return GPR_PROC_UNKNOWN;
   buf[n] = 0;
   /* comm may contain spaces and parentheses: fields resume after the last ')'. */
   char *p = strrchr(buf, ')');
-  if (!p || p[1] != ' ') return -1;
+  if (!p || p[1] != ' ') return GPR_PROC_UNKNOWN;
   p += 2;
   *state = *p;
   /* p is at field 3 (state); skip to field 22. */
   for (int field = 3; field < 22; field++) {
     p = strchr(p, ' ');
-    if (!p) return -1;
+    if (!p) return GPR_PROC_UNKNOWN;
     p++;
   }
   *start_time = strtoull(p, NULL, 10);
-  return 0;
+  return GPR_PROC_RUNNING;
 }
 
 /* The start time of process `pid` while it runs (exists and is not a zombie:
- * a killed child its parent has not reaped yet is dead to us). Returns 0 and
- * sets *start_time, or -1. */
+ * a killed child its parent has not reaped yet is dead to us). Returns
+ * GPR_PROC_RUNNING and sets *start_time, GPR_PROC_GONE or GPR_PROC_UNKNOWN. */
 GPR_INLINE int gpr_running_start_time(uint32_t pid, uint64_t *start_time) {
   char state;
-  if (pid == 0 || gpr_proc_stat(pid, &state, start_time) != 0) return -1;
-  return state == 'Z' || state == 'X' || state == 'x' ? -1 : 0;
+  if (pid == 0) return GPR_PROC_GONE;
+  int rc = gpr_proc_stat(pid, &state, start_time);
+  if (rc != GPR_PROC_RUNNING) return rc;
+  return state == 'Z' || state == 'X' || state == 'x' ? GPR_PROC_GONE : GPR_PROC_RUNNING;
 }
 
-/* A participant is alive while a process with its pid and start time runs. */
+/* A participant is alive while a process with its pid and start time runs,
+ * and while we cannot tell. */
 GPR_INLINE int gpr_process_alive(uint32_t pid, uint64_t start_time) {
   uint64_t started;
-  return gpr_running_start_time(pid, &started) == 0 && started == start_time;
+  int rc = gpr_running_start_time(pid, &started);
+  return rc == GPR_PROC_UNKNOWN || (rc == GPR_PROC_RUNNING && started == start_time);
 }
 
-/* Is some process `pid` running? For the transient participant states, whose
- * word names a pid but no start time. */
+/* Is some process `pid` running (or can we not tell)? For the transient
+ * participant states, whose word names a pid but no start time. */
 GPR_INLINE int gpr_pid_running(uint32_t pid) {
   uint64_t started;
-  return gpr_running_start_time(pid, &started) == 0;
+  return gpr_running_start_time(pid, &started) != GPR_PROC_GONE;
 }
 
+/* This process's start time, 0 if /proc cannot be read now. Cached per pid
+ * (a forked child reads its own): read once at attach, it is never lost to a
+ * later descriptor shortage. */
 GPR_INLINE uint64_t gpr_self_start_time(void) {
+  static int32_t cached_pid;
+  static uint64_t cached;
+  int32_t pid = (int32_t)getpid();
   char state;
-  uint64_t started = 0;
-  gpr_proc_stat((uint32_t)getpid(), &state, &started);
+  uint64_t started;
+  if (__atomic_load_n(&cached_pid, __ATOMIC_ACQUIRE) == pid) return __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (gpr_proc_stat((uint32_t)pid, &state, &started) != GPR_PROC_RUNNING) return 0;
+  __atomic_store_n(&cached, started, __ATOMIC_RELAXED);
+  __atomic_store_n(&cached_pid, pid, __ATOMIC_RELEASE);
   return started;
 }
 

@@ -498,6 +498,14 @@ GPR_INLINE void gpr_sweep_leftovers(gpr_segment *seg, uint32_t index, uint64_t a
  * and reclaim the entry. */
 GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t *index,
                                       uint32_t *gen, gpr_error *err) {
+  /* Our identity first: an entry recorded with a wrong start time would be
+   * judged dead, and swept, while we use it. */
+  uint64_t start_time = gpr_self_start_time();
+  if (start_time == 0)
+    return gpr_fail(err, GPR_E_SYSTEM, errno,
+                    "cannot read this process's start time from /proc/self/stat (%s), which identifies "
+                    "it to its peers; is /proc mounted, and is the process below its file descriptor limit?",
+                    strerror(errno));
   for (uint32_t i = 0; i < seg->participant_capacity; i++) {
     gpr_participant *p = &seg->participants[i];
     uint64_t w = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
@@ -509,7 +517,7 @@ GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t
       continue;
     /* start_time before pid: a sweeper that reads a non-zero pid (acquire) may
      * trust the start time beside it. */
-    p->start_time = gpr_self_start_time();
+    p->start_time = start_time;
     __atomic_store_n(&p->pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
     p->roles = roles;
     p->attached_unix_ns = gpr_now_ns(CLOCK_REALTIME);

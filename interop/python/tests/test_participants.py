@@ -1,6 +1,9 @@
 """Participant entries left half-way by a killed process, and the doorbell words
 (SPEC.md §4, §6.1), as the Python implementation handles them."""
+import errno
 import os
+import resource
+import signal
 
 import pyarrow as pa
 import pytest
@@ -9,7 +12,7 @@ from contextlib import closing, contextmanager
 from conftest import rewrite_entry
 from gpuring import Consumer, GpuringError, Producer, Ring
 from gpuring import layout as L
-from gpuring.process import self_start_time
+from gpuring.process import proc_stat, self_start_time
 from gpuring.recovery import SweepReport, _free, _mark, _sweep_corrupt, _sweep_owners, arena_path, sweep
 from gpuring.slot_consensus import consensus, still
 from gpuring.segment import Segment
@@ -50,6 +53,65 @@ def test_entries_left_attaching_or_freeing_by_a_dead_process_or_damaged_are_recl
         assert seg.attach(L.ROLE_CONSUMER) == (1, 8)
         assert seg.attach(L.ROLE_CONSUMER) == (2, 4)
         assert seg.attach(L.ROLE_CONSUMER) == (3, 10)
+
+
+@contextmanager
+def _descriptors_exhausted():
+    """The descriptor table full (soft limit lowered to 64): the next open() fails with EMFILE."""
+    saved = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, saved[1]))
+    held = []
+    try:
+        with pytest.raises(OSError) as full:
+            while True:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+        assert full.value.errno == errno.EMFILE
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, saved)
+
+
+def test_a_sweeper_that_cannot_read_proc_never_frees_a_live_peer(ring_name):
+    # Before, any failed open of /proc/PID/stat meant "dead": a sweeper at its
+    # descriptor limit freed a live consumer's entry.
+    with _segment(ring_name, 4) as seg:
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            Consumer.open(ring_name)
+            os.write(ready_w, b"a")
+            signal.pause()
+            os._exit(0)
+        assert os.read(ready_r, 1) == b"a"
+        try:
+            with _descriptors_exhausted():
+                with pytest.raises(OSError):
+                    proc_stat(pid)
+                assert sweep(seg).found_dead == 0
+                assert L.pword_state(seg.participant_word(0)) == L.P_ACTIVE
+        finally:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(ready_r)
+            os.close(ready_w)
+        assert proc_stat(pid) is None
+        assert sweep(seg).found_dead == 1
+
+
+def test_a_process_that_cannot_read_its_own_start_time_does_not_attach(ring_name):
+    with _segment(ring_name, 4) as seg:
+        pid = os.fork()
+        if pid == 0:  # a forked child has its own start time, not the parent's cached one
+            try:
+                with _descriptors_exhausted():
+                    seg.attach(L.ROLE_CONSUMER)
+            except GpuringError as e:
+                os._exit(0 if e.code == "SYSTEM" and e.errno == errno.EMFILE else 1)
+            os._exit(2)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert all(L.pword_state(seg.participant_word(i)) == L.P_FREE for i in range(4))
 
 
 def test_a_sweeper_that_loses_the_free_race_leaves_the_entry_alone(ring_name):

@@ -96,8 +96,11 @@ def _proxy_self(seg: Segment) -> int:
 
 
 def _proxy_alive(v: int) -> bool:
-    """Does proxy word ``v`` name a process that runs (pid, not a zombie, that start time)?"""
-    started = running_start_time(v >> 32)
+    """Does proxy word ``v`` name a process that runs (pid, not a zombie, that start time), or one we cannot judge?"""
+    try:
+        started = running_start_time(v >> 32)
+    except OSError:
+        return True  # cannot tell: never take a live proxy's word
     return started is not None and started & 0xFFFFFFFF == v & 0xFFFFFFFF
 
 

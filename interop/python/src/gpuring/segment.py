@@ -313,6 +313,12 @@ class Segment:
         """Claims a free participant entry; returns (index, generation). Identity
         is written while the entry is ATTACHING, so no sweeper judges it half-written."""
         mem = self.mem
+        try:
+            start_time = self_start_time()
+        except OSError as e:  # recorded wrong, we would be swept while alive
+            raise GpuringError("SYSTEM", f"cannot read this process's start time from /proc/self/stat "
+                               f"({e.strerror}), which identifies it to its peers; is /proc mounted, and is "
+                               "the process below its file descriptor limit?", e.errno) from None
         for i in range(self.participant_capacity):
             w = self.participant_word(i)
             if L.pword_state(w) != L.P_FREE:
@@ -321,7 +327,7 @@ class Segment:
             attaching = L.pword(gen, os.getpid(), L.P_ATTACHING)
             if not mem.cas64(self.participant(i), w, attaching):
                 continue
-            mem.store64(self.participant(i, "start_time"), self_start_time())
+            mem.store64(self.participant(i, "start_time"), start_time)
             mem.store32(self.participant(i, "pid"), os.getpid())
             mem.store32(self.participant(i, "roles"), roles)
             self._attached = (i, realtime_ns())
