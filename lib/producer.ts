@@ -503,7 +503,12 @@ export class Producer {
     }
   }
 
-  /** `'release'` fires with a frame id when that frame's memory is free again. */
+  /**
+   * `'release'` fires with a frame id when that frame's memory is free again,
+   * on the event loop, from whichever call or wake-up learnt of it. A listener
+   * that throws does not fail that call: its error becomes the process's
+   * uncaught exception. A listener may close() the producer.
+   */
   on(event: 'release', listener: (frameId: number) => void): this {
     releaseListener('on', event, listener);
     this.#events.on(event, listener);
@@ -574,9 +579,28 @@ export class Producer {
       this.#inFlight--;
       const owned = devices && this.#deviceFrames.get(id);
       if (owned) (this.#deviceFrames.delete(id), this.#freeDevice(owned));
-      this.#events.emit('release', id);
+      this.#emitRelease(id);
     }
     if (ids.length && this.#inFlight === 0) this.#events.emit('drained');
+  }
+
+  /**
+   * Calls each 'release' listener, as emit() would. A listener that throws
+   * must not keep the listeners after it, nor the frames after this one, from
+   * hearing of their releases, nor fail whichever call happened to reap them
+   * (a publish() that did publish): its error is thrown on the next tick, the
+   * process's uncaught exception, as Node does with errors nobody can catch.
+   */
+  #emitRelease(id: number): void {
+    for (const listener of this.#events.listeners('release') as ((frameId: number) => void)[]) {
+      try {
+        listener(id);
+      } catch (error) {
+        process.nextTick(() => {
+          throw error;
+        });
+      }
+    }
   }
 
   /**

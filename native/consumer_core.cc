@@ -318,11 +318,7 @@ ConsumerState::Blocked ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref
   // Node stops a worker (worker.terminate(), process.exit()) by making its JS
   // unable to run and waiting for its thread: a thread asleep here must notice
   // and return, so it looks every StopCheckMs() at most.
-  Napi::Object probe = Napi::Object::New(env);
-  auto stopping = [&] {
-    bool has = false;
-    return napi_has_named_property(env, probe, "x", &has) != napi_ok;
-  };
+  auto stopping = [&] { return !JsRuns(env); };
   bool rung = false;
   try {
     for (;;) {

@@ -70,7 +70,6 @@ struct ConsumerState : LoopParticipant {
   std::deque<Request> pending;
   uint64_t next_request = 1;
   std::optional<Napi::Error> held_error;  // a bad frame met after good ones in a batch
-  bool shut = false;
   // Optional JS functions a waiting request is settled through: received(record)
   // makes what the promise resolves to, failed(error) what it rejects with. The
   // caller then awaits the promise itself, one microtask after the wake-up

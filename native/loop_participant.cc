@@ -1,5 +1,8 @@
 #include "loop_participant.h"
 #include <sched.h>
+#include <exception>
+#include <string>
+#include "errors.h"
 
 namespace gpuring {
 
@@ -11,18 +14,37 @@ void LoopParticipant::StartBell(Napi::Env e, const char *resource, uint32_t tick
 }
 
 void LoopParticipant::Woken(const std::function<void(Napi::Env)> &serve) {
+  Napi::Env e(env);
   try {
-    Napi::Env e(env);
     Napi::HandleScope handles(e);
     // Node ignores a callback scope's resource object (the async context keeps
     // its own); Napi::CallbackScope would make a JS object for it per wake-up.
     napi_callback_scope opened = nullptr;
     if (napi_open_callback_scope(e, nullptr, *async, &opened) != napi_ok) return;
     Napi::CallbackScope scope(e, opened);
-    SweepIfDue();
-    serve(e);
+    try {
+      SweepIfDue();
+      serve(e);
+    } catch (const Napi::Error &thrown) {
+      Failed(e, thrown.Value());
+    } catch (const std::exception &failed) {
+      Failed(e, JsRuns(e) ? MakeError(e, GPR_E_SYSTEM, std::string("a wake-up failed: ") + failed.what()).Value()
+                          : Napi::Value());
+    }
   } catch (...) {
   }
+}
+
+void LoopParticipant::Failed(Napi::Env e, napi_value error) {
+  if (!JsRuns(e)) return;
+  if (!shut && bell) bell->Sleep(0);
+  if (error) napi_fatal_exception(e, error);
+}
+
+bool LoopParticipant::JsRuns(napi_env e) {
+  napi_value probe;
+  bool has = false;
+  return napi_create_object(e, &probe) == napi_ok && napi_has_named_property(e, probe, "x", &has) == napi_ok;
 }
 
 void LoopParticipant::SweepIfDue() {

@@ -27,6 +27,7 @@ struct LoopParticipant : Attachment {
   uint64_t last_sweep_ns = 0;
   uint64_t sweeps = 0;  // how many ticks swept: what a core does once per sweep keys on it
   bool exit_hooked = false;
+  bool shut = false;  // Shutdown() ran: no bell, no entry; a wake-up serves nothing more
   // What JS reads of the shared memory directly: taken back by close().
   LentMappings lent;
 
@@ -37,6 +38,10 @@ struct LoopParticipant : Attachment {
   // once. Nothing may escape a libuv callback: while Node tears the
   // environment down it still runs the loop once (before our cleanup hook stops
   // these handles), and then JS cannot be called; waits die with the process.
+  // Otherwise what `serve` throws (a 'release' listener's error) becomes the
+  // process's uncaught exception, as a throwing listener's does anywhere in
+  // Node, and the next turn of the loop serves again: the waits keep their
+  // wake-up.
   void Woken(const std::function<void(Napi::Env)> &serve);
   // Sweeps (and releases a subscriber's stray shares) when a tick has passed
   // since the last sweep. Wake-ups call it, and so does a poll that found
@@ -54,9 +59,12 @@ struct LoopParticipant : Attachment {
   // Whether this process may run on 4 or more CPUs, so that a core polling
   // or waking early leaves a CPU to the process it waits for.
   static bool SpareCores();
+  // Whether JS can run in `env` now: not while Node tears it down (or stops a worker).
+  static bool JsRuns(napi_env env);
 
  private:
   static void AtExit(void *participant);
+  void Failed(Napi::Env env, napi_value error);
 };
 
 }  // namespace gpuring

@@ -264,7 +264,7 @@ void ProducerState::OnWake() {
   Woken([this](Napi::Env e) {
     ReapOnWake();
     FlushReleases(e);
-    Service(e);
+    if (!shut) Service(e);  // a 'release' listener may have closed the producer
   });
 }
 

@@ -59,7 +59,6 @@ struct ProducerState : LoopParticipant {
   // cost them no system call and no wake-up of ours.
   bool prompt = false;
   uint32_t holds = 0;  // drains in progress: the watch keeps the process alive
-  bool shut = false;
   bool serves_descriptors = false;  // its descriptor channel is bound (DescriptorChannels)
 
   size_t Reap(bool full);

@@ -18,6 +18,12 @@
  *   subscribe NAME FRAMES         subscribes to a broadcast ring, says it is ready, takes FRAMES frames in
  *                                 batches, reports how many carried tags 0, 1, 2, ... in order
  *   subscribe-idle NAME           subscribes to a broadcast ring, says it is ready, takes nothing, waits to be killed
+ *   release-listener NAME MODE FRAMES publishes FRAMES small frames (10 s timeout each) through a 4-slot ring
+ *                                 with a 'release' listener that, with MODE throw, throws at the first release
+ *                                 (caught by an uncaughtException handler); with uncaught, the same with no
+ *                                 handler (an uncaughtExceptionMonitor says what it saw); with close, closes the
+ *                                 producer at the second release. Reports publishes, releases, the errors
+ *                                 seen (uncaught) and the code the publish failed with, if one did
  *   create NAME SLOTS             says it goes, creates ring NAME with SLOTS slots and 1024 entries (a segment
  *                                 large enough to take a few ms), says it made it, waits to be killed
  *   subscribe-slow NAME POLICY MS subscribes with onSlow POLICY, says it is ready, and for MS ms takes frames,
@@ -77,6 +83,27 @@ async function stressConsume(): Promise<void> {
   }
   say({ seen, bad });
   process.disconnect?.();
+}
+
+async function publishWithListener(mode: string, frames: number): Promise<void> {
+  const producer = Producer.open(name!);
+  const uncaught: string[] = [];
+  if (mode === 'throw') process.on('uncaughtException', (e) => uncaught.push(e.message));
+  if (mode === 'uncaught') process.on('uncaughtExceptionMonitor', (e) => say({ monitor: e.message }));
+  let published = 0, released = 0, failed: string | undefined;
+  producer.on('release', () => {
+    released++;
+    if (mode !== 'close' && released === 1) throw new Error('the release listener threw');
+    if (mode === 'close' && released === 2) producer.close();
+  });
+  try {
+    for (; published < frames; published++) await producer.publish(stressFrame(0, published), { timeout: 10_000 });
+    await producer.drain({ timeout: 10_000 });
+  } catch (e) {
+    failed = (e as GpuringError).code;
+  }
+  say({ published, released, uncaught, failed });
+  producer.close();
 }
 
 async function main(): Promise<void> {
@@ -222,6 +249,8 @@ async function main(): Promise<void> {
       setInterval(() => consumer.index, 1000);
       return;
     }
+    case 'release-listener':
+      return publishWithListener(args[0]!, Number(args[1]));
     default:
       throw new Error(`unknown role ${role}`);
   }
