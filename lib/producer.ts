@@ -592,6 +592,7 @@ export class Producer {
    * process's uncaught exception, as Node does with errors nobody can catch.
    */
   #emitRelease(id: number): void {
+    if (this.#events.listenerCount('release') === 0) return; // most reaps: no array copied
     for (const listener of this.#events.listeners('release') as ((frameId: number) => void)[]) {
       try {
         listener(id);
