@@ -11,23 +11,22 @@ import test from 'ava';
 import { Consumer, GpuringError, Producer, type Ring } from '../lib/index.js';
 import { emptyFrame } from './helpers/empty-frame.js';
 import { withRing } from './helpers/ring.js';
+import { CONTROL, ENTRY, HEADER, SLOT, segmentGeometry } from './helpers/segment-layout.js';
 
 const SLOTS = 8;
-const ENTRY_BYTES = 128;
-const SLOT_BYTES = 128;
 const READY = 2n;
 const CLAIMED = 3n;
-const CURSOR = 80;
-const SUBSCRIBERS = 576;
-const SUBSCRIPTION = 104; // u32, in the low half of the u64 read at its offset
+const CURSOR = ENTRY.cursor;
+const SUBSCRIBERS = CONTROL.subscribers;
+const SUBSCRIPTION = ENTRY.subscription; // u32, in the low half of the u64 read at its offset
 const SEQ_MASK = (1n << 48n) - 1n;
 
 /** Reads and writes u64 words of ring `name`'s segment file, as another process could. */
 function segmentWords(name: string) {
   const path = `/dev/shm/gpuring.${name}`;
-  const header = Buffer.alloc(256);
+  const header = Buffer.alloc(HEADER.size);
   const fd = openSync(path, 'r');
-  readSync(fd, header, 0, 256, 0);
+  readSync(fd, header, 0, HEADER.size, 0);
   closeSync(fd);
   const read = (at: number): bigint => {
     const b = Buffer.alloc(8);
@@ -43,8 +42,8 @@ function segmentWords(name: string) {
     writeSync(f, b, 0, 8, at);
     closeSync(f);
   };
-  const slots = Number(header.readBigUInt64LE(64));
-  return { read, write, control: Number(header.readBigUInt64LE(48)), entry: (i: number) => Number(header.readBigUInt64LE(56)) + ENTRY_BYTES * i, slot: (i: number) => slots + SLOT_BYTES * i };
+  const g = segmentGeometry(header);
+  return { read, write, control: g.control, entry: (i: number) => g.participants + ENTRY.size * i, slot: (i: number) => g.slots + SLOT.size * i };
 }
 
 /** Publishes `count` tagged frames from `from`, and has `consumer` take them in order. */
@@ -130,7 +129,7 @@ test("a share set again after its subscriber released the frame is released by t
     const words = segmentWords(name);
     const ready = Array.from({ length: SLOTS }, (_, i) => i).find((i) => ((words.read(words.slot(i)) >> 13n) & 7n) === READY)!;
     first.release();
-    const pending = words.slot(ready) + 8;
+    const pending = words.slot(ready) + SLOT.pending;
     words.write(pending, words.read(pending) | (1n << BigInt(victim.index))); // the stray share
     kept.release();
     // The ring fills behind it: each frame read by both, the stray one by nobody.
@@ -146,7 +145,7 @@ test("a share set again after its subscriber released the frame is released by t
     t.is(mine.tag, BigInt(SLOTS));
     // Held across its next sweeps, the frame keeps the victim's share.
     await t.throwsAsync(victim.next({ timeout: 700 }), { code: 'TIMEOUT' } as never);
-    const carries = (i: number) => ((words.read(words.slot(i)) >> 13n) & 7n) === READY && (words.read(words.slot(i) + 8) & (1n << BigInt(victim.index))) !== 0n;
+    const carries = (i: number) => ((words.read(words.slot(i)) >> 13n) & 7n) === READY && (words.read(words.slot(i) + SLOT.pending) & (1n << BigInt(victim.index))) !== 0n;
     t.is(Array.from({ length: SLOTS }, (_, i) => i).filter(carries).length, 1, 'the frame the victim holds, and only it, still carries its share');
     mine.release();
     (await other.next({ timeout: 5000 })).release();

@@ -22,6 +22,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import test from 'ava';
 import { exitOf, root, withRing } from './helpers/ring.js';
+import { ENTRY, HEADER, segmentGeometry } from './helpers/segment-layout.js';
 
 const SEED = Number(process.env.GPURING_DAMAGE_SEED ?? 20261127);
 const SETTLE_MS = 1500;
@@ -29,8 +30,6 @@ const SETTLE_MS = 1500;
 const RESTART_MS = 1500;
 const DAMAGE_MS = 4000;
 const RECOVER_MS = 5000;
-const HEADER_BYTES = 256;
-const ENTRY_BYTES = 128;
 /** The entries the participants and their reopened successors take: writes into the rest would hit nobody. */
 const DAMAGED_ENTRIES = 8;
 /** Where small frames lie in an arena: its header and the first bodies and buffers. */
@@ -52,11 +51,11 @@ function participant(role: string, name: string, ms: number): { proc: ChildProce
 
 /** The control block and the slots: [offset, end) pairs read from the header (SPEC.md §3). */
 function regions(fd: number): [number, number][] {
-  const h = Buffer.alloc(HEADER_BYTES);
-  readSync(fd, h, 0, HEADER_BYTES, 0);
-  const control = Number(h.readBigUInt64LE(48)), participants = Number(h.readBigUInt64LE(56)), slots = Number(h.readBigUInt64LE(64));
-  const entries = participants + ENTRY_BYTES * Math.min(DAMAGED_ENTRIES, h.readUInt32LE(40));
-  return [[control, participants], [slots, slots + h.readUInt32LE(32) * h.readUInt32LE(36)], [participants, entries]];
+  const h = Buffer.alloc(HEADER.size);
+  readSync(fd, h, 0, HEADER.size, 0);
+  const g = segmentGeometry(h);
+  const entries = g.participants + ENTRY.size * Math.min(DAMAGED_ENTRIES, g.capacity);
+  return [[g.control, g.participants], [g.slots, g.slots + g.slotCount * g.slotSize], [g.participants, entries]];
 }
 
 /** `bytes` into the first ARENA_BYTES of one of the ring's arenas: headers, frame bodies, column buffers. */

@@ -6,6 +6,7 @@ import { createInterface } from 'node:readline';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Consumer, Ring, type CreateOptions } from '../../lib/index.js';
+import { CONTROL, ENTRY, HEADER, SLOT, segmentGeometry } from './segment-layout.js';
 
 export const root = fileURLToPath(new URL('../..', import.meta.url));
 let counter = 0;
@@ -50,23 +51,21 @@ function helper(script: string, role: string, args: (string | number)[], env?: N
 export function ringWords(name: string): string {
   const fd = openSync(`/dev/shm/gpuring.${name}`, 'r');
   try {
-    const header = Buffer.alloc(72);
-    readSync(fd, header, 0, 72, 0);
-    const slots = header.readUInt32LE(32), capacity = header.readUInt32LE(40);
-    const at = (offset: bigint, bytes: number) => {
+    const at = (offset: number, bytes: number) => {
       const b = Buffer.alloc(bytes);
-      readSync(fd, b, 0, bytes, Number(offset));
+      readSync(fd, b, 0, bytes, offset);
       return b;
     };
-    const control = at(header.readBigUInt64LE(48), 520);
-    const slotBytes = at(header.readBigUInt64LE(64), slots * 128);
-    const entries = at(header.readBigUInt64LE(56), capacity * 128);
-    const words = Array.from({ length: slots }, (_, i) => {
-      const w = slotBytes.readBigUInt64LE(i * 128);
+    const g = segmentGeometry(at(0, HEADER.size));
+    const control = at(g.control, CONTROL.size);
+    const slotBytes = at(g.slots, g.slotCount * SLOT.size);
+    const entries = at(g.participants, g.capacity * ENTRY.size);
+    const words = Array.from({ length: g.slotCount }, (_, i) => {
+      const w = slotBytes.readBigUInt64LE(i * SLOT.size + SLOT.word);
       return `${w >> 16n}:${'EWRCLX??'[Number((w >> 13n) & 7n)]}:${w & 0x1fffn}`;
     });
-    const bells = Array.from({ length: capacity }, (_, i) => entries.readUInt32LE(i * 128 + 64)).map((b, i) => (b ? `${i}=${b}` : '')).filter(Boolean);
-    return `head ${control.readBigUInt64LE(128)} tail ${control.readBigUInt64LE(0)} redeliver ${control.readBigUInt64LE(512) >> 16n} doorbells data ${control.readUInt32LE(264)} space ${control.readUInt32LE(392)} [${bells.join(' ')}]; slots (pos:state:owner+1) ${words.join(' ')}`;
+    const bells = Array.from({ length: g.capacity }, (_, i) => entries.readUInt32LE(i * ENTRY.size + ENTRY.doorbell)).map((b, i) => (b ? `${i}=${b}` : '')).filter(Boolean);
+    return `head ${control.readBigUInt64LE(CONTROL.head)} tail ${control.readBigUInt64LE(CONTROL.tail)} redeliver ${control.readBigUInt64LE(CONTROL.redeliver) >> 16n} doorbells data ${control.readUInt32LE(CONTROL.data_doorbells)} space ${control.readUInt32LE(CONTROL.space_doorbells)} [${bells.join(' ')}]; slots (pos:state:owner+1) ${words.join(' ')}`;
   } finally {
     closeSync(fd);
   }
