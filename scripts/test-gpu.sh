@@ -6,6 +6,6 @@
 cd "$(dirname "$0")/.."
 npx ava --config ava.gpu.config.js "$@"; ts=$?
 if [[ $# -eq 0 ]]; then npx ava --config ava.gpu-alone.config.js || ts=1; fi
-python3 -m pytest -rs -p no:cacheprovider interop/python/tests/test_gpu.py; py=$?
+python3 -m pytest -rsfE -p no:cacheprovider interop/python/tests/test_gpu.py; py=$?
 [[ $py -eq 5 ]] && py=0  # pytest: nothing collected (no CuPy here) is not a failure
 exit $((ts || py))
