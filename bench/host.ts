@@ -33,7 +33,8 @@
  *     and the same consumer fed by that C sender publishing with
  *     gpr_producer_publish, to tell the consumer's part from the Node producer's;
  *     and the same consumer blocked in nextSync(), its thread asleep on the
- *     doorbell itself (no event loop between the wake-up and the caller)
+ *     doorbell itself (no event loop between the wake-up and the caller),
+ *     and in `for await` over the consumer (next() with the iterator's promises)
  *  6. fan-out: a broadcast ring to 1, 2, 4, 8 subscriber processes against the
  *     same frame published once per consumer into work-queue rings
  *     (bench/fan-out.ts): throughput and p50/p99 latency
@@ -50,7 +51,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { tableFromIPC } from 'apache-arrow';
-import { Consumer } from '../dist/index.js';
+import { Consumer, type Frame } from '../dist/index.js';
 import { withRing } from '../test/helpers/ring.js';
 import { collectGarbage, compare, LATENCY_WARMUP, median, microsSince, percentile, report, type BenchRecord } from './harness.js';
 import { fanOutRecords } from './fan-out.js';
@@ -178,14 +179,18 @@ function sleepingProducer(producer: 'node' | 'c', name: string, frames: number, 
 }
 
 /**
- * A consumer asleep in next() (or, with `blocked`, in nextSync(), its thread
- * asleep on its doorbell word, a futex), a prepared frame every `gapUs` from a Node
- * (or C) producer: each hop's time, µs.
+ * How the sleeping consumer waits: in next(), in `for await` over the consumer
+ * (what the README shows), or in nextSync() (its thread asleep on its doorbell
+ * word, a futex).
  */
-async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: 'node' | 'c' = 'node', blocked = false) {
+type SleepingWait = 'next' | 'iterate' | 'sync';
+
+/** A consumer asleep as `wait` says, a prepared frame every `gapUs` from a Node (or C) producer: each hop's time, µs. */
+async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: 'node' | 'c' = 'node', wait: SleepingWait = 'next') {
   collectGarbage();
   return withRing('bench-sleep', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
+    const frames = consumer[Symbol.asyncIterator]();
     const producer = sleepingProducer(from, name, n + LATENCY_WARMUP, gapUs, pacing);
     const out: Buffer[] = [];
     producer.stdout!.on('data', (d: Buffer) => out.push(d));
@@ -202,7 +207,10 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: '
     });
     gc.observe({ entryTypes: ['gc'] });
     for (; timed < n; timed++) {
-      const f = blocked ? consumer.nextSync({ timeout: 30_000 }) : await consumer.next({ timeout: 30_000 });
+      // Inline, not a helper: an async helper would add its own microtasks to what is timed.
+      const f = wait === 'sync' ? consumer.nextSync({ timeout: 30_000 })
+        : wait === 'next' ? await consumer.next({ timeout: 30_000 })
+        : ((await frames.next()).value as Frame);
       const js = process.hrtime.bigint();
       f.toTable();
       const done = process.hrtime.bigint();
@@ -216,6 +224,7 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: '
       f.release();
     }
     gc.disconnect();
+    await frames.return?.();
     consumer.close();
     await exited(producer);
     const publish = from === 'node' ? (JSON.parse(Buffer.concat(out).toString()) as number[]).slice(LATENCY_WARMUP) : [];
@@ -240,12 +249,18 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
   const fromC = await sleepingHandOff(n, gapUs, pacing, 'c');
   records.push(compare(`  the same, frames from a C producer (gpr_producer_publish, paced as the floor's sender; ${gap})`, 'p50', 'µs', percentile(fromC.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
   // The same consumer with its thread blocked: the wake-up reaches it without the event loop's callback, promise and microtask.
-  const blocked = await sleepingHandOff(n, gapUs, pacing, 'node', true);
+  const blocked = await sleepingHandOff(n, gapUs, pacing, 'node', 'sync');
   const blockedName = `  the same, consumer blocked in nextSync() (its thread asleep on its doorbell word, a futex; ${gap})`;
   records.push(compare(blockedName, 'p50', 'µs', percentile(blocked.total, 50), `C one-wake floor on an eventfd (epoll_wait; sender ${pacing} alike)`, eventfdFloor.p50, false));
   records.push(compare(blockedName, 'p50', 'µs', percentile(blocked.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
   records.push(compare(blockedName, 'p99.9', 'µs', percentile(blocked.total, 99.9), `JSON over a Unix socket, a line sent on the same clock (${gap})`, percentile(socket, 99.9), false));
   records.push(hop(`  hop: wake-up until nextSync() returns (claim, copy, Frame, ${gap})`, blocked.receive));
+  // The README's loop: the async iterator's own promises come on top of next()'s.
+  const iterated = await sleepingHandOff(n, gapUs, pacing, 'node', 'iterate');
+  const iteratedName = `  the same, consumer in \`for await (const frame of consumer)\` (${gap})`;
+  records.push(compare(iteratedName, 'p50', 'µs', percentile(iterated.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
+  records.push(compare(iteratedName, 'p50', 'µs', percentile(iterated.total, 50), 'next() in the same run', percentile(hops.total, 50), false));
+  records.push(hop(`  hop: wake-up until the loop's body runs (claim, copy, Frame, promises, ${gap})`, iterated.receive));
   records.push(hop(`  hop: publish call until it returns (the frame went into the ring before it, and any yield to the consumer it woke, ${gap})`, hops.publish));
   records.push(hop(`  hop: publish call until the consumer's event loop wakes (publish + doorbell + wake-up, ${gap})`, hops.wake));
   records.push(hop(`  hop: wake-up until next() resolves in JS (claim, copy, Frame, promise, ${gap})`, hops.receive));

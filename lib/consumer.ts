@@ -5,6 +5,7 @@ import { warmUpReceivePath } from './code-warm-up.js';
 import { FrameLayouts } from './arrow/frame-layout.js';
 import { LeakWatch } from './leak-watch.js';
 import { neverDelivered, SpareFrame } from './spare-frame.js';
+import { ConsumerFrames } from './consumer-frames.js';
 import { callNative, fromNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
 import { batchOptions, consumerOptions, nextOptions, onSlowPolicy, openFlags, parseOptions, parseSegmentName, syncBatchOptions, syncNextOptions, toNativeTimeout } from './options.js';
@@ -101,6 +102,8 @@ export class Consumer implements AsyncIterable<Frame> {
   /** What a sleeping wait() resolves to when its record lands where expected. */
   readonly #spare: SpareFrame;
   #closed = false;
+  /** The last `for await` loop's number (ConsumerFrames): the core ends its waits by it. */
+  #iterations = 0;
 
   private constructor(name: string, core: NativeConsumerCore, received: (record: ReceivedRecord) => Frame) {
     this.name = name;
@@ -227,11 +230,14 @@ export class Consumer implements AsyncIterable<Frame> {
     return this.#wait(o)[1] as Promise<Frame>;
   }
 
-  /** A native wait (request id, promise), offered the spare Frame (SpareFrame). */
-  #wait(o: NextParsed): [number, Promise<unknown>] {
+  /** A native wait (request id, promise), offered the spare Frame (SpareFrame); `iteration`: see ConsumerFrames. */
+  #wait(o: NextParsed, iteration = 0): [number, Promise<unknown>] {
     const spare = this.#spare.forWait();
     const timeout = toNativeTimeout(o.timeout);
-    return callNative(() => (spare ? this.#core.wait(timeout, ...spare) : this.#core.wait(timeout)));
+    if (!spare) return callNative(() => this.#core.wait(timeout, iteration));
+    // A loop's wait settles with this result when its frame lands in the spare: made now, not after the wake-up.
+    const result = iteration ? { value: spare[0], done: false } : undefined;
+    return callNative(() => this.#core.wait(timeout, iteration, ...spare, result));
   }
 
   async #nextAbortable(o: NextParsed, signal: AbortSignal): Promise<Frame> {
@@ -301,32 +307,26 @@ export class Consumer implements AsyncIterable<Frame> {
   }
 
   /**
-   * Frames until the consumer closes. Release each frame when done with it.
-   * Frames are taken in batches (one native call per wake-up); those not yet
-   * yielded when the loop stops (`break`, `return`, a throw) go back to the
-   * ring for any consumer, never lost and never seen twice.
+   * Frames until the consumer closes, in the consumer's order. Release each
+   * frame when done with it. A sleeping loop gets the frame that woke it at
+   * once; the frames ready behind it are then taken in one native call, when
+   * the loop asks for the next. Those not yet yielded when the loop stops
+   * (`break`, `return`, a throw) go back to the ring for any consumer, never
+   * lost and never seen twice. The loop ends when the consumer closes; any
+   * other error (DETACHED, FRAMES_MISSED, a damaged frame) is thrown out of it.
    */
-  async *[Symbol.asyncIterator](): AsyncIterator<Frame> {
-    let batch: Frame[] = [];
-    let at = 0;
-    try {
-      while (!this.#closed) {
-        if (at === batch.length) {
-          try {
-            batch = await this.nextBatch();
-          } catch (error) {
-            if (error instanceof GpuringError && error.code === 'CLOSED') return;
-            throw error;
-          }
-          at = 0;
-        }
-        yield batch[at++]!;
-      }
-    } finally {
-      // Last first: a broadcast subscriber hands a frame back by moving its
-      // cursor back over it, which works only from the newest taken down.
-      for (let i = batch.length - 1; i >= at; i--) batch[i]!.handBack();
-    }
+  [Symbol.asyncIterator](): AsyncIterableIterator<Frame> {
+    const o = parseOptions(batchOptions, undefined, 'iteration options');
+    const iteration = (this.#iterations = (this.#iterations % 0xffffffff) + 1);
+    return new ConsumerFrames(
+      {
+        closed: () => this.#closed,
+        takeReady: (max) => this.#takeReady(max),
+        wait: () => this.#wait(o, iteration)[1] as Promise<IteratorResult<Frame>>,
+        stopWaits: () => this.#closed || this.#core.cancelIteration(iteration),
+      },
+      o.max,
+    );
   }
 
   /**

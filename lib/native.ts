@@ -238,12 +238,19 @@ export interface NativeConsumerCore {
    * constructor); or `spare`, a Frame over offset `at` of the chunk last handed
    * over, when the record is written there (see recordCursor), with its pos
    * written to element `cell` of the array given to spareCells(). tryNext()
-   * hands the spare over alike.
+   * hands the spare over alike. A non-zero `iteration` makes it the wait of a
+   * `for await` loop (lib/consumer-frames.ts): the promise settles as an
+   * iterator result instead, `{ value, done: false }`, or `{ done: true }`
+   * where it would reject with CLOSED or ABORTED; `spareResult`, made by JS
+   * as `{ value: spare, done: false }`, is what it settles with when the
+   * record lands in the spare.
    */
-  wait(timeoutMs: number, spare?: object, at?: number, cell?: number): [number, Promise<unknown>];
+  wait(timeoutMs: number, iteration: number, spare?: object, at?: number, cell?: number, spareResult?: object): [number, Promise<unknown>];
   /** Where spares' pos go from now on (lib/spare-frame.ts); a spare whose cell lies beyond it is not handed over. */
   spareCells(cells: Float64Array): void;
   cancel(request: number): void;
+  /** Ends every wait of that `for await` loop: each resolves `{ done: true }`. */
+  cancelIteration(iteration: number): void;
   /** CLOCK_MONOTONIC ns of the last wake-up of the event loop for this consumer (doorbell or timer); 0n before the first. */
   wokenAt(): bigint;
   /** Ends the lease; true when a space notification is now owed (work-queue rings): call notifySpace() once this job's releases are done. */

@@ -15,6 +15,7 @@ namespace gpuring {
 // Records are bump-allocated in RecordChunks: the result is the record's
 // offset in the chunk JS holds, or a new chunk (the record at its start).
 Napi::Value ConsumerState::Receive(Napi::Env env, uint64_t pos, const gpr_frame_ref &ref) {
+  spare_result_taken.Reset();
   gpr_error err{};
   const uint8_t *body = nullptr;
   if (!bodies->Locate(ref, &body, &err)) {
@@ -37,7 +38,8 @@ Napi::Value ConsumerState::Receive(Napi::Env env, uint64_t pos, const gpr_frame_
   return spare_frame.IsEmpty() ? Napi::Number::New(env, at) : spare_frame;
 }
 
-void ConsumerState::OfferSpare(Napi::Object frame, double at, uint32_t cell) {
+void ConsumerState::OfferSpare(Napi::Object frame, double at, uint32_t cell, Napi::Value result) {
+  spare_result.Reset();
   if (at != records.Used()) return;  // JS's view of the cursor is stale: no spare this time
   if (cell >= spare_cells_length) return;  // nowhere to say it was handed over: no spare
   Napi::Object held = spare.IsEmpty() ? Napi::Object() : spare.Value();  // empty if collected
@@ -49,6 +51,7 @@ void ConsumerState::OfferSpare(Napi::Object frame, double at, uint32_t cell) {
     spare_serial = records.Serial();
   }
   if (!spare_held) spare.Ref(), spare_held = true;
+  if (result.IsObject()) spare_result = Napi::Reference<Napi::Object>::New(result.As<Napi::Object>(), 1);
 }
 
 Napi::Value ConsumerState::TakeSpare(double at, uint64_t pos) {
@@ -56,6 +59,7 @@ Napi::Value ConsumerState::TakeSpare(double at, uint64_t pos) {
   Napi::Object frame = spare.Value();
   spare.Reset();
   spare_held = false;
+  spare_result_taken = std::move(spare_result);
   // Collected unused: JS makes the Frame. The bound guards the raw store (OfferSpare checked it).
   if (frame.IsEmpty() || spare_cell >= spare_cells_length) return Napi::Value();
   spare_cells_data[spare_cell] = static_cast<double>(pos);
@@ -82,6 +86,7 @@ void ConsumerState::StopWaiting() {
 
 void ConsumerState::HoldSpareWeakly() {
   if (spare_held) spare.Unref(), spare_held = false;
+  spare_result.Reset();
 }
 
 Napi::Value RecordChunks::Reserve(Napi::Env env, size_t bytes) {
@@ -269,15 +274,35 @@ namespace {
 Napi::Function Live(const Napi::FunctionReference &ref) {
   return ref.IsEmpty() ? Napi::Function() : ref.Value();
 }
+
+Napi::Object IterationResult(Napi::Env env, Napi::Value value, bool done) {
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("value", value);
+  result.Set("done", Napi::Boolean::New(env, done));
+  return result;
+}
+
+// What ends a loop quietly rather than throws out of it.
+bool EndsIteration(const Napi::Error &e) {
+  Napi::Value code = e.Value().Get("code");
+  if (!code.IsString()) return false;
+  std::string name = code.As<Napi::String>().Utf8Value();
+  return name == gpr_code_name(GPR_E_CLOSED) || name == gpr_code_name(GPR_E_ABORTED);
+}
 }  // namespace
 
 void ConsumerState::Resolve(Request &r, Napi::Value record) {
   Napi::Function make = Live(received);
   bool spare_frame = record.IsObject() && !record.IsArrayBuffer();  // made already (see spare)
-  r.deferred.Resolve(make.IsEmpty() || spare_frame ? record : make.Call({record}));
+  Napi::Value frame = make.IsEmpty() || spare_frame ? record : make.Call({record});
+  if (!r.iteration) return r.deferred.Resolve(frame);
+  Napi::Object made = spare_frame && !spare_result_taken.IsEmpty() ? spare_result_taken.Value() : Napi::Object();
+  spare_result_taken.Reset();
+  r.deferred.Resolve(made.IsEmpty() ? IterationResult(r.deferred.Env(), frame, false) : made);
 }
 
 void ConsumerState::Reject(Request &r, const Napi::Error &e) {
+  if (r.iteration && EndsIteration(e)) return r.deferred.Resolve(IterationResult(r.deferred.Env(), r.deferred.Env().Undefined(), true));
   Napi::Function make = Live(failed);
   if (make.IsEmpty()) return r.deferred.Reject(e.Value());
   try {
@@ -376,6 +401,8 @@ void ConsumerState::Shutdown() {
   NotifySpaceOwed();
   bell.reset();  // disarmed: nobody rings a participant that left
   spare.Reset();
+  spare_result.Reset();
+  spare_result_taken.Reset();
   spare_cells.Reset();
   spare_cells_data = nullptr;
   spare_cells_length = 0;
@@ -392,6 +419,7 @@ void ConsumerState::Shutdown() {
 Napi::Function ConsumerCore::Define(Napi::Env env) {
   return DefineClass(env, "ConsumerCore",
                      {InstanceMethod<&ConsumerCore::Cancel>("cancel"),
+                      InstanceMethod<&ConsumerCore::CancelIteration>("cancelIteration"),
                       InstanceMethod<&ConsumerCore::NotifySpace>("notifySpace"),
                       InstanceMethod<&ConsumerCore::ReleaseAfter>("releaseAfter"),
                       InstanceMethod<&ConsumerCore::HandBack>("handBack"),
@@ -615,11 +643,12 @@ Napi::Value ConsumerCore::Wait(const Napi::CallbackInfo &info) {
   RequireOpen(env);
   double timeout_ms = info[0].As<Napi::Number>().DoubleValue();
   uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : gpr_monotonic_ns() + static_cast<uint64_t>(timeout_ms * 1e6);
-  if (info.Length() > 3 && info[1].IsObject())
-    s_->OfferSpare(info[1].As<Napi::Object>(), info[2].As<Napi::Number>().DoubleValue(), info[3].As<Napi::Number>().Uint32Value());
+  uint32_t iteration = info[1].As<Napi::Number>().Uint32Value();
+  if (info.Length() > 4 && info[2].IsObject())
+    s_->OfferSpare(info[2].As<Napi::Object>(), info[3].As<Napi::Number>().DoubleValue(), info[4].As<Napi::Number>().Uint32Value(), info[5]);
   uint64_t id = s_->next_request++;
   auto deferred = Napi::Promise::Deferred::New(env);
-  s_->pending.push_back(ConsumerState::Request{id, deadline, deferred});
+  s_->pending.push_back(ConsumerState::Request{id, deadline, deferred, iteration});
   s_->Service(env);
   Napi::Array out = Napi::Array::New(env, 2);
   out.Set(0u, Napi::Number::New(env, static_cast<double>(id)));
@@ -638,6 +667,23 @@ Napi::Value ConsumerCore::Cancel(const Napi::CallbackInfo &info) {
       pending.erase(it);
       break;
     }
+  if (pending.empty() && s_->bell) s_->StopWaiting();
+  return env.Undefined();
+}
+
+// cancelIteration(iteration): ends every wait of that `for await` loop (it stopped): each resolves {done: true}.
+Napi::Value ConsumerCore::CancelIteration(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  uint32_t iteration = info[0].As<Napi::Number>().Uint32Value();
+  auto &pending = s_->pending;
+  for (auto it = pending.begin(); it != pending.end();) {
+    if (it->iteration != iteration) {
+      ++it;
+      continue;
+    }
+    s_->Reject(*it, MakeError(env, GPR_E_ABORTED, "the loop stopped"));
+    it = pending.erase(it);
+  }
   if (pending.empty() && s_->bell) s_->StopWaiting();
   return env.Undefined();
 }
