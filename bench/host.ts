@@ -190,7 +190,7 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: '
   collectGarbage();
   return withRing('bench-sleep', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const frames = consumer[Symbol.asyncIterator]();
+    const frames = wait === 'iterate' ? consumer[Symbol.asyncIterator]() : undefined;
     const producer = sleepingProducer(from, name, n + LATENCY_WARMUP, gapUs, pacing);
     const out: Buffer[] = [];
     producer.stdout!.on('data', (d: Buffer) => out.push(d));
@@ -210,7 +210,7 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: '
       // Inline, not a helper: an async helper would add its own microtasks to what is timed.
       const f = wait === 'sync' ? consumer.nextSync({ timeout: 30_000 })
         : wait === 'next' ? await consumer.next({ timeout: 30_000 })
-        : ((await frames.next()).value as Frame);
+        : ((await frames!.next()).value as Frame);
       const js = process.hrtime.bigint();
       f.toTable();
       const done = process.hrtime.bigint();
@@ -224,7 +224,7 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: '
       f.release();
     }
     gc.disconnect();
-    await frames.return?.();
+    await frames?.return?.();
     consumer.close();
     await exited(producer);
     const publish = from === 'node' ? (JSON.parse(Buffer.concat(out).toString()) as number[]).slice(LATENCY_WARMUP) : [];

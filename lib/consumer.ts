@@ -323,7 +323,9 @@ export class Consumer implements AsyncIterable<Frame> {
         closed: () => this.#closed,
         takeReady: (max) => this.#takeReady(max),
         wait: () => this.#wait(o, iteration)[1] as Promise<IteratorResult<Frame>>,
-        stopWaits: () => this.#closed || this.#core.cancelIteration(iteration),
+        stopWaits: () => {
+          if (!this.#closed) this.#core.cancelIteration(iteration);
+        },
       },
       o.max,
     );

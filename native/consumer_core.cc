@@ -301,6 +301,18 @@ void ConsumerState::Resolve(Request &r, Napi::Value record) {
   r.deferred.Resolve(made.IsEmpty() ? IterationResult(r.deferred.Env(), frame, false) : made);
 }
 
+void ConsumerState::Abort(Napi::Env env, const std::function<bool(const Request &)> &which, const char *why) {
+  for (auto it = pending.begin(); it != pending.end();) {
+    if (!which(*it)) {
+      ++it;
+      continue;
+    }
+    Reject(*it, MakeError(env, GPR_E_ABORTED, why));
+    it = pending.erase(it);
+  }
+  if (pending.empty() && bell) StopWaiting();
+}
+
 void ConsumerState::Reject(Request &r, const Napi::Error &e) {
   if (r.iteration && EndsIteration(e)) return r.deferred.Resolve(IterationResult(r.deferred.Env(), r.deferred.Env().Undefined(), true));
   Napi::Function make = Live(failed);
@@ -658,34 +670,16 @@ Napi::Value ConsumerCore::Wait(const Napi::CallbackInfo &info) {
 
 // cancel(requestId): rejects the request with ABORTED.
 Napi::Value ConsumerCore::Cancel(const Napi::CallbackInfo &info) {
-  Napi::Env env = info.Env();
   uint64_t id = static_cast<uint64_t>(info[0].As<Napi::Number>().DoubleValue());
-  auto &pending = s_->pending;
-  for (auto it = pending.begin(); it != pending.end(); ++it)
-    if (it->id == id) {
-      s_->Reject(*it, MakeError(env, GPR_E_ABORTED, "the wait for a frame was aborted"));
-      pending.erase(it);
-      break;
-    }
-  if (pending.empty() && s_->bell) s_->StopWaiting();
-  return env.Undefined();
+  s_->Abort(info.Env(), [id](const ConsumerState::Request &r) { return r.id == id; }, "the wait for a frame was aborted");
+  return info.Env().Undefined();
 }
 
 // cancelIteration(iteration): ends every wait of that `for await` loop (it stopped): each resolves {done: true}.
 Napi::Value ConsumerCore::CancelIteration(const Napi::CallbackInfo &info) {
-  Napi::Env env = info.Env();
   uint32_t iteration = info[0].As<Napi::Number>().Uint32Value();
-  auto &pending = s_->pending;
-  for (auto it = pending.begin(); it != pending.end();) {
-    if (it->iteration != iteration) {
-      ++it;
-      continue;
-    }
-    s_->Reject(*it, MakeError(env, GPR_E_ABORTED, "the loop stopped"));
-    it = pending.erase(it);
-  }
-  if (pending.empty() && s_->bell) s_->StopWaiting();
-  return env.Undefined();
+  s_->Abort(info.Env(), [iteration](const ConsumerState::Request &r) { return r.iteration == iteration; }, "the loop stopped");
+  return info.Env().Undefined();
 }
 
 // release(pos) -> whether JS must call notifySpace() at the end of its job:

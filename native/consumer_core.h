@@ -10,6 +10,7 @@
 #pragma once
 #include <napi.h>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -152,6 +153,8 @@ struct ConsumerState : LoopParticipant {
   void Service(Napi::Env env);
   void Resolve(Request &r, Napi::Value record);
   void Reject(Request &r, const Napi::Error &e);
+  // Rejects the waiting requests `which` picks with ABORTED (a loop's settle as done) and drops them.
+  void Abort(Napi::Env env, const std::function<bool(const Request &)> &which, const char *why);
   void OnWake();
   // What every wake-up does after its sweep (the bell rang or a tick passed):
   // collect finished stream releases, and once per sweep let go of dead
