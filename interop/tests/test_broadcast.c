@@ -289,14 +289,25 @@ static void test_oldest_adopts_a_publish_in_flight(const char *name) {
   gpr_slot *middle = gpr_slot_at(&p->seg, held[1]->pos), *last = gpr_slot_at(&p->seg, held[2]->pos);
   uint64_t ready = gpr_slot_load(middle), last_ready = gpr_slot_load(last);
   __atomic_store_n(&middle->word, gpr_slot_word(held[1]->pos, GPR_SLOT_WRITING, gpr_word_owner(ready)), __ATOMIC_SEQ_CST);
+  /* Forked ahead and started by a byte on a pipe as the join begins: a fork
+   * (slow under ThreadSanitizer on a loaded 2-core box) inside the join's
+   * 10 ms wait once made the publish complete after it. */
+  int go[2];
+  CHECK(pipe(go) == 0);
   pid_t finisher = fork();
   if (finisher == 0) {
+    char byte;
+    close(go[1]);
+    if (read(go[0], &byte, 1) != 1) _exit(1);
     usleep(2000);
     __atomic_store_n(&middle->word, ready, __ATOMIC_SEQ_CST); /* frame 81's publish completes */
     _exit(0);
   }
+  close(go[0]);
   gpr_consumer_options oldest_first = {0, GPR_ON_SLOW_BLOCK, 1};
   gpr_consumer *old = NULL;
+  CHECK(write(go[1], "g", 1) == 1);
+  close(go[1]);
   CHECK(gpr_consumer_open_with(name, &oldest_first, &old, &err) == 0);
   int status = 0;
   CHECK(waitpid(finisher, &status, 0) == finisher && WIFEXITED(status));
