@@ -368,15 +368,21 @@ def test_killed_sink_bridge_loses_nothing_and_repeats_at_most_the_frame_it_was_p
 
 
 def test_full_far_ring_holds_the_source_back(hosts, secret):
-    """Ring b has 4 slots and its consumer reads only after 4 s: the sink stops
+    """Ring b has 4 slots and its consumer reads only after 12 s: the sink stops
     publishing, the source stops at its window (64, all of ring a's slots), ring
     a fills and its producer waits, and inspect on host A shows the forwarding
-    bridge with those frames in flight. Then every frame arrives, none dropped."""
+    bridge with those frames in flight. Then every frame arrives, none dropped.
+    The window is looked for until 10 s have passed: on a loaded 2-core machine
+    the chain of processes took more than 2.5 s to fill it."""
     n = 400
-    s = Scenario(hosts, secret, n, "ids", slots=4, consumer_delay=4)
+    s = Scenario(hosts, secret, n, "ids", slots=4, consumer_delay=12)
     try:
-        time.sleep(2.5)
-        info = _inspect(hosts.a, "a")
+        deadline = time.monotonic() + 10
+        while True:
+            info = _inspect(hosts.a, "a")
+            if info["slotStates"]["CLAIMED"] == 64 or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
         bridge = [p for p in info["participants"] if "bridge" in p["roles"]]
         assert [p["roles"] for p in bridge] == [["consumer", "bridge"]]
         assert info["slotStates"]["CLAIMED"] == 64  # the window: sent, not acknowledged, held for a resend
