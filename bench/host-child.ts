@@ -2,11 +2,13 @@
  * The other process of the host benchmarks (bench/host.ts).
  *   gpuring NAME N GAP_MS     publishes N small frames one at a time, each tagged with its publish
  *                             time (CLOCK_MONOTONIC), waiting for its release (and GAP_MS) before the next
- *   prepared NAME N GAP_US PACING  publishes a prepared frame N times, GAP_US apart, each tagged with
- *                             the time publish was called; between frames the producer is `asleep`
- *                             (on a timer, or in a futex wait below 1 ms) or `busy` (spinning, as
- *                             one computing its next frame is); prints the times each publish
- *                             returned as one JSON line
+ *   prepared NAME N GAP_US PACING [MAKE_US [heads-up]]  publishes a prepared frame N times, GAP_US apart,
+ *                             each tagged with the time publish was called; between frames the producer
+ *                             is `asleep` (on a timer, or in a futex wait below 1 ms) or `busy` (spinning,
+ *                             as one computing its next frame is); prints the times each publish
+ *                             returned as one JSON line. With MAKE_US, each frame takes that long to
+ *                             "make" (spun) before its publish, and its tag is when making began;
+ *                             with `heads-up`, producer.headsUp() is called as it begins
  *   flood-prepared NAME N     publishes a prepared frame N times, 256 per publishMany(), as fast as
  *                             backpressure allows; prints {"seconds", "cpuUs"} from first publish to last release,
  *                             with its main thread's CPU time in µs (after WARMUP_FRAMES more, untimed, each released)
@@ -45,7 +47,7 @@ import { Float64, makeData, makeVector, Table, tableToIPC } from 'apache-arrow';
 import { Producer } from '../dist/index.js';
 import { emptyFrameDescription, nestedFrame, smallFrame, smallFrameDescription, toJson, WARMUP_FRAMES } from './frames.js';
 
-const [role, target, count, gap, pacing] = process.argv.slice(2);
+const [role, target, count, gap, pacing, makeUs, headsUp] = process.argv.slice(2);
 const n = Number(count);
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -80,9 +82,12 @@ async function prepared(): Promise<void> {
   const frame = producer.prepare(emptyFrameDescription());
   // Each publish call's µs, kept as numbers: BigInt stamps kept alive would lengthen this process's scavenges.
   const publishUs = new Float64Array(n);
+  const making = Number(makeUs ?? 0);
   for (let i = 0; i < n; i++) {
     await paceFor(Number(gap));
     const tag = process.hrtime.bigint();
+    if (headsUp === 'heads-up') producer.headsUp();
+    if (making) spinFor(making);
     await frame.publish({ tag });
     publishUs[i] = Number(process.hrtime.bigint() - tag) / 1000;
   }

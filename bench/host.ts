@@ -34,7 +34,9 @@
  *     gpr_producer_publish, to tell the consumer's part from the Node producer's;
  *     and the same consumer blocked in nextSync(), its thread asleep on the
  *     doorbell itself (no event loop between the wake-up and the caller),
- *     and in `for await` over the consumer (next() with the iterator's promises)
+ *     and in `for await` over the consumer (next() with the iterator's promises);
+ *     and frames that take 30 µs to make, timed from when making begins, with
+ *     producer.headsUp() then and without
  *  6. fan-out: a broadcast ring to 1, 2, 4, 8 subscriber processes against the
  *     same frame published once per consumer into work-queue rings
  *     (bench/fan-out.ts): throughput and p50/p99 latency
@@ -173,10 +175,18 @@ async function spinningRecords(n: number, gapUs: number): Promise<BenchRecord[]>
  * prints each publish call's µs), or with `c` the floor's C sender publishing
  * with gpr_producer_publish (bench/wake_floor.c, ring:NAME), paced alike.
  */
-function sleepingProducer(producer: 'node' | 'c', name: string, frames: number, gapUs: number, pacing: Pacing) {
+function sleepingProducer(producer: Source, name: string, frames: number, gapUs: number, pacing: Pacing) {
   if (producer === 'node') return child('prepared', name, frames, gapUs, pacing);
+  if (typeof producer === 'object') return child('prepared', name, frames, gapUs, pacing, producer.makeUs, producer.headsUp ? 'heads-up' : 'none');
   return spawn(cProgramBuilt('wake_floor'), [String(frames), String(gapUs), '0', pacing, `ring:${name}`], { stdio: ['ignore', 'pipe', 'inherit'] });
 }
+
+/**
+ * Who publishes the sleeping rows' frames: a Node producer, the C floor's
+ * sender, or a Node producer that spends `makeUs` making each frame before
+ * its publish (timed from when it begins), with or without a headsUp() then.
+ */
+type Source = 'node' | 'c' | { makeUs: number; headsUp: boolean };
 
 /**
  * How the sleeping consumer waits: in next(), in `for await` over the consumer
@@ -186,7 +196,7 @@ function sleepingProducer(producer: 'node' | 'c', name: string, frames: number, 
 type SleepingWait = 'next' | 'iterate' | 'sync';
 
 /** A consumer asleep as `wait` says, a prepared frame every `gapUs` from a Node (or C) producer: each hop's time, µs. */
-async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: 'node' | 'c' = 'node', wait: SleepingWait = 'next') {
+async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: Source = 'node', wait: SleepingWait = 'next') {
   collectGarbage();
   return withRing('bench-sleep', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
@@ -261,6 +271,7 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
   records.push(compare(iteratedName, 'p50', 'µs', percentile(iterated.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
   records.push(compare(iteratedName, 'p50', 'µs', percentile(iterated.total, 50), 'next() in the same run', percentile(hops.total, 50), false));
   records.push(hop(`  hop: wake-up until the loop's body runs (claim, copy, Frame, promises, ${gap})`, iterated.receive));
+  records.push(...(await madeRecords(n, gapUs, pacing, gap)));
   records.push(hop(`  hop: publish call until it returns (the frame went into the ring before it, and any yield to the consumer it woke, ${gap})`, hops.publish));
   records.push(hop(`  hop: publish call until the consumer's event loop wakes (publish + doorbell + wake-up, ${gap})`, hops.wake));
   records.push(hop(`  hop: wake-up until next() resolves in JS (claim, copy, Frame, promise, ${gap})`, hops.receive));
@@ -271,6 +282,19 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
   records.push(aside(`  the consumer's garbage-collection pauses while its ${n} timed frames came (${gap})`, 'count', '', hops.pauses.length));
   records.push(aside(`  the longest of them (${gap})`, 'max', 'µs', Math.max(0, ...hops.pauses)));
   return records;
+}
+
+/** A frame that takes MAKE_US to make, from its making's start to the consumer's JS: Producer.headsUp() as making starts, against none. */
+async function madeRecords(n: number, gapUs: number, pacing: Pacing, gap: string): Promise<BenchRecord[]> {
+  const makeUs = 30;
+  const plain = await sleepingHandOff(n, gapUs, pacing, { makeUs, headsUp: false });
+  const early = await sleepingHandOff(n, gapUs, pacing, { makeUs, headsUp: true });
+  const name = `  the same, each frame ${makeUs} µs in the making, producer.headsUp() as it begins (making's start to JS callback, ${gap})`;
+  return [
+    compare(name, 'p50', 'µs', percentile(early.total, 50), 'no headsUp(), in the same run', percentile(plain.total, 50), false),
+    // No frame can arrive before it is made: the row's floor.
+    compare(name, 'p50', 'µs', percentile(early.total, 50), `the making alone (${makeUs} µs)`, makeUs, false),
+  ];
 }
 
 /** The C ring alone, two processes spinning: one-way latency percentiles in ns. */

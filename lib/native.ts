@@ -186,8 +186,12 @@ export interface NativeProducerCore {
   /** Whether JS waits for releases as they happen (drain, listeners): the core then watches every release. */
   promptReleases(on: boolean): void;
   takeReleased(): Float64Array;
-  /** Rings a sleeping consumer now, as a publish starts; the next publish call passes on whom it rang (SPEC.md §6.1, heads-up). */
-  headsUp(): void;
+  /**
+   * Rings a sleeping consumer now, ahead of a publish; the next publish call passes on whom it rang (SPEC.md §6.1, heads-up).
+   * `asked`: the application's Producer.headsUp(), which rings on any machine; otherwise only with 4 or more CPUs.
+   * Returns whether a sleeper was reached (by this call or one pending from less than 1 ms before).
+   */
+  headsUp(asked: boolean): boolean;
   close(): void;
 }
 

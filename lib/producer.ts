@@ -84,7 +84,8 @@ interface Loose {
  * before they describe and encode the frame), and, when the producer had been
  * idle for 50 µs or more, gives up its CPU once the frame is READY, so that a
  * consumer Linux woke on this CPU runs at once rather than when this thread
- * next blocks. A busy stream does neither.
+ * next blocks. A busy stream does neither. An application whose frames take
+ * time to make gives the heads-up earlier itself: headsUp().
  */
 export class Producer {
   /** The ring's name. */
@@ -119,7 +120,7 @@ export class Producer {
   readonly #writers = new WeakMap<object, BatchWriter | null>();
   /** Rings a sleeping consumer now, as a publish starts: its wake-up then overlaps the publish (SPEC.md §6.1, heads-up). No call while nobody sleeps. */
   readonly #headsUp = (): void => {
-    if (this.#core.sleepers[0] !== 0) this.#core.headsUp();
+    if (this.#core.sleepers[0] !== 0) this.#core.headsUp(false);
   };
   #listening = false;
   #draining = 0;
@@ -186,6 +187,29 @@ export class Producer {
     if (!Number.isInteger(count) || count < 1 || count > 64) throw new GpuringError('INVALID_ARGUMENT', `waitForSubscribers() takes 1 to 64 subscribers, not ${String(count)}`);
     if (this.subscribers >= count) return; // and a work queue fails here, before any wait
     await pollUntil(() => this.subscribers >= count, o, 1, `${count} subscribers`, () => new GpuringError('TIMEOUT', `${this.subscribers} of ${count} subscribers after ${o.timeout} ms`));
+  }
+
+  /**
+   * Wakes a consumer asleep on its doorbell now, for the frame this producer
+   * publishes next (SPEC.md §6.1, heads-up): call it as you start making a
+   * frame that takes about a wake-up's time to make (tens of µs on an idle
+   * machine), so that the consumer's wake-up overlaps that work instead of
+   * following the publish. Every publish gives one itself as it starts; this
+   * one comes earlier. Parity with C `gpr_producer_heads_up`.
+   *
+   * Contract: on a work-queue ring it wakes at most one sleeper, on a broadcast
+   * ring every sleeper. The next publish call of this producer, if it comes
+   * within 1 ms, passes on whom this rang instead of ringing afresh; a later
+   * one (or none) rings as usual, so a heads-up never loses or delays a frame:
+   * a consumer that woke and found nothing sleeps again and is rung again.
+   * A second call while one is pending rings nobody new. Returns whether it
+   * reached a sleeper (false when none sleeps: no system call then, or while
+   * publishes wait for space, which the next free slot serves first).
+   * CLOSED after close().
+   */
+  headsUp(): boolean {
+    this.#requireOpen();
+    return this.#core.headsUp(true);
   }
 
   /**

@@ -95,6 +95,8 @@ test(`${CALLS} calls with hostile arguments: each works or throws a GpuringError
       ['encodeFrame', () => encodeFrame(mutate(description) as never)],
       ['hostBuffer', () => hostBuffer(weird() as string, weird() as number, weird() as number)],
       ['waitForSubscribers', () => producer.waitForSubscribers(weird() as number, { timeout: 1, ...(weird() as object) } as never)],
+      // Takes nothing; a heads-up pending among the other calls must not lose or hold back any frame.
+      ['headsUp', () => (producer.headsUp as (...args: unknown[]) => boolean)(weird())],
       ['drain', () => producer.drain({ timeout: 1, ...(weird() as object) } as never)],
       ['on/off', () => { const fn = pick([() => {}, weird()]); producer.on(pick(['release', weird()]) as never, fn as never); producer.off('release', fn as never); }],
     ];

@@ -281,6 +281,44 @@ test('a consumer woken by a heads-up 50 ms before its frame sleeps again and is 
   });
 });
 
+for (const delayMs of [0.2, 30]) {
+  test(`Producer.headsUp() ${delayMs} ms before each publish reaches the sleeping consumer, which then gets every frame in order (the publish ${delayMs < 1 ? 'passes the heads-up on' : 'rings afresh'})`, async (t) => {
+    await withRing(`bell-heads-up-${delayMs < 1 ? 'soon' : 'late'}`, { slots: 16 }, async (_ring, name) => {
+      const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });
+      const producer = child('heads-up-then-publish', name, 8, delayMs);
+      const report = nextLine<{ reached: boolean[] }>(producer);
+      const seqs: number[] = [];
+      for (let i = 0; i < 8; i++) {
+        const f = await consumer.next(WAIT);
+        seqs.push(f.toTable().getChild('seq')!.get(0) as number);
+        f.release();
+      }
+      t.deepEqual(seqs, [0, 1, 2, 3, 4, 5, 6, 7]);
+      t.deepEqual((await report)!.reached, Array<boolean>(8).fill(true), 'each heads-up reached the sleeper');
+      t.is((await exitOf(producer)).code, 0);
+      consumer.close();
+    });
+  });
+}
+
+test('Producer.headsUp() with nobody asleep reaches nobody and changes nothing; after close() it throws CLOSED', async (t) => {
+  await withRing('bell-heads-up-idle', { slots: 4 }, async (_ring, name) => {
+    const producer = Producer.open(name);
+    t.false(producer.headsUp(), 'no consumer at all');
+    const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });
+    t.false(producer.headsUp(), 'a consumer, awake');
+    const id = await producer.publish(oneRow(7));
+    const f = await consumer.next(WAIT);
+    t.is(f.id, id);
+    t.is(f.toTable().getChild('i')!.get(0), 7);
+    f.release();
+    await producer.drain();
+    producer.close();
+    t.is(t.throws(() => producer.headsUp(), { instanceOf: GpuringError })!.code, 'CLOSED');
+    consumer.close();
+  });
+});
+
 /** Three consumer processes that only rings can wake (no sweep tick), a producer process publishing only while one sleeps: each frame taken once, none stranded. */
 async function threeSleepers(t: ExecutionContext, ringName: string, frames: number, ...producerArgs: string[]) {
   await withRing(ringName, { slots: 16 }, async (ring, name) => {

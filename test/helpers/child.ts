@@ -137,6 +137,27 @@ async function main(): Promise<void> {
       ring.close();
       return;
     }
+    case 'heads-up-then-publish': {
+      // For each frame: once a consumer sleeps, headsUp(), then `delay` ms of
+      // "making the frame" (a busy wait under 1 ms, so the publish passes the
+      // heads-up on; a timer beyond, so it rings afresh), then its publish.
+      const ring = Ring.open(name!);
+      const producer = Producer.open(name!);
+      const delayMs = Number(args[1]);
+      const reached: boolean[] = [];
+      for (let i = 0; i < Number(args[0]); i++) {
+        while (ring.inspect().doorbells.data === 0) await new Promise((r) => setTimeout(r, 1));
+        reached.push(producer.headsUp());
+        if (delayMs >= 1) await new Promise((r) => setTimeout(r, delayMs));
+        else for (const until = performance.now() + delayMs; performance.now() < until;);
+        await producer.publish(stressFrame(0, i));
+      }
+      await producer.drain();
+      say({ reached });
+      producer.close();
+      ring.close();
+      return;
+    }
     case 'stress-consume':
       return stressConsume();
     case 'take-release': {
