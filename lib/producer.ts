@@ -202,7 +202,8 @@ export class Producer {
    * within 1 ms, passes on whom this rang instead of ringing afresh; a later
    * one (or none) rings as usual, so a heads-up never loses or delays a frame:
    * a consumer that woke and found nothing sleeps again and is rung again.
-   * A second call while one is pending rings nobody new. Returns whether it
+   * A second call while one that reached a sleeper is pending rings nobody
+   * new; one after a heads-up that reached nobody rings afresh. Returns whether it
    * reached a sleeper (false when none sleeps: no system call then, or while
    * publishes wait for space, which the next free slot serves first).
    * CLOSED after close().

@@ -418,7 +418,8 @@ Napi::Uint8Array ProducerCore::ValidBody(Napi::Env env, Napi::Value value) {
 ProducerCore::HeadsUpGiven ProducerCore::HeadsUp() {
   std::optional<HeadsUpGiven> early = std::exchange(early_, std::nullopt);
   if (closed_ || !s_->pending.empty()) return {GPR_RUNG_NOBODY, false};
-  if (early && gpr_monotonic_ns() - early_ns_ < kEarlyHeadsUpNs) return *early;
+  // One that reached nobody is no heads-up: ring afresh, as a consumer may have gone to sleep since.
+  if (early && early->rung != GPR_RUNG_NOBODY && gpr_monotonic_ns() - early_ns_ < kEarlyHeadsUpNs) return *early;
   uint32_t rung = gpr_doorbell_heads_up(&s_->seg);
   return {rung, rung != GPR_RUNG_NOBODY && gpr_monotonic_ns() - last_publish_ns_ >= kYieldAfterIdleNs};
 }
@@ -440,8 +441,9 @@ Napi::Value ProducerCore::GiveHeadsUp(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   bool asked = info[0].ToBoolean();
   if (!asked && !GivesEarlyHeadsUps()) return Napi::Boolean::New(env, false);
-  // One still pending stands: a call per kEarlyHeadsUpNs must not keep one alive forever.
-  if (!early_ || gpr_monotonic_ns() - early_ns_ >= kEarlyHeadsUpNs) {
+  // One pending that reached a sleeper stands (as gpr_producer_heads_up keeps
+  // one): a call per kEarlyHeadsUpNs must not keep it alive forever.
+  if (!early_ || early_->rung == GPR_RUNG_NOBODY || gpr_monotonic_ns() - early_ns_ >= kEarlyHeadsUpNs) {
     early_ = HeadsUp();
     early_ns_ = gpr_monotonic_ns();
   }

@@ -301,14 +301,17 @@ for (const delayMs of [0.2, 30]) {
   });
 }
 
-test('Producer.headsUp() with nobody asleep reaches nobody and changes nothing; after close() it throws CLOSED', async (t) => {
+test('Producer.headsUp() with nobody asleep reaches nobody, and the next call rings a consumer gone to sleep since; the frame arrives; after close() it throws CLOSED', async (t) => {
   await withRing('bell-heads-up-idle', { slots: 4 }, async (_ring, name) => {
     const producer = Producer.open(name);
     t.false(producer.headsUp(), 'no consumer at all');
     const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });
     t.false(producer.headsUp(), 'a consumer, awake');
+    // next() arms the doorbell before it returns: a heads-up that reached nobody is not pending, so this one rings.
+    const next = consumer.next(WAIT);
+    t.true(producer.headsUp(), 'the consumer, now asleep');
     const id = await producer.publish(oneRow(7));
-    const f = await consumer.next(WAIT);
+    const f = await next;
     t.is(f.id, id);
     t.is(f.toTable().getChild('i')!.get(0), 7);
     f.release();
