@@ -8,7 +8,11 @@
  *                                 waiting for data; with fail-first, each after a publishFrame() that fails (INVALID_ARGUMENT)
  *   stress-consume NAME [SWEEP_MS] consumes and checks frames until told 'stop' (IPC), reports what it saw;
  *                                 with SWEEP_MS, its sweep tick (so a large one leaves only rings to wake it)
+ *   heads-up-then-publish NAME FRAMES DELAY_MS for each frame, once a consumer sleeps: headsUp(), DELAY_MS of
+ *                                 making (busy under 1 ms, a timer beyond), its publish; reports what each headsUp() returned
  *   take-release NAME COUNT       takes and releases COUNT frames, then exits
+ *   take-values NAME COUNT SWEEP_MS takes COUNT frames (sweep tick SWEEP_MS, so a large one leaves only rings
+ *                                 to wake it), reports each one's first value of column i
  *   release-then-idle NAME COUNT  takes COUNT frames, releases them all in one job, reports, and then
  *                                 neither takes nor releases anything until killed
  *   hold NAME COUNT               takes COUNT frames, never releases them, reports their tags, waits to be killed
@@ -163,6 +167,18 @@ async function main(): Promise<void> {
     case 'take-release': {
       const consumer = Consumer.open(name!);
       for (let i = 0; i < Number(args[0]); i++) (await consumer.next({ timeout: 30_000 })).release();
+      consumer.close();
+      return;
+    }
+    case 'take-values': {
+      const consumer = Consumer.open(name!, { sweepInterval: Number(args[1]) });
+      const values: unknown[] = [];
+      for (let i = 0; i < Number(args[0]); i++) {
+        const f = await consumer.next({ timeout: 60_000 });
+        values.push(f.toTable().getChild('i')!.get(0));
+        f.release();
+      }
+      say({ values });
       consumer.close();
       return;
     }

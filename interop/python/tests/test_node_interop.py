@@ -52,3 +52,33 @@ def test_python_to_node_every_type_equals_pyarrow(ring_name, tmp_path):
     assert child.returncode == 0, err
     report = json.loads(out.strip().splitlines()[-1])
     assert report == {"frames": 2, "differences": [None, None]}
+
+
+def test_heads_up_reaches_a_sleeping_node_consumer_and_every_frame_arrives(ring_name):
+    """Producer.heads_up() as each frame's making starts, the frame published at once
+    (the publish passes the heads-up on) or 30 ms later (the consumer woke, found
+    nothing and slept again: the publish rings it again). The Node consumer's sweep
+    tick is ten minutes, so only rings can wake it: a lost one fails with TIMEOUT."""
+    import time
+
+    ring = Ring.create(ring_name)
+    frames = 6
+    with Producer.open(ring_name) as producer:
+        assert producer.heads_up() is False  # nobody asleep: nobody reached
+        child = node_child("child.ts", "take-values", ring_name, str(frames), "600000")
+        reached = []
+        for i in range(frames):
+            deadline = time.monotonic() + 60
+            while ring.inspect()["doorbells"]["data"] == 0:
+                assert time.monotonic() < deadline, "the Node consumer never slept"
+                time.sleep(0.001)
+            reached.append(producer.heads_up())
+            if i % 2:
+                time.sleep(0.03)
+            producer.publish(pa.table({"i": pa.array([i], pa.int32())}), timeout=30)
+        producer.drain(timeout=60)
+    out, err = child.communicate(timeout=60)
+    ring.close()
+    assert child.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {"values": list(range(frames))}
+    assert reached == [True] * frames

@@ -70,19 +70,42 @@ def send(seg: Segment, index: int, how: int) -> bool:
     return _send(seg, seg.mem.load64(seg.participant(index, "doorbell_key")))
 
 
-def ring(seg: Segment, bit: int, most: int | None = None) -> None:
+def ring(seg: Segment, bit: int, most: int | None = None) -> int | None:
     """Rings entries asleep waiting for ``bit``, at most ``most`` reachable ones (None: all);
     call after the seq_cst notify. A sleeper whose socket is gone (it died) reached
-    nobody and does not count; a full queue already holds a wake-up, so it does."""
+    nobody and does not count; a full queue already holds a wake-up, so it does.
+    Returns the index of the last entry it reached, or None."""
     left = seg.mem.load32(_count_at(seg, bit))
+    rung = None
     i = 0
     while left > 0 and (most is None or most > 0) and i < seg.participant_capacity:
         if seg.mem.load32(seg.participant(i, "doorbell")) & bit:
             left -= 1
             how = take(seg, i, bit)
-            if how and send(seg, i, how) and most is not None:
-                most -= 1
+            if how and send(seg, i, how):
+                rung = i
+                if most is not None:
+                    most -= 1
         i += 1
+    return rung
+
+
+def heads_up(seg: Segment) -> int | None:
+    """A producer about to publish rings the DATA sleeper (every one, on a broadcast
+    ring) before its frame exists (SPEC.md §6.1, heads-up): whom it reached, for the
+    publish's notification (``slot_protocol.notify_published``). No fence: a sleeper
+    this misses is found by that notification. No system call while nobody sleeps."""
+    if seg.mem.load32(seg.control("data_doorbells")) == 0:
+        return None
+    return ring(seg, L.BELL_DATA, None if seg.broadcast else 1)
+
+
+def ring_again(seg: Segment, index: int) -> None:
+    """Rings entry ``index`` for DATA only if its bit is set (it was woken by a
+    heads-up, found nothing yet and slept again)."""
+    how = take(seg, index, L.BELL_DATA)
+    if how:
+        send(seg, index, how)
 
 
 def _send(seg: Segment, key: int) -> bool:

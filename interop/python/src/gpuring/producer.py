@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from . import broadcast
+from . import broadcast, doorbell
 from . import layout as L
 from . import slot_protocol as ring
 from .arena import Allocation, ArenaPool
@@ -98,6 +98,7 @@ class Producer:
         self._next_id = 1
         self._channel: DescriptorChannel | None = None
         self._bell: Bell | None = None  # made by the first asyncio wait
+        self._heads_up: int | None = None  # whom heads_up() reached, for the next publish
         sweep(seg)  # frames a crashed predecessor left behind
 
     @classmethod
@@ -173,6 +174,24 @@ class Producer:
             self._free(allocs)
             raise
         return self._enqueue(pos, ref.frame_id, allocs, keep)
+
+    def heads_up(self) -> bool:
+        """Wakes a consumer asleep on its doorbell now, for the frame this producer
+        publishes next (SPEC.md §6.1, heads-up): call it as you start making a frame
+        that takes about a wake-up's time to make (tens of µs on an idle machine:
+        a GPU kernel, a cuDF step), so that the consumer's wake-up overlaps that
+        work instead of following the publish. On a work-queue ring it wakes at
+        most one sleeper, on a broadcast ring every one. The next publish passes on
+        whom it reached (rings that consumer again only if it slept again meanwhile,
+        nobody else), so nothing is lost or delayed: a consumer that woke and found
+        nothing sleeps again and is rung again. A call while one that reached a
+        sleeper is pending rings nobody new. Returns whether it reached a sleeper
+        (False when nobody sleeps: no system call then). Parity with C
+        ``gpr_producer_heads_up`` and Node ``Producer.headsUp()``."""
+        self._check_open()
+        if self._heads_up is None:
+            self._heads_up = doorbell.heads_up(self._seg)
+        return self._heads_up is not None
 
     def prepare(self, data: object, *, stream: object = None) -> PreparedFrame:
         """Device columns (a dict of name: array, as ``publish`` takes them)
@@ -312,7 +331,9 @@ class Producer:
 
         def attempt() -> int | None:
             self._reap_oldest()
-            pos = ring.try_publish(self._seg, self.index, ref)
+            # The heads-up counts for the first try only: a frame that waits for space is notified as any other.
+            rung, self._heads_up = self._heads_up, None
+            pos = ring.try_publish(self._seg, self.index, ref, rung)
             # A broadcast ring may just have dropped its oldest frame for slow
             # subscribers (SPEC.md §5.4): if it was ours, reaping frees the slot now.
             # (A work queue's next slot is its oldest frame's, which _reap_oldest took.)

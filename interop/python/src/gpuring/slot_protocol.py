@@ -74,14 +74,25 @@ def notify_data(seg: Segment, doorbells: int | None = None) -> None:
         doorbell.ring(seg, L.BELL_DATA, doorbells)
 
 
+def notify_published(seg: Segment, rung: int | None) -> None:
+    """The DATA notification of a work-queue publish: one doorbell sleeper, or, after
+    a heads-up that reached entry ``rung``, that entry again only if it went back to
+    sleep and nobody else (gpr_notify_published_rung). Futex sleepers as always."""
+    if rung is None or not 0 <= rung < seg.participant_capacity:
+        return notify_data(seg, doorbells=1)
+    seg.mem.notify(seg.control("data_seq"), seg.control("data_waiters"))
+    doorbell.ring_again(seg, rung)
+
+
 def notify_space(seg: Segment) -> None:
     seg.mem.notify(seg.control("space_seq"), seg.control("space_waiters"))
     if seg.mem.load32(seg.control("space_doorbells")):
         doorbell.ring(seg, L.BELL_SPACE)
 
 
-def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
-    """Publishes ``ref`` as participant ``me``; its position, or None when full."""
+def try_publish(seg: Segment, me: int, ref: FrameRef, rung: int | None = None) -> int | None:
+    """Publishes ``ref`` as participant ``me``; its position, or None when full.
+    ``rung``: whom this producer's heads-up reached (``doorbell.heads_up``)."""
     packed = ref.pack()  # before claiming a slot: a ref that cannot be written must not leave one WRITING
     seg.check_held(me, ref.producer_gen)
     mem, pos = seg.mem, seg.mem.load64(seg.control("tail")) & L.SEQ_MASK
@@ -101,7 +112,7 @@ def try_publish(seg: Segment, me: int, ref: FrameRef) -> int | None:
             elif not mem.cas64(at, slot_word(pos, L.WRITING, me + 1), slot_word(pos, L.READY, me + 1)):
                 raise GpuringError("FRAME_STATE", "the ring took this producer's slot back (was it judged dead?)")
             else:
-                notify_data(seg, doorbells=1)  # one consumer can take the frame (SPEC.md §6.1)
+                notify_published(seg, rung)  # one consumer can take the frame (SPEC.md §6.1)
             seg.count(me, "published")
             return pos
         if d == 0:
