@@ -1,10 +1,11 @@
 /* Test helper: a producer whose frames come long after its heads-up (SPEC.md
  * §6.1), so that the consumer it woke finds nothing, sleeps again and must be
  * rung again by the publish.
- *   heads_up NAME FRAMES DELAY_MS
+ *   heads_up NAME FRAMES DELAY_US
  * For each frame: waits until a consumer sleeps on its doorbell, gives a
- * heads-up, waits DELAY_MS, then publishes an int32 frame holding the frame's
- * number. Drains and exits 0. */
+ * heads-up, waits DELAY_US (under GPR_HEADS_UP_WINDOW_NS the publish passes
+ * the heads-up on, beyond it rings afresh), then publishes an int32 frame
+ * holding the frame's number. Drains and exits 0. */
 #include "gpuring.h"
 #include "int32_frame.h"
 
@@ -17,7 +18,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   int frames = atoi(argv[2]);
-  struct timespec delay = {0, atol(argv[3]) * 1000000L};
+  long us = atol(argv[3]);
+  struct timespec delay = {us / 1000000L, (us % 1000000L) * 1000L};
   for (int i = 0; i < frames; i++) {
     while (__atomic_load_n(&p->seg.control->data_doorbells, __ATOMIC_ACQUIRE) == 0) usleep(200);
     gpr_producer_heads_up(p);

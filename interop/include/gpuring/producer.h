@@ -63,6 +63,7 @@ typedef struct gpr_producer {
   gpr_channel_lookup channel_lookup;
   void *channel_context;
   uint32_t heads_up;             /* entry the pending heads-up reached, or GPR_RUNG_NOBODY */
+  uint64_t heads_up_ns;          /* CLOCK_MONOTONIC when it reached that entry */
   uint64_t published_ns;         /* CLOCK_MONOTONIC as the last publish ended (gpr_producer_yield_to_woken) */
   char arena_prefix[GPR_SHM_NAME_MAX]; /* "/gpuring.SEG.pIgG.a": its arenas' names without the number */
   uint32_t arena_prefix_len;
@@ -269,15 +270,23 @@ GPR_INLINE int gpr_producer_write_body(gpr_producer *p, const gpr_frame_desc *d,
   return rc;
 }
 
+/* How long a heads-up stays pending: a publish later than this rings afresh.
+ * Passed on, a heads-up rings nobody but the consumer it reached, which may by
+ * then be busy with another producer's frame while others sleep. */
+#define GPR_HEADS_UP_WINDOW_NS 1000000ull
+
 /* Heads-up (SPEC.md §6.1): wakes a consumer asleep on a doorbell now, for the
  * frame this producer publishes next, so that its wake-up (tens of
  * microseconds on an idle machine) overlaps the work before that publish.
  * gpr_producer_publish gives one itself when none is pending; call this when
  * you start making a frame that takes about a wake-up's time to make. A
  * consumer that wakes and finds nothing sleeps again, and the publish rings it
- * again. No system call while nobody sleeps. */
+ * again. One pending (it reached a sleeper less than GPR_HEADS_UP_WINDOW_NS
+ * ago) stands. No system call while nobody sleeps. */
 GPR_INLINE void gpr_producer_heads_up(gpr_producer *p) {
-  if (p->heads_up == GPR_RUNG_NOBODY) p->heads_up = gpr_doorbell_heads_up(&p->seg);
+  if (p->heads_up != GPR_RUNG_NOBODY && gpr_monotonic_ns() - p->heads_up_ns < GPR_HEADS_UP_WINDOW_NS) return;
+  p->heads_up = gpr_doorbell_heads_up(&p->seg);
+  if (p->heads_up != GPR_RUNG_NOBODY) p->heads_up_ns = gpr_monotonic_ns();
 }
 
 /* A publish after an idle spell this long yields to the consumer its heads-up woke. */

@@ -82,3 +82,40 @@ def test_heads_up_reaches_a_sleeping_node_consumer_and_every_frame_arrives(ring_
     assert child.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1]) == {"values": list(range(frames))}
     assert reached == [True] * frames
+
+
+def test_a_stale_heads_up_is_not_passed_on_to_a_consumer_now_busy(ring_name):
+    """Producer P's heads-up reaches consumer A; A then takes producer Q's frame and
+    holds it, no longer looking; consumer B goes to sleep. P publishes long after its
+    heads-up: passed on, it would ring only A (awake, so nobody) and B would sleep on
+    with P's frame in the ring. It rings afresh instead, and B gets it. B's sweep tick
+    is ten minutes, so only a ring can wake it."""
+    import time
+
+    def wait_asleep(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while ring.inspect()["doorbells"]["data"] != count:
+            assert time.monotonic() < deadline, f"never {count} asleep"
+            time.sleep(0.001)
+
+    ring = Ring.create(ring_name)
+    one = lambda v: pa.table({"i": pa.array([v], pa.int32())})  # noqa: E731
+    with Producer.open(ring_name) as p, Producer.open(ring_name) as q:
+        a = node_child("child.ts", "hold", ring_name, "1")
+        wait_asleep(1)
+        assert p.heads_up() is True
+        time.sleep(0.01)
+        wait_asleep(1)  # A woke, found nothing, and sleeps again
+        q.publish(one(100), timeout=30)
+        assert json.loads(a.stdout.readline())["tags"] == ["0"]  # A holds Q's frame
+        b = node_child("child.ts", "take-values", ring_name, "1", "600000")
+        wait_asleep(1)  # B alone
+        p.publish(one(7), timeout=30)
+        try:
+            out, err = b.communicate(timeout=30)
+        finally:
+            a.kill()
+            a.wait()
+        assert b.returncode == 0, err
+        assert json.loads(out.strip().splitlines()[-1]) == {"values": [7]}
+    ring.close()

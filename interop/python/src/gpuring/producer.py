@@ -84,6 +84,10 @@ def _dlpack_on_cuda(v: Any) -> bool:
         return False
 
 
+HEADS_UP_WINDOW_NS = 1_000_000
+"""How long a heads-up stays pending (SPEC.md §6.1): a publish later than this rings afresh."""
+
+
 class Producer:
     """One producer on a ring. Not thread-safe: use one per thread."""
 
@@ -99,6 +103,7 @@ class Producer:
         self._channel: DescriptorChannel | None = None
         self._bell: Bell | None = None  # made by the first asyncio wait
         self._heads_up: int | None = None  # whom heads_up() reached, for the next publish
+        self._heads_up_ns = 0  # time.monotonic_ns() when it did
         sweep(seg)  # frames a crashed predecessor left behind
 
     @classmethod
@@ -183,15 +188,25 @@ class Producer:
         work instead of following the publish. On a work-queue ring it wakes at
         most one sleeper, on a broadcast ring every one. The next publish passes on
         whom it reached (rings that consumer again only if it slept again meanwhile,
-        nobody else), so nothing is lost or delayed: a consumer that woke and found
-        nothing sleeps again and is rung again. A call while one that reached a
-        sleeper is pending rings nobody new. Returns whether it reached a sleeper
+        nobody else) if it comes within 1 ms, and rings afresh after that, so
+        nothing is lost or delayed: a consumer that woke and found nothing sleeps
+        again and is rung again. A call while one that reached a sleeper less than
+        1 ms ago is pending rings nobody new. Returns whether it reached a sleeper
         (False when nobody sleeps: no system call then). Parity with C
         ``gpr_producer_heads_up`` and Node ``Producer.headsUp()``."""
         self._check_open()
-        if self._heads_up is None:
+        if self._pending_heads_up() is None:
             self._heads_up = doorbell.heads_up(self._seg)
+            self._heads_up_ns = time.monotonic_ns()
         return self._heads_up is not None
+
+    def _pending_heads_up(self) -> int | None:
+        """Whom the last heads-up reached, if less than 1 ms ago: passed on later, it
+        would ring nobody but a consumer that may by then be busy with another
+        producer's frame while others sleep (gpr_producer_heads_up alike)."""
+        if self._heads_up is None or time.monotonic_ns() - self._heads_up_ns >= HEADS_UP_WINDOW_NS:
+            return None
+        return self._heads_up
 
     def prepare(self, data: object, *, stream: object = None) -> PreparedFrame:
         """Device columns (a dict of name: array, as ``publish`` takes them)
@@ -332,7 +347,8 @@ class Producer:
         def attempt() -> int | None:
             self._reap_oldest()
             # The heads-up counts for the first try only: a frame that waits for space is notified as any other.
-            rung, self._heads_up = self._heads_up, None
+            rung = self._pending_heads_up()
+            self._heads_up = None
             pos = ring.try_publish(self._seg, self.index, ref, rung)
             # A broadcast ring may just have dropped its oldest frame for slow
             # subscribers (SPEC.md §5.4): if it was ours, reaping frees the slot now.
