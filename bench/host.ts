@@ -453,8 +453,9 @@ try {
     records.push(...handOffRecords('spin path', spin, 'JSON over a Unix socket', socket));
     records.push(...handOffRecords('spin path', spin, 'MessagePort between worker threads', port));
     progress('hand-off latency, futex path (2 ms between frames) ...');
-    const { latencies: futex } = await gpuringHandOff(500, 2, 0);
-    const socketGap = await socketHandOff(500, 2000);
+    // 3,000 frames, as the sleeping rows: of 500, a p99.9 is the slowest frame, which one stall anywhere decides.
+    const { latencies: futex } = await gpuringHandOff(3000, 2, 0);
+    const socketGap = await socketHandOff(3000, 2000);
     records.push(...handOffRecords('futex path', futex, 'JSON over a Unix socket', socketGap));
     progress('hand-off latency, consumer spinning, prepared frame ...');
     records.push(...(await spinningRecords(5000, 20)));
