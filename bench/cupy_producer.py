@@ -5,10 +5,15 @@
   rate NAME N BYTES      publishes N frames of that column as fast as the ring takes
                          them, then waits for every release
   latency-prepared, rate-prepared   the same, the column prepared once (Producer.prepare)
+  made NAME N BYTES      every 2 ms (asleep), makes the frame (three in-place CuPy
+                         kernels on the column) and publishes it prepared, tagged with
+                         when making began, waiting for each release
+  made-heads-up          the same, calling producer.heads_up() as making begins
 Each publish describes the array afresh (export, event record), as a producer
 of new arrays would; the allocation stays the same, as in a caching allocator.
 A prepared frame is described and encoded once; each publish only records the
 event when the stream is busy."""
+import statistics
 import sys
 import time
 
@@ -20,6 +25,23 @@ mode, name, n, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4
 x = cp.arange(size // 4, dtype=cp.float32)
 cp.cuda.Device().synchronize()
 with Producer.open(name) as producer:
+    if mode.startswith("made"):
+        prepared = producer.prepare({"x": x})
+        making, publishing = [], []
+        for _ in range(n):
+            time.sleep(0.002)
+            began = time.monotonic_ns()
+            if mode == "made-heads-up":
+                producer.heads_up()
+            for _ in range(3):
+                x *= 1.0001
+            made = time.monotonic_ns()
+            prepared.publish(user_tag=began)
+            publishing.append((time.monotonic_ns() - made) / 1e3)
+            making.append((made - began) / 1e3)
+            producer.drain()
+        print(f"{mode}: making p50 {statistics.median(making):.1f} µs, publish p50 {statistics.median(publishing):.1f} µs", file=sys.stderr)
+        sys.exit(0)
     publish = producer.prepare({"x": x}).publish if mode.endswith("-prepared") else (
         lambda user_tag: producer.publish({"x": x}, user_tag=user_tag))
     for _ in range(n):

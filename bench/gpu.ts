@@ -153,7 +153,7 @@ function stagingMicros(bytes: number): number {
 }
 
 /** A CuPy producer process (bench/cupy_producer.py) publishing `frames` frames of `bytes`. */
-function cupyProducer(mode: 'latency' | 'latency-prepared' | 'rate', name: string, frames: number, bytes: number) {
+function cupyProducer(mode: 'latency' | 'latency-prepared' | 'rate' | MadeMode, name: string, frames: number, bytes: number) {
   const env = { ...process.env, PYTHONPATH: join(root, 'interop/python/src') };
   return spawn('python3', [join(root, 'bench/cupy_producer.py'), mode, name, String(frames), String(bytes)], { stdio: ['ignore', 'inherit', 'inherit'], env });
 }
@@ -166,6 +166,27 @@ async function cupyLatency(bytes: number, mode: 'latency' | 'latency-prepared'):
     const times: number[] = [];
     for (let i = 0; i < 501; i++) {
       const f = await consumer.next({ timeout: 60_000, spin: i ? 20_000 : 0 });
+      f.mapDevice();
+      times.push(microsSince(f.tag));
+      f.release();
+    }
+    consumer.close();
+    await new Promise((r) => producer.on('exit', r));
+    return times.slice(1); // frame 0 opened the allocation
+  });
+}
+
+type MadeMode = 'made' | 'made-heads-up';
+
+/** From the start of a CuPy producer's making each frame (2 ms apart) to this consumer, asleep in next(), having it mapped: µs. */
+async function cupyMade(bytes: number, mode: MadeMode): Promise<number[]> {
+  return withRing('bench-cupy-made', { slots: 64 }, async (_ring, name) => {
+    const consumer = Consumer.open(name);
+    const frames = 1001;
+    const producer = cupyProducer(mode, name, frames, bytes);
+    const times: number[] = [];
+    for (let i = 0; i < frames; i++) {
+      const f = await consumer.next({ timeout: 60_000 });
       f.mapDevice();
       times.push(microsSince(f.tag));
       f.release();
@@ -208,6 +229,18 @@ async function cupyToNode(bytes: number): Promise<BenchRecord[]> {
     compare(label, 'latency p50, prepared once (Producer.prepare)', 'µs', median(prepared), 'publishing the array each frame, same run', median(latencies), false),
     compare(label, 'rate', 'frames/s', (frames - 1) / seconds, `${base}, one frame at a time`, 1e6 / staging, true),
   ];
+}
+
+/** A frame made by three CuPy kernels before its publish, to a sleeping consumer: heads_up() as making begins against none. */
+async function cupyMadeRecords(bytes: number): Promise<BenchRecord[]> {
+  const label = `CuPy producer to Node consumer, ${bytes / MiB} MiB column`;
+  const plain = await cupyMade(bytes, 'made');
+  const early = await cupyMade(bytes, 'made-heads-up');
+  const what = 'frame made by 3 kernels then published prepared, 2 ms apart, consumer asleep, producer.heads_up() as making begins: making\'s start to next()';
+  return (['p50', 'p99'] as const).map((p) => {
+    const at = p === 'p50' ? 50 : 99;
+    return compare(label, `${what} ${p}`, 'µs', percentile(early, at), 'no heads_up(), same run', percentile(plain, at), false);
+  });
 }
 
 /** Lets V8 collect the last result and run its finalizers (pinned blocks go back to the pool). */
@@ -317,6 +350,10 @@ if (want('cupy') && hasCupy()) {
   progress('CuPy producer to Node consumer ...');
   records.push(...(await cupyToNode(16 * MiB)));
 } else if (want('cupy')) progress('CuPy producer benchmark skipped: python3 cannot import cupy');
+if (want('cupy-made') && hasCupy()) {
+  progress('CuPy producer making each frame, with and without heads_up() ...');
+  records.push(...(await cupyMadeRecords(16 * MiB)));
+}
 for (const bytes of want('copies') ? COPY_SIZES : []) {
   progress(`copies, ${bytes / MiB} MiB ...`);
   records.push(...(await copies(bytes)));
