@@ -153,40 +153,25 @@ function stagingMicros(bytes: number): number {
 }
 
 /** A CuPy producer process (bench/cupy_producer.py) publishing `frames` frames of `bytes`. */
-function cupyProducer(mode: 'latency' | 'latency-prepared' | 'rate' | MadeMode, name: string, frames: number, bytes: number) {
+function cupyProducer(mode: CupyMode | 'rate', name: string, frames: number, bytes: number) {
   const env = { ...process.env, PYTHONPATH: join(root, 'interop/python/src') };
   return spawn('python3', [join(root, 'bench/cupy_producer.py'), mode, name, String(frames), String(bytes)], { stdio: ['ignore', 'inherit', 'inherit'], env });
 }
 
-/** Hand-off latencies, µs, from the CuPy producer (publishing the array each frame, or a prepared frame) to this spinning consumer. */
-async function cupyLatency(bytes: number, mode: 'latency' | 'latency-prepared'): Promise<number[]> {
+type CupyMode = 'latency' | 'latency-prepared' | 'made' | 'made-heads-up';
+
+/**
+ * Hand-off latencies, µs, from a CuPy producer in `mode` (bench/cupy_producer.py) to this
+ * consumer, spinning in next() for `spin` µs or, with 0, asleep, mapping each frame; from its
+ * publish call (latency modes) or from when it began making the frame (made modes).
+ */
+async function cupyHandOffs(bytes: number, mode: CupyMode, frames: number, spin: number): Promise<number[]> {
   return withRing('bench-cupy', { slots: 64 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
-    const producer = cupyProducer(mode, name, 501, bytes);
-    const times: number[] = [];
-    for (let i = 0; i < 501; i++) {
-      const f = await consumer.next({ timeout: 60_000, spin: i ? 20_000 : 0 });
-      f.mapDevice();
-      times.push(microsSince(f.tag));
-      f.release();
-    }
-    consumer.close();
-    await new Promise((r) => producer.on('exit', r));
-    return times.slice(1); // frame 0 opened the allocation
-  });
-}
-
-type MadeMode = 'made' | 'made-heads-up';
-
-/** From the start of a CuPy producer's making each frame (2 ms apart) to this consumer, asleep in next(), having it mapped: µs. */
-async function cupyMade(bytes: number, mode: MadeMode): Promise<number[]> {
-  return withRing('bench-cupy-made', { slots: 64 }, async (_ring, name) => {
-    const consumer = Consumer.open(name);
-    const frames = 1001;
     const producer = cupyProducer(mode, name, frames, bytes);
     const times: number[] = [];
     for (let i = 0; i < frames; i++) {
-      const f = await consumer.next({ timeout: 60_000 });
+      const f = await consumer.next({ timeout: 60_000, spin: i ? spin : 0 });
       f.mapDevice();
       times.push(microsSince(f.tag));
       f.release();
@@ -199,8 +184,8 @@ async function cupyMade(bytes: number, mode: MadeMode): Promise<number[]> {
 
 /** Python CuPy producer to this Node consumer: hand-off latency (spinning consumer) and frames/s. */
 async function cupyToNode(bytes: number): Promise<BenchRecord[]> {
-  const latencies = await cupyLatency(bytes, 'latency');
-  const prepared = await cupyLatency(bytes, 'latency-prepared');
+  const latencies = await cupyHandOffs(bytes, 'latency', 501, 20_000);
+  const prepared = await cupyHandOffs(bytes, 'latency-prepared', 501, 20_000);
   const frames = 20_000;
   const seconds = await withRing('bench-cupy-rate', { slots: 1024 }, async (_ring, name) => {
     const consumer = Consumer.open(name);
@@ -234,8 +219,8 @@ async function cupyToNode(bytes: number): Promise<BenchRecord[]> {
 /** A frame made by three CuPy kernels before its publish, to a sleeping consumer: heads_up() as making begins against none. */
 async function cupyMadeRecords(bytes: number): Promise<BenchRecord[]> {
   const label = `CuPy producer to Node consumer, ${bytes / MiB} MiB column`;
-  const plain = await cupyMade(bytes, 'made');
-  const early = await cupyMade(bytes, 'made-heads-up');
+  const plain = await cupyHandOffs(bytes, 'made', 1001, 0);
+  const early = await cupyHandOffs(bytes, 'made-heads-up', 1001, 0);
   const what = 'frame made by 3 kernels then published prepared, 2 ms apart, consumer asleep, producer.heads_up() as making begins: making\'s start to next()';
   return (['p50', 'p99'] as const).map((p) => {
     const at = p === 'p50' ? 50 : 99;
