@@ -28,7 +28,7 @@ const MiB = 1 << 20;
 const SIZES = [MiB, 16 * MiB, 256 * MiB, 1024 * MiB, 4096 * MiB];
 const COPY_SIZES = [16 * MiB, 256 * MiB, 1024 * MiB];
 const progress = (line: string) => !json && process.stderr.write(`${line}\n`);
-/** `--only WORD`: run the sections whose name contains WORD (publish-to-visible, new-allocation, cupy, copies). */
+/** `--only WORD`: run the sections whose name contains WORD (publish-to-visible, new-allocation, cupy, cupy-made, copies; cupy runs cupy-made too). */
 const only = process.argv.includes('--only') ? process.argv[process.argv.indexOf('--only') + 1]! : '';
 const want = (section: string) => section.includes(only);
 
