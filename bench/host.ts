@@ -190,10 +190,10 @@ type Source = 'node' | 'c' | { makeUs: number; headsUp: boolean };
 
 /**
  * How the sleeping consumer waits: in next(), in `for await` over the consumer
- * (what the README shows), or in nextSync() (its thread asleep on its doorbell
- * word, a futex).
+ * (what the README shows), in nextSync() (its thread asleep on its doorbell
+ * word, a futex), or with a listen() handler called from the wake-up.
  */
-type SleepingWait = 'next' | 'iterate' | 'sync';
+type SleepingWait = 'next' | 'iterate' | 'sync' | 'listen';
 
 /** A consumer asleep as `wait` says, a prepared frame every `gapUs` from a Node (or C) producer: each hop's time, µs. */
 async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: Source = 'node', wait: SleepingWait = 'next') {
@@ -216,12 +216,7 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: S
       if (timed > 0) for (const e of list.getEntries()) pauses.push(e.duration * 1000);
     });
     gc.observe({ entryTypes: ['gc'] });
-    for (; timed < n; timed++) {
-      // Inline, not a helper: an async helper would add its own microtasks to what is timed.
-      const f = wait === 'sync' ? consumer.nextSync({ timeout: 30_000 })
-        : wait === 'next' ? await consumer.next({ timeout: 30_000 })
-        : ((await frames!.next()).value as Frame);
-      const js = process.hrtime.bigint();
+    const record = (f: Frame, js: bigint) => {
       f.toTable();
       const done = process.hrtime.bigint();
       if (timed >= 0) {
@@ -232,6 +227,21 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: S
         hops.table[timed] = us(js, done);
       }
       f.release();
+    };
+    if (wait === 'listen') {
+      await new Promise<void>((resolve) => {
+        const listener = consumer.listen((f) => {
+          record(f, process.hrtime.bigint());
+          if (++timed === n) (listener.stop(), resolve());
+        });
+      });
+    }
+    for (; timed < n; timed++) {
+      // Inline, not a helper: an async helper would add its own microtasks to what is timed.
+      const f = wait === 'sync' ? consumer.nextSync({ timeout: 30_000 })
+        : wait === 'next' ? await consumer.next({ timeout: 30_000 })
+        : ((await frames!.next()).value as Frame);
+      record(f, process.hrtime.bigint());
     }
     gc.disconnect();
     await frames?.return?.();
@@ -265,6 +275,14 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
   records.push(compare(blockedName, 'p50', 'µs', percentile(blocked.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
   records.push(compare(blockedName, 'p99.9', 'µs', percentile(blocked.total, 99.9), `JSON over a Unix socket, a line sent on the same clock (${gap})`, percentile(socket, 99.9), false));
   records.push(hop(`  hop: wake-up until nextSync() returns (claim, copy, Frame, ${gap})`, blocked.receive));
+  // A handler called from the wake-up itself: no promise, no microtask.
+  const listened = await sleepingHandOff(n, gapUs, pacing, 'node', 'listen');
+  const listenedName = `  the same, consumer in a listen() handler (called from the wake-up, no promise; ${gap})`;
+  records.push(compare(listenedName, 'p50', 'µs', percentile(listened.total, 50), `C one-wake floor on an eventfd (epoll_wait; sender ${pacing} alike)`, eventfdFloor.p50, false));
+  records.push(compare(listenedName, 'p50', 'µs', percentile(listened.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
+  records.push(compare(listenedName, 'p50', 'µs', percentile(listened.total, 50), 'next() in the same run', percentile(hops.total, 50), false));
+  records.push(compare(listenedName, 'p99.9', 'µs', percentile(listened.total, 99.9), `JSON over a Unix socket, a line sent on the same clock (${gap})`, percentile(socket, 99.9), false));
+  records.push(hop(`  hop: wake-up until the listen() handler runs (claim, copy, Frame, ${gap})`, listened.receive));
   // The README's loop: the async iterator's own promises come on top of next()'s.
   const iterated = await sleepingHandOff(n, gapUs, pacing, 'node', 'iterate');
   const iteratedName = `  the same, consumer in \`for await (const frame of consumer)\` (${gap})`;

@@ -6,6 +6,7 @@ import { FrameLayouts } from './arrow/frame-layout.js';
 import { LeakWatch } from './leak-watch.js';
 import { neverDelivered, SpareFrame } from './spare-frame.js';
 import { ConsumerFrames } from './consumer-frames.js';
+import { type FrameErrorHandler, type FrameHandler, FrameListener } from './frame-listener.js';
 import { callNative, fromNative, GpuringError } from './errors.js';
 import { native, type NativeConsumerCore, type ReceivedRecord } from './native.js';
 import { batchOptions, consumerOptions, nextOptions, onSlowPolicy, openFlags, parseOptions, parseSegmentName, syncBatchOptions, syncNextOptions, toNativeTimeout } from './options.js';
@@ -104,6 +105,8 @@ export class Consumer implements AsyncIterable<Frame> {
   #closed = false;
   /** The last `for await` loop's number (ConsumerFrames): the core ends its waits by it. */
   #iterations = 0;
+  /** The listener frames go to, if any (listen()). */
+  #listener: FrameListener | undefined;
 
   private constructor(name: string, core: NativeConsumerCore, received: (record: ReceivedRecord) => Frame) {
     this.name = name;
@@ -332,6 +335,51 @@ export class Consumer implements AsyncIterable<Frame> {
   }
 
   /**
+   * Hands every frame to `onFrame` as it comes, in the consumer's order, until
+   * the returned FrameListener is stopped or the consumer closes. The handler
+   * is called from the event loop's wake-up itself, with no promise or
+   * microtask in between: the quickest way for a consumer asleep on the event
+   * loop to run code on a frame. Each frame is leased to the handler as
+   * next()'s are: release it, now or later.
+   *
+   * - The first call comes from a later turn of the event loop, never from
+   *   within listen(). A wake-up hands over every frame ready then (up to
+   *   1024; then timers and I/O run, and the next turn goes on), one call
+   *   each, in order.
+   * - While listening, next(), nextSync(), tryNext(), nextBatch() and `for
+   *   await` throw (or reject with) UNSUPPORTED: they would overtake the
+   *   listener's frames. listen() throws UNSUPPORTED while a next() waits or
+   *   another listener is active.
+   * - What taking a frame failed with goes to `onError`: FRAME_INVALID,
+   *   FRAME_BOUNDS or ARENA_INVALID (the malformed frame is dropped),
+   *   FRAMES_MISSED and EVICTED (a broadcast subscriber fell behind); frames
+   *   keep coming after each. DETACHED (this consumer lost its entry, SPEC.md
+   *   §4) ends the listening first. Without `onError` the error is thrown
+   *   from the event loop as an uncaught exception, as an 'error' event
+   *   without a listener is.
+   * - A throw from `onFrame` is an uncaught exception too, as a throwing event
+   *   listener's is; the listener goes on with the next frame.
+   * - A listener keeps the process alive, as a listening server does,
+   *   until stopped; close() ends it.
+   */
+  listen(onFrame: FrameHandler, onError?: FrameErrorHandler): FrameListener {
+    this.#requireOpen();
+    const listener = new FrameListener(() => {
+      if (!this.#closed) this.#core.unlisten();
+    });
+    const deliver = (record: ReceivedRecord | undefined, error?: unknown): void => {
+      if (record !== undefined) return onFrame(this.#received(record));
+      const failure = fromNative(error) as GpuringError;
+      if (failure.code === 'DETACHED') listener.stop();
+      if (!onError) throw failure;
+      onError(failure);
+    };
+    callNative(() => this.#core.listen(deliver, () => this.#spare.forWait()));
+    this.#listener = listener;
+    return listener;
+  }
+
+  /**
    * Leaves the ring: frames still leased are released, waits reject with
    * CLOSED. After DETACHED it succeeds too, touching nothing of the entry.
    * The arenas this consumer mapped are let go at once: tables and column
@@ -339,6 +387,7 @@ export class Consumer implements AsyncIterable<Frame> {
    */
   close(): void {
     if (this.#closed) return;
+    this.#listener?.stop();
     this.#closed = true;
     this.#core.close();
     this.#arenas.clear();

@@ -4,6 +4,7 @@ export { PreparedFrame, type PreparedPublishOptions, type PublishManyOptions } f
 export { FrameLoan, type LoanColumn, type LoanOptions, type LoanPublishOptions } from './frame-loan.js';
 export { Consumer, type BatchOptions, type ConsumerOptions, type NextOptions, type SyncBatchOptions, type SyncNextOptions } from './consumer.js';
 export { Frame } from './frame.js';
+export { FrameListener, type FrameErrorHandler, type FrameHandler } from './frame-listener.js';
 export type { ColumnView, TypedValues } from './column-view.js';
 export type { DeviceView } from './device-mappings.js';
 export { DeviceFrameCopy } from './device-frame-copy.js';

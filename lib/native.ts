@@ -8,6 +8,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { GpuringError } from './errors.js';
+import type { Spare } from './spare-frame.js';
 
 export interface NativeSegmentHandle {
   inspect(): RingInspection;
@@ -250,6 +251,18 @@ export interface NativeConsumerCore {
    * record lands in the spare.
    */
   wait(timeoutMs: number, iteration: number, spare?: object, at?: number, cell?: number, spareResult?: object): [number, Promise<unknown>];
+  /**
+   * From the next turn of the event loop on, each frame goes to
+   * `deliver(record)` as the wake-up takes it, and what taking one threw to
+   * `deliver(undefined, error)`, until unlisten() or close(). Throws
+   * UNSUPPORTED while a wait() is pending; while listening, every other way
+   * of taking frames throws UNSUPPORTED. `spare()` is called as the listener
+   * goes to sleep: the Frame it makes (as wait() is offered one) is what the
+   * next record becomes if it lands there.
+   */
+  listen(deliver: (record: ReceivedRecord | undefined, error?: unknown) => void, spare?: () => Spare | undefined): void;
+  /** No frame goes to the listener after this; those not yet taken stay in the ring. */
+  unlisten(): void;
   /** Where spares' pos go from now on (lib/spare-frame.ts); a spare whose cell lies beyond it is not handed over. */
   spareCells(cells: Float64Array): void;
   cancel(request: number): void;

@@ -6,6 +6,13 @@
 
 namespace gpuring {
 
+namespace {
+// A weakly held function, or empty where it was collected.
+Napi::Function Live(const Napi::FunctionReference &ref) {
+  return ref.IsEmpty() ? Napi::Function() : ref.Value();
+}
+}  // namespace
+
 // What JS receives for a frame: a fixed record (kRecordBytes) followed by a
 // private copy of the body, validated here by the C validator so every
 // language rejects the same bodies with the same codes. A body that cannot be
@@ -226,31 +233,19 @@ uint64_t ConsumerState::BusySpinNs() const {
 void ConsumerState::Service(Napi::Env env) {
   NotifySpaceOwed();
   for (;;) {
-    if (pending.empty()) return StopWaiting();
+    if (pending.empty()) return listener.IsEmpty() ? StopWaiting() : Deliver(env);
     gpr_frame_ref ref{};
     uint64_t pos = 0;
     Request r = pending.front();
     try {
-      // A ring may be a producer's heads-up, sent before its frame is READY
-      // (gpuring/doorbell.h): wait that long for the frame rather than sleep
-      // again and need a second wake-up.
-      bool rung = bell->TakeRung();
-      int rc = ClaimWithin(env, &ref, &pos, rung ? kHeadsUpWaitNs : BusySpinNs(), busy_poll,
-                           rung ? Between::kYield : Between::kRelax);
-      if (rc != 0) {
+      if (ClaimAwake(env, &ref, &pos) != 0) {
         // Requests time out only when no frame is ready: a loop held up past a
         // deadline (a synchronous call elsewhere in the process) still hands
         // over the frame that was waiting, as a producer publishes before it
         // expires its waits.
         Expire(env);
         if (pending.empty() || pending.front().id != r.id) continue;
-        bell->Arm(GPR_BELL_DATA);
-        rc = TryClaim(env, &ref, &pos);
-        if (rc != 0) {
-          bell->Sleep(NextWakeMs());
-          return;
-        }
-        bell->Disarm();  // woke on our own: spare the producer a ring
+        if (!ArmOrClaim(env, &ref, &pos)) return bell->Sleep(NextWakeMs());
       }
       Napi::Value record = Receive(env, pos, ref);
       if (record.IsEmpty()) {
@@ -258,8 +253,7 @@ void ConsumerState::Service(Napi::Env env) {
         // taking back every claim cannot hold the loop, nor keep requests
         // from expiring.
         Expire(env);
-        bell->Sleep(0);
-        return;
+        return bell->Sleep(0);
       }
       pending.pop_front();
       Resolve(r, record);
@@ -270,11 +264,54 @@ void ConsumerState::Service(Napi::Env env) {
   }
 }
 
-namespace {
-Napi::Function Live(const Napi::FunctionReference &ref) {
-  return ref.IsEmpty() ? Napi::Function() : ref.Value();
+int ConsumerState::ClaimAwake(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos) {
+  bool rung = bell->TakeRung();
+  return ClaimWithin(env, ref, pos, rung ? kHeadsUpWaitNs : BusySpinNs(), busy_poll,
+                     rung ? Between::kYield : Between::kRelax);
 }
 
+bool ConsumerState::ArmOrClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos) {
+  bell->Arm(GPR_BELL_DATA);
+  if (TryClaim(env, ref, pos) != 0) return false;
+  bell->Disarm();
+  return true;
+}
+
+// A frame is taken only when the one before it went to JS: the frames behind
+// one the listener is slow with stay in the ring for other consumers. An
+// error taking one (a malformed frame, dropped; frames missed) goes to JS
+// too, and the next frame follows.
+void ConsumerState::Deliver(Napi::Env env) {
+  for (uint32_t n = 0; n < kDeliverMax; n++) {
+    if (shut || listener.IsEmpty()) return;  // the listener stopped, or closed the consumer
+    gpr_frame_ref ref{};
+    uint64_t pos = 0;
+    Napi::Value record;
+    try {
+      if (ClaimAwake(env, &ref, &pos) != 0 && !ArmOrClaim(env, &ref, &pos)) return SleepListening();
+      record = Receive(env, pos, ref);
+    } catch (const Napi::Error &e) {
+      bell->Disarm();
+      listener.Call({env.Undefined(), e.Value()});
+      continue;
+    }
+    if (record.IsEmpty()) return bell->Sleep(0);  // taken back: claim again after a turn of the loop
+    listener.Call({record});
+  }
+  if (!shut && !listener.IsEmpty()) bell->Sleep(0);
+}
+
+void ConsumerState::SleepListening() {
+  Napi::Value offered = listener_spare.IsEmpty() ? Napi::Value() : listener_spare.Call({});
+  if (!offered.IsEmpty() && offered.IsArray()) {
+    Napi::Array spare_of = offered.As<Napi::Array>();
+    OfferSpare(spare_of.Get(0u).As<Napi::Object>(), spare_of.Get(1u).As<Napi::Number>().DoubleValue(),
+               spare_of.Get(2u).As<Napi::Number>().Uint32Value(), Napi::Value());
+  }
+  bell->Sleep(tick_ms);
+}
+
+namespace {
 Napi::Object IterationResult(Napi::Env env, Napi::Value value, bool done) {
   Napi::Object result = Napi::Object::New(env);
   result.Set("value", value);
@@ -439,7 +476,9 @@ Napi::Function ConsumerCore::Define(Napi::Env env) {
                       InstanceMethod<&ConsumerCore::OpenArenaWindow>("openArenaWindow"),
                       InstanceMethod<&ConsumerCore::Close>("close"),
                       InstanceMethod<&ConsumerCore::WokenAt>("wokenAt"),
-                      InstanceMethod<&ConsumerCore::SpareCells>("spareCells")});
+                      InstanceMethod<&ConsumerCore::SpareCells>("spareCells"),
+                      InstanceMethod<&ConsumerCore::Listen>("listen"),
+                      InstanceMethod<&ConsumerCore::Unlisten>("unlisten")});
 }
 
 // new ConsumerCore(segmentName, openTimeoutMs, sweepIntervalMs, openFlags[, received, failed])
@@ -501,6 +540,11 @@ void ConsumerCore::RequireOpen(Napi::Env env) const {
   if (closed_) Throw(env, GPR_E_CLOSED, "the consumer is closed");
 }
 
+void ConsumerCore::RequireNoListener(Napi::Env env) const {
+  if (!s_->listener.IsEmpty())
+    Throw(env, GPR_E_UNSUPPORTED, "this consumer hands its frames to a listener (listen()); stop() it before taking frames otherwise");
+}
+
 // A malformed frame met after good ones in a batch is reported by the next call.
 void ConsumerCore::ThrowHeldError(Napi::Env env) {
   if (!s_->held_error) return;
@@ -516,6 +560,7 @@ void ConsumerCore::ThrowHeldError(Napi::Env env) {
 Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
+  RequireNoListener(env);
   ThrowHeldError(env);
   s_->NotifySpaceOwed();
   if (!s_->pending.empty()) return env.Null();
@@ -538,6 +583,7 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
 Napi::Value ConsumerCore::NextSync(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
+  RequireNoListener(env);
   ThrowHeldError(env);
   if (!s_->pending.empty())
     Throw(env, GPR_E_UNSUPPORTED, "nextSync() was called while a next() of this consumer waits; use one or the other at a time");
@@ -579,6 +625,7 @@ Napi::Value ConsumerCore::NextSync(const Napi::CallbackInfo &info) {
 Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
+  RequireNoListener(env);
   bool after = info.Length() > 1 && info[1].ToBoolean().Value();
   ThrowHeldError(env);
   uint32_t max = info[0].As<Napi::Number>().Uint32Value();
@@ -653,6 +700,7 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
 Napi::Value ConsumerCore::Wait(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
+  RequireNoListener(env);
   double timeout_ms = info[0].As<Napi::Number>().DoubleValue();
   uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : gpr_monotonic_ns() + static_cast<uint64_t>(timeout_ms * 1e6);
   uint32_t iteration = info[1].As<Napi::Number>().Uint32Value();
@@ -788,7 +836,35 @@ Napi::Value ConsumerCore::Close(const Napi::CallbackInfo &info) {
   s_->lent.TakeBack();
   for (auto &r : s_->pending) s_->Reject(r, MakeError(env, GPR_E_CLOSED, "the consumer was closed"));
   s_->pending.clear();
+  s_->listener.Reset();
+  s_->listener_spare.Reset();
   return env.Undefined();
+}
+
+// listen(deliver[, spare]): frames go to deliver(record) from now on, the first from
+// a turn of the event loop after this call, never from within it (see
+// ConsumerState::listener). Refused while a wait() request is pending.
+Napi::Value ConsumerCore::Listen(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  RequireOpen(env);
+  RequireNoListener(env);
+  if (!s_->pending.empty())
+    Throw(env, GPR_E_UNSUPPORTED, "listen() was called while a next() of this consumer waits; use one or the other at a time");
+  s_->listener = Napi::Persistent(info[0].As<Napi::Function>());
+  if (info.Length() > 1 && info[1].IsFunction()) s_->listener_spare = Napi::Persistent(info[1].As<Napi::Function>());
+  s_->NotifySpaceOwed();
+  s_->bell->Sleep(0);
+  return env.Undefined();
+}
+
+// unlisten(): no frame goes to the listener after this; those not yet taken
+// stay in the ring.
+Napi::Value ConsumerCore::Unlisten(const Napi::CallbackInfo &info) {
+  if (closed_ || s_->listener.IsEmpty()) return info.Env().Undefined();
+  s_->listener.Reset();
+  s_->listener_spare.Reset();
+  s_->StopWaiting();
+  return info.Env().Undefined();
 }
 
 }  // namespace gpuring

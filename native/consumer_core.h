@@ -149,8 +149,34 @@ struct ConsumerState : LoopParticipant {
   // ms, or GPURING_TEST_STOP_CHECK_MS, which tests that must prove a ring woke
   // the thread set long, so that a missed ring shows as a TIMEOUT.
   static uint64_t StopCheckMs();
-  // Serves waiting requests from the ring in order; sleeps if any remain.
+  // Serves waiting requests from the ring in order, or the listener
+  // (Deliver); sleeps if any remain.
   void Service(Napi::Env env);
+  // A listener (Consumer.listen(), lib/frame-listener.ts): JS's
+  // deliver(record) is called with each frame from the wake-up itself, or
+  // deliver(undefined, error) with what taking one threw; no promise or
+  // microtask lies between the wake-up and the caller's code. Empty when
+  // none; a listener and waiting requests exclude each other. Strong, as a
+  // waiting request's promise is: the listener keeps the consumer.
+  Napi::FunctionReference listener;
+  // JS's spare() for the listener: a spare Frame ([frame, at, cell], as
+  // wait() is offered) made as the listener's wake-up goes to sleep, so that
+  // the next wake-up hands it over rather than have JS make one on caches
+  // the sleep emptied. Held as the listener is.
+  Napi::FunctionReference listener_spare;
+  void SleepListening();
+  // The most frames one turn of the loop hands the listener: then timers and
+  // I/O run, and the next turn goes on.
+  static constexpr uint32_t kDeliverMax = 1024;
+  void Deliver(Napi::Env env);
+  // The next frame for a wake-up (0, else nothing is ready): a ring may be a
+  // producer's heads-up, sent before its frame is READY (gpuring/doorbell.h),
+  // so after one it polls kHeadsUpWaitNs rather than sleep again and need a
+  // second wake-up; in a busy stream it polls BusySpinNs().
+  int ClaimAwake(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos);
+  // Arms the doorbell and looks once more: true, disarmed, if a frame came
+  // meanwhile (the producer is spared a ring); false, armed: sleep next.
+  bool ArmOrClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos);
   void Resolve(Request &r, Napi::Value record);
   void Reject(Request &r, const Napi::Error &e);
   // Rejects the waiting requests `which` picks with ABORTED (a loop's settle as done) and drops them.
@@ -242,7 +268,11 @@ class ConsumerCore : public Napi::ObjectWrap<ConsumerCore> {
   Napi::Value Close(const Napi::CallbackInfo &info);
   Napi::Value WokenAt(const Napi::CallbackInfo &info);
   Napi::Value SpareCells(const Napi::CallbackInfo &info);
+  Napi::Value Listen(const Napi::CallbackInfo &info);
+  Napi::Value Unlisten(const Napi::CallbackInfo &info);
   void RequireOpen(Napi::Env env) const;
+  // Taking frames otherwise would overtake the listener's.
+  void RequireNoListener(Napi::Env env) const;
   void ThrowHeldError(Napi::Env env);
 
   std::shared_ptr<ConsumerState> s_;

@@ -111,3 +111,23 @@ test('a consumer whose entry was marked FREE while it held a frame: DETACHED, an
     producer.close();
   });
 });
+
+test('a listening consumer whose entry was marked FREE: its next wake-up hands DETACHED to onError and ends the listener', async (t) => {
+  await withRing('lost-listen', { slots: 4 }, async (_ring, name) => {
+    using producer = Producer.open(name);
+    const consumer = Consumer.open(name, { sweepInterval: 20 });
+    const errors: string[] = [];
+    let ended!: () => void;
+    const detached = new Promise<void>((r) => (ended = r));
+    const listener = consumer.listen(
+      (f) => f.release(),
+      (e) => (errors.push(e.code, listener.active ? 'active' : 'ended'), ended()),
+    );
+    await producer.publish(frame(0), { tag: 0n });
+    rewriteEntry(name, consumer.index, `(w) => (w & ~7n) | ${FREE}n`);
+    await detached; // the sweep tick wakes it, if the publish did not
+    t.deepEqual(errors, ['DETACHED', 'ended'], 'the listener ended before onError ran');
+    t.throws(() => consumer.tryNext(), { code: 'DETACHED' });
+    t.notThrows(() => consumer.close());
+  });
+});

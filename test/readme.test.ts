@@ -76,6 +76,7 @@ test.serial('the packed package installs with no compiler on PATH, from its preb
 const cases: (ProgramPair & { readme: string; sections: string[] })[] = [
   { readme: 'README.md', sections: ['Node to Node'], ring: 'prices', consumer: 'consumer.mjs', producer: 'producer.mjs', shows: /\{"id": 2, "px": 9\.75\}/ },
   { readme: 'README.md', sections: ['Node to Node'], ring: 'prices', consumer: 'consumer-sync.mjs', producer: 'producer.mjs', shows: /\{"id": 2, "px": 9\.75\}/ },
+  { readme: 'README.md', sections: ['Node to Node'], ring: 'prices', consumer: 'consumer-listen.mjs', producer: 'producer.mjs', shows: /\{"id": 2, "px": 9\.75\}/ },
   { readme: 'README.md', sections: ['Node to Node'], ring: 'prices', consumer: 'consumer.mjs', producer: 'allocate-producer.mjs', shows: /\{"id": 2, "px": 9\.75\}/ },
   { readme: 'README.md', sections: ['Node to Node'], ring: 'prices', consumer: 'consumer.mjs', producer: 'loan-producer.mjs', shows: /\{"id": 2, "px": 9\.75, "sym": "cd"\}.*\{"id": 4, "px": null, "sym": "gh"\}/s },
   { readme: 'README.md', sections: ['Node to Node'], ring: 'ticks', consumer: 'recorder.mjs', producer: 'ticker.mjs', shows: /recorder: 1,2,3\ndashboard: 1,2,3\n/ },

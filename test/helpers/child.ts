@@ -28,6 +28,11 @@
  *                                 handler (an uncaughtExceptionMonitor says what it saw); with close, closes the
  *                                 producer at the second release. Reports publishes, releases, the errors
  *                                 seen (uncaught) and the code the publish failed with, if one did
+ *   listen NAME FRAMES MODE       takes FRAMES frames in a listen() handler, checking each, then stops the
+ *                                 listener (the consumer left open) and reports their seq numbers in order and
+ *                                 the uncaught errors seen; with MODE throw the handler throws at each fifth frame
+ *                                 (after releasing it; an uncaughtException handler counts them). Exits by itself
+ *   listen-idle NAME              listens, says it is ready, and is sent no frame: the listener alone keeps it alive
  *   create NAME SLOTS             says it goes, creates ring NAME with SLOTS slots and 1024 entries (a segment
  *                                 large enough to take a few ms), says it made it, waits to be killed
  *   subscribe-slow NAME POLICY MS subscribes with onSlow POLICY, says it is ready, and for MS ms takes frames,
@@ -87,6 +92,27 @@ async function stressConsume(): Promise<void> {
   }
   say({ seen, bad });
   process.disconnect?.();
+}
+
+async function listen(frames: number, mode: string): Promise<void> {
+  const consumer = Consumer.open(name!);
+  const uncaught: string[] = [];
+  process.on('uncaughtException', (e) => uncaught.push(e.message));
+  const seen: number[] = [];
+  let bad = 0;
+  const listener = consumer.listen((frame) => {
+    const t = frame.toTable();
+    const p = t.getChild('producer')!.get(0) as number;
+    const s = t.getChild('seq')!.get(0) as number;
+    if (t.getChild('check')!.get(0) !== checkText(p, s)) bad++;
+    seen.push(s);
+    frame.release();
+    if (seen.length === frames) {
+      listener.stop();
+      setImmediate(() => say({ seen, bad, uncaught }));
+    }
+    if (mode === 'throw' && seen.length % 5 === 0) throw new Error(`handler threw at frame ${seen.length}`);
+  });
 }
 
 async function publishWithListener(mode: string, frames: number): Promise<void> {
@@ -284,6 +310,14 @@ async function main(): Promise<void> {
       const consumer = Consumer.open(name!);
       say({ ready: true, index: consumer.index });
       setInterval(() => consumer.index, 1000);
+      return;
+    }
+    case 'listen':
+      return listen(Number(args[0]), args[1]!);
+    case 'listen-idle': {
+      const consumer = Consumer.open(name!);
+      consumer.listen((frame) => frame.release());
+      say({ ready: true, index: consumer.index });
       return;
     }
     case 'release-listener':

@@ -58,7 +58,7 @@ export type ProgramPair = { ring: string; consumer: string; producer: string; sh
 /**
  * Runs the pair twice in `dir`, consumer first: it must wait for the ring, and
  * a second producer run must reuse the ring the first one left. A consumer
- * that loops forever (a Node `for await` or `for (;;)`) is stopped with SIGINT
+ * that loops forever (a Node `for await`, `for (;;)` or listener) is stopped with SIGINT
  * once it showed what it must; either way it must end cleanly.
  */
 export async function runTwice(t: ExecutionContext, dir: string, sources: Map<string, string>, pair: ProgramPair): Promise<void> {
@@ -69,7 +69,7 @@ export async function runTwice(t: ExecutionContext, dir: string, sources: Map<st
       const producer = start(dir, pair.producer, sources.get(pair.producer)!, pair.env);
       running.push(consumer, producer);
       t.is((await exitOf(producer)).code, 0, `producer, run ${run}: ${producer.output()}`);
-      if (/for await|for \(;;\)/.test(sources.get(pair.consumer)!)) {
+      if (/for await|for \(;;\)|\.listen\(/.test(sources.get(pair.consumer)!)) {
         await until(consumer, pair.shows);
         consumer.kill('SIGINT');
       }
