@@ -47,11 +47,11 @@ const BATCH = 16;
 
 type Role =
   | 'node-producer' | 'node-loan-producer' | 'python-producer' | 'python-async-producer' | 'c-producer'
-  | 'node-consumer' | 'node-sync-consumer' | 'node-batch-consumer' | 'python-consumer' | 'python-async-consumer' | 'c-consumer';
-/** Every way each language waits: Node's event loop and a blocked thread, Python's futex and asyncio's doorbell socket, C's futex. */
+  | 'node-consumer' | 'node-sync-consumer' | 'node-batch-consumer' | 'node-listen-consumer' | 'python-consumer' | 'python-async-consumer' | 'c-consumer';
+/** Every way each language waits: Node's event loop (a promise, or a listener) and a blocked thread, Python's futex and asyncio's doorbell socket, C's futex. */
 const ROLES: Role[] = [
   'node-producer', 'node-loan-producer', 'python-producer', 'python-async-producer', 'c-producer',
-  'node-consumer', 'node-sync-consumer', 'node-batch-consumer', 'python-consumer', 'python-async-consumer', 'c-consumer',
+  'node-consumer', 'node-sync-consumer', 'node-batch-consumer', 'node-listen-consumer', 'python-consumer', 'python-async-consumer', 'c-consumer',
 ];
 const SEATS = (process.env.GPURING_TORTURE_SEATS?.split(',') ?? ROLES).map((seat) => {
   if (!ROLES.includes(seat as Role)) throw new Error(`GPURING_TORTURE_SEATS: unknown seat '${seat}' (one of ${ROLES.join(', ')})`);
@@ -88,6 +88,7 @@ function start(role: Role, name: string, id: number, dir: string, onSlow: OnSlow
     : role === 'node-consumer' ? node('consume', name, log)
     : role === 'node-sync-consumer' ? node('consume-sync', name, log)
     : role === 'node-batch-consumer' ? node('consume-batch', name, log)
+    : role === 'node-listen-consumer' ? node('consume-listen', name, log)
     : role === 'python-producer' ? python('produce', name, String(id), log)
     : role === 'python-async-producer' ? python('produce-async', name, String(id), log)
     : role === 'python-async-consumer' ? python('consume-async', name, log)

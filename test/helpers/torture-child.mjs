@@ -15,6 +15,7 @@
  *                                           thread blocked on its doorbell, never back in the event loop
  *   torture-child.mjs consume-batch NAME LOG as consume, taking every frame ready at once
  *                                           (nextBatch(), up to 16), all held until each is logged
+ *   torture-child.mjs consume-listen NAME LOG as consume, each frame handed to a listen() handler
  * On a broadcast ring consumers subscribe with the onSlow policy GPURING_TORTURE_ON_SLOW
  * names (default 'block'), and log "MISSED n" where next() says n frames were dropped for
  * them (FRAMES_MISSED, EVICTED). GPURING_TORTURE_START=oldest also takes the frames
@@ -76,17 +77,24 @@ function logFrame(log, f) {
   writeSync(log, ok ? `${f.tag}\n` : `BAD ${f.tag} (it held ${p}:${s} ${JSON.stringify(t.getChild('check').get(0))}; this process's frame ${taken}, ${((performance.now() - started) / 1000).toFixed(3)} s after it started)\n`);
 }
 
+const openConsumer = () => Consumer.open(name, { openTimeout: 10_000, onSlow: process.env.GPURING_TORTURE_ON_SLOW ?? 'block', start: process.env.GPURING_TORTURE_START ?? 'newest' });
+
+/** Logs a broadcast subscriber's losses; anything else is thrown. */
+function logMissed(log, e) {
+  if (!(e instanceof GpuringError) || (e.code !== 'FRAMES_MISSED' && e.code !== 'EVICTED')) throw e;
+  writeSync(log, `MISSED ${e.missed}\n`);
+}
+
 /** `take` is how this seat waits: next(), nextSync() or nextBatch(). */
 async function consume(log, take) {
-  const consumer = Consumer.open(name, { openTimeout: 10_000, onSlow: process.env.GPURING_TORTURE_ON_SLOW ?? 'block', start: process.env.GPURING_TORTURE_START ?? 'newest' });
+  const consumer = openConsumer();
   process.stdout.write('ready\n');
   for (;;) {
     let frames;
     try {
       frames = await take(consumer);
     } catch (e) {
-      if (!(e instanceof GpuringError) || (e.code !== 'FRAMES_MISSED' && e.code !== 'EVICTED')) throw e;
-      writeSync(log, `MISSED ${e.missed}\n`);
+      logMissed(log, e);
       continue;
     }
     frames.forEach((f) => logFrame(log, f));
@@ -102,4 +110,8 @@ const takes = {
 
 if (role === 'produce') await produce(Number(args[0]), openSync(args[1], 'a'));
 else if (role === 'produce-loan') await produceLoaned(Number(args[0]), openSync(args[1], 'a'));
-else await consume(openSync(args[0], 'a'), takes[role]);
+else if (role === 'consume-listen') {
+  const log = openSync(args[0], 'a');
+  openConsumer().listen((f) => (logFrame(log, f), f.release()), (e) => logMissed(log, e));
+  process.stdout.write('ready\n');
+} else await consume(openSync(args[0], 'a'), takes[role]);
