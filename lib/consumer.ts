@@ -374,7 +374,7 @@ export class Consumer implements AsyncIterable<Frame> {
       if (!onError) throw failure;
       onError(failure);
     };
-    callNative(() => this.#core.listen(deliver, () => this.#spare.forWait()));
+    callNative(() => this.#core.listen(deliver, () => this.#spare.forWait(), onFrame));
     this.#listener = listener;
     return listener;
   }

@@ -8,6 +8,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { GpuringError } from './errors.js';
+import type { Frame } from './frame.js';
 import type { Spare } from './spare-frame.js';
 
 export interface NativeSegmentHandle {
@@ -258,9 +259,10 @@ export interface NativeConsumerCore {
    * UNSUPPORTED while a wait() is pending; while listening, every other way
    * of taking frames throws UNSUPPORTED. `spare()` is called as the listener
    * goes to sleep: the Frame it makes (as wait() is offered one) is what the
-   * next record becomes if it lands there.
+   * next record becomes if it lands there; such a record, a Frame already,
+   * goes to `handler` itself rather than through `deliver`.
    */
-  listen(deliver: (record: ReceivedRecord | undefined, error?: unknown) => void, spare?: () => Spare | undefined): void;
+  listen(deliver: (record: ReceivedRecord | undefined, error?: unknown) => void, spare?: () => Spare | undefined, handler?: (frame: Frame) => void): void;
   /** No frame goes to the listener after this; those not yet taken stay in the ring. */
   unlisten(): void;
   /** Where spares' pos go from now on (lib/spare-frame.ts); a spare whose cell lies beyond it is not handed over. */

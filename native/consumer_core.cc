@@ -296,7 +296,8 @@ void ConsumerState::Deliver(Napi::Env env) {
       continue;
     }
     if (record.IsEmpty()) return bell->Sleep(0);  // taken back: claim again after a turn of the loop
-    listener.Call({record});
+    bool made = record.IsObject() && !record.IsArrayBuffer() && !listener_handler.IsEmpty();
+    (made ? listener_handler : listener).Call({record});
   }
   if (!shut && !listener.IsEmpty()) bell->Sleep(0);
 }
@@ -838,6 +839,7 @@ Napi::Value ConsumerCore::Close(const Napi::CallbackInfo &info) {
   s_->pending.clear();
   s_->listener.Reset();
   s_->listener_spare.Reset();
+  s_->listener_handler.Reset();
   return env.Undefined();
 }
 
@@ -852,6 +854,7 @@ Napi::Value ConsumerCore::Listen(const Napi::CallbackInfo &info) {
     Throw(env, GPR_E_UNSUPPORTED, "listen() was called while a next() of this consumer waits; use one or the other at a time");
   s_->listener = Napi::Persistent(info[0].As<Napi::Function>());
   if (info.Length() > 1 && info[1].IsFunction()) s_->listener_spare = Napi::Persistent(info[1].As<Napi::Function>());
+  if (info.Length() > 2 && info[2].IsFunction()) s_->listener_handler = Napi::Persistent(info[2].As<Napi::Function>());
   s_->NotifySpaceOwed();
   s_->bell->Sleep(0);
   return env.Undefined();
@@ -863,6 +866,7 @@ Napi::Value ConsumerCore::Unlisten(const Napi::CallbackInfo &info) {
   if (closed_ || s_->listener.IsEmpty()) return info.Env().Undefined();
   s_->listener.Reset();
   s_->listener_spare.Reset();
+  s_->listener_handler.Reset();
   s_->StopWaiting();
   return info.Env().Undefined();
 }

@@ -164,6 +164,10 @@ struct ConsumerState : LoopParticipant {
   // the next wake-up hands it over rather than have JS make one on caches
   // the sleep emptied. Held as the listener is.
   Napi::FunctionReference listener_spare;
+  // The application's handler itself: a record that landed in the spare is
+  // already its Frame, so it goes there with no JS of ours in between (each
+  // function on the way runs on cold caches after a sleep).
+  Napi::FunctionReference listener_handler;
   void SleepListening();
   // The most frames one turn of the loop hands the listener: then timers and
   // I/O run, and the next turn goes on.
