@@ -191,9 +191,12 @@ type Source = 'node' | 'c' | { makeUs: number; headsUp: boolean };
 /**
  * How the sleeping consumer waits: in next(), in `for await` over the consumer
  * (what the README shows), in nextSync() (its thread asleep on its doorbell
- * word, a futex), or with a listen() handler called from the wake-up.
+ * word, a futex), or `alternate`: in a listen() handler (called from the
+ * wake-up) and in next() by turns of ALTERNATE_EVERY frames, so that the drift
+ * of a noisy machine over a series weighs on both alike.
  */
-type SleepingWait = 'next' | 'iterate' | 'sync' | 'listen';
+type SleepingWait = 'next' | 'iterate' | 'sync' | 'alternate';
+const ALTERNATE_EVERY = 50;
 
 /** A consumer asleep as `wait` says, a prepared frame every `gapUs` from a Node (or C) producer: each hop's time, µs. */
 async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: Source = 'node', wait: SleepingWait = 'next') {
@@ -207,6 +210,8 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: S
     // Hops go into preallocated arrays as numbers, not kept as BigInt stamps: thousands
     // of live heap objects would lengthen every scavenge, a pause the p99.9 then shows.
     const hops = { total: new Float64Array(n), wake: new Float64Array(n), receive: new Float64Array(n), table: new Float64Array(n) };
+    const listening = (k: number) => wait === 'alternate' && Math.floor((k + LATENCY_WARMUP) / ALTERNATE_EVERY) % 2 === 0;
+    const listened = new Uint8Array(n); // 1 where the frame went to the listener
     const us = (a: bigint, b: bigint) => Number(b - a) / 1000;
     // The consumer's garbage-collection pauses while timed frames come: a scavenge
     // (0.3-1 ms) every few thousand frames is what a p99.9 may catch.
@@ -221,6 +226,7 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: S
       const done = process.hrtime.bigint();
       if (timed >= 0) {
         const woken = consumer.lastWake;
+        listened[timed] = listening(timed) ? 1 : 0;
         hops.total[timed] = us(f.tag, js);
         hops.wake[timed] = us(f.tag, woken);
         hops.receive[timed] = us(woken, js);
@@ -228,27 +234,29 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: S
       }
       f.release();
     };
-    if (wait === 'listen') {
-      await new Promise<void>((resolve) => {
-        const listener = consumer.listen((f) => {
-          record(f, process.hrtime.bigint());
-          if (++timed === n) (listener.stop(), resolve());
+    while (timed < n) {
+      if (listening(timed)) {
+        await new Promise<void>((resolve) => {
+          const listener = consumer.listen((f) => {
+            record(f, process.hrtime.bigint());
+            if (++timed === n || !listening(timed)) (listener.stop(), resolve());
+          });
         });
-      });
-    }
-    for (; timed < n; timed++) {
+        continue;
+      }
       // Inline, not a helper: an async helper would add its own microtasks to what is timed.
       const f = wait === 'sync' ? consumer.nextSync({ timeout: 30_000 })
-        : wait === 'next' ? await consumer.next({ timeout: 30_000 })
-        : ((await frames!.next()).value as Frame);
+        : wait === 'iterate' ? ((await frames!.next()).value as Frame)
+        : await consumer.next({ timeout: 30_000 });
       record(f, process.hrtime.bigint());
+      timed++;
     }
     gc.disconnect();
     await frames?.return?.();
     consumer.close();
     await exited(producer);
     const publish = from === 'node' ? (JSON.parse(Buffer.concat(out).toString()) as number[]).slice(LATENCY_WARMUP) : [];
-    return { ...Object.fromEntries(Object.entries(hops).map(([k, a]) => [k, Array.from(a)])) as Record<keyof typeof hops, number[]>, publish, pauses };
+    return { ...Object.fromEntries(Object.entries(hops).map(([k, a]) => [k, Array.from(a)])) as Record<keyof typeof hops, number[]>, listened: Array.from(listened), publish, pauses };
   });
 }
 
@@ -275,14 +283,7 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
   records.push(compare(blockedName, 'p50', 'µs', percentile(blocked.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
   records.push(compare(blockedName, 'p99.9', 'µs', percentile(blocked.total, 99.9), `JSON over a Unix socket, a line sent on the same clock (${gap})`, percentile(socket, 99.9), false));
   records.push(hop(`  hop: wake-up until nextSync() returns (claim, copy, Frame, ${gap})`, blocked.receive));
-  // A handler called from the wake-up itself: no promise, no microtask.
-  const listened = await sleepingHandOff(n, gapUs, pacing, 'node', 'listen');
-  const listenedName = `  the same, consumer in a listen() handler (called from the wake-up, no promise; ${gap})`;
-  records.push(compare(listenedName, 'p50', 'µs', percentile(listened.total, 50), `C one-wake floor on an eventfd (epoll_wait; sender ${pacing} alike)`, eventfdFloor.p50, false));
-  records.push(compare(listenedName, 'p50', 'µs', percentile(listened.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));
-  records.push(compare(listenedName, 'p50', 'µs', percentile(listened.total, 50), 'next() in the same run', percentile(hops.total, 50), false));
-  records.push(compare(listenedName, 'p99.9', 'µs', percentile(listened.total, 99.9), `JSON over a Unix socket, a line sent on the same clock (${gap})`, percentile(socket, 99.9), false));
-  records.push(hop(`  hop: wake-up until the listen() handler runs (claim, copy, Frame, ${gap})`, listened.receive));
+  records.push(...(await listenRecords(n, gapUs, pacing, gap, { socket, floor: floor.p50, eventfd: eventfdFloor.p50 })));
   // The README's loop: the async iterator's own promises come on top of next()'s.
   const iterated = await sleepingHandOff(n, gapUs, pacing, 'node', 'iterate');
   const iteratedName = `  the same, consumer in \`for await (const frame of consumer)\` (${gap})`;
@@ -300,6 +301,24 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
   records.push(aside(`  the consumer's garbage-collection pauses while its ${n} timed frames came (${gap})`, 'count', '', hops.pauses.length));
   records.push(aside(`  the longest of them (${gap})`, 'max', 'µs', Math.max(0, ...hops.pauses)));
   return records;
+}
+
+/**
+ * A listen() handler, called from the wake-up itself (no promise, no
+ * microtask), against next(): one consumer taking frames by turns in each
+ * way, so that both see the same stretch of a noisy machine.
+ */
+async function listenRecords(n: number, gapUs: number, pacing: Pacing, gap: string, against: { socket: number[]; floor: number; eventfd: number }): Promise<BenchRecord[]> {
+  const both = await sleepingHandOff(n, gapUs, pacing, 'node', 'alternate');
+  const [listened, next] = [1, 0].map((l) => ({ total: both.total.filter((_, i) => both.listened[i] === l), receive: both.receive.filter((_, i) => both.listened[i] === l) }));
+  const name = `  the same, consumer in a listen() handler (called from the wake-up, no promise; ${gap})`;
+  return [
+    compare(name, 'p50', 'µs', percentile(listened!.total, 50), `C one-wake floor on an eventfd (epoll_wait; sender ${pacing} alike)`, against.eventfd, false),
+    compare(name, 'p50', 'µs', percentile(listened!.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, against.floor, false),
+    compare(name, 'p50', 'µs', percentile(listened!.total, 50), `next(), taking frames by turns of ${ALTERNATE_EVERY} with it`, percentile(next!.total, 50), false),
+    compare(name, 'p99.9', 'µs', percentile(listened!.total, 99.9), `JSON over a Unix socket, a line sent on the same clock (${gap})`, percentile(against.socket, 99.9), false),
+    compare(`  hop: wake-up until the listen() handler runs (claim, copy, Frame, ${gap})`, 'p50', 'µs', percentile(listened!.receive, 50), 'until next() resolves, by turns with it', percentile(next!.receive, 50), false),
+  ];
 }
 
 /** A frame that takes MAKE_US to make, from its making's start to the consumer's JS: Producer.headsUp() as making starts, against none. */
