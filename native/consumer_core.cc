@@ -282,8 +282,9 @@ bool ConsumerState::ArmOrClaim(Napi::Env env, gpr_frame_ref *ref, uint64_t *pos)
 // error taking one (a malformed frame, dropped; frames missed) goes to JS
 // too, and the next frame follows.
 void ConsumerState::Deliver(Napi::Env env) {
+  const uint64_t serving = listens;
   for (uint32_t n = 0; n < kDeliverMax; n++) {
-    if (shut || listener.IsEmpty()) return;  // the listener stopped, or closed the consumer
+    if (shut || listener.IsEmpty() || listens != serving) return;  // stopped, closed, or another listener
     gpr_frame_ref ref{};
     uint64_t pos = 0;
     Napi::Value record;
@@ -853,6 +854,7 @@ Napi::Value ConsumerCore::Listen(const Napi::CallbackInfo &info) {
   if (!s_->pending.empty())
     Throw(env, GPR_E_UNSUPPORTED, "listen() was called while a next() of this consumer waits; use one or the other at a time");
   s_->listener = Napi::Persistent(info[0].As<Napi::Function>());
+  s_->listens++;
   if (info.Length() > 1 && info[1].IsFunction()) s_->listener_spare = Napi::Persistent(info[1].As<Napi::Function>());
   if (info.Length() > 2 && info[2].IsFunction()) s_->listener_handler = Napi::Persistent(info[2].As<Napi::Function>());
   s_->NotifySpaceOwed();

@@ -172,6 +172,9 @@ struct ConsumerState : LoopParticipant {
   // The most frames one turn of the loop hands the listener: then timers and
   // I/O run, and the next turn goes on.
   static constexpr uint32_t kDeliverMax = 1024;
+  // Counts listen() calls: a listener made inside a handler gets its first
+  // frame from a later turn of the loop, not from the wake-up serving the old one.
+  uint64_t listens = 0;
   void Deliver(Napi::Env env);
   // The next frame for a wake-up (0, else nothing is ready): a ring may be a
   // producer's heads-up, sent before its frame is READY (gpuring/doorbell.h),

@@ -113,6 +113,34 @@ test('stop() inside the handler: no call after it, and the frames not yet handed
   });
 });
 
+test('a listener made inside the handler of a stopped one gets the rest of the frames, the first from a later turn', async (t) => {
+  await withRing('listen-again', { slots: 16 }, async (_ring, name) => {
+    using consumer = Consumer.open(name);
+    using producer = Producer.open(name);
+    for (let i = 0; i < 6; i++) await producer.publish(frame(i));
+    const first: number[] = [], second: number[] = [];
+    let sameWakeUp = false; // true from the new listen() until the microtasks of that wake-up ran
+    let calledInIt: boolean | undefined;
+    const listener = consumer.listen((f) => {
+      first.push(valueOf(f));
+      f.release();
+      if (first.length < 2) return;
+      listener.stop();
+      sameWakeUp = true;
+      queueMicrotask(() => (sameWakeUp = false));
+      consumer.listen((g) => {
+        calledInIt ??= sameWakeUp;
+        second.push(valueOf(g));
+        g.release();
+      });
+    });
+    await turn(50);
+    t.deepEqual(first, [0, 1]);
+    t.deepEqual(second, [2, 3, 4, 5]);
+    t.false(calledInIt, 'not from the wake-up that served the old listener');
+  });
+});
+
 test('while listening, every other way of taking frames is UNSUPPORTED; listen() is refused while next() waits, and a second listen()', async (t) => {
   await withRing('listen-excludes', { slots: 8 }, async (_ring, name) => {
     using consumer = Consumer.open(name);
