@@ -6,12 +6,22 @@ import test from 'ava';
 import { Int32, Table, vectorFromArray } from 'apache-arrow';
 import { Consumer, type Frame, GpuringError, Producer } from '../lib/index.js';
 import { locate, patch, u32 } from './helpers/shm-patch.js';
-import { child, exitOf, nextLine, withRing } from './helpers/ring.js';
+import { child, eventually, exitOf, nextLine, withRing } from './helpers/ring.js';
 
 const frame = (i: number) => new Table({ i: vectorFromArray([i], new Int32()) });
 const valueOf = (f: Frame) => f.toTable().getChild('i')!.get(0) as number;
 /** Lets the consumer's event loop run (its doorbell's callback among it). */
 const turn = (ms = 20) => new Promise((r) => setTimeout(r, ms));
+
+/** A consumer and a producer of a new ring, frames 0 .. count - 1 published. */
+async function withPublished(prefix: string, count: number, fn: (consumer: Consumer, producer: Producer) => Promise<void>): Promise<void> {
+  await withRing(prefix, { slots: 16 }, async (_ring, name) => {
+    using consumer = Consumer.open(name);
+    using producer = Producer.open(name);
+    for (let i = 0; i < count; i++) await producer.publish(frame(i));
+    await fn(consumer, producer);
+  });
+}
 
 test('frames from a producer in another process, each published only once the listener sleeps, reach the handler in order, each once', async (t) => {
   await withRing('listen-sleeper', { slots: 8 }, async (_ring, name) => {
@@ -73,34 +83,28 @@ test('a listener keeps its process alive; killed while asleep, it costs the prod
 });
 
 test('the first call comes from a later turn of the event loop, never from within listen(); then every ready frame, in order', async (t) => {
-  await withRing('listen-ready', { slots: 16 }, async (_ring, name) => {
-    using consumer = Consumer.open(name);
-    using producer = Producer.open(name);
-    for (let i = 0; i < 5; i++) await producer.publish(frame(i));
+  await withPublished('listen-ready', 5, async (consumer, producer) => {
     const got: number[] = [];
     const listener = consumer.listen((f) => (got.push(valueOf(f)), f.release()));
     t.deepEqual(got, [], 'nothing handed over within listen()');
-    await turn();
+    await eventually(() => got.length === 5);
     t.deepEqual(got, [0, 1, 2, 3, 4]);
     await producer.publish(frame(5));
-    await turn();
+    await eventually(() => got.length === 6);
     t.deepEqual(got, [0, 1, 2, 3, 4, 5], 'and the frame published while it slept');
     listener.stop();
   });
 });
 
 test('stop() inside the handler: no call after it, and the frames not yet handed over go to next() in order', async (t) => {
-  await withRing('listen-stop', { slots: 16 }, async (_ring, name) => {
-    using consumer = Consumer.open(name);
-    using producer = Producer.open(name);
-    for (let i = 0; i < 6; i++) await producer.publish(frame(i));
+  await withPublished('listen-stop', 6, async (consumer, producer) => {
     const got: number[] = [];
     const listener = consumer.listen((f) => {
       got.push(valueOf(f));
       f.release();
       if (got.length === 2) listener.stop();
     });
-    await turn();
+    await eventually(() => !listener.active);
     t.deepEqual(got, [0, 1]);
     t.false(listener.active);
     await producer.publish(frame(6));
@@ -114,10 +118,7 @@ test('stop() inside the handler: no call after it, and the frames not yet handed
 });
 
 test('a listener made inside the handler of a stopped one gets the rest of the frames, the first from a later turn', async (t) => {
-  await withRing('listen-again', { slots: 16 }, async (_ring, name) => {
-    using consumer = Consumer.open(name);
-    using producer = Producer.open(name);
-    for (let i = 0; i < 6; i++) await producer.publish(frame(i));
+  await withPublished('listen-again', 6, async (consumer, producer) => {
     const first: number[] = [], second: number[] = [];
     let sameWakeUp = false; // true from the new listen() until the microtasks of that wake-up ran
     let calledInIt: boolean | undefined;
@@ -134,7 +135,7 @@ test('a listener made inside the handler of a stopped one gets the rest of the f
         g.release();
       });
     });
-    await turn(50);
+    await eventually(() => second.length === 4);
     t.deepEqual(first, [0, 1]);
     t.deepEqual(second, [2, 3, 4, 5]);
     t.false(calledInIt, 'not from the wake-up that served the old listener');
@@ -175,28 +176,26 @@ test('a damaged frame goes to onError (FRAME_INVALID) and is dropped; the frames
     );
     await turn();
     await producer.publish(frame(0));
-    await turn();
+    await eventually(() => events.length === 1); // asleep again when the damaged frame comes
     await producer.publish(frame(1));
     const { arena, body } = locate(name, 1);
     patch(arena, body, u32(0x12345678)); // bad magic, before the listener wakes
     await producer.publish(frame(2));
-    await turn();
+    await eventually(() => events.length === 3);
     t.deepEqual(events, [0, 'FRAME_INVALID', 2]);
     listener.stop();
   });
 });
 
 test('close() inside the handler ends the listener: no further call, nothing thrown', async (t) => {
-  await withRing('listen-close', { slots: 8 }, async (_ring, name) => {
-    const consumer = Consumer.open(name);
-    using producer = Producer.open(name);
-    for (let i = 0; i < 4; i++) await producer.publish(frame(i));
+  await withPublished('listen-close', 4, async (consumer, producer) => {
     const got: number[] = [];
     const listener = consumer.listen((f) => {
       got.push(valueOf(f));
       consumer.close(); // releases the frame with every other lease
     });
-    await turn();
+    await eventually(() => consumer.closed);
+    await turn(); // time for a wrong second call
     t.deepEqual(got, [0]);
     t.false(listener.active);
     t.true(consumer.closed);
