@@ -70,8 +70,8 @@ type NextParsed = { timeout: number; signal?: AbortSignal | undefined; spin: num
  * on while other consumers keep taking frames (until none was taken for
  * 20 µs, 200 µs at most), where it may run on 4 or more CPUs, so that the
  * producer need not ring it for every frame. Otherwise neither the event loop nor the libuv thread pool is
- * ever blocked (except by `next({ spin })` and `nextSync()`, on request). A pending `next()` keeps the process
- * alive; an idle consumer does not, and its leases are released when the
+ * ever blocked (except by `next({ spin })` and `nextSync()`, on request). A pending `next()` or an active
+ * `listen()` keeps the process alive; an idle consumer does not, and its leases are released when the
  * process exits even if `close()` was never called.
  */
 export class Consumer implements AsyncIterable<Frame> {
