@@ -844,9 +844,10 @@ Napi::Value ConsumerCore::Close(const Napi::CallbackInfo &info) {
   return env.Undefined();
 }
 
-// listen(deliver[, spare]): frames go to deliver(record) from now on, the first from
-// a turn of the event loop after this call, never from within it (see
-// ConsumerState::listener). Refused while a wait() request is pending.
+// listen(deliver[, spare, handler]): frames go to deliver(record) from now on
+// (those that landed in the spare() made before a sleep, to handler(frame)),
+// the first from a turn of the event loop after this call, never from within
+// it (see ConsumerState::listener). Refused while a wait() request is pending.
 Napi::Value ConsumerCore::Listen(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   RequireOpen(env);
