@@ -14,7 +14,7 @@ export class FrameListener implements Disposable {
   readonly #unlisten: () => void;
   #active = true;
 
-  /** `unlisten`: stops the native delivery (the consumer's core). */
+  /** @internal Consumer.listen() makes these; `unlisten` stops the native delivery (the consumer's core). */
   constructor(unlisten: () => void) {
     this.#unlisten = unlisten;
   }
