@@ -77,16 +77,22 @@ async function publishAll(tables: Table[]): Promise<void> {
   producer.close();
 }
 
+/** A stress frame's producer and seq, and whether its check column matches them. */
+function readStress(frame: Frame): { p: number; s: number; ok: boolean } {
+  const t = frame.toTable();
+  const p = t.getChild('producer')!.get(0) as number;
+  const s = t.getChild('seq')!.get(0) as number;
+  return { p, s, ok: t.getChild('check')!.get(0) === checkText(p, s) };
+}
+
 async function stressConsume(): Promise<void> {
   const consumer = Consumer.open(name!, args[0] ? { sweepInterval: Number(args[0]) } : {});
   const seen: number[] = [];
   let bad = 0;
   process.on('message', () => consumer.close());
   for await (const frame of consumer) {
-    const t = frame.toTable();
-    const p = t.getChild('producer')!.get(0) as number;
-    const s = t.getChild('seq')!.get(0) as number;
-    if (t.getChild('check')!.get(0) !== checkText(p, s)) bad++;
+    const { p, s, ok } = readStress(frame);
+    if (!ok) bad++;
     seen.push(p * 1_000_000 + s);
     frame.release();
   }
@@ -94,17 +100,15 @@ async function stressConsume(): Promise<void> {
   process.disconnect?.();
 }
 
-async function listen(frames: number, mode: string): Promise<void> {
+function listen(frames: number, mode: string): void {
   const consumer = Consumer.open(name!);
   const uncaught: string[] = [];
   process.on('uncaughtException', (e) => uncaught.push(e.message));
   const seen: number[] = [];
   let bad = 0;
   const listener = consumer.listen((frame) => {
-    const t = frame.toTable();
-    const p = t.getChild('producer')!.get(0) as number;
-    const s = t.getChild('seq')!.get(0) as number;
-    if (t.getChild('check')!.get(0) !== checkText(p, s)) bad++;
+    const { s, ok } = readStress(frame);
+    if (!ok) bad++;
     seen.push(s);
     frame.release();
     if (seen.length === frames) {
