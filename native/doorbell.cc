@@ -1,15 +1,17 @@
 #include "doorbell.h"
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <climits>
 #include "errors.h"
 
 namespace gpuring {
 
 struct Doorbell::Handles {
-  uv_poll_t poll;
+  uv_poll_t poll;       // the socket
+  uv_poll_t pipe_poll;  // the pipe's read end
   uv_timer_t timer;
   Doorbell *owner;
-  int open = 2;  // handles not yet closed
+  int open = 3;  // handles not yet closed
 };
 
 namespace {
@@ -23,6 +25,16 @@ uint64_t RandomKey() {
 void CloseOne(uv_handle_t *h) {
   auto *hs = static_cast<Doorbell::Handles *>(h->data);
   if (--hs->open == 0) delete hs;
+}
+
+uv_handle_t *AsHandle(uv_poll_t *h) { return reinterpret_cast<uv_handle_t *>(h); }
+uv_handle_t *AsHandle(uv_timer_t *h) { return reinterpret_cast<uv_handle_t *>(h); }
+
+// Rings carry no data: reads until the descriptor is empty.
+void DrainFd(int fd) {
+  char buf[64];
+  while (read(fd, buf, sizeof buf) > 0) {
+  }
 }
 }  // namespace
 
@@ -46,54 +58,91 @@ Doorbell::Doorbell(Napi::Env env, gpr_segment *seg, uint32_t index, Callback on_
     Throw(env, GPR_E_SYSTEM, std::string("cannot bind the doorbell socket: ") + strerror(e));
   }
   key_ = key;
+  OpenPipe(env);
   __atomic_store_n(&seg->participants[index].doorbell_key, key, __ATOMIC_RELEASE);
   uv_loop_t *loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
   handles_ = new Handles();
   handles_->owner = this;
   uv_poll_init(loop, &handles_->poll, fd_);
+  uv_poll_init(loop, &handles_->pipe_poll, pipe_[0]);
   uv_timer_init(loop, &handles_->timer);
-  handles_->poll.data = handles_->timer.data = handles_;
+  handles_->poll.data = handles_->pipe_poll.data = handles_->timer.data = handles_;
   // Polled from now until closed: starting and stopping a poll costs epoll_ctl
-  // system calls on every sleep and wake. The socket is readable only when
-  // rung, so an idle poll costs nothing; it keeps the process alive only while
-  // a Sleep() asks for that.
-  uv_unref(reinterpret_cast<uv_handle_t *>(&handles_->poll));
-  uv_poll_start(&handles_->poll, UV_READABLE, [](uv_poll_t *h, int, int) {
+  // system calls on every sleep and wake. The socket and the pipe are readable
+  // only when rung, so an idle poll costs nothing; they keep the process alive
+  // only while a Sleep() asks for that. Notifiers that cannot open the pipe
+  // (another user's, SPEC.md §6.1) and those of 2.4 or older ring the socket.
+  uv_unref(AsHandle(&handles_->poll));
+  uv_unref(AsHandle(&handles_->pipe_poll));
+  auto rung = [](uv_poll_t *h, int, int) {
     auto *hs = static_cast<Handles *>(h->data);
-    if (hs->owner) hs->owner->Rung();
-  });
+    if (hs->owner) hs->owner->Rung(h == &hs->pipe_poll);
+  };
+  uv_poll_start(&handles_->poll, UV_READABLE, rung);
+  uv_poll_start(&handles_->pipe_poll, UV_READABLE, rung);
+}
+
+// A pipe wakes its poller 20-30% sooner than a datagram (an eventfd's time;
+// SPEC.md §6.1). Notifiers open the read end for writing, as /proc/PID/fd/N.
+// The write end stays open, unused: a pipe without a writer polls as hung up,
+// readable for ever, whenever no notifier holds it open.
+void Doorbell::OpenPipe(Napi::Env env) {
+  struct stat st;
+  if (pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    int e = errno;
+    close(fd_);
+    Throw(env, GPR_E_SYSTEM, std::string("cannot create the doorbell pipe: ") + strerror(e));
+  }
+  fstat(pipe_[0], &st);
+  pipe_ino_ = static_cast<uint64_t>(st.st_ino);
+  gpr_participant *p = &seg_->participants[index_];
+  __atomic_store_n(&p->doorbell_pipe, static_cast<uint32_t>(pipe_[0]), __ATOMIC_RELAXED);
+  __atomic_store_n(&p->doorbell_pipe_ino, pipe_ino_, __ATOMIC_RELEASE);
 }
 
 Doorbell::~Doorbell() {
   Disarm();
-  __atomic_store_n(&seg_->participants[index_].doorbell_key, 0, __ATOMIC_RELEASE);
+  gpr_participant *p = &seg_->participants[index_];
+  __atomic_store_n(&p->doorbell_pipe_ino, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&p->doorbell_key, 0, __ATOMIC_RELEASE);
   uv_poll_stop(&handles_->poll);
+  uv_poll_stop(&handles_->pipe_poll);
   uv_timer_stop(&handles_->timer);
   // The loop frees the handles once it has closed them; until then they must
   // not call back into this object.
   handles_->owner = nullptr;
-  uv_close(reinterpret_cast<uv_handle_t *>(&handles_->poll), CloseOne);
-  uv_close(reinterpret_cast<uv_handle_t *>(&handles_->timer), CloseOne);
+  uv_close(AsHandle(&handles_->poll), CloseOne);
+  uv_close(AsHandle(&handles_->pipe_poll), CloseOne);
+  uv_close(AsHandle(&handles_->timer), CloseOne);
   close(fd_);
+  close(pipe_[0]);
+  close(pipe_[1]);
 }
 
 // Notifiers ring the address the entry names: a key that damage changed
 // (shared memory is untrusted, SPEC.md §10a) would leave us woken only by our
 // timeout for good, so each sleep stores it again where it differs.
 void Doorbell::Arm(uint32_t bit) {
-  if (unread_) Drain();
-  uint64_t *key = &seg_->participants[index_].doorbell_key;
-  if (__atomic_load_n(key, __ATOMIC_RELAXED) != key_) __atomic_store_n(key, key_, __ATOMIC_RELEASE);
+  Drain();
+  gpr_participant *p = &seg_->participants[index_];
+  if (__atomic_load_n(&p->doorbell_key, __ATOMIC_RELAXED) != key_) __atomic_store_n(&p->doorbell_key, key_, __ATOMIC_RELEASE);
+  if (!(bit & GPR_BELL_FUTEX)) {
+    if (__atomic_load_n(&p->doorbell_pipe, __ATOMIC_RELAXED) != static_cast<uint32_t>(pipe_[0]))
+      __atomic_store_n(&p->doorbell_pipe, static_cast<uint32_t>(pipe_[0]), __ATOMIC_RELAXED);
+    if (__atomic_load_n(&p->doorbell_pipe_ino, __ATOMIC_RELAXED) != pipe_ino_)
+      __atomic_store_n(&p->doorbell_pipe_ino, pipe_ino_, __ATOMIC_RELEASE);
+    bit |= GPR_BELL_PIPE;
+  }
   gpr_doorbell_arm(seg_, index_, bit);
 }
 
-void Doorbell::Disarm() { gpr_doorbell_clear(seg_, index_, GPR_BELL_DATA | GPR_BELL_SPACE | GPR_BELL_FUTEX); }
+void Doorbell::Disarm() { gpr_doorbell_clear(seg_, index_, GPR_BELL_ALL); }
 
 void Doorbell::Sleep(uint64_t timeout_ms, bool keep_alive) {
   sleeping_ = true;
   rung_ = false;
-  for (auto *h : {reinterpret_cast<uv_handle_t *>(&handles_->poll), reinterpret_cast<uv_handle_t *>(&handles_->timer)})
+  for (auto *h : {AsHandle(&handles_->poll), AsHandle(&handles_->pipe_poll), AsHandle(&handles_->timer)})
     keep_alive ? uv_ref(h) : uv_unref(h);
   uv_timer_start(&handles_->timer, [](uv_timer_t *h) {
     auto *hs = static_cast<Handles *>(h->data);
@@ -103,7 +152,8 @@ void Doorbell::Sleep(uint64_t timeout_ms, bool keep_alive) {
 
 void Doorbell::Stop() {
   sleeping_ = false;
-  uv_unref(reinterpret_cast<uv_handle_t *>(&handles_->poll));
+  uv_unref(AsHandle(&handles_->poll));
+  uv_unref(AsHandle(&handles_->pipe_poll));
   uv_timer_stop(&handles_->timer);
 }
 
@@ -111,15 +161,16 @@ bool Doorbell::Block(uint32_t bit, uint64_t timeout_ms) {
   return gpr_doorbell_sleep_on_word(seg_, index_, bit, std::min<uint64_t>(timeout_ms, UINT64_MAX / 1000000) * 1000000);
 }
 
-// A ring that wakes us is left unread: reading it (the datagram, then the
-// EAGAIN that proves the socket empty) would put two system calls between the
+// A ring that wakes us is left unread: reading it (the byte or datagram, then
+// the EAGAIN that proves it empty) would put two system calls between the
 // ring and the JS callback. The next Arm() reads it before declaring us asleep
 // again, so no ring meant for that sleep is read away. A ring that comes while
 // awake (a producer saw our armed bit just before we cleared it) is read and
-// ignored at once: the poll is level-triggered.
-void Doorbell::Rung() {
+// ignored at once: the polls are level-triggered.
+void Doorbell::Rung(bool on_pipe) {
+  (on_pipe ? unread_pipe_ : unread_socket_) = true;
   if (!sleeping_) return Drain();
-  unread_ = rung_ = true;
+  rung_ = true;
   Wake();
 }
 
@@ -129,12 +180,11 @@ void Doorbell::Wake() {
   on_wake_();
 }
 
-// Rings carry no data: read them all so the next sleep starts quiet.
+// Reads every ring so the next sleep starts quiet: only where one woke us,
+// each read being a system call.
 void Doorbell::Drain() {
-  char buf[64];
-  while (recv(fd_, buf, sizeof buf, MSG_DONTWAIT) >= 0) {
-  }
-  unread_ = false;
+  if (std::exchange(unread_socket_, false)) DrainFd(fd_);
+  if (std::exchange(unread_pipe_, false)) DrainFd(pipe_[0]);
 }
 
 }  // namespace gpuring

@@ -1,8 +1,9 @@
 // Doorbell: this participant's wake-up socket, polled by Node's event loop.
 //
 // A sleeping Node participant must be woken by another process in one hop:
-// the producer's sendto() makes the socket readable and libuv runs our
-// callback on the JS thread, with no waiter thread in between (a futex can
+// the producer's write to our pipe (or sendto() to our socket) makes it
+// readable and libuv runs our callback on the JS thread, with no waiter
+// thread in between (a futex can
 // only be slept on by a thread, which would then have to wake the loop: two
 // wake-ups). The protocol (who rings whom, when) is gpuring/doorbell.h's.
 //
@@ -24,8 +25,8 @@ class Doorbell {
  public:
   using Callback = std::function<void()>;
 
-  // Binds a socket under a fresh random key and records the key in entry
-  // `index`; throws SYSTEM if no socket can be bound.
+  // Binds a socket under a fresh random key, opens a pipe, and records both
+  // in entry `index`; throws SYSTEM if either cannot be made.
   Doorbell(Napi::Env env, gpr_segment *seg, uint32_t index, Callback on_wake);
   ~Doorbell();
   Doorbell(const Doorbell &) = delete;
@@ -56,9 +57,10 @@ class Doorbell {
   struct Handles;  // the uv handles; freed by their close callbacks, which may run after us
 
  private:
-  void Rung();  // the socket became readable
-  void Wake();  // rung, or the timeout passed
+  void Rung(bool on_pipe);  // the socket or the pipe became readable
+  void Wake();              // rung, or the timeout passed
   void Drain();
+  void OpenPipe(Napi::Env env);
 
   gpr_segment *seg_;
   uint32_t index_;
@@ -67,7 +69,9 @@ class Doorbell {
   Callback on_wake_;
   Handles *handles_ = nullptr;
   bool sleeping_ = false;
-  bool unread_ = false;  // a ring that woke us may still be in the socket
+  int pipe_[2] = {-1, -1};  // polled read end (notifiers open it for writing), unused write end
+  uint64_t pipe_ino_ = 0;   // its inode, as the entry names it
+  bool unread_socket_ = false, unread_pipe_ = false;  // a ring that woke us may still be there
   bool rung_ = false;    // a ring woke us; not yet asked about
 };
 

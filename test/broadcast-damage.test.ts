@@ -6,12 +6,12 @@
 // "Stray shares"), and a live non-subscriber's `subscription` overwritten (§5.4
 // Slow subscribers). Each test damages one word the way a stray
 // writer would, through the file, and checks that frames flow again.
-import { closeSync, openSync, readSync, writeSync } from 'node:fs';
 import test from 'ava';
 import { Consumer, GpuringError, Producer, type Ring } from '../lib/index.js';
 import { emptyFrame } from './helpers/empty-frame.js';
 import { withRing } from './helpers/ring.js';
-import { CONTROL, ENTRY, HEADER, SLOT, segmentGeometry } from './helpers/segment-layout.js';
+import { CONTROL, ENTRY, SLOT } from './helpers/segment-layout.js';
+import { segmentWords } from './helpers/segment-words.js';
 
 const SLOTS = 8;
 const READY = 2n;
@@ -20,31 +20,6 @@ const CURSOR = ENTRY.cursor;
 const SUBSCRIBERS = CONTROL.subscribers;
 const SUBSCRIPTION = ENTRY.subscription; // u32, in the low half of the u64 read at its offset
 const SEQ_MASK = (1n << 48n) - 1n;
-
-/** Reads and writes u64 words of ring `name`'s segment file, as another process could. */
-function segmentWords(name: string) {
-  const path = `/dev/shm/gpuring.${name}`;
-  const header = Buffer.alloc(HEADER.size);
-  const fd = openSync(path, 'r');
-  readSync(fd, header, 0, HEADER.size, 0);
-  closeSync(fd);
-  const read = (at: number): bigint => {
-    const b = Buffer.alloc(8);
-    const f = openSync(path, 'r');
-    readSync(f, b, 0, 8, at);
-    closeSync(f);
-    return b.readBigUInt64LE();
-  };
-  const write = (at: number, value: bigint): void => {
-    const b = Buffer.alloc(8);
-    b.writeBigUInt64LE(value);
-    const f = openSync(path, 'r+');
-    writeSync(f, b, 0, 8, at);
-    closeSync(f);
-  };
-  const g = segmentGeometry(header);
-  return { read, write, control: g.control, entry: (i: number) => g.participants + ENTRY.size * i, slot: (i: number) => g.slots + SLOT.size * i };
-}
 
 /** Publishes `count` tagged frames from `from`, and has `consumer` take them in order. */
 async function flows(t: import('ava').ExecutionContext, producer: Producer, consumer: Consumer, from: number, count: number): Promise<void> {

@@ -15,6 +15,8 @@ import { describeBatch } from '../lib/arrow/table-writer.js';
 import { absentBuffer } from '../lib/codec/description.js';
 import { cReport } from './helpers/c-consumer.js';
 import { child, cProgram, eventually, exitOf, nextLine, ringWords, root, SPEC_ONLY, withRing } from './helpers/ring.js';
+import { ENTRY } from './helpers/segment-layout.js';
+import { segmentWords } from './helpers/segment-words.js';
 
 const NEVER_SWEEP = 600_000;
 const WAIT = { timeout: 20_000 };
@@ -71,6 +73,31 @@ for (const [language, start] of Object.entries(producers)) {
       t.is((await exitOf(producer)).code, 0);
       t.deepEqual(asleep(ring, consumer.index), [], 'nobody waits, nobody is asleep');
       t.is(ring.inspect().doorbells.data, 0);
+      consumer.close();
+    });
+  });
+}
+
+// A sleeper that polls a pipe beside its socket (SPEC.md §6.1, 2.5) is rung down
+// the pipe: with the socket's name in its entry damaged while it sleeps, a ring
+// that went to the socket would reach nobody, and nothing else would wake it
+// before its timeout. (It stores its key again each time it arms.)
+const RUNG_WITHIN_MS = 30_000;
+const pipeRingers = { Node: producers.Node!, C: producers.C!, Python: producers.Python! };
+for (const [language, start] of Object.entries(pipeRingers)) {
+  test(`a consumer asleep in next() whose socket name was damaged is rung down its pipe by a ${language} producer`, async (t) => {
+    await withRing(`pipe-${language}`, { slots: 16 }, async (ring, name) => {
+      const consumer = Consumer.open(name, { sweepInterval: NEVER_SWEEP });
+      const first = consumer.next({ timeout: 2 * RUNG_WITHIN_MS });
+      t.true(await eventually(() => asleep(ring, consumer.index).includes('data')), 'the waiting consumer declares itself asleep');
+      const words = segmentWords(name);
+      const key = words.entry(consumer.index) + ENTRY.doorbell_key;
+      words.write(key, words.read(key) ^ 0x5a5an);
+      const damaged = performance.now();
+      const producer = start(name, 1);
+      (await first).release();
+      t.true(performance.now() - damaged < RUNG_WITHIN_MS, 'a ring woke it, not its timeout (which finds the frame too)');
+      t.is((await exitOf(producer)).code, 0);
       consumer.close();
     });
   });

@@ -76,7 +76,7 @@ GPR_STATIC_ASSERT(__atomic_always_lock_free(4, 0), "32-bit atomics must be lock-
 /* ------------------------------------------------------------------------ */
 
 #define GPR_VERSION_MAJOR 2u
-#define GPR_VERSION_MINOR 4u
+#define GPR_VERSION_MINOR 5u
 /* "GPURING\0" read as a little-endian u64. */
 #define GPR_SEGMENT_MAGIC 0x00474E4952555047ull
 /* "GPRARENA" read as a little-endian u64. */
@@ -274,7 +274,7 @@ typedef struct gpr_participant {
   uint64_t leased;                /*  48 frames taken (written by owner) */
   uint64_t released;              /*  56 frames released (written by owner) */
   uint32_t doorbell;              /*  64 GPR_BELL_* bits: asleep, ring me (gpuring/doorbell.h) */
-  uint32_t reserved1;             /*  68 */
+  uint32_t doorbell_pipe;         /*  68 the owner's pipe read end, a descriptor number in its process (2.5) */
   uint64_t doorbell_key;          /*  72 names the owner's doorbell socket; 0 = none */
   /* Broadcast rings only (gpuring/broadcast.h); zero in a work-queue ring. */
   uint64_t cursor;                /*  80 next position this subscriber reads; GPR_CURSOR_EVICTED bit */
@@ -283,7 +283,7 @@ typedef struct gpr_participant {
   uint32_t subscription;          /* 104 0 = not subscribed, else on_slow policy + 1 */
   uint32_t reserved2;             /* 108 */
   uint64_t proxy;                 /* 112 who acts for this subscriber now: pid << 32 | start time mod 2^32; 0 = nobody */
-  uint8_t reserved[8];            /* 120 */
+  uint64_t doorbell_pipe_ino;     /* 120 that pipe's inode number; 0 = no pipe (2.5) */
 } gpr_participant;
 
 enum gpr_slot_state {
@@ -455,12 +455,14 @@ GPR_CHECK_OFFSET(gpr_participant, published, 40);
 GPR_CHECK_OFFSET(gpr_participant, leased, 48);
 GPR_CHECK_OFFSET(gpr_participant, released, 56);
 GPR_CHECK_OFFSET(gpr_participant, doorbell, 64);
+GPR_CHECK_OFFSET(gpr_participant, doorbell_pipe, 68);
 GPR_CHECK_OFFSET(gpr_participant, doorbell_key, 72);
 GPR_CHECK_OFFSET(gpr_participant, cursor, 80);
 GPR_CHECK_OFFSET(gpr_participant, missed, 88);
 GPR_CHECK_OFFSET(gpr_participant, missed_seen, 96);
 GPR_CHECK_OFFSET(gpr_participant, subscription, 104);
 GPR_CHECK_OFFSET(gpr_participant, proxy, 112);
+GPR_CHECK_OFFSET(gpr_participant, doorbell_pipe_ino, 120);
 
 GPR_CHECK_SIZE(gpr_frame_ref, 48);
 GPR_CHECK_OFFSET(gpr_frame_ref, frame_id, 0);

@@ -34,9 +34,9 @@ int main(void) {
          (FIELD(gpr_participant, state), FIELD(gpr_participant, pid), FIELD(gpr_participant, roles),
           FIELD(gpr_participant, start_time), FIELD(gpr_participant, attached_unix_ns), FIELD(gpr_participant, arena_count),
           FIELD(gpr_participant, published), FIELD(gpr_participant, leased), FIELD(gpr_participant, released),
-          FIELD(gpr_participant, doorbell), FIELD(gpr_participant, doorbell_key), FIELD(gpr_participant, cursor),
+          FIELD(gpr_participant, doorbell), FIELD(gpr_participant, doorbell_pipe), FIELD(gpr_participant, doorbell_key), FIELD(gpr_participant, cursor),
           FIELD(gpr_participant, missed), FIELD(gpr_participant, missed_seen), FIELD(gpr_participant, subscription),
-          FIELD(gpr_participant, proxy)));
+          FIELD(gpr_participant, proxy), FIELD(gpr_participant, doorbell_pipe_ino)));
   STRUCT("slot", gpr_slot, (FIELD(gpr_slot, word), FIELD(gpr_slot, ref), FIELD(gpr_slot, pending)));
   STRUCT("frame_ref", gpr_frame_ref,
          (FIELD(gpr_frame_ref, frame_id), FIELD(gpr_frame_ref, producer), FIELD(gpr_frame_ref, producer_gen),

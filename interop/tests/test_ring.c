@@ -165,11 +165,11 @@ typedef struct bell_ring {
   uint64_t pos;
 } bell_ring;
 
-static void bell_ring_open(bell_ring *b, const char *base, const char *suffix, int n) {
+static void bell_ring_open(bell_ring *b, const char *base, const char *suffix, int n, uint32_t mode) {
   gpr_error err;
   uint32_t g;
   snprintf(b->name, sizeof b->name, "%s-%s", base, suffix);
-  gpr_segment_options o = {8, 8, 0, 0, 0, GPR_DELIVERY_EACH};
+  gpr_segment_options o = {8, 8, mode, 0, 0, GPR_DELIVERY_EACH};
   CHECK(gpr_segment_create(&b->seg, b->name, &o, &err) == 0);
   CHECK(gpr_participant_attach(&b->seg, GPR_ROLE_PRODUCER, &b->p, &b->pg, &err) == 0);
   b->r = ref_for(b->p, b->pg, 1);
@@ -200,7 +200,7 @@ static void bell_ring_close(bell_ring *b) {
  * dead one (no socket bound to its name); hand-backs ring every sleeper. */
 static void test_publish_rings_one_sleeper(const char *base) {
   bell_ring b;
-  bell_ring_open(&b, base, "bells", 4);
+  bell_ring_open(&b, base, "bells", 4, 0);
   gpr_segment *seg = &b.seg;
   int got[4];
   CHECK(gpr_ring_try_publish(seg, b.p, &b.r, &b.pos) == 0);
@@ -232,7 +232,7 @@ static void test_publish_rings_one_sleeper(const char *base) {
  * to sleep, and no other. */
 static void test_heads_up(const char *base) {
   bell_ring b;
-  bell_ring_open(&b, base, "heads", 3);
+  bell_ring_open(&b, base, "heads", 3, 0);
   gpr_segment *seg = &b.seg;
   int got[3];
   uint32_t to = gpr_doorbell_heads_up(seg);
@@ -246,6 +246,92 @@ static void test_heads_up(const char *base) {
   CHECK(rung(b.fds, 3, got) == 1 && got[2] && seg->control->data_doorbells == 0);
   CHECK(gpr_doorbell_heads_up(seg) == GPR_RUNG_NOBODY);
   CHECK(gpr_ring_try_publish_rung(seg, b.p, &b.r, &b.pos, GPR_RUNG_NOBODY) == 0 && rung(b.fds, 3, got) == 0);
+  bell_ring_close(&b);
+}
+
+/* Sleeper i of `b` polls a pipe beside its socket: its entry names read end
+ * `fd`, a descriptor of process `pid` (ours, or a child's that inherited it),
+ * and that pipe's inode, and it arms with GPR_BELL_PIPE. */
+static void name_pipe(bell_ring *b, int i, uint32_t pid, int fd) {
+  struct stat st;
+  CHECK(fstat(fd, &st) == 0);
+  gpr_participant *e = &b->seg.participants[b->idx[i]];
+  e->pid = pid;
+  e->doorbell_pipe = (uint32_t)fd;
+  __atomic_store_n(&e->doorbell_pipe_ino, (uint64_t)st.st_ino, __ATOMIC_RELEASE);
+  gpr_doorbell_arm(&b->seg, b->idx[i], GPR_BELL_DATA | GPR_BELL_PIPE);
+}
+
+static ssize_t bytes_in(int fd) {
+  char buf[64];
+  ssize_t n = read(fd, buf, sizeof buf);
+  return n > 0 ? n : 0;
+}
+
+/* SPEC.md §6.1 (2.5): a sleeper whose entry names its pipe is rung with one
+ * byte down the pipe, its socket left quiet. An entry naming anything else
+ * (a file, a pipe of another inode) is rung on its socket and the file is
+ * never written. A pipe whose reader died reached nobody, so the publish
+ * rings the next sleeper, and the SIGPIPE that write raised does not end this
+ * process (its default action would). */
+static void test_pipe_doorbells(const char *base) {
+  bell_ring b;
+  bell_ring_open(&b, base, "pipes", 4, 0);
+  gpr_segment *seg = &b.seg;
+  gpr_participant *e = &seg->participants[b.idx[1]];
+  int got[4], mine[2], other[2], kids[2];
+  CHECK(pipe2(mine, O_CLOEXEC | O_NONBLOCK) == 0 && pipe2(other, O_CLOEXEC | O_NONBLOCK) == 0);
+  for (int round = 0; round < 2; round++) { /* the second ring uses the descriptor the first opened */
+    name_pipe(&b, 1, (uint32_t)getpid(), mine[0]);
+    CHECK(gpr_ring_try_publish(seg, b.p, &b.r, &b.pos) == 0);
+    CHECK(bytes_in(mine[0]) == 1 && rung(b.fds, 4, got) == 0);
+  }
+  char path[] = "/tmp/gpuring-bell-XXXXXX";
+  int file = mkstemp(path);
+  CHECK(file >= 0 && unlink(path) == 0);
+  name_pipe(&b, 1, (uint32_t)getpid(), file);
+  CHECK(gpr_ring_try_publish(seg, b.p, &b.r, &b.pos) == 0);
+  struct stat st;
+  CHECK(rung(b.fds, 4, got) == 1 && got[1] && fstat(file, &st) == 0 && st.st_size == 0);
+  close(file);
+  name_pipe(&b, 1, (uint32_t)getpid(), other[0]);
+  e->doorbell_pipe_ino += 1;
+  CHECK(gpr_ring_try_publish(seg, b.p, &b.r, &b.pos) == 0);
+  CHECK(rung(b.fds, 4, got) == 1 && got[1] && bytes_in(other[0]) == 0);
+  /* A child's pipe: rung while the child lives, then after it was killed. */
+  CHECK(pipe2(kids, O_CLOEXEC | O_NONBLOCK) == 0);
+  pid_t kid = fork();
+  if (kid == 0) {
+    pause();
+    _exit(0);
+  }
+  name_pipe(&b, 1, (uint32_t)kid, kids[0]);
+  close(kids[0]);
+  close(kids[1]);
+  CHECK(gpr_ring_try_publish(seg, b.p, &b.r, &b.pos) == 0);
+  CHECK(rung(b.fds, 4, got) == 0 && (seg->participants[b.idx[2]].doorbell & GPR_BELL_DATA));
+  CHECK(kill(kid, SIGKILL) == 0 && waitpid(kid, NULL, 0) == kid);
+  gpr_doorbell_arm(seg, b.idx[1], GPR_BELL_DATA | GPR_BELL_PIPE);
+  CHECK(gpr_ring_try_publish(seg, b.p, &b.r, &b.pos) == 0);
+  CHECK(rung(b.fds, 4, got) == 1 && got[2]);
+  sigset_t pending;
+  CHECK(sigpending(&pending) == 0 && !sigismember(&pending, SIGPIPE));
+  for (int i = 0; i < 2; i++) close(mine[i]), close(other[i]);
+  bell_ring_close(&b);
+}
+
+/* SPEC.md §6.1 (2.5): a notifier rings pipes only in a segment that no other
+ * user can write; in one its group can write, it rings the socket. */
+static void test_pipe_doorbells_only_in_private_segments(const char *base) {
+  bell_ring b;
+  bell_ring_open(&b, base, "shared", 2, 0660);
+  int got[2], ends[2];
+  CHECK(pipe2(ends, O_CLOEXEC | O_NONBLOCK) == 0);
+  name_pipe(&b, 1, (uint32_t)getpid(), ends[0]);
+  CHECK(gpr_ring_try_publish(&b.seg, b.p, &b.r, &b.pos) == 0);
+  CHECK(rung(b.fds, 2, got) == 1 && got[1] && bytes_in(ends[0]) == 0);
+  close(ends[0]);
+  close(ends[1]);
   bell_ring_close(&b);
 }
 
@@ -285,6 +371,8 @@ int main(void) {
   test_hostile_hints(&seg, p, pg, c);
   test_publish_rings_one_sleeper(name);
   test_heads_up(name);
+  test_pipe_doorbells(name);
+  test_pipe_doorbells_only_in_private_segments(name);
   test_doorbell_address();
   gpr_segment_close(&seg);
   gpr_segment_unlink(name, &err);

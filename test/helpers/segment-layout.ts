@@ -20,7 +20,7 @@ function struct<const F extends string>(name: string, ...fields: F[]): Record<F,
 
 export const HEADER = struct('segment_header', 'slot_count', 'slot_size', 'participant_capacity', 'control_offset', 'participants_offset', 'slots_offset');
 export const CONTROL = struct('control', 'tail', 'head', 'data_doorbells', 'space_doorbells', 'redeliver', 'subscribers');
-export const ENTRY = struct('participant', 'doorbell', 'cursor', 'subscription');
+export const ENTRY = struct('participant', 'doorbell', 'doorbell_key', 'cursor', 'subscription');
 export const SLOT = struct('slot', 'word', 'pending');
 
 /** A segment's geometry, read from its header: where the control block, the entries and the slots start, and how many. */

@@ -350,9 +350,10 @@ GPR_INLINE int gpr_sweep_free(gpr_segment *seg, uint32_t index, uint64_t marked)
     gpr_arena_shm_name(seg->name, index, gpr_pgen(w), a, name);
     shm_unlink(name);
   }
-  gpr_doorbell_clear(seg, index, GPR_BELL_DATA | GPR_BELL_SPACE | GPR_BELL_FUTEX);
+  gpr_doorbell_clear(seg, index, GPR_BELL_ALL);
   if (seg->broadcast) gpr_bc_leave(seg, index);  /* only while FREEING: nobody can attach and subscribe here */
   __atomic_store_n(&p->doorbell_key, 0u, __ATOMIC_RELAXED);
+  __atomic_store_n(&p->doorbell_pipe_ino, 0u, __ATOMIC_RELAXED);
   __atomic_store_n(&p->pid, 0u, __ATOMIC_RELEASE);
   return __atomic_compare_exchange_n(&p->state, &mine, gpr_pword(gpr_pgen(w), 0, GPR_PARTICIPANT_FREE), 0,
                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
@@ -414,7 +415,7 @@ GPR_INLINE int gpr_participant_detach(gpr_segment *seg, uint32_t index, uint32_t
   uint64_t dw = gpr_pword(gen, 0, GPR_PARTICIPANT_DEAD);
   /* An entry taken from us (§4) may be someone else's now: its bells are not ours to clear. */
   if (!gpr_participant_held(seg, index, gen)) return gpr_fail_detached(seg, err);
-  gpr_doorbell_clear(seg, index, GPR_BELL_DATA | GPR_BELL_SPACE | GPR_BELL_FUTEX);
+  gpr_doorbell_clear(seg, index, GPR_BELL_ALL);
   if (!__atomic_compare_exchange_n(&p->state, &w, dw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return gpr_fail_detached(seg, err);
   return gpr_sweep(seg, NULL, err);

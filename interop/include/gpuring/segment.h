@@ -19,6 +19,17 @@ enum gpr_delivery { GPR_DELIVERY_EACH = 0u, GPR_DELIVERY_ALL = 1u };
  * joiners' arenas, and could read or rewrite every frame (SPEC.md §2). */
 #define GPR_OPEN_ANY_OWNER 1u
 
+/* A doorbell pipe this mapping rings (gpuring/doorbell.h), for one entry: the
+ * descriptor it opened for the pipe the entry named by pid, descriptor number
+ * and inode, or -1 where that pipe could not be opened or its reader is gone
+ * (ring the socket until the entry names another). */
+typedef struct gpr_bell_pipe {
+  uint64_t ino;
+  uint32_t pid;
+  uint32_t number;
+  int fd;
+} gpr_bell_pipe;
+
 /* A process's view of a segment. Geometry is read once at open, validated, and
  * kept here: later writes to the shared header by a faulty peer cannot move it. */
 typedef struct gpr_segment {
@@ -59,6 +70,15 @@ typedef struct gpr_segment {
   /* This process as a broadcast entry's proxy word names it (gpr_bc_proxy_take);
    * 0 until first needed. */
   uint64_t proxy_self;
+  /* Doorbell pipes, by entry (participant_capacity of them), NULL until this
+   * mapping first rings one; bell_pipes_ok: 0 not yet asked, 1 it may ring
+   * pipes, -1 it may not (gpr_bell_pipes_allowed). Guarded by bell_pipes_lock,
+   * held across the write too: another thread must not close a descriptor
+   * while a write uses its number. */
+  gpr_bell_pipe *bell_pipes;
+  uint32_t bell_pipes_lock;
+  int bell_pipes_ok;
+  uint64_t pipefs_dev;            /* st_dev of every anonymous pipe (pipefs) */
 } gpr_segment;
 
 typedef struct gpr_layout {
@@ -382,6 +402,10 @@ GPR_INLINE int gpr_segment_open(gpr_segment *seg, const char *name,
 GPR_INLINE void gpr_segment_close(gpr_segment *seg) {
   free(seg->held);
   seg->held = NULL;
+  for (uint32_t i = 0; seg->bell_pipes && i < seg->participant_capacity; i++)
+    if (seg->bell_pipes[i].fd >= 0) close(seg->bell_pipes[i].fd);
+  free(seg->bell_pipes);
+  seg->bell_pipes = NULL;
   if (seg->base) munmap(seg->base, seg->size);
   if (seg->fd >= 0) close(seg->fd);
   if (seg->bell_fd >= 0) close(seg->bell_fd);
@@ -527,6 +551,8 @@ GPR_INLINE int gpr_participant_attach(gpr_segment *seg, uint32_t roles, uint32_t
     p->published = p->leased = p->released = 0;
     p->doorbell = 0;
     p->doorbell_key = 0;
+    p->doorbell_pipe = 0;
+    p->doorbell_pipe_ino = 0;
     p->cursor = p->missed = p->missed_seen = 0;
     p->subscription = 0;
     gpr_sweep_leftovers(seg, i, attaching);

@@ -290,6 +290,76 @@ def test_a_publish_rings_one_reachable_sleeper_skipping_dead_ones(ring_name):
                 s.close()
 
 
+def test_a_sleeper_polling_a_pipe_is_rung_down_it_and_once_dead_reaches_nobody(ring_name, tmp_path):
+    """SPEC.md §6.1 (2.5): a sleeper whose entry names its pipe (here another process's) gets
+    one byte down the pipe, its socket left quiet; once that process is gone the write
+    reaches nobody and the publish rings the next sleeper. An entry that names a file is
+    rung on its socket, and the file is never written."""
+    import socket
+    import subprocess
+    import sys
+    from gpuring import doorbell
+    from gpuring.slot_protocol import FrameRef, try_publish
+    holder = subprocess.Popen([sys.executable, "-c", "import os, sys; r, w = os.pipe(); "
+                               "print(r, os.fstat(r).st_ino, flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    number, ino = map(int, holder.stdout.readline().split())
+    with _segment(ring_name, 3) as seg, open(tmp_path / "not-a-pipe", "wb") as file:
+        p, pg = seg.attach(L.ROLE_PRODUCER)
+        piped, other = seg.attach(L.ROLE_CONSUMER)[0], seg.attach(L.ROLE_CONSUMER)[0]
+        bells = {}
+        for n, index in enumerate((piped, other)):
+            seg.mem.store64(seg.participant(index, "doorbell_key"), 0x5EED0000 + n)
+            bells[index] = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            bells[index].bind(doorbell.address(seg.name, 0x5EED0000 + n))
+            bells[index].setblocking(False)
+
+        def name_pipe(pid, fd, inode):
+            seg.mem.store32(seg.participant(piped, "pid"), pid)
+            seg.mem.store32(seg.participant(piped, "doorbell_pipe"), fd)
+            seg.mem.store64(seg.participant(piped, "doorbell_pipe_ino"), inode)
+
+        def arm(index, bits):
+            seg.mem.or32(seg.participant(index, "doorbell"), bits)
+            seg.mem.add32(seg.control("data_doorbells"), 1)
+
+        def rung():
+            got = []
+            for index, s in bells.items():
+                try:
+                    s.recv(16)
+                    got.append(index)
+                except BlockingIOError:
+                    pass
+            return got
+
+        def publish(frame_id):
+            try_publish(seg, p, FrameRef(frame_id, p, pg, 0, 0, 0))
+
+        try:
+            name_pipe(holder.pid, number, ino)
+            reader = os.open(f"/proc/{holder.pid}/fd/{number}", os.O_RDONLY | os.O_NONBLOCK)
+            for frame_id in (100, 101):  # the second ring uses the descriptor the first opened
+                arm(piped, L.BELL_DATA | L.BELL_PIPE)
+                publish(frame_id)
+                assert os.read(reader, 16) == b"\0" and rung() == []
+            os.close(reader)
+            holder.kill()
+            holder.wait()
+            arm(piped, L.BELL_DATA | L.BELL_PIPE)
+            arm(other, L.BELL_DATA)
+            publish(102)
+            assert rung() == [other]  # the pipe without a reader reached nobody, so the next sleeper
+            name_pipe(os.getpid(), file.fileno(), os.fstat(file.fileno()).st_ino)
+            arm(piped, L.BELL_DATA | L.BELL_PIPE)
+            publish(103)
+            assert rung() == [piped] and os.fstat(file.fileno()).st_size == 0
+        finally:
+            holder.kill()
+            for s in bells.values():
+                s.close()
+
+
 def test_arenas_start_at_1_mib_and_double_unless_a_size_is_chosen(ring_name):
     """Like gpuring/arena.h: a producer of small frames reserves 1 MiB of /dev/shm, not 64."""
     import glob

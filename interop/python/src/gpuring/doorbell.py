@@ -9,13 +9,20 @@ sends one datagram per bit cleared; a publish stops after one sleeper it reached
 as only one consumer can take its frame. A thread that sleeps on its entry's
 ``doorbell`` word itself (FUTEX_WAIT; the Node consumer's ``nextSync()``) sets
 BELL_FUTEX with its bit, and is rung with FUTEX_WAKE on the word instead (2.3).
-``ring`` is the notifier's side, ``Bell`` the sleeper's.
+A loop may also poll a pipe beside its socket (the Node participants do), naming
+its read end in the entry and setting BELL_PIPE with its bit: a notifier of its
+own user rings it by writing one byte to /proc/PID/fd/N, which wakes it sooner
+than a datagram (2.5). ``ring`` is the notifier's side, ``Bell`` the sleeper's
+(an asyncio loop here polls its socket only).
 """
 from __future__ import annotations
 
 import errno
+import os
 import secrets
+import signal
 import socket
+import stat
 from typing import TYPE_CHECKING
 
 from . import layout as L
@@ -56,9 +63,9 @@ def clear(seg: Segment, index: int, bits: int) -> int:
 
 def take(seg: Segment, index: int, bit: int) -> int:
     """Clears ``bit`` of entry ``index`` for a notifier: 0 if it was clear, else ``bit``,
-    with BELL_FUTEX added when the owner sleeps on the word (how to ring it)."""
+    with BELL_FUTEX or BELL_PIPE added as the word holds them (how to ring it)."""
     word = _and(seg, index, bit)
-    return word & (bit | L.BELL_FUTEX) if word & bit else 0
+    return word & (bit | L.BELL_FUTEX | L.BELL_PIPE) if word & bit else 0
 
 
 def send(seg: Segment, index: int, how: int) -> bool:
@@ -67,6 +74,10 @@ def send(seg: Segment, index: int, how: int) -> bool:
     cleared bit ends at once) reached nobody, so the notifier may ring another."""
     if how & L.BELL_FUTEX:
         return seg.mem.futex_wake(seg.participant(index, "doorbell")) > 0
+    if how & L.BELL_PIPE:
+        reached = _pipe_ring(seg, index)
+        if reached is not None:
+            return reached
     return _send(seg, seg.mem.load64(seg.participant(index, "doorbell_key")))
 
 
@@ -119,6 +130,80 @@ def _send(seg: Segment, key: int) -> bool:
         return False  # no such socket: a dead sleeper
 
 
+def _pipes_allowed(seg: Segment) -> bool:
+    """Whether this view may ring doorbell pipes: only where nobody but its own user can
+    write the segment. An entry names a descriptor of a process, and a writer of another
+    user could otherwise point our write at a pipe of ours it could not open itself.
+    Also learns pipefs's device, which every anonymous pipe has."""
+    if seg.bell_pipes is None:
+        st = os.fstat(seg.fd)
+        seg.bell_pipes = {}
+        if st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+            ends = os.pipe()
+            seg.pipefs_dev = os.fstat(ends[0]).st_dev
+            for end in ends:
+                os.close(end)
+    return seg.pipefs_dev is not None
+
+
+def _is_pipe(seg: Segment, st: os.stat_result, ino: int) -> bool:
+    """The anonymous pipe of inode ``ino``: a file, a device or a named FIFO that an entry's
+    descriptor number might name is never written."""
+    return stat.S_ISFIFO(st.st_mode) and st.st_ino == ino and st.st_dev == seg.pipefs_dev
+
+
+def _open_pipe(seg: Segment, pid: int, number: int, ino: int) -> int:
+    """Our descriptor for writing to the pipe that ``pid``'s descriptor ``number`` is, or -1
+    where it is not the pipe of inode ``ino`` or cannot be opened. Looked at first: opening
+    a device may itself do something."""
+    path = f"/proc/{pid}/fd/{number}"
+    try:
+        if not _is_pipe(seg, os.stat(path), ino):
+            return -1
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return -1
+    if _is_pipe(seg, os.fstat(fd), ino):
+        return fd
+    os.close(fd)
+    return -1
+
+
+def _pipe_ring(seg: Segment, index: int) -> bool | None:
+    """Rings entry ``index`` with one byte down the pipe it names: True reached (or the
+    pipe is full, so holds a ring already), False its reader is gone (the owner died),
+    None this view cannot ring that pipe (ring the socket). A write to a pipe without
+    a reader raises SIGPIPE, which Python ignores; a program that restored its default
+    action (ending the process) is rung on the socket instead."""
+    ino = seg.mem.load64(seg.participant(index, "doorbell_pipe_ino"))
+    pid = seg.mem.load32(seg.participant(index, "pid"))
+    number = seg.mem.load32(seg.participant(index, "doorbell_pipe"))
+    if not ino or not pid or signal.getsignal(signal.SIGPIPE) != signal.SIG_IGN:
+        return None
+    with seg.bell_pipes_lock:
+        if not _pipes_allowed(seg):
+            return None
+        assert seg.bell_pipes is not None
+        cached = seg.bell_pipes.get(index)
+        if cached is None or cached[:3] != (pid, number, ino):
+            if cached is not None and cached[3] >= 0:
+                os.close(cached[3])
+            cached = seg.bell_pipes[index] = (pid, number, ino, _open_pipe(seg, pid, number, ino))
+        if cached[3] < 0:
+            return None
+        try:
+            os.write(cached[3], b"\0")
+            return True
+        except BlockingIOError:
+            return True
+        except BrokenPipeError:
+            os.close(cached[3])
+            seg.bell_pipes[index] = (pid, number, ino, -1)
+            return False
+        except OSError:
+            return None
+
+
 def _sender(seg: Segment) -> socket.socket:
     if seg.bell is None:
         seg.bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -156,8 +241,9 @@ class Bell:
         if self._seg.mem.load64(at) != self._key:
             self._seg.mem.store64(at, self._key)
         word = self._seg.participant(self._index, "doorbell")
-        if self._seg.mem.load32(word) & L.BELL_FUTEX:  # left by damage: notifiers would skip the socket
-            self._seg.mem.and32(word, ~L.BELL_FUTEX)
+        stray = L.BELL_FUTEX | L.BELL_PIPE  # left by damage: notifiers would ring where nobody listens
+        if self._seg.mem.load32(word) & stray:
+            self._seg.mem.and32(word, ~stray)
         if not self._seg.mem.or32(word, bit) & bit:
             self._seg.mem.add32(_count_at(self._seg, bit), 1)
 

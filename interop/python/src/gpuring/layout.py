@@ -6,7 +6,7 @@ the C and TypeScript suites check against the header itself.
 from __future__ import annotations
 
 VERSION_MAJOR = 2
-VERSION_MINOR = 4
+VERSION_MINOR = 5
 LAYOUT_HASH = 0xDDB92FD56EC23D52
 # A broadcast ring (SPEC.md §5.4, header flag RING_BROADCAST) has this hash instead.
 LAYOUT_HASH_BROADCAST = 0xB6B792DEF69DA75D
@@ -56,8 +56,8 @@ CONTROL = dict(tail=0, head=128, data_seq=256, data_waiters=260, data_doorbells=
                space_waiters=388, space_doorbells=392, redeliver=512, subscribers=576, recovered=640,
                redelivered=648)
 PARTICIPANT = dict(state=0, pid=8, roles=12, start_time=16, attached_unix_ns=24, arena_count=32,
-                   published=40, leased=48, released=56, doorbell=64, doorbell_key=72, cursor=80, missed=88,
-                   missed_seen=96, subscription=104, proxy=112)
+                   published=40, leased=48, released=56, doorbell=64, doorbell_pipe=68, doorbell_key=72, cursor=80,
+                   missed=88, missed_seen=96, subscription=104, proxy=112, doorbell_pipe_ino=120)
 SLOT = dict(word=0, pending=8, ref=16)
 FRAME_REF = dict(frame_id=0, producer=8, producer_gen=12, body_arena=16, body_length=20,
                  body_offset=24, user_tag=32, flags=40)
@@ -75,7 +75,8 @@ SLOT_STATES = ("EMPTY", "WRITING", "READY", "CLAIMED", "LEASED", "RELEASED")
 EMPTY, WRITING, READY, CLAIMED, LEASED, RELEASED = range(6)
 PARTICIPANT_STATES = ("FREE", "ACTIVE", "DEAD", "ATTACHING", "FREEING")
 P_FREE, P_ACTIVE, P_DEAD, P_ATTACHING, P_FREEING = range(5)
-BELL_DATA, BELL_SPACE, BELL_FUTEX = 1, 2, 4
+BELL_DATA, BELL_SPACE, BELL_FUTEX, BELL_PIPE = 1, 2, 4, 8
+BELL_ALL = BELL_DATA | BELL_SPACE | BELL_FUTEX | BELL_PIPE
 ROLE_PRODUCER, ROLE_CONSUMER, ROLE_BRIDGE = 1, 2, 4  # bridge: informational (SPEC.md §1.1, §14)
 MEMORY_KINDS = ("absent", "host", "cuda-ipc", "cuda-pool", "cuda-vmm")
 NODE_NULLABLE, NODE_DICT_ORDERED, NODE_MAP_KEYS_SORTED = 1, 2, 4

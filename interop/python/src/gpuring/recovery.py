@@ -194,11 +194,12 @@ def _free(seg: Segment, index: int, w: int) -> bool:
             os.unlink(arena_path(seg.name, index, w >> 32, a))
         except (FileNotFoundError, PermissionError):
             pass  # gone, or a name another user squatted (skipped when created: arena.py)
-    doorbell.clear(seg, index, L.BELL_DATA | L.BELL_SPACE | L.BELL_FUTEX)
+    doorbell.clear(seg, index, L.BELL_ALL)
     if seg.broadcast:
         from .broadcast import leave  # only while FREEING: nobody can attach and subscribe here
         leave(seg, index)
     seg.mem.store64(seg.participant(index, "doorbell_key"), 0)
+    seg.mem.store64(seg.participant(index, "doorbell_pipe_ino"), 0)
     seg.mem.store32(seg.participant(index, "pid"), 0)
     return seg.mem.cas64(seg.participant(index), mine, L.pword(w >> 32, 0, L.P_FREE))
 
@@ -238,7 +239,7 @@ def detach(seg: Segment, index: int, gen: int) -> bool:
     word = L.pword(gen, 0, L.P_ACTIVE)
     if seg.participant_word(index) != word:
         return False  # someone else's now, perhaps: its bells are not ours to clear
-    doorbell.clear(seg, index, L.BELL_DATA | L.BELL_SPACE | L.BELL_FUTEX)
+    doorbell.clear(seg, index, L.BELL_ALL)
     if not seg.mem.cas64(seg.participant(index), word, L.pword(gen, 0, L.P_DEAD)):
         return False
     sweep(seg)

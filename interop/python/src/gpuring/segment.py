@@ -149,6 +149,11 @@ class Segment:
         _, self.slots_at, self.size = L.segment_size(slots, parts)
         self.mem = SharedMemory(fd, self.size)
         self.bell: socket.socket | None = None  # for ringing doorbells (doorbell.py), made on first use
+        # Doorbell pipes this view rings (doorbell._pipe_ring): entry -> (pid, descriptor number,
+        # inode, our descriptor or -1); None: not yet asked whether it may (doorbell._pipes_allowed).
+        self.bell_pipes: dict[int, tuple[int, int, int, int]] | None = None
+        self.pipefs_dev: int | None = None  # st_dev of every anonymous pipe; None: pipes not rung here
+        self.bell_pipes_lock = threading.Lock()
         self.damage_cursor = 0  # where this process's next sweep looks for damaged slot words
         self.sweep_due = 0.0  # when this view's waits sweep next (slot_protocol.sweep_if_due); 0: not yet waited
         # The entry this view attached and the attached_unix_ns written there (_give_up).
@@ -261,6 +266,10 @@ class Segment:
         os.close(self.fd)
         if self.bell is not None:
             self.bell.close()
+        for *_, fd in (self.bell_pipes or {}).values():
+            if fd >= 0:
+                os.close(fd)
+        self.bell_pipes = None
         self.fd = -1
 
     # ---- addresses of shared words (byte offsets into the mapping) ----
@@ -333,9 +342,11 @@ class Segment:
             self._attached = (i, realtime_ns())
             mem.store64(self.participant(i, "attached_unix_ns"), self._attached[1])
             mem.store32(self.participant(i, "arena_count"), 0)
-            for counter in ("published", "leased", "released", "doorbell_key", "cursor", "missed", "missed_seen"):
+            for counter in ("published", "leased", "released", "doorbell_key", "doorbell_pipe_ino", "cursor", "missed",
+                            "missed_seen"):
                 mem.store64(self.participant(i, counter), 0)
             mem.store32(self.participant(i, "doorbell"), 0)
+            mem.store32(self.participant(i, "doorbell_pipe"), 0)
             mem.store32(self.participant(i, "subscription"), 0)
             from .recovery import sweep_leftovers  # recovery.py builds on this module
             sweep_leftovers(self, i, attaching)
