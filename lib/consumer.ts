@@ -190,8 +190,8 @@ export class Consumer implements AsyncIterable<Frame> {
    * next(), with the calling thread blocked until the frame comes: it sleeps on
    * the consumer's doorbell word in shared memory itself (a futex, SPEC.md
    * §6.1), so a producer's ring wakes it in one hop with nothing of the event
-   * loop's in between (no callback, promise or microtask), and sooner than a
-   * datagram to the doorbell's socket would: the quickest way for a sleeping
+   * loop's in between (no callback, promise or microtask), and as soon as a
+   * byte down the doorbell's pipe would: the quickest way for a sleeping
    * consumer to get a frame. Producers of wire format 2.2 and older ring the
    * socket instead; the thread then finds their frames at its 50 ms looks.
    * Throws what next() rejects with: TIMEOUT after `timeout` ms (default:
