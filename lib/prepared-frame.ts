@@ -5,7 +5,10 @@ import { callNative, GpuringError } from './errors.js';
 import type { DeviceStream } from './device-stream.js';
 import { orderingStream } from './device-upload.js';
 
-/** How the producer sends a prepared body: with the event id to recycle on release (-1: none). */
+/** How the producer sends the prepared body without an event: the bytes the core keeps (Producer.prepare()). */
+export type SendPlain = (tag: bigint, timeout: number) => number | Promise<number>;
+
+/** How the producer sends a prepared body with the event to recycle on release. */
 export type SendBody = (body: Uint8Array, eventId: number, timeout: number, tag: bigint) => number | Promise<number>;
 
 /** How the producer sends `count` copies of a prepared body in one native call. */
@@ -54,18 +57,20 @@ export class PreparedFrame {
   /** Device whose legacy stream orders the frame, or -1 when the description brings its own event. */
   readonly #eventDevice: number;
   readonly #headsUp: () => void;
+  readonly #sendPlain: SendPlain;
   readonly #send: SendBody;
   readonly #sendMany: SendMany;
 
   /** @internal Producer.prepare() makes these. */
-  constructor(body: Uint8Array, eventDevice: number, headsUp: () => void, send: SendBody, sendMany: SendMany) {
+  constructor(body: Uint8Array, eventDevice: number, headsUp: () => void, sends: { plain: SendPlain; withEvent: SendBody; many: SendMany }) {
     this.#body = body;
     this.#header = new DataView(body.buffer, body.byteOffset);
     this.#syncHandle = body.subarray(Header.syncHandle, Header.syncHandle + HANDLE_BYTES);
     this.#eventDevice = eventDevice;
     this.#headsUp = headsUp;
-    this.#send = send;
-    this.#sendMany = sendMany;
+    this.#sendPlain = sends.plain;
+    this.#send = sends.withEvent;
+    this.#sendMany = sends.many;
     // Those bytes are what a publish without an event sends (Producer.prepare() copies them).
     if (eventDevice >= 0) this.#clearEvent();
   }
@@ -86,9 +91,10 @@ export class PreparedFrame {
     // The native publish copies the body before it returns, so the header can
     // be patched for every frame without a copy here.
     const plain = this.#eventDevice < 0 ? hostPublishOptions(options) : undefined;
-    if (plain) return this.#send(this.#body, -1, plain.timeout, plain.tag);
+    if (plain) return this.#sendPlain(plain.tag, plain.timeout);
     const o = parseOptions(preparedPublishOptions, options, 'publish() options');
-    return this.#send(this.#body, this.#orderAfter(o.stream), o.timeout, o.tag);
+    const eventId = this.#orderAfter(o.stream);
+    return eventId < 0 ? this.#sendPlain(o.tag, o.timeout) : this.#send(this.#body, eventId, o.timeout, o.tag);
   }
 
   /**
