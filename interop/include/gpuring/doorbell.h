@@ -198,21 +198,24 @@ GPR_INLINE void gpr_bell_pipe_open(gpr_segment *seg, gpr_bell_pipe *c, uint32_t 
 /* Writes one byte to a doorbell pipe: 1 it reached its reader (or the pipe
  * is full, so already holds a ring), 0 the reader is gone (its owner died),
  * -1 it failed otherwise. A write to a pipe without a reader raises SIGPIPE,
- * whose default action ends the process: it is blocked around the write, and
- * the one the write raised is taken back. */
-GPR_INLINE int gpr_bell_pipe_write(int fd) {
+ * whose default action ends the process: unless the embedder keeps it
+ * ignored (bell_sigpipe_ignored), it is blocked around the write, and the one
+ * the write raised is taken back. */
+GPR_INLINE int gpr_bell_pipe_write(const gpr_segment *seg, int fd) {
   sigset_t pipe_only, old;
   sigemptyset(&pipe_only);
+  sigemptyset(&old);
   sigaddset(&pipe_only, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+  int masked = !seg->bell_sigpipe_ignored;
+  if (masked) pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
   ssize_t n = write(fd, "", 1);
   int e = errno;
-  if (n < 0 && e == EPIPE && !sigismember(&old, SIGPIPE)) {
+  if (masked && n < 0 && e == EPIPE && !sigismember(&old, SIGPIPE)) {
     struct timespec none = {0, 0};
     while (sigtimedwait(&pipe_only, NULL, &none) < 0 && errno == EINTR) {
     }
   }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
   return n == 1 || e == EAGAIN ? 1 : e == EPIPE ? 0 : -1;
 }
 
@@ -232,7 +235,7 @@ GPR_INLINE int gpr_doorbell_pipe_ring(gpr_segment *seg, uint32_t index) {
   if (gpr_bell_pipes_allowed(seg)) {
     gpr_bell_pipe *c = &seg->bell_pipes[index];
     if (c->ino != ino || c->pid != pid || c->number != number) gpr_bell_pipe_open(seg, c, pid, number, ino);
-    if (c->fd >= 0) rc = gpr_bell_pipe_write(c->fd);
+    if (c->fd >= 0) rc = gpr_bell_pipe_write(seg, c->fd);
     if (rc == 0) {
       close(c->fd);
       c->fd = -1;

@@ -78,6 +78,9 @@ typedef struct gpr_segment {
   gpr_bell_pipe *bell_pipes;
   uint32_t bell_pipes_lock;
   int bell_pipes_ok;
+  /* Set by an embedder that keeps SIGPIPE ignored for the life of the
+   * process (Node): a pipe ring then writes without blocking SIGPIPE. */
+  int bell_sigpipe_ignored;
   uint64_t pipefs_dev;            /* st_dev of every anonymous pipe (pipefs) */
 } gpr_segment;
 
