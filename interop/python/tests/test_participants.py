@@ -242,6 +242,18 @@ def test_an_arena_name_another_user_created_first_is_skipped(ring_name):
         os.unlink(squatted)
 
 
+def _rung(bells) -> list:
+    """The entries whose doorbell socket (in ``bells``, by entry) holds a datagram, each read away."""
+    got = []
+    for index, s in bells.items():
+        try:
+            s.recv(16)
+            got.append(index)
+        except BlockingIOError:
+            pass
+    return got
+
+
 def test_a_publish_rings_one_reachable_sleeper_skipping_dead_ones(ring_name):
     """SPEC.md §6.1: a frame can be taken by one consumer, so its publish wakes one
     doorbell sleeper; a sleeper whose socket is gone does not count."""
@@ -263,27 +275,17 @@ def test_a_publish_rings_one_reachable_sleeper_skipping_dead_ones(ring_name):
             seg.mem.add32(seg.control("data_doorbells"), 1)
             sleepers.append(index)
 
-        def rung():
-            got = []
-            for index, s in bells.items():
-                try:
-                    s.recv(16)
-                    got.append(index)
-                except BlockingIOError:
-                    pass
-            return got
-
         def armed():
             return [i for i in sleepers if seg.mem.load32(seg.participant(i, "doorbell")) & L.BELL_DATA]
 
         try:
             try_publish(seg, p, FrameRef(100, p, pg, 0, 0, 0))
-            assert rung() == [sleepers[1]]  # the dead one was tried first, and skipped
+            assert _rung(bells) == [sleepers[1]]  # the dead one was tried first, and skipped
             assert armed() == sleepers[2:]
             assert seg.mem.load32(seg.control("data_doorbells")) == 2
             try_publish(seg, p, FrameRef(101, p, pg, 0, 0, 0))
             try_publish(seg, p, FrameRef(102, p, pg, 0, 0, 0))
-            assert rung() == sleepers[2:]
+            assert _rung(bells) == sleepers[2:]
             assert armed() == [] and seg.mem.load32(seg.control("data_doorbells")) == 0
         finally:
             for s in bells.values():
@@ -323,16 +325,6 @@ def test_a_sleeper_polling_a_pipe_is_rung_down_it_and_once_dead_reaches_nobody(r
             seg.mem.or32(seg.participant(index, "doorbell"), bits)
             seg.mem.add32(seg.control("data_doorbells"), 1)
 
-        def rung():
-            got = []
-            for index, s in bells.items():
-                try:
-                    s.recv(16)
-                    got.append(index)
-                except BlockingIOError:
-                    pass
-            return got
-
         def publish(frame_id):
             try_publish(seg, p, FrameRef(frame_id, p, pg, 0, 0, 0))
 
@@ -342,18 +334,18 @@ def test_a_sleeper_polling_a_pipe_is_rung_down_it_and_once_dead_reaches_nobody(r
             for frame_id in (100, 101):  # the second ring uses the descriptor the first opened
                 arm(piped, L.BELL_DATA | L.BELL_PIPE)
                 publish(frame_id)
-                assert os.read(reader, 16) == b"\0" and rung() == []
+                assert os.read(reader, 16) == b"\0" and _rung(bells) == []
             os.close(reader)
             holder.kill()
             holder.wait()
             arm(piped, L.BELL_DATA | L.BELL_PIPE)
             arm(other, L.BELL_DATA)
             publish(102)
-            assert rung() == [other]  # the pipe without a reader reached nobody, so the next sleeper
+            assert _rung(bells) == [other]  # the pipe without a reader reached nobody, so the next sleeper
             name_pipe(os.getpid(), file.fileno(), os.fstat(file.fileno()).st_ino)
             arm(piped, L.BELL_DATA | L.BELL_PIPE)
             publish(103)
-            assert rung() == [piped] and os.fstat(file.fileno()).st_size == 0
+            assert _rung(bells) == [piped] and os.fstat(file.fileno()).st_size == 0
         finally:
             holder.kill()
             for s in bells.values():
