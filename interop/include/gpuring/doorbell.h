@@ -159,7 +159,9 @@ GPR_INLINE int gpr_bell_pipes_allowed(gpr_segment *seg) {
   int ends[2];
   if (fstat(seg->fd, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) return 0;
   seg->bell_pipes = (gpr_bell_pipe *)calloc(seg->participant_capacity, sizeof *seg->bell_pipes);
-  if (!seg->bell_pipes || pipe2(ends, O_CLOEXEC) != 0) return 0;
+  /* pipe(), not pipe2(): this header builds without _GNU_SOURCE too, and the
+   * ends live only for the fstat below. */
+  if (!seg->bell_pipes || pipe(ends) != 0) return 0;
   int ok = fstat(ends[0], &st) == 0;
   close(ends[0]);
   close(ends[1]);
