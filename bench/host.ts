@@ -27,7 +27,8 @@
  *     callback and toTable(); anchors, measured in the same run:
  *     the one-wake floor, a C process woken from epoll_wait on a socket by
  *     another paced alike (bench/wake_floor.c), the same on an eventfd (the
- *     floor issue 12 names; a doorbell is a socket), and Node's own wake-up, a
+ *     floor issue 12 names), the same on a pipe (a doorbell is a socket and a
+ *     pipe, format 2.5), and Node's own wake-up, a
  *     socket 'data' handler in this process woken by the same C sender; and
  *     for the p99.9, JSON lines over a Unix socket sent on the producer's clock;
  *     and the same consumer fed by that C sender publishing with
@@ -262,8 +263,9 @@ async function sleepingHandOff(n: number, gapUs: number, pacing: Pacing, from: S
 
 async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket: number[]): Promise<BenchRecord[]> {
   const floor = wakeFloor(n, gapUs, pacing, LATENCY_WARMUP);
-  // An eventfd needs its descriptor passed to every waker; a doorbell's socket any process can name. Both floors, for scale.
+  // The floor issue 12 names is an eventfd's; a doorbell is a socket and, rung by notifiers of its user, a pipe (2.5).
   const eventfdFloor = wakeFloor(n, gapUs, pacing, LATENCY_WARMUP, 'eventfd');
+  const pipeFloor = wakeFloor(n, gapUs, pacing, LATENCY_WARMUP, 'pipe');
   const nodeWake = await nodeWakeUp(n, gapUs, pacing, LATENCY_WARMUP);
   const hops = await sleepingHandOff(n, gapUs, pacing);
   const gap = `${gapUs >= 1000 ? `${gapUs / 1000} ms` : `${gapUs} µs`} apart, producer ${pacing}`;
@@ -273,6 +275,7 @@ async function sleepingRecords(n: number, gapUs: number, pacing: Pacing, socket:
   records.push(compare(name, 'p99.9', 'µs', percentile(hops.total, 99.9), `JSON over a Unix socket, a line sent on the same clock (${gap})`, percentile(socket, 99.9), false));
   records.push(compare(name, 'p50', 'µs', percentile(hops.total, 50), `Node's own wake-up: a socket 'data' handler woken by the floor's C sender (${pacing} alike)`, nodeWake.p50, false));
   records.push(compare(name, 'p50', 'µs', percentile(hops.total, 50), `C one-wake floor on an eventfd (epoll_wait; sender ${pacing} alike)`, eventfdFloor.p50, false));
+  records.push(compare(name, 'p50', 'µs', percentile(hops.total, 50), `C one-wake floor on a pipe, opened as /proc/PID/fd/N (a doorbell's pipe; sender ${pacing} alike)`, pipeFloor.p50, false));
   // The same consumer fed by the floor's C sender itself: the hand-off without a Node producer's cold start in it.
   const fromC = await sleepingHandOff(n, gapUs, pacing, 'c');
   records.push(compare(`  the same, frames from a C producer (gpr_producer_publish, paced as the floor's sender; ${gap})`, 'p50', 'µs', percentile(fromC.total, 50), `C one-wake floor (epoll_wait on a socket; sender ${pacing} alike)`, floor.p50, false));

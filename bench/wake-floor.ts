@@ -41,10 +41,11 @@ export type Pacing = 'asleep' | 'busy';
  * `warmUp` more), the share woken on the sender's CPU, and the p50 µs the
  * sleeper took to read 256 KiB it had read before sleeping, just after waking
  * (`coldRead`) and again at once (`warmRead`). The sleeper waits in epoll_wait
- * on a datagram socket, as a doorbell is, or on an `eventfd`.
+ * on a datagram socket, as a doorbell's socket is; on an `eventfd`; or on a
+ * pipe that the sender opens as /proc/PID/fd/N, as a doorbell's pipe is (2.5).
  */
-export function wakeFloor(n: number, gapUs: number, pacing: Pacing, warmUp: number, on: 'socket' | 'eventfd' = 'socket'): Record<'p50' | 'p99' | 'p99.9' | 'sameCpu' | 'coldRead' | 'warmRead', number> {
-  const args = [String(n), String(Math.max(1, Math.round(gapUs))), String(warmUp), pacing, ...(on === 'eventfd' ? ['eventfd'] : [])];
+export function wakeFloor(n: number, gapUs: number, pacing: Pacing, warmUp: number, on: 'socket' | 'eventfd' | 'pipe' = 'socket'): Record<'p50' | 'p99' | 'p99.9' | 'sameCpu' | 'coldRead' | 'warmRead', number> {
+  const args = [String(n), String(Math.max(1, Math.round(gapUs))), String(warmUp), pacing, ...(on === 'socket' ? [] : [on])];
   const ns = JSON.parse(execFileSync(cProgramBuilt('wake_floor'), args, { encoding: 'utf8' })) as Record<string, number>;
   return { p50: ns.p50! / 1000, p99: ns.p99! / 1000, 'p99.9': ns['p99.9']! / 1000, sameCpu: ns.same_cpu!, coldRead: ns.cold_read! / 1000, warmRead: ns.warm_read! / 1000 };
 }

@@ -18,6 +18,9 @@
  * the same sleeper in epoll_wait on an eventfd (the sender posts its stamps in
  * shared memory and adds 1): the one-wake floor as issue 12 names it, for
  * scale beside the socket's.
+ *   wake_floor N GAP_US SKIP PACING pipe
+ * the same on a pipe's read end, which the sender opens as /proc/PID/fd/N and
+ * writes one byte to, as a notifier rings a doorbell pipe (format 2.5).
  *   wake_floor N GAP_US SKIP PACING PATH
  * sends the same stamps, paced the same way, down a Unix stream socket
  * listening at PATH instead, and prints nothing: the receiver (a Node process,
@@ -105,9 +108,25 @@ static int publish_to(const char *ring, uint64_t n, uint64_t gap_us, int busy) {
   return rc != 0;
 }
 
+enum waker { BY_DATAGRAM, BY_EVENTFD, BY_PIPE };
+
+/* What one wake-up brought on `rx`: 1 with the stamp of a datagram in `sent`,
+ * else how many stamps the sender posted (an eventfd's count, a pipe's bytes);
+ * 0 for nothing. */
+static uint64_t take_rings(int rx, enum waker by, uint64_t sent[2]) {
+  uint64_t came = 0;
+  char bytes[64];
+  ssize_t got;
+  switch (by) {
+    case BY_DATAGRAM: return recv(rx, sent, 2 * sizeof *sent, 0) == 2 * sizeof *sent;
+    case BY_EVENTFD: return read(rx, &came, sizeof came) == sizeof came ? came : 0;
+    default: got = read(rx, bytes, sizeof bytes); return got > 0 ? (uint64_t)got : 0;
+  }
+}
+
 /* The sleeper: wakes from epoll_wait on `rx` n times, timing each stamp that
- * came (a datagram carries its own; an eventfd counts those the sender posted). */
-static void sleep_and_time(int rx, int use_eventfd, const uint64_t *posted, uint64_t n, uint64_t *lat) {
+ * came (a datagram carries its own; an eventfd or a pipe brings those the sender posted). */
+static void sleep_and_time(int rx, enum waker by, const uint64_t *posted, uint64_t n, uint64_t *lat) {
   uint64_t *same = lat + n; /* 1 where the wake-up ran on the sender's CPU */
   uint64_t *cold = lat + 2 * n, *warm = lat + 3 * n; /* read_ns just after the wake-up, and again */
   int ep = epoll_create1(0);
@@ -117,11 +136,11 @@ static void sleep_and_time(int rx, int use_eventfd, const uint64_t *posted, uint
   memset(probe, 1, sizeof probe);
   for (uint64_t i = 0; i < n;) {
     epoll_wait(ep, &ev, 1, -1);
-    uint64_t came = 1, sent[2] = {0, 0}; /* CLOCK_MONOTONIC, the sender's CPU */
-    if (use_eventfd ? read(rx, &came, sizeof came) != sizeof came : recv(rx, sent, sizeof sent, 0) != sizeof sent) continue;
+    uint64_t sent[2] = {0, 0}; /* CLOCK_MONOTONIC, the sender's CPU */
+    uint64_t came = take_rings(rx, by, sent);
     uint64_t woke = gpr_monotonic_ns(), cpu = (uint64_t)sched_getcpu();
     for (uint64_t k = 0; k < came && i < n; k++, i++) {
-      const uint64_t *stamp = use_eventfd ? posted + 2 * i : sent;
+      const uint64_t *stamp = by == BY_DATAGRAM ? sent : posted + 2 * i;
       lat[i] = woke - stamp[0];
       same[i] = cpu == stamp[1];
       cold[i] = read_ns(probe, sizeof probe);
@@ -130,39 +149,52 @@ static void sleep_and_time(int rx, int use_eventfd, const uint64_t *posted, uint
   }
 }
 
+/* The sleeper's pipe, opened for writing as a notifier opens a doorbell pipe:
+ * its read end `number` in process `pid`, as /proc/PID/fd/N. */
+static int pipe_of(pid_t pid, int number) {
+  char path[48];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, number);
+  return open(path, O_WRONLY | O_CLOEXEC);
+}
+
 int main(int argc, char **argv) {
   uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000;
   uint64_t gap_us = argc > 2 ? strtoull(argv[2], NULL, 10) : 2000;
   uint64_t skip = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
   int busy = argc > 4 && strcmp(argv[4], "busy") == 0;
   n += skip;
-  int use_eventfd = argc > 5 && strcmp(argv[5], "eventfd") == 0;
+  enum waker by = argc <= 5 ? BY_DATAGRAM : strcmp(argv[5], "eventfd") == 0 ? BY_EVENTFD : BY_PIPE;
   if (argc > 5 && strncmp(argv[5], "ring:", 5) == 0) return publish_to(argv[5] + 5, n, gap_us, busy);
-  if (argc > 5 && !use_eventfd) return stream_to(argv[5], n, gap_us, busy);
+  if (argc > 5 && by == BY_PIPE && strcmp(argv[5], "pipe") != 0) return stream_to(argv[5], n, gap_us, busy);
   struct sockaddr_un addr;
   char name[32];
   snprintf(name, sizeof name, "wake-floor-%d", (int)getpid());
   socklen_t len = gpr_doorbell_address(name, 1, &addr);
-  int rx = use_eventfd ? eventfd(0, EFD_CLOEXEC) : socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (rx < 0 || (!use_eventfd && bind(rx, (struct sockaddr *)&addr, len) != 0)) return 1;
-  /* latencies, same CPU, cold and warm reads (n each), then the stamps an eventfd's sender posts (2n) */
+  int ends[2] = {-1, -1};
+  int rx = by == BY_EVENTFD ? eventfd(0, EFD_CLOEXEC)
+         : by == BY_PIPE    ? (pipe2(ends, O_CLOEXEC) == 0 ? ends[0] : -1)
+                            : socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (rx < 0 || (by == BY_DATAGRAM && bind(rx, (struct sockaddr *)&addr, len) != 0)) return 1;
+  /* latencies, same CPU, cold and warm reads (n each), then the stamps an eventfd's or a pipe's sender posts (2n) */
   uint64_t *lat = (uint64_t *)mmap(NULL, 6 * n * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   uint64_t *same = lat + n, *cold = lat + 2 * n, *warm = lat + 3 * n, *posted = lat + 4 * n;
   pid_t child = fork();
   if (child == 0) {
-    sleep_and_time(rx, use_eventfd, posted, n, lat);
+    sleep_and_time(rx, by, posted, n, lat); /* it keeps the pipe's write end: a pipe without one polls hung up */
     _exit(0);
   }
-  int tx = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int tx = by == BY_EVENTFD ? rx : by == BY_PIPE ? pipe_of(child, rx) : socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (tx < 0) return 1;
+  for (int i = 0; i < 2 && by == BY_PIPE; i++) close(ends[i]);
   for (uint64_t i = 0; i < n; i++) {
     pace(gap_us, busy);
     uint64_t sent[2] = {gpr_monotonic_ns(), (uint64_t)sched_getcpu()}, one = 1;
-    if (!use_eventfd) {
+    if (by == BY_DATAGRAM) {
       sendto(tx, sent, sizeof sent, 0, (struct sockaddr *)&addr, len);
       continue;
     }
     memcpy(posted + 2 * i, sent, sizeof sent); /* before the write: the sleeper reads it after its read */
-    if (write(rx, &one, sizeof one) != sizeof one) return 1;
+    if (by == BY_EVENTFD ? write(tx, &one, sizeof one) != sizeof one : write(tx, "", 1) != 1) return 1;
   }
   waitpid(child, NULL, 0);
   uint64_t *kept = lat + skip, on_sender = 0;
