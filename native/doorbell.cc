@@ -86,7 +86,8 @@ Doorbell::Doorbell(Napi::Env env, gpr_segment *seg, uint32_t index, Callback on_
 // A pipe wakes its poller 20-30% sooner than a datagram (an eventfd's time;
 // SPEC.md §6.1). Notifiers open the read end for writing, as /proc/PID/fd/N.
 // The write end stays open, unused: a pipe without a writer polls as hung up,
-// readable for ever, whenever no notifier holds it open.
+// readable for ever, whenever no notifier holds it open. Arm() names the pipe
+// in the entry before it first sets GPR_BELL_PIPE.
 void Doorbell::OpenPipe(Napi::Env env) {
   struct stat st;
   if (pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -96,9 +97,6 @@ void Doorbell::OpenPipe(Napi::Env env) {
   }
   fstat(pipe_[0], &st);
   pipe_ino_ = static_cast<uint64_t>(st.st_ino);
-  gpr_participant *p = &seg_->participants[index_];
-  __atomic_store_n(&p->doorbell_pipe, static_cast<uint32_t>(pipe_[0]), __ATOMIC_RELAXED);
-  __atomic_store_n(&p->doorbell_pipe_ino, pipe_ino_, __ATOMIC_RELEASE);
 }
 
 Doorbell::~Doorbell() {
@@ -120,9 +118,10 @@ Doorbell::~Doorbell() {
   close(pipe_[1]);
 }
 
-// Notifiers ring the address the entry names: a key that damage changed
-// (shared memory is untrusted, SPEC.md §10a) would leave us woken only by our
-// timeout for good, so each sleep stores it again where it differs.
+// Notifiers ring the address and the pipe the entry names: a key or pipe that
+// damage changed (shared memory is untrusted, SPEC.md §10a) would leave us
+// woken only by our timeout for good, so each sleep stores them where they
+// differ (the pipe's, the first time, too), before the bit that says so.
 void Doorbell::Arm(uint32_t bit) {
   Drain();
   gpr_participant *p = &seg_->participants[index_];
