@@ -498,8 +498,10 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   s.busy_poll = spare_cores && !s.seg.broadcast;
   try {
     s.bodies = std::make_unique<BodyReader>(&s.seg);
-    ConsumerState *raw = s_.get();
-    s.StartBell(env, "gpuring-consumer", info[2].As<Napi::Number>().Uint32Value(), [raw] { raw->OnWake(); });
+    std::weak_ptr<ConsumerState> weak = s_;
+    s.StartBell(env, "gpuring-consumer", info[2].As<Napi::Number>().Uint32Value(), [weak] {
+      if (auto held = weak.lock()) held->OnWake();
+    });
     if (info.Length() > 5 && info[4].IsFunction() && info[5].IsFunction()) {
       // Weak: the Consumer holds them, and a strong reference from here would
       // keep it (and so this core) alive forever.

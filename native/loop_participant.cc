@@ -17,24 +17,28 @@ void LoopParticipant::Woken(const std::function<void(Napi::Env)> &serve) {
   Napi::Env e(env);
   try {
     Napi::HandleScope handles(e);
-    // Node ignores a callback scope's resource object (the async context keeps
-    // its own); Napi::CallbackScope would make a JS object for it per wake-up.
-    napi_callback_scope opened = nullptr;
-    if (napi_open_callback_scope(e, nullptr, *async, &opened) != napi_ok) return;
-    Napi::CallbackScope scope(e, opened);
-    try {
-      // Serve first: a sweep takes 50-80 us just after a sleep, and one due
-      // would otherwise hold up the frame that woke us (a listen() handler
-      // runs within serve(); next()'s caller resumes only as the scope closes).
-      // What it repairs rings us again.
-      serve(e);
-      if (!shut) SweepIfDue();
-    } catch (const Napi::Error &thrown) {
-      Failed(e, thrown.Value());
-    } catch (const std::exception &failed) {
-      Failed(e, JsRuns(e) ? MakeError(e, GPR_E_SYSTEM, std::string("a wake-up failed: ") + failed.what()).Value()
-                          : Napi::Value());
+    {
+      // Node ignores a callback scope's resource object (the async context
+      // keeps its own); Napi::CallbackScope would make a JS object for it per
+      // wake-up.
+      napi_callback_scope opened = nullptr;
+      if (napi_open_callback_scope(e, nullptr, *async, &opened) != napi_ok) return;
+      Napi::CallbackScope scope(e, opened);
+      try {
+        serve(e);
+      } catch (const Napi::Error &thrown) {
+        Failed(e, thrown.Value());
+      } catch (const std::exception &failed) {
+        Failed(e, JsRuns(e) ? MakeError(e, GPR_E_SYSTEM, std::string("a wake-up failed: ") + failed.what()).Value()
+                            : Napi::Value());
+      }
     }
+    // Closing the scope ran the continuations of what serve() resolved (the
+    // code after an awaited next()). A sweep takes 50-80 us just after a
+    // sleep: done before, a due one would hold up the frame that woke us.
+    // What it repairs rings us again. The caller keeps this state alive
+    // (StartBell), though those continuations may have closed it.
+    if (!shut) SweepIfDue();
   } catch (...) {
   }
 }

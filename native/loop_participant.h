@@ -31,9 +31,11 @@ struct LoopParticipant : Attachment {
   // What JS reads of the shared memory directly: taken back by close().
   LentMappings lent;
 
-  // Creates the doorbell; `on_wake` runs on the event loop (see Woken).
+  // Creates the doorbell; `on_wake` runs on the event loop (see Woken). It
+  // must hold the state for the whole wake-up (a weak reference, locked): the
+  // JS a wake-up runs may drop the core that owns it.
   void StartBell(Napi::Env env, const char *resource, uint32_t tick_ms, std::function<void()> on_wake);
-  // Runs `serve` for a wake-up, sweeping first when a tick has passed. The
+  // Runs `serve` for a wake-up, then sweeps when a tick has passed. The
   // callback scope makes promises resolved there run their continuations at
   // once. Nothing may escape a libuv callback: while Node tears the
   // environment down it still runs the loop once (before our cleanup hook stops

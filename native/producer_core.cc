@@ -323,8 +323,10 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
            GPR_ROLE_PRODUCER);
   gpr_arena_pool_init(&s.pool, &s.seg, s.me, s.gen, arena_size);
   try {
-    ProducerState *raw = s_.get();
-    s.StartBell(env, "gpuring-producer", info[4].As<Napi::Number>().Uint32Value(), [raw] { raw->OnWake(); });
+    std::weak_ptr<ProducerState> weak = s_;
+    s.StartBell(env, "gpuring-producer", info[4].As<Napi::Number>().Uint32Value(), [weak] {
+      if (auto held = weak.lock()) held->OnWake();
+    });
   } catch (...) {
     s.Shutdown();
     throw;
