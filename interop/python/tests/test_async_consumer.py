@@ -3,13 +3,16 @@ the loop on the consumer's doorbell (SPEC.md §6.1), woken by producers in other
 processes (Python, Node), and leave nothing behind when they time out, are
 cancelled or are killed."""
 import asyncio
+import os
 import signal
+import subprocess
+import time
 
 import pyarrow as pa
 import pytest
 
 from conftest import node_available, node_child, python_child
-from gpuring import Consumer, GpuringError, Producer, Ring
+from gpuring import Consumer, GpuringError, Producer, Ring, slot_protocol
 
 
 async def _watch(ring: Ring, index: int, seen: list[dict]) -> None:
@@ -132,3 +135,48 @@ def test_a_node_producer_wakes_an_async_python_consumer(ring_name, tmp_path):
         assert asyncio.run(consume(consumer)) == 2
         out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
+
+
+# A sleeper whose socket name was damaged while it slept is reachable only down
+# its pipe (SPEC.md §6.1, 2.5): a datagram would reach nobody, and its sweep tick
+# is pushed past its timeout. It stores its key again only when it next arms.
+RUNG_WITHIN_S = 30.0
+_pipe_ringers = {
+    "python": lambda name: python_child("produce", name, "1"),
+    "node": lambda name: node_child("arrow-peer.ts", "publish", name, "3", os.devnull),
+}
+
+
+@pytest.mark.parametrize("language", sorted(_pipe_ringers))
+def test_an_async_sleeper_whose_socket_name_was_damaged_is_rung_down_its_pipe(ring_name, language, monkeypatch):
+    if language == "node" and not node_available():
+        pytest.skip("the Node package is not built here (run npm install at the root)")
+    monkeypatch.setattr(slot_protocol, "SWEEP_EVERY", 4 * RUNG_WITHIN_S)
+    ring = Ring.create(ring_name, slots=8)
+
+    async def run(consumer: Consumer) -> tuple[float, subprocess.Popen]:
+        waiting = asyncio.ensure_future(consumer.next_async(timeout=2 * RUNG_WITHIN_S))
+        while ring.inspect()["doorbells"]["data"] == 0:
+            await asyncio.sleep(0.001)
+        seg = consumer._seg
+        key = seg.participant(consumer.index, "doorbell_key")
+        seg.mem.store64(key, seg.mem.load64(key) ^ 0x5A5A)
+        damaged = time.monotonic()
+        child = _pipe_ringers[language](ring_name)
+        with await waiting as frame:
+            assert frame.to_arrow().num_rows >= 1
+        return time.monotonic() - damaged, child
+
+    with Consumer.open(ring_name) as consumer:
+        took, child = asyncio.run(run(consumer))
+        assert took < RUNG_WITHIN_S, "a ring woke it, not its timeout (which finds the frame too)"
+        if language == "node":
+            asyncio.run(_take_rest(consumer, 1))
+        _out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+    ring.close()
+
+
+async def _take_rest(consumer: Consumer, count: int) -> None:
+    for _ in range(count):
+        (await consumer.next_async(timeout=60)).release()
