@@ -366,10 +366,7 @@ void ConsumerState::Reject(Request &r, const Napi::Error &e) {
 // Runs on the event loop when the bell rang or the tick passed.
 void ConsumerState::OnWake() {
   woken_ns = gpr_monotonic_ns();
-  Woken([this](Napi::Env e) {
-    Housekeep();
-    Service(e);
-  });
+  Woken([this](Napi::Env e) { Service(e); });
 }
 
 void ConsumerState::Housekeep() {
@@ -406,8 +403,7 @@ ConsumerState::Blocked ConsumerState::ClaimBlocking(Napi::Env env, gpr_frame_ref
       if (now >= deadline_ns) return Blocked::kTimedOut;
       // Before the sleep rather than after the wake-up, where every step
       // delays the frame it woke for.
-      SweepIfDue();
-      Housekeep();
+      Tidy();
       bell->Arm(GPR_BELL_DATA | GPR_BELL_FUTEX);
       if (TryClaim(env, ref, pos) == 0) break;
       uint64_t left_ms = deadline_ns == UINT64_MAX ? UINT64_MAX : (deadline_ns - now + 999999) / 1000000;
@@ -572,7 +568,7 @@ Napi::Value ConsumerCore::TryNext(const Napi::CallbackInfo &info) {
   gpr_frame_ref ref{};
   uint64_t pos = 0;
   if (s_->ClaimWithin(env, &ref, &pos, static_cast<uint64_t>(spin_us > 0 ? spin_us * 1e3 : 0)) != 0) {
-    s_->PollFoundNothing();
+    s_->Tidy();
     return env.Null();
   }
   Napi::Value record = s_->Receive(env, pos, ref);
@@ -661,7 +657,7 @@ Napi::Value ConsumerCore::TryNextMany(const Napi::CallbackInfo &info) {
     claims.push_back(c);
     total += ConsumerState::kRecordBytes + ((c.ref.body_length + 7u) & ~size_t{7});
   }
-  if (claims.empty() && err.code == GPR_E_OK) s_->PollFoundNothing();
+  if (claims.empty() && err.code == GPR_E_OK) s_->Tidy();
   // Locate again before copying: mapping a new arena may have evicted earlier views.
   Napi::ArrayBuffer out = Napi::ArrayBuffer::New(env, total);
   auto *at = static_cast<uint8_t *>(out.Data());

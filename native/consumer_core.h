@@ -189,13 +189,13 @@ struct ConsumerState : LoopParticipant {
   // Rejects the waiting requests `which` picks with ABORTED (a loop's settle as done) and drops them.
   void Abort(Napi::Env env, const std::function<bool(const Request &)> &which, const char *why);
   void OnWake();
-  // What every wake-up does after its sweep (the bell rang or a tick passed):
-  // collect finished stream releases, and once per sweep let go of dead
+  // Collects finished stream releases, and once per sweep lets go of dead
   // producers' device memory.
   void Housekeep();
-  // A poll (tryNext, a batch) that found nothing: a consumer that only polls
-  // never sleeps, so it sweeps and housekeeps as a wake-up would.
-  void PollFoundNothing() {
+  // After a wake-up has served (the bell rang or a tick passed), and where a
+  // poll (tryNext, a batch) found nothing: a consumer that only polls never
+  // sleeps, so it sweeps and housekeeps as a wake-up does.
+  void Tidy() override {
     SweepIfDue();
     Housekeep();
   }

@@ -38,7 +38,7 @@ void LoopParticipant::Woken(const std::function<void(Napi::Env)> &serve) {
     // sleep: done before, a due one would hold up the frame that woke us.
     // What it repairs rings us again. The caller keeps this state alive
     // (StartBell), though those continuations may have closed it.
-    if (!shut) SweepIfDue();
+    if (!shut) Tidy();
   } catch (...) {
   }
 }

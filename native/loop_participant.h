@@ -35,7 +35,7 @@ struct LoopParticipant : Attachment {
   // must hold the state for the whole wake-up (a weak reference, locked): the
   // JS a wake-up runs may drop the core that owns it.
   void StartBell(Napi::Env env, const char *resource, uint32_t tick_ms, std::function<void()> on_wake);
-  // Runs `serve` for a wake-up, then sweeps when a tick has passed. The
+  // Runs `serve` for a wake-up, then Tidy(). The
   // callback scope makes promises resolved there run their continuations at
   // once. Nothing may escape a libuv callback: while Node tears the
   // environment down it still runs the loop once (before our cleanup hook stops
@@ -45,6 +45,9 @@ struct LoopParticipant : Attachment {
   // Node, and the next turn of the loop serves again: the waits keep their
   // wake-up.
   void Woken(const std::function<void(Napi::Env)> &serve);
+  // What a wake-up does once it has served, off the path of the frame that
+  // woke it (see Woken): sweeps when due. A core adds its own upkeep.
+  virtual void Tidy() { SweepIfDue(); }
   // Sweeps (and releases a subscriber's stray shares) when a tick has passed
   // since the last sweep. Wake-ups call it, and so does a poll that found
   // nothing: a caller that only polls never sleeps, so without it nobody in
