@@ -494,10 +494,7 @@ ConsumerCore::ConsumerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Co
   s.busy_poll = spare_cores && !s.seg.broadcast;
   try {
     s.bodies = std::make_unique<BodyReader>(&s.seg);
-    std::weak_ptr<ConsumerState> weak = s_;
-    s.StartBell(env, "gpuring-consumer", info[2].As<Napi::Number>().Uint32Value(), [weak] {
-      if (auto held = weak.lock()) held->OnWake();
-    });
+    s.StartBell(env, "gpuring-consumer", info[2].As<Napi::Number>().Uint32Value(), s_);
     if (info.Length() > 5 && info[4].IsFunction() && info[5].IsFunction()) {
       // Weak: the Consumer holds them, and a strong reference from here would
       // keep it (and so this core) alive forever.

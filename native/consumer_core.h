@@ -188,7 +188,7 @@ struct ConsumerState : LoopParticipant {
   void Reject(Request &r, const Napi::Error &e);
   // Rejects the waiting requests `which` picks with ABORTED (a loop's settle as done) and drops them.
   void Abort(Napi::Env env, const std::function<bool(const Request &)> &which, const char *why);
-  void OnWake();
+  void OnWake() override;
   // Collects finished stream releases, and once per sweep lets go of dead
   // producers' device memory.
   void Housekeep();

@@ -6,11 +6,13 @@
 
 namespace gpuring {
 
-void LoopParticipant::StartBell(Napi::Env e, const char *resource, uint32_t tick, std::function<void()> on_wake) {
+void LoopParticipant::StartBell(Napi::Env e, const char *resource, uint32_t tick, std::weak_ptr<LoopParticipant> self) {
   env = e;
   tick_ms = std::max<uint32_t>(1, tick);
   async = std::make_unique<Napi::AsyncContext>(e, resource);
-  bell = std::make_unique<Doorbell>(e, &seg, me, std::move(on_wake));
+  bell = std::make_unique<Doorbell>(e, &seg, me, [self] {
+    if (auto held = self.lock()) held->OnWake();
+  });
 }
 
 void LoopParticipant::Woken(const std::function<void(Napi::Env)> &serve) {

@@ -31,10 +31,13 @@ struct LoopParticipant : Attachment {
   // What JS reads of the shared memory directly: taken back by close().
   LentMappings lent;
 
-  // Creates the doorbell; `on_wake` runs on the event loop (see Woken). It
-  // must hold the state for the whole wake-up (a weak reference, locked): the
-  // JS a wake-up runs may drop the core that owns it.
-  void StartBell(Napi::Env env, const char *resource, uint32_t tick_ms, std::function<void()> on_wake);
+  // Creates the doorbell, whose rings and ticks call OnWake() on the event
+  // loop. The wake-up holds `self` (this state) until it ends: the JS it runs
+  // may drop the core that owns the state.
+  void StartBell(Napi::Env env, const char *resource, uint32_t tick_ms, std::weak_ptr<LoopParticipant> self);
+  // Runs on the event loop when the bell rang or the tick passed: serves
+  // through Woken().
+  virtual void OnWake() = 0;
   // Runs `serve` for a wake-up, then Tidy(). The
   // callback scope makes promises resolved there run their continuations at
   // once. Nothing may escape a libuv callback: while Node tears the

@@ -323,10 +323,7 @@ ProducerCore::ProducerCore(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Pr
            GPR_ROLE_PRODUCER);
   gpr_arena_pool_init(&s.pool, &s.seg, s.me, s.gen, arena_size);
   try {
-    std::weak_ptr<ProducerState> weak = s_;
-    s.StartBell(env, "gpuring-producer", info[4].As<Napi::Number>().Uint32Value(), [weak] {
-      if (auto held = weak.lock()) held->OnWake();
-    });
+    s.StartBell(env, "gpuring-producer", info[4].As<Napi::Number>().Uint32Value(), s_);
   } catch (...) {
     s.Shutdown();
     throw;

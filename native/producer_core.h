@@ -76,7 +76,7 @@ struct ProducerState : LoopParticipant {
   bool Waiting() const;
   uint64_t NextWakeMs() const;
   void Service(Napi::Env env);
-  void OnWake();
+  void OnWake() override;
   void Shutdown() override;
   void ServeDescriptorsIfNeeded(Napi::Env env);
 };
