@@ -163,9 +163,10 @@ int main(int argc, char **argv) {
   uint64_t skip = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
   int busy = argc > 4 && strcmp(argv[4], "busy") == 0;
   n += skip;
-  enum waker by = argc <= 5 ? BY_DATAGRAM : strcmp(argv[5], "eventfd") == 0 ? BY_EVENTFD : BY_PIPE;
-  if (argc > 5 && strncmp(argv[5], "ring:", 5) == 0) return publish_to(argv[5] + 5, n, gap_us, busy);
-  if (argc > 5 && by == BY_PIPE && strcmp(argv[5], "pipe") != 0) return stream_to(argv[5], n, gap_us, busy);
+  const char *mode = argc > 5 ? argv[5] : "";
+  if (strncmp(mode, "ring:", 5) == 0) return publish_to(mode + 5, n, gap_us, busy);
+  if (*mode && strcmp(mode, "eventfd") != 0 && strcmp(mode, "pipe") != 0) return stream_to(mode, n, gap_us, busy);
+  enum waker by = !*mode ? BY_DATAGRAM : strcmp(mode, "eventfd") == 0 ? BY_EVENTFD : BY_PIPE;
   struct sockaddr_un addr;
   char name[32];
   snprintf(name, sizeof name, "wake-floor-%d", (int)getpid());
